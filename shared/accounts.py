@@ -1,0 +1,229 @@
+"""Organisations, users, locations, devices and deployments: the write operations shared by
+the operator CLI, the demo and the API. Functions take `conn` first and never commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import errors as pgerr
+from psycopg.rows import dict_row
+from psycopg.types.range import Range
+
+from shared import credentials, dirty
+from shared.errors import (
+    BadParameter,
+    DuplicateName,
+    OverlappingDeployment,
+    UnknownDevice,
+    UnknownLocation,
+    UnknownObject,
+)
+from shared.timeutil import zone
+
+
+def create_org(conn: psycopg.Connection, *, name: str) -> UUID:
+    """A new organisation; DuplicateName when the name is taken."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "INSERT INTO organisations (name) VALUES (%s) RETURNING id", (name,)).fetchone()
+    except pgerr.UniqueViolation:
+        raise DuplicateName(f"organisation {name!r} already exists") from None
+    assert row
+    return row[0]
+
+
+def org_id(conn: psycopg.Connection, name_or_id: str) -> UUID:
+    """The id of the organisation named (or identified by) `name_or_id`."""
+    row = conn.execute(
+        "SELECT id FROM organisations WHERE name = %s OR id::text = %s",
+        (name_or_id, name_or_id)).fetchone()
+    if not row:
+        raise UnknownObject(f"unknown organisation {name_or_id!r}")
+    return row[0]
+
+
+def create_user(
+    conn: psycopg.Connection, *, org: UUID, email: str, password: str, name: str | None = None,
+    is_admin: bool = False,
+) -> UUID:
+    """A new user with an argon2id password hash; DuplicateName for a taken email (any case)."""
+    if len(password) < 8:
+        raise BadParameter("password: at least 8 characters")
+    if "@" not in email:
+        raise BadParameter(f"email: {email!r} is not an email address")
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "INSERT INTO users (org_id, email, name, password_hash, is_admin)"
+                " VALUES (%s, %s, %s, %s, %s) RETURNING id",
+                (org, email.strip(), name, credentials.hash_password(password), is_admin),
+            ).fetchone()
+    except pgerr.UniqueViolation:
+        raise DuplicateName(f"a user with email {email!r} already exists") from None
+    assert row
+    return row[0]
+
+
+def user_id(conn: psycopg.Connection, email: str) -> UUID:
+    """The id of the user with `email` (case-insensitive)."""
+    row = conn.execute(
+        "SELECT id FROM users WHERE lower(email) = lower(%s)", (email,)).fetchone()
+    if not row:
+        raise UnknownObject(f"unknown user {email!r}")
+    return row[0]
+
+
+@dataclass(frozen=True, slots=True)
+class LocationInput:
+    """Fields of a new location."""
+
+    name: str
+    tz_name: str
+    lat: float | None = None
+    lon: float | None = None
+    elev: float | None = None
+    kc: float | None = None
+    sensor_height: float = 2.0
+
+
+def create_location(conn: psycopg.Connection, *, org: UUID, loc: LocationInput) -> UUID:
+    """A new location; BadParameter for an unknown zone or out-of-range coordinates."""
+    zone(loc.tz_name)  # raises BadParameter naming the zone
+    if loc.lat is not None and not -90 <= loc.lat <= 90:
+        raise BadParameter(f"lat: {loc.lat} is outside -90..90")
+    if loc.lon is not None and not -180 <= loc.lon <= 180:
+        raise BadParameter(f"lon: {loc.lon} is outside -180..180")
+    if loc.kc is not None and not 0 <= loc.kc <= 3:
+        raise BadParameter(f"kc: {loc.kc} is outside 0..3")
+    if loc.sensor_height <= 0:
+        raise BadParameter("sensor_height: must be positive")
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "INSERT INTO locations (org_id, name, tz_name, lat, lon, elev, kc, sensor_height,"
+                " start_date) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, current_date) RETURNING id",
+                (org, loc.name, loc.tz_name, loc.lat, loc.lon, loc.elev, loc.kc,
+                 loc.sensor_height),
+            ).fetchone()
+    except pgerr.UniqueViolation:
+        raise DuplicateName(f"location {loc.name!r} already exists in this organisation") from None
+    assert row
+    return row[0]
+
+
+def location_id(conn: psycopg.Connection, name_or_id: str, *, org: UUID | None = None) -> UUID:
+    """The id of a location given by id or by name (within `org` when given)."""
+    row = conn.execute(
+        "SELECT id FROM locations WHERE (id::text = %s OR name = %s)"
+        " AND (%s::uuid IS NULL OR org_id = %s::uuid) ORDER BY (id::text = %s) DESC LIMIT 1",
+        (name_or_id, name_or_id, org, org, name_or_id)).fetchone()
+    if not row:
+        raise UnknownLocation(f"unknown location {name_or_id!r}")
+    return row[0]
+
+
+def register_device(
+    conn: psycopg.Connection, *, org: UUID, name: str, type: str | None = None,
+    model: str | None = None,
+) -> UUID:
+    """A new device in state New; DuplicateName when the name is taken."""
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "INSERT INTO devices (org_id, name, type, model) VALUES (%s, %s, %s, %s)"
+                " RETURNING id", (org, name, type, model)).fetchone()
+    except pgerr.CheckViolation:
+        raise BadParameter(
+            f"device name {name!r}: 1-64 letters, digits, '_', '.' or '-'") from None
+    except pgerr.UniqueViolation:
+        raise DuplicateName(f"device {name!r} is already registered") from None
+    assert row
+    return row[0]
+
+
+def deploy_device(
+    conn: psycopg.Connection, *, device: str, location: UUID, start: datetime,
+    end: datetime | None = None,
+) -> int:
+    """Place `device` at `location` from `start` (until `end`, or open-ended).
+
+    A device's current open-ended deployment that began before `start` is closed at `start`
+    (the device moved). Any other overlap raises OverlappingDeployment and changes nothing.
+    Readings already stored in the new range are relabelled with the location and their
+    rollup buckets marked dirty, so rollups follow the move.
+    """
+    if start.tzinfo is None:
+        raise BadParameter("start: must include a UTC offset")
+    if end is not None and end <= start:
+        raise BadParameter("end: must be after start")
+    dev = conn.execute("SELECT id FROM devices WHERE name = %s", (device,)).fetchone()
+    if not dev:
+        raise UnknownDevice(f"unknown device {device!r}")
+    tz_row = conn.execute("SELECT tz_name FROM locations WHERE id = %s", (location,)).fetchone()
+    if not tz_row:
+        raise UnknownLocation(f"unknown location {location}")
+    try:
+        with conn.transaction():
+            conn.execute(
+                "UPDATE deployments SET during = tstzrange(lower(during), %s, '[)')"
+                " WHERE device_id = %s AND upper_inf(during) AND lower(during) < %s",
+                (start, dev[0], start))
+            row = conn.execute(
+                "INSERT INTO deployments (device_id, location_id, during)"
+                " VALUES (%s, %s, %s) RETURNING id",
+                (dev[0], location, Range(start, end, "[)"))).fetchone()
+            conn.execute(
+                "UPDATE devices SET last_deploy = greatest(last_deploy, %s) WHERE id = %s",
+                (start, dev[0]))
+            moved = conn.execute(
+                "UPDATE calibrated SET location = %s WHERE device = %s AND time >= %s"
+                " AND (%s::timestamptz IS NULL OR time < %s) AND location IS DISTINCT FROM %s"
+                " RETURNING time",
+                (location, device, start, end, end, location)).fetchall()
+            conn.execute(
+                "UPDATE health SET location = %s WHERE device = %s AND time >= %s"
+                " AND (%s::timestamptz IS NULL OR time < %s)",
+                (location, device, start, end, end))
+            if moved:
+                dirty.write_marks(conn, dirty.bucket_marks(
+                    device, (r[0] for r in moved), zone(tz_row[0])))
+    except pgerr.ExclusionViolation:
+        raise OverlappingDeployment(
+            f"device {device!r} is already deployed during that time; end or move the other "
+            "deployment first") from None
+    assert row
+    return row[0]
+
+
+def create_api_key(
+    conn: psycopg.Connection, *, user: UUID, scopes: list[str], name: str = "",
+    exp: datetime | None = None, active: bool = True,
+) -> dict[str, Any]:
+    """A new API key for `user`; the returned record holds the key value (shown once)."""
+    unknown = sorted(set(scopes) - set(credentials.SCOPES))
+    if not scopes:
+        raise BadParameter("scopes: at least one scope is required")
+    if unknown:
+        raise BadParameter(f"scopes: unknown scope(s) {', '.join(unknown)}; valid: "
+                           + ", ".join(credentials.SCOPES))
+    if exp is not None and exp <= datetime.now(UTC):
+        raise BadParameter("exp: must be in the future")
+    secret = credentials.new_api_key()
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(
+            "INSERT INTO api_keys (user_id, org_id, name, prefix, last4, digest, scopes, exp,"
+            " active, created_by) SELECT u.id, u.org_id, %s, %s, %s, %s, %s, %s, %s, u.id"
+            " FROM users u WHERE u.id = %s"
+            " RETURNING id, name, scopes, exp, active, created, updated, created_by, last_seen",
+            (name, secret.prefix, secret.last4, secret.digest, sorted(set(scopes)), exp, active,
+             user))
+        record = cur.fetchone()
+    if record is None:
+        raise UnknownObject(f"unknown user {user}")
+    record["apikey"] = secret.value
+    return record

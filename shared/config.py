@@ -1,0 +1,130 @@
+"""Settings read once from the environment (`SDS_*` variables); the only reader of os.environ.
+
+Each field maps to the variable `SDS_<FIELD NAME IN UPPER CASE>`; its metadata holds the
+documentation shown by `sds config` and copied into the README. Fields marked secret are
+hidden in `repr` and never logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+PREFIX = "SDS_"
+
+
+def _f(default: Any, doc: str, *, secret: bool = False) -> Any:
+    return field(default=default, metadata={"doc": doc, "secret": secret})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Effective configuration of one process. Tests build it directly."""
+
+    # --- database ---
+    database_url: str = _f(
+        "postgresql://sds@127.0.0.1:55432/sds",
+        "libpq URL of the PostgreSQL (TimescaleDB) database", secret=True)
+    db_pool_min: int = _f(1, "Connections each process keeps open")
+    db_pool_max: int = _f(8, "Most connections each process opens")
+    statement_timeout_ms: int = _f(30000, "Per-statement time limit for API queries (ms)")
+
+    # --- MQTT broker ---
+    mqtt_host: str = _f("127.0.0.1", "Broker host")
+    mqtt_port: int = _f(1883, "Broker port")
+    mqtt_username: str | None = _f("ingester", "Broker user name of the ingester")
+    mqtt_password: str | None = _f(None, "Broker password of the ingester", secret=True)
+    mqtt_client_id: str = _f("sds-ingester", "Fixed client id: the broker keeps its session")
+    mqtt_tls_ca: str | None = _f(None, "CA file; when set the ingester connects with TLS")
+    mqtt_keepalive: int = _f(30, "MQTT keepalive (s)")
+    mqtt_session_expiry: int = _f(
+        7 * 24 * 3600, "MQTT 5 session expiry (s): how long the broker queues for the ingester")
+    topic_prefix: str = _f("sensors", "First topic level: {prefix}/{device}/readings|health")
+
+    # --- ingest ---
+    ingest_batch_size: int = _f(500, "Most messages per database transaction")
+    ingest_flush_interval: float = _f(0.25, "Longest a received message waits for commit (s)")
+    ingest_max_payload: int = _f(2 * 1024 * 1024, "Largest accepted payload (bytes)")
+    ingest_max_future: int = _f(300, "How far in the future a reading may be (s)")
+    ingest_horizon_days: int = _f(400, "Oldest accepted reading (days before now)")
+    metrics_port: int = _f(9108, "Prometheus metrics port of the ingester (0 disables)")
+    metrics_bind: str = _f("127.0.0.1", "Address the metrics endpoints bind to")
+
+    # --- aggregate ---
+    aggregate_interval: int = _f(60, "Seconds between rollup runs")
+    low_quality_pct: float = _f(80.0, "sample_pct below this marks a rollup row low_quality")
+    aggregate_metrics_port: int = _f(9109, "Prometheus metrics port of the scheduler (0 off)")
+
+    # --- HTTP API ---
+    http_bind: str = _f("127.0.0.1:8080", "Address gunicorn binds to")
+    http_workers: int = _f(2, "gunicorn worker processes")
+    token_ttl: int = _f(24 * 3600, "Bearer token lifetime (s)")
+    apikey_query_enabled: bool = _f(
+        False, "Accept the deprecated ?apikey= query form (sunset 2021-05-14)")
+    basic_auth_cache_ttl: int = _f(60, "Seconds a verified basic credential is remembered")
+    login_max_failures: int = _f(10, "Failed logins per account+address before throttling")
+    login_window: int = _f(300, "Window (s) for counting failed logins")
+    cors_origin: str = _f("*", "Access-Control-Allow-Origin value")
+
+    # --- logging ---
+    log_level: str = _f("INFO", "Log level of every process")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """Build settings from `SDS_*` variables; unknown values raise ValueError naming them."""
+        hints = typing.get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            key = PREFIX + f.name.upper()
+            if key in environ:
+                try:
+                    values[f.name] = _parse(hints[f.name], environ[key])
+                except ValueError as exc:
+                    raise ValueError(f"{key}: {exc}") from None
+        return cls(**values)
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            shown = "***" if f.metadata.get("secret") and value else repr(value)
+            parts.append(f"{f.name}={shown}")
+        return f"Settings({', '.join(parts)})"
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (tests, CLI overrides)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _parse(hint: Any, raw: str) -> Any:
+    optional = False
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional, hint = True, args[0]
+    if optional and raw == "":
+        return None
+    if hint is bool:
+        low = raw.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"expected a boolean, got {raw!r}")
+    if hint is int:
+        return int(raw)
+    if hint is float:
+        return float(raw)
+    return raw
+
+
+def documented() -> list[tuple[str, str, str, bool]]:
+    """(variable, default, description, secret) for every setting, for docs and `sds config`."""
+    rows = []
+    for f in dataclasses.fields(Settings):
+        rows.append((PREFIX + f.name.upper(), repr(f.default), f.metadata["doc"],
+                     bool(f.metadata.get("secret"))))
+    return rows

@@ -1,0 +1,203 @@
+"""Time windows and time parsing: 5-minute grid, UTC hours, device-local hours and days.
+
+Every window is half-open `[start, end)` in UTC. Local windows are computed with `zoneinfo`:
+a local hour runs from one instant whose wall clock shows hh:00 to the next such instant, cut
+at any offset change in between; a local day runs from its first instant (local midnight, or the
+first valid instant when midnight does not exist) to the next day's first instant. So 23-, 24.5-
+and 25-hour days, 30-minute DST (Australia/Lord_Howe) and :30/:45 zones need no special cases.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
+from functools import lru_cache
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from shared.errors import BadParameter
+
+FIVE_MINUTES = timedelta(minutes=5)
+HOUR = timedelta(hours=1)
+_SECOND = timedelta(seconds=1)
+
+
+def floor_5min(t: datetime) -> datetime:
+    """The start of the 5-minute slot containing `t` (aware, UTC)."""
+    t = t.astimezone(UTC)
+    return t.replace(minute=t.minute - t.minute % 5, second=0, microsecond=0)
+
+
+def on_5min_grid(t: datetime) -> bool:
+    """True when instant `t` is exactly on a 5-minute boundary of UTC."""
+    u = t.astimezone(UTC)
+    return u.second == 0 and u.microsecond == 0 and u.minute % 5 == 0
+
+
+def hour_bounds(t: datetime) -> tuple[datetime, datetime]:
+    """The UTC hour containing `t`."""
+    start = t.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    return start, start + HOUR
+
+
+@lru_cache(maxsize=1024)
+def zone(name: str) -> ZoneInfo:
+    """The IANA zone called `name`; BadParameter for anything else (`UTC+5`, `Mars/Olympus`)."""
+    if not isinstance(name, str) or name not in _zone_names():
+        raise BadParameter(f"unknown time zone {name!r}: use an IANA name such as Europe/Berlin")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:  # pragma: no cover - listed but unreadable
+        raise BadParameter(f"unknown time zone {name!r}") from exc
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
+def _offset(t: datetime, tz: tzinfo) -> timedelta:
+    off = t.astimezone(tz).utcoffset()
+    assert off is not None
+    return off
+
+
+def _first_change(tz: tzinfo, lo: datetime, hi: datetime) -> datetime:
+    """The first instant in (lo, hi] whose offset differs from lo's (one must exist)."""
+    base = _offset(lo, tz)
+    while hi - lo > _SECOND:
+        mid = lo + (hi - lo) / 2
+        mid = mid.replace(microsecond=0)
+        if mid <= lo:
+            mid = lo + _SECOND
+        if _offset(mid, tz) == base:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@lru_cache(maxsize=65536)
+def local_hour_bounds(t: datetime, tz: tzinfo) -> tuple[datetime, datetime]:
+    """The device-local hour containing instant `t`, as a UTC `[start, end)`.
+
+    Starts at the instant the wall clock last read hh:00 (or the offset change after it) and
+    ends at the next hh:00 (or the offset change before it). Bucket lengths are therefore 1 h,
+    or 30/45 min or 1.5 h around DST changes in zones with such offsets.
+    """
+    t = t.astimezone(UTC)
+    local = t.astimezone(tz)
+    off = local.utcoffset()
+    into = timedelta(minutes=local.minute, seconds=local.second, microseconds=local.microsecond)
+    start = t - into
+    end = start + HOUR
+    if _offset(start, tz) != off:
+        start = _first_change(tz, start, t)
+    if _offset(end - _SECOND, tz) != off:
+        end = _first_change(tz, t, end - _SECOND)
+    return start, end
+
+
+@lru_cache(maxsize=65536)
+def local_day_start(day: date, tz: tzinfo) -> datetime:
+    """The first instant (UTC) of local date `day`: local midnight, or the first valid
+    instant after it when midnight falls in a DST gap (America/Santiago 2024-09-08 -> 04:00Z)."""
+    guess = datetime.combine(day, time(0), tzinfo=tz).astimezone(UTC)
+    local = guess.astimezone(tz)
+    if local.date() == day and local.time() == time(0):
+        return guess
+    # Midnight does not exist (or is ambiguous): find the first instant whose date is `day`.
+    lo, hi = guess - timedelta(hours=26), guess + timedelta(hours=26)
+    while hi - lo > _SECOND:
+        mid = (lo + (hi - lo) / 2).replace(microsecond=0)
+        if mid <= lo:
+            mid = lo + _SECOND
+        if mid.astimezone(tz).date() >= day:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def local_day_bounds(day: date, tz: tzinfo) -> tuple[datetime, datetime]:
+    """The local day `day` as a UTC `[start, end)`: 23, 24, 24.5 or 25 hours long."""
+    return local_day_start(day, tz), local_day_start(day + timedelta(days=1), tz)
+
+
+def local_date(t: datetime, tz: tzinfo) -> date:
+    """The local calendar date of instant `t`."""
+    return t.astimezone(tz).date()
+
+
+def slots(start: datetime, end: datetime) -> int:
+    """Number of 5-minute slots in `[start, end)` (both on the grid for whole buckets)."""
+    return int((end - start) / FIVE_MINUTES)
+
+
+# ---- parsing of user-supplied times ---------------------------------------------------------
+
+_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def parse_instant(raw: str, *, name: str = "time") -> datetime:
+    """Parse an ISO 8601 date or datetime into an aware UTC datetime.
+
+    A date alone means 00:00 UTC that day; a datetime without an offset is taken as UTC;
+    `Z`, `+00:00`, `+0000` and fractional seconds are accepted.
+    """
+    text = raw.strip()
+    if not text:
+        raise BadParameter(f"{name}: empty value", errors={name: ["must be an ISO 8601 time"]})
+    try:
+        if _DATE_ONLY.match(text):
+            return datetime.combine(date.fromisoformat(text), time(0), tzinfo=UTC)
+        if text.endswith(("z", "Z")):
+            text = text[:-1] + "+00:00"
+        value = datetime.fromisoformat(text.replace(" ", "T", 1) if "T" not in text else text)
+    except ValueError:
+        raise BadParameter(
+            f"{name}: {raw!r} is not an ISO 8601 date or datetime (e.g. 2019-07-01 or "
+            "2019-07-01T12:00:00Z)",
+            errors={name: ["must be an ISO 8601 date or datetime"]},
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+_OFFSET = re.compile(r"^([+-])(\d{1,2}):?(\d{2})$")
+_SECONDS = re.compile(r"^[+-]?\d{1,6}$")
+
+
+def parse_local_time(raw: str) -> tzinfo:
+    """Parse a `local_time` value: an IANA zone (DST-aware), `±HH:MM`, or seconds (flat)."""
+    text = raw.strip()
+    if _SECONDS.match(text):
+        seconds = int(text)
+        if abs(seconds) >= 86400:
+            raise BadParameter(f"local_time: offset {raw!r} is out of range (|offset| < 86400 s)")
+        return timezone(timedelta(seconds=seconds))
+    m = _OFFSET.match(text)
+    if m:
+        sign, hours, minutes = m.group(1), int(m.group(2)), int(m.group(3))
+        if hours > 23 or minutes > 59:
+            raise BadParameter(f"local_time: offset {raw!r} is out of range")
+        delta = timedelta(hours=hours, minutes=minutes)
+        return timezone(-delta if sign == "-" else delta)
+    try:
+        return zone(text)
+    except BadParameter:
+        raise BadParameter(
+            f"local_time: {raw!r} is not a time zone name (e.g. America/New_York), an offset "
+            "like -04:00, or an offset in seconds like -25200",
+            errors={"local_time": ["unknown time zone or offset"]},
+        ) from None
+
+
+def format_offset_time(t: datetime) -> str:
+    """`2019-06-30T20:00:00-0400`: ISO 8601 with a colon-less offset (local_time, CSV)."""
+    return t.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def format_utc_z(t: datetime) -> str:
+    """`2019-07-01T00:00:00Z`: the JSON form of `time`."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

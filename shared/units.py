@@ -1,0 +1,93 @@
+"""Unit conversion, one table per measurement class (the `temp`, `pres`, `size`, `ratio` and
+`speed` query parameters).
+
+Values are stored in C, kPa, mm, fractions 0..1 and m/s (reference-facts decision 2). Every
+conversion is `stored * scale + offset`; temperature differences (`Measure.TEMP_DELTA`, e.g.
+degree days) convert by scale only. The same numbers feed Python conversion and the SQL that
+`serve` generates, so both agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.columns import Column, Measure
+from shared.errors import BadParameter
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One output unit of a measurement class."""
+
+    code: str  # query-parameter code, lower case
+    label: str  # as written in the X-Units header
+    scale: float
+    offset: float = 0.0
+    extra_decimals: int = 0  # decimals beyond the column's declared precision
+
+
+UNITS: dict[str, dict[str, Unit]] = {
+    "temp": {
+        "c": Unit("c", "C", 1.0),
+        "f": Unit("f", "F", 9.0 / 5.0, 32.0),  # F = C x 9/5 + 32
+    },
+    "pres": {
+        "mb": Unit("mb", "mb", 10.0),  # 1 kPa = 10 mb (hPa)
+        "kp": Unit("kp", "kp", 1.0, extra_decimals=1),
+    },
+    "size": {
+        "mm": Unit("mm", "mm", 1.0),
+        "in": Unit("in", "in", 1.0 / 25.4, extra_decimals=1),  # 1 in = 25.4 mm exactly
+    },
+    "ratio": {
+        "pct": Unit("pct", "pct", 100.0),
+        "dec": Unit("dec", "dec", 1.0, extra_decimals=2),
+    },
+    "speed": {
+        "mps": Unit("mps", "mps", 1.0),
+        "kph": Unit("kph", "kph", 3.6),  # 1 m/s = 3.6 km/h
+        "mph": Unit("mph", "mph", 3600.0 / 1609.344),  # 1 mile = 1609.344 m exactly
+    },
+}
+
+DEFAULTS: dict[str, str] = {"temp": "c", "pres": "mb", "size": "mm", "ratio": "pct", "speed": "mps"}
+UNIT_PARAMS: tuple[str, ...] = tuple(DEFAULTS)
+
+
+def param_for(measure: Measure) -> str:
+    """The query parameter that converts a measurement class."""
+    return "temp" if measure is Measure.TEMP_DELTA else measure.value
+
+
+def parse_unit(param: str, raw: str | None) -> Unit:
+    """The unit named by `raw` for `param` (case-insensitive); the default when None."""
+    choices = UNITS[param]
+    if raw is None or raw == "":
+        return choices[DEFAULTS[param]]
+    unit = choices.get(raw.strip().lower())
+    if unit is None:
+        raise BadParameter(
+            f"{param}: unknown unit {raw!r}; valid: {', '.join(choices)}",
+            errors={param: [f"must be one of: {', '.join(choices)}"]},
+        )
+    return unit
+
+
+def factors(col: Column, unit: Unit) -> tuple[float, float]:
+    """(scale, offset) that turn the stored value of `col` into `unit`."""
+    if col.measure is Measure.TEMP_DELTA:
+        return unit.scale, 0.0
+    return unit.scale, unit.offset
+
+
+def decimals(col: Column, unit: Unit | None) -> int:
+    """Decimals to round a converted value of `col` to."""
+    return col.precision + (unit.extra_decimals if unit else 0)
+
+
+def convert(value: float | None, col: Column, unit: Unit) -> float | None:
+    """Convert one stored value of `col` into `unit`, rounded to the column's precision."""
+    if value is None:
+        return None
+    scale, offset = factors(col, unit)
+    return round(value * scale + offset, decimals(col, unit))

@@ -1,0 +1,110 @@
+"""Session services and per-test databases.
+
+A real PostgreSQL with TimescaleDB and a real mosquitto are started once per test session on
+free loopback ports (tests/support/services.py); each test that needs the database gets a fresh
+database cloned from a migrated template, so tests never see each other's rows. Setting
+TEST_DATABASE_URL points the suite at an existing server instead (a maintenance database the
+role may create databases from); an unreachable one stops the run.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from shared import migrate
+from shared.config import Settings
+from tests.support.services import MosquittoBroker, PostgresServer
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = "sds_template"
+
+
+def _with_db(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+class _External:
+    """An existing server named by TEST_DATABASE_URL."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return _with_db(self.url, dbname)
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer | _External]:
+    """The session's PostgreSQL server (TimescaleDB preloaded)."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        try:
+            psycopg.connect(url, connect_timeout=5).close()
+        except psycopg.OperationalError as exc:
+            pytest.exit(f"TEST_DATABASE_URL is set but unreachable: {exc}", returncode=3)
+        yield _External(url)
+        return
+    server = PostgresServer.start(tmp_path_factory.mktemp("pg"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def template_url(pg_server: PostgresServer | _External) -> str:
+    """A migrated template database; per-test databases are cloned from it."""
+    admin = pg_server.dsn("postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    url = pg_server.dsn(TEMPLATE)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
+    migrate.upgrade(url)
+    return url
+
+
+@pytest.fixture
+def database_url(pg_server: PostgresServer | _External, template_url: str) -> Iterator[str]:
+    """A fresh migrated database for one test; dropped afterwards."""
+    name = "t_" + uuid.uuid4().hex[:12]
+    admin = pg_server.dsn("postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    try:
+        yield pg_server.dsn(name)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    """Settings pointing at the test's database (no broker)."""
+    return Settings(database_url=database_url, metrics_port=0, aggregate_metrics_port=0)
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[psycopg.Connection]:
+    """A connection to the test's database; commit explicitly where other sessions must see it."""
+    with psycopg.connect(database_url) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MosquittoBroker]:
+    """A mosquitto with the shipped durable settings, anonymous access, for the session."""
+    b = MosquittoBroker.start(tmp_path_factory.mktemp("mqtt"), durable=True)
+    try:
+        yield b
+    finally:
+        b.stop()
