@@ -1,0 +1,93 @@
+# deploy/lib/common.sh: paths and small helpers shared by the deploy scripts. Sourced, never run.
+# The caller sets SDS_SCRIPT (its own name, used as the message prefix) before sourcing.
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+STATE=$REPO/.state
+LOGS=$STATE/logs
+PIDS=$STATE/pids
+VENV=$REPO/.venv
+# Debian's versioned PostgreSQL binaries; pg_ctl and initdb are not on PATH on a stock machine.
+PG_BIN=/usr/lib/postgresql/15/bin
+TIMESCALEDB_CONTROL=/usr/share/postgresql/15/extension/timescaledb.control
+
+say() { printf '%s: %s\n' "${SDS_SCRIPT:-deploy}" "$*"; }
+warn() { printf '%s: warning: %s\n' "${SDS_SCRIPT:-deploy}" "$*" >&2; }
+die() { printf '%s: error: %s\n' "${SDS_SCRIPT:-deploy}" "$*" >&2; exit 1; }
+
+need_root() {
+    [[ $EUID -eq 0 ]] || die "run as root: it installs Debian packages and runs PostgreSQL and mosquitto under their own users"
+}
+
+# Print the last lines of a log to stderr, framed, so a failure explains itself.
+log_tail() {
+    local file=$1 lines=${2:-30}
+    [[ -f $file ]] || return 0
+    printf -- '----- last %s lines of %s -----\n' "$lines" "$file" >&2
+    tail -n "$lines" "$file" >&2
+    printf -- '-----\n' >&2
+}
+
+# Make every directory from / down to $2 traversable by user $1.
+# PostgreSQL refuses to run as root and mosquitto drops to its own user, so both must be able to
+# reach their directories under the work tree (e.g. /work/main/.state). Where a parent denies them,
+# grant only o+x (traverse, not list) and say so.
+ensure_traversable() {
+    local user=$1 path=$2 dir=""
+    local IFS=/
+    local part
+    for part in $path; do
+        [[ -n $part ]] || continue
+        dir+="/$part"
+        [[ -d $dir ]] || break
+        if ! runuser -u "$user" -- test -x "$dir" 2>/dev/null; then
+            chmod o+x "$dir"
+            say "granted o+x on $dir so that user $user can reach its files below it"
+        fi
+    done
+}
+
+# True when $1 is a pid file naming a live process whose command line contains $2.
+# Checking the command line guards against a recycled pid after a reboot or a crash.
+pid_alive() {
+    local pidfile=$1 pattern=$2 pid
+    [[ -s $pidfile ]] || return 1
+    pid=$(<"$pidfile")
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    kill -0 "$pid" 2>/dev/null || return 1
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pattern"
+}
+
+# Send SIGTERM to the process in a pid file, wait up to $3 seconds, then SIGKILL. Removes the file.
+stop_pidfile() {
+    local pidfile=$1 pattern=$2 timeout=${3:-20} pid i
+    if ! pid_alive "$pidfile" "$pattern"; then
+        rm -f "$pidfile"
+        return 1
+    fi
+    pid=$(<"$pidfile")
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < timeout * 10; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        warn "pid $pid ($pattern) ignored SIGTERM for ${timeout}s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$pidfile"
+}
+
+# Write stdin to $1 only when the content differs, so that reruns leave files (and mtimes) alone.
+# Prints "changed" when it wrote. Mode $2 (default 644).
+write_if_changed() {
+    local target=$1 mode=${2:-644} tmp
+    tmp=$(mktemp "$target.XXXXXX")
+    cat >"$tmp"
+    if [[ -f $target ]] && cmp -s "$tmp" "$target"; then
+        rm -f "$tmp"
+        return 0
+    fi
+    chmod "$mode" "$tmp"
+    mv -f "$tmp" "$target"
+    echo changed
+}

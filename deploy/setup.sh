@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# deploy/setup.sh: install what the service and its tests need on a Debian bookworm machine, as root.
+# Installs Debian packages, builds TimescaleDB from Debian's own source package of the next release,
+# and makes the project's venv in <repo>/.venv. Idempotent: a rerun checks and skips every step.
+# Used by deploy/run.sh and deploy/test.sh; runs no services (see deploy/services.sh).
+set -euo pipefail
+
+SDS_SCRIPT=setup.sh
+# shellcheck source=deploy/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+need_root
+
+export DEBIAN_FRONTEND=noninteractive
+SECONDS=0
+mkdir -p "$LOGS"
+
+# One setup at a time: run.sh and test.sh may be started together, and apt/pip do not share well.
+exec 9>"$STATE/setup.lock"
+flock 9
+
+# What the service runs on. curl is only for the README's examples; procps gives pgrep/ps.
+RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients python3 python3-venv
+    python3-dev build-essential ca-certificates procps curl openssl)
+# What the TimescaleDB build needs; only asked for while the extension is missing.
+BUILD_PKGS=(postgresql-server-dev-15 cmake build-essential libssl-dev dpkg-dev)
+TRIXIE_SRC=/etc/apt/sources.list.d/sds-trixie-src.sources
+
+missing_pkgs() {
+    local p
+    for p in "$@"; do
+        [[ $(dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null) == ii* ]] || printf '%s\n' "$p"
+    done
+}
+
+# Debian's postinst scripts start the system PostgreSQL (5432) and mosquitto (1883) when they can.
+# We run our own instances with our own config, so forbid service starts for the duration of our
+# install, the way Docker images do, unless the machine already has a policy of its own.
+APT_POLICY_ADDED=""
+forbid_service_starts() {
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\n# temporary, from the sensor data service setup.sh\nexit 101\n' >/usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        APT_POLICY_ADDED=1
+    fi
+}
+allow_service_starts() {
+    if [[ -n $APT_POLICY_ADDED ]]; then
+        rm -f /usr/sbin/policy-rc.d
+        APT_POLICY_ADDED=""
+    fi
+}
+trap allow_service_starts EXIT
+
+# If a system broker did get started anyway (it holds 1883, our default port), stop that one only:
+# it is recognised by Debian's config path on its command line.
+stop_system_mosquitto() {
+    local pid
+    for pid in $(pgrep -x mosquitto || true); do
+        if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF /etc/mosquitto/mosquitto.conf; then
+            say "stopping the system mosquitto (pid $pid) started by its Debian package"
+            kill -TERM "$pid" || true
+        fi
+    done
+}
+
+apt_install() {
+    say "installing: $*"
+    forbid_service_starts
+    apt-get update -qq || die "apt-get update failed"
+    apt-get install -y -qq --no-install-recommends \
+        -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@" \
+        || die "apt-get install failed for: $*"
+    allow_service_starts
+    stop_system_mosquitto
+}
+
+# ---- 1. Debian packages -------------------------------------------------------------------------
+want=("${RUNTIME_PKGS[@]}")
+[[ -f $TIMESCALEDB_CONTROL ]] || want+=("${BUILD_PKGS[@]}")
+mapfile -t missing < <(missing_pkgs "${want[@]}")
+if ((${#missing[@]})); then
+    apt_install "${missing[@]}"
+    apt_step="installed ${#missing[@]} package(s)"
+else
+    apt_step="all ${#want[@]} packages already installed"
+fi
+say "apt: $apt_step"
+
+# ---- 2. TimescaleDB from Debian trixie's source package ----------------------------------------
+# bookworm has no TimescaleDB binary package; trixie's source package (Apache-2 edition) builds
+# against bookworm's postgresql-server-dev-15 in well under a minute.
+if [[ -f $TIMESCALEDB_CONTROL ]]; then
+    tsdb_step="already installed"
+else
+    build_start=$SECONDS
+    # Reuse the mirror and key of this machine's own Debian entry: the repo names no host.
+    stanza=$(python3 "$REPO/deploy/lib/apt_mirror.py" --suite trixie) \
+        || die "could not find this machine's Debian mirror in /etc/apt to add trixie sources"
+    printf '%s\n' "$stanza" | write_if_changed "$TRIXIE_SRC" 644 >/dev/null
+    say "deb-src entry for trixie written to $TRIXIE_SRC"
+    apt-get update -qq || die "apt-get update failed after adding $TRIXIE_SRC"
+
+    build_log=$LOGS/timescaledb-build.log
+    build_dir=$(mktemp -d /tmp/sds-timescaledb.XXXXXX)
+    # apt downloads as user _apt; let it write there instead of warning about an unsandboxed fetch.
+    chmod 755 "$build_dir"
+    say "building TimescaleDB in $build_dir (log: $build_log)"
+    (
+        cd "$build_dir"
+        apt-get source -q timescaledb/trixie
+        src=$(find . -mindepth 1 -maxdepth 1 -type d -name 'timescaledb-*' | head -n 1)
+        [[ -n $src ]] || { echo "apt-get source produced no timescaledb-* directory"; exit 1; }
+        cd "$src"
+        # Apache-2 edition only; no test suites; a newer compiler's warnings must not stop us.
+        ./bootstrap -DAPACHE_ONLY=1 -DREGRESS_CHECKS=OFF -DTAP_CHECKS=OFF \
+            -DWARNINGS_AS_ERRORS=OFF -DPG_CONFIG="$PG_BIN/pg_config"
+        make -C build -j"$(nproc)" install
+    ) >"$build_log" 2>&1 || { log_tail "$build_log" 40; die "TimescaleDB build failed (full log: $build_log)"; }
+    [[ -f $TIMESCALEDB_CONTROL ]] || die "TimescaleDB build finished but $TIMESCALEDB_CONTROL is missing"
+    rm -rf "$build_dir"
+    tsdb_step="built and installed in $((SECONDS - build_start)) s"
+fi
+tsdb_version=$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$TIMESCALEDB_CONTROL")
+say "TimescaleDB $tsdb_version: $tsdb_step"
+
+# ---- 3. Python venv -------------------------------------------------------------------------------
+# The stamp holds a hash of what decides the install: the pins, the project metadata, and which
+# top-level packages exist (setuptools' editable finder maps only the packages present at install).
+install_hash() {
+    {
+        cat "$REPO/constraints.txt" "$REPO/pyproject.toml"
+        (cd "$REPO" && ls -d -- */__init__.py 2>/dev/null || true)
+    } | sha256sum | cut -d' ' -f1
+}
+stamp=$VENV/.sds-install-stamp
+want_hash=$(install_hash)
+if [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c 'import sys' 2>/dev/null \
+    && [[ -f $stamp && $(<"$stamp") == "$want_hash" ]]; then
+    venv_step="up to date"
+else
+    if ! { [[ -x $VENV/bin/python ]] && "$VENV/bin/python" -c 'import sys' 2>/dev/null; }; then
+        say "creating $VENV with Debian's /usr/bin/python3"
+        /usr/bin/python3 -m venv "$VENV" || die "could not create the venv in $VENV"
+    fi
+    pip_log=$LOGS/pip-install.log
+    say "pip install -c constraints.txt -e '.[test]' (log: $pip_log)"
+    (cd "$REPO" && "$VENV/bin/pip" install --disable-pip-version-check -c constraints.txt -e '.[test]') \
+        >"$pip_log" 2>&1 || { log_tail "$pip_log" 40; die "pip install failed (full log: $pip_log)"; }
+    echo "$want_hash" >"$stamp"
+    venv_step="installed"
+fi
+say "venv $VENV: $venv_step"
+
+# ---- 4. Summary -----------------------------------------------------------------------------------
+pg_version=$("$PG_BIN/postgres" --version | awk '{print $3}')
+mq_version=$(dpkg-query -W -f='${Version}' mosquitto)
+py_version=$("$VENV/bin/python" -c 'import platform; print(platform.python_version())')
+say "ready in ${SECONDS}s: PostgreSQL $pg_version, TimescaleDB $tsdb_version, mosquitto $mq_version, Python $py_version"
