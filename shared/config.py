@@ -66,8 +66,10 @@ class Settings:
     apikey_query_enabled: bool = _f(
         False, "Accept the deprecated ?apikey= query form (sunset 2021-05-14)")
     basic_auth_cache_ttl: int = _f(60, "Seconds a verified basic credential is remembered")
-    login_max_failures: int = _f(10, "Failed logins per account+address before throttling")
+    login_max_failures: int = _f(10, "Failed logins per account (any address) before throttling")
     login_window: int = _f(300, "Window (s) for counting failed logins")
+    login_address_max_failures: int = _f(
+        50, "Failed logins from one client address (any accounts) before throttling")
     cors_origin: str = _f("*", "Access-Control-Allow-Origin value")
 
     # --- logging ---

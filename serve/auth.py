@@ -1,0 +1,498 @@
+"""Authentication and authorization of API requests: Basic, Bearer and Apikey credentials,
+scopes (reference-facts decision 11), failed-login throttling and the deprecated `?apikey=`.
+
+`init_app(app)` installs a before_request hook that turns the request's credentials into a
+`Principal` (or refuses them); views declare what they need with `requires(scope)` or
+`requires_user()`, and read the caller with `current_principal()`. Endpoints are closed by
+default: a view becomes reachable without credentials only through `public`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import logging
+import math
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import format_datetime
+from functools import wraps
+from typing import Any, TypeVar, cast
+from uuid import UUID
+
+import psycopg
+from flask import Flask, Response, g, request
+from psycopg_pool import ConnectionPool
+
+from shared import credentials
+from shared.config import Settings
+from shared.errors import BadRequest, Forbidden, TooManyRequests, Unauthorized
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+REALM = "sds"
+# reference-facts decision 10: the URL form of API keys passed its sunset on this date.
+APIKEY_QUERY_SUNSET = datetime(2021, 5, 14, tzinfo=UTC)
+# The public material states the sunset but not when the deprecation was announced, so the
+# Deprecation header names the sunset instant too (RFC 9745 only needs Sunset >= Deprecation).
+APIKEY_QUERY_DEPRECATED = APIKEY_QUERY_SUNSET
+# last_seen of an API key is written at most this often (per key, across all workers).
+LAST_SEEN_INTERVAL = 60.0
+# Bound on remembered basic credentials per process; oldest are dropped first.
+BASIC_CACHE_SIZE = 4096
+
+# Decision 11 for views that do not declare their own need: the first matching path prefix
+# (and method) gives the scope an API key must hold. USER_ONLY means no API key may call it.
+USER_ONLY = "user"
+_SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
+    ("/api/v2/data", None, "data:read"),
+    ("/api/v2/schemas", None, "data:read"),
+    ("/api/v2/devices", None, "devices:read"),
+    ("/api/v2/locations", frozenset({"GET", "HEAD"}), "locations:read"),
+    ("/api/v2/locations", None, "locations:write"),
+    ("/api/v2/apikeys", frozenset({"GET", "HEAD"}), "apikeys:read"),
+    ("/api/v2/apikeys", None, USER_ONLY),
+    ("/api/v2/auth", None, USER_ONLY),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the user, their organisation, how they authenticated and, for an API
+    key, its scopes (basic and bearer callers carry all of the user's rights)."""
+
+    user_id: UUID
+    org_id: UUID
+    kind: str  # 'basic' | 'bearer' | 'apikey'
+    scopes: frozenset[str] = field(default_factory=lambda: frozenset(credentials.SCOPES))
+    token_id: UUID | None = None
+    key_id: UUID | None = None
+    via_query: bool = False  # authenticated with the deprecated ?apikey=
+
+    def allows(self, scope: str) -> bool:
+        """True when this caller may act under `scope` (USER_ONLY: not with an API key)."""
+        if self.kind != "apikey":
+            return True
+        return scope != USER_ONLY and scope in self.scopes
+
+
+# ---- view decorators ---------------------------------------------------------------------
+
+
+def public(view: F) -> F:
+    """Mark a view as reachable without credentials (e.g. POST /auth/token)."""
+    view._sds_access = None  # type: ignore[attr-defined]
+    return view
+
+
+def requires(scope: str) -> Callable[[F], F]:
+    """Require credentials; an API key must also hold `scope` (else 403)."""
+
+    def decorate(view: F) -> F:
+        @wraps(view)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            _check_access(scope)
+            return view(*args, **kwargs)
+
+        wrapper._sds_access = scope  # type: ignore[attr-defined]
+        return cast(F, wrapper)
+
+    return decorate
+
+
+def requires_user() -> Callable[[F], F]:
+    """Require basic or bearer credentials: an API key gets 403 (key and token management)."""
+    return requires(USER_ONLY)
+
+
+def current_principal() -> Principal:
+    """The authenticated caller of this request; Unauthorized when there is none."""
+    principal: Principal | None = g.get("principal")
+    if principal is None:
+        raise Unauthorized("credentials required", scheme="Basic")
+    return principal
+
+
+def _check_access(scope: str) -> None:
+    principal = current_principal()
+    if principal.allows(scope):
+        return
+    if scope == USER_ONLY:
+        raise Forbidden("an API key cannot do this; use basic or bearer credentials")
+    raise Forbidden(f"this API key lacks the scope {scope!r} needed here")
+
+
+def scope_for(path: str, method: str) -> str | None:
+    """The scope decision 11 requires for `method path`; None for paths it does not name."""
+    for prefix, methods, scope in _SCOPE_TABLE:
+        if (path == prefix or path.startswith(prefix + "/")) and (
+                methods is None or method in methods):
+            return scope
+    return None
+
+
+# ---- header parsing (pure) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """Credentials as sent: scheme ('basic' | 'bearer' | 'apikey') and the secret part."""
+
+    scheme: str
+    value: str
+    via_query: bool = False
+
+
+_SCHEMES = {"basic": "basic", "bearer": "bearer", "apikey": "apikey"}
+
+
+def parse_authorization(header: str) -> Credentials:
+    """Split an Authorization header into scheme and value; scheme names are case-insensitive
+    and any run of spaces or tabs separates them. Unauthorized for anything else."""
+    parts = header.strip().split(None, 1)
+    if not parts:
+        raise Unauthorized("empty Authorization header", scheme="Basic")
+    scheme = _SCHEMES.get(parts[0].lower())
+    if scheme is None:
+        raise Unauthorized(
+            "unsupported authorization scheme; use Basic, Bearer or Apikey", scheme="Basic")
+    value = parts[1].strip() if len(parts) == 2 else ""
+    if not value:
+        raise Unauthorized(f"{parts[0]} credentials are empty", scheme=_challenge(scheme))
+    return Credentials(scheme, value)
+
+
+def decode_basic(value: str) -> tuple[str, str]:
+    """(email, password) from the Base64 part of a Basic header; the password may hold ':'."""
+    try:
+        text = base64.b64decode(value, validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        raise Unauthorized("Basic credentials are not valid Base64 of email:password",
+                           scheme="Basic") from None
+    email, sep, password = text.partition(":")
+    if not sep or not email or not password:
+        raise Unauthorized("Basic credentials must be email:password", scheme="Basic")
+    return email.strip(), password
+
+
+def _challenge(scheme: str) -> str:
+    return {"basic": "Basic", "bearer": "Bearer", "apikey": "Apikey"}[scheme]
+
+
+# ---- the authenticator -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _CachedLogin:
+    user_id: UUID
+    password_hash: str
+    expires: float
+
+
+class BasicCache:
+    """Verified basic credentials remembered for a short time, so repeated requests do not pay
+    an argon2 verify each. Keyed by an HMAC (process-random key) of email and password; an
+    entry only counts while the user's stored hash is still the one it was verified against,
+    so a password change (in any process) invalidates it at once."""
+
+    def __init__(self, ttl: float, size: int = BASIC_CACHE_SIZE) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._key = secrets.token_bytes(32)
+        self._entries: OrderedDict[bytes, _CachedLogin] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def fingerprint(self, email: str, password: str) -> bytes:
+        """The cache key of a credential pair; never the credentials themselves."""
+        return hmac.new(self._key, f"{email.lower()}\0{password}".encode(), "sha256").digest()
+
+    def get(self, fp: bytes, *, user_id: UUID, password_hash: str) -> bool:
+        """True when `fp` was verified for this user against this very hash and is fresh."""
+        if self.ttl <= 0:
+            return False
+        with self._lock:
+            entry = self._entries.get(fp)
+            if entry is None:
+                return False
+            if entry.expires < time.monotonic():
+                del self._entries[fp]
+                return False
+        return entry.user_id == user_id and hmac.compare_digest(
+            entry.password_hash, password_hash)
+
+    def put(self, fp: bytes, *, user_id: UUID, password_hash: str) -> None:
+        """Remember a successful verify."""
+        if self.ttl <= 0:
+            return
+        with self._lock:
+            self._entries[fp] = _CachedLogin(user_id, password_hash, time.monotonic() + self.ttl)
+            self._entries.move_to_end(fp)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget everything (tests, benchmarks)."""
+        with self._lock:
+            self._entries.clear()
+
+
+def _subject(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+class Authenticator:
+    """Checks credentials against the database; one per app."""
+
+    def __init__(self, settings: Settings, pool: ConnectionPool) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.basic_cache = BasicCache(settings.basic_auth_cache_ttl)
+
+    # -- throttling ------------------------------------------------------------------------
+
+    def _throttle_subjects(self, email: str, address: str) -> list[tuple[str, bytes, int]]:
+        return [
+            ("account", _subject(email.strip().lower()), self.settings.login_max_failures),
+            ("address", _subject(address), self.settings.login_address_max_failures),
+        ]
+
+    def check_throttle(self, conn: psycopg.Connection, email: str, address: str) -> None:
+        """TooManyRequests when the account or the address has too many recent failures.
+
+        Runs before any password hash is computed, so a throttled attempt costs one query.
+        """
+        window = self.settings.login_window
+        wait = 0
+        for kind, subject, limit in self._throttle_subjects(email, address):
+            row = conn.execute(
+                "SELECT failures, extract(epoch FROM first_failed + make_interval(secs => %s)"
+                " - now()) FROM login_failures WHERE kind = %s AND subject = %s",
+                (window, kind, subject)).fetchone()
+            if row and row[0] >= limit and row[1] > 0:
+                wait = max(wait, math.ceil(row[1]))
+        if wait:
+            raise TooManyRequests(
+                f"too many failed logins; try again in {wait} s", retry_after=wait)
+
+    def record_failure(self, conn: psycopg.Connection, email: str, address: str) -> None:
+        """Count a failed login against the account and the address (window restarts when the
+        previous one has passed)."""
+        for kind, subject, _limit in self._throttle_subjects(email, address):
+            conn.execute(
+                "INSERT INTO login_failures AS f (kind, subject, failures, first_failed,"
+                " last_failed) VALUES (%(kind)s, %(subject)s, 1, now(), now())"
+                " ON CONFLICT (kind, subject) DO UPDATE SET"
+                " failures = CASE WHEN f.first_failed + make_interval(secs => %(window)s)"
+                "   <= now() THEN 1 ELSE f.failures + 1 END,"
+                " first_failed = CASE WHEN f.first_failed + make_interval(secs => %(window)s)"
+                "   <= now() THEN now() ELSE f.first_failed END,"
+                " last_failed = now()",
+                {"kind": kind, "subject": subject, "window": self.settings.login_window})
+
+    def clear_account_failures(self, conn: psycopg.Connection, email: str) -> None:
+        """A successful login ends the account's back-off (the address's count stays)."""
+        conn.execute("DELETE FROM login_failures WHERE kind = 'account' AND subject = %s",
+                     (_subject(email.strip().lower()),))
+
+    # -- password login (Basic and POST /auth/token) -----------------------------------------
+
+    def login(self, conn: psycopg.Connection, email: str, password: str, address: str,
+              *, use_cache: bool = True) -> tuple[UUID, UUID]:
+        """(user_id, org_id) for a correct email and password; otherwise Unauthorized.
+
+        Throttling is checked first. An unknown email pays the same argon2 verify as a wrong
+        password (shared.credentials' dummy hash), and both fail with the same message.
+        """
+        self.check_throttle(conn, email, address)
+        row = conn.execute(
+            "SELECT u.id, u.org_id, u.password_hash, u.active FROM users u"
+            " WHERE lower(u.email) = lower(%s)", (email.strip(),)).fetchone()
+        fp = self.basic_cache.fingerprint(email, password)
+        if row and row[3] and use_cache and self.basic_cache.get(
+                fp, user_id=row[0], password_hash=row[2]):
+            return row[0], row[1]
+        ok = credentials.verify_password(row[2] if row else None, password)
+        if not ok or row is None or not row[3]:
+            self.record_failure(conn, email, address)
+            conn.commit()  # the count must survive the 401 that follows
+            raise Unauthorized("wrong email or password", scheme="Basic")
+        if credentials.needs_rehash(row[2]):
+            new_hash = credentials.hash_password(password)
+            # Same password, stronger parameters: not a password change, so tokens stay valid.
+            conn.execute("UPDATE users SET password_hash = %s WHERE id = %s", (new_hash, row[0]))
+            row = (row[0], row[1], new_hash, row[3])
+        self.clear_account_failures(conn, email)
+        if use_cache:
+            self.basic_cache.put(fp, user_id=row[0], password_hash=row[2])
+        return row[0], row[1]
+
+    # -- tokens ------------------------------------------------------------------------------
+
+    def issue_token(self, conn: psycopg.Connection, user: UUID) -> str:
+        """A new bearer token for `user`; only its digest is stored."""
+        secret = credentials.new_token()
+        conn.execute(
+            "INSERT INTO auth_tokens (user_id, digest, expires_at)"
+            " VALUES (%s, %s, now() + make_interval(secs => %s))",
+            (user, secret.digest, self.settings.token_ttl))
+        return secret.value
+
+    def bearer(self, conn: psycopg.Connection, token: str) -> Principal:
+        """The principal of a bearer token; Unauthorized (invalid_token) when it is not live."""
+        if not credentials.well_formed(token, credentials.TOKEN_PREFIX):
+            raise Unauthorized("invalid bearer token", scheme="Bearer", error="invalid_token")
+        wanted = credentials.digest(token)
+        row = conn.execute(
+            "SELECT t.id, t.user_id, u.org_id, t.digest,"
+            " (t.revoked_at IS NULL AND t.expires_at > now() AND u.active"
+            "  AND t.created_at >= u.password_changed_at)"
+            " FROM auth_tokens t JOIN users u ON u.id = t.user_id WHERE t.digest = %s",
+            (wanted,)).fetchone()
+        if row is None or not hmac.compare_digest(bytes(row[3]), wanted) or not row[4]:
+            raise Unauthorized("invalid, expired or revoked bearer token", scheme="Bearer",
+                               error="invalid_token")
+        return Principal(row[1], row[2], "bearer", token_id=row[0])
+
+    # -- API keys ----------------------------------------------------------------------------
+
+    def apikey(self, conn: psycopg.Connection, key: str, *, via_query: bool = False) -> Principal:
+        """The principal of an API key; Unauthorized when unknown, expired or deactivated.
+
+        A value without the key prefix and check suffix is refused without a query.
+        """
+        if not credentials.well_formed(key, credentials.API_KEY_PREFIX):
+            raise Unauthorized("invalid API key", scheme="Apikey", error="invalid_key")
+        wanted = credentials.digest(key)
+        row = conn.execute(
+            "SELECT k.id, k.user_id, u.org_id, k.digest, k.scopes,"
+            " (k.active AND u.active AND (k.exp IS NULL OR k.exp > now())),"
+            " (k.last_seen IS NULL OR k.last_seen <= now() - make_interval(secs => %s))"
+            " FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.digest = %s",
+            (LAST_SEEN_INTERVAL, wanted)).fetchone()
+        if row is None or not hmac.compare_digest(bytes(row[3]), wanted):
+            raise Unauthorized("invalid API key", scheme="Apikey", error="invalid_key")
+        if not row[5]:
+            raise Unauthorized("API key expired or deactivated", scheme="Apikey",
+                               error="invalid_key")
+        if row[6]:
+            # Conditional, so concurrent workers still write at most once per interval.
+            conn.execute(
+                "UPDATE api_keys SET last_seen = now() WHERE id = %s AND (last_seen IS NULL"
+                " OR last_seen <= now() - make_interval(secs => %s))",
+                (row[0], LAST_SEEN_INTERVAL))
+        return Principal(row[1], row[2], "apikey", scopes=frozenset(row[4]), key_id=row[0],
+                         via_query=via_query)
+
+    # -- one request -------------------------------------------------------------------------
+
+    def authenticate(self, creds: Credentials, address: str) -> Principal:
+        """The principal for `creds`, using one pooled connection (committed)."""
+        with self.pool.connection() as conn:
+            if creds.scheme == "apikey":
+                return self.apikey(conn, creds.value, via_query=creds.via_query)
+            if creds.scheme == "bearer":
+                return self.bearer(conn, creds.value)
+            email, password = decode_basic(creds.value)
+            user, org = self.login(conn, email, password, address)
+            return Principal(user, org, "basic")
+
+
+# ---- Flask wiring ------------------------------------------------------------------------
+
+
+def _settings_of(app: Flask) -> Settings:
+    found = app.extensions.get("settings") or app.config.get("SETTINGS")
+    if isinstance(found, Settings):
+        return found
+    return Settings()
+
+
+def authenticator(app: Flask) -> Authenticator:
+    """The app's Authenticator, created on first use (the pool may be opened after init_app)."""
+    auth = app.extensions.get("auth")
+    if auth is None:
+        auth = Authenticator(_settings_of(app), app.extensions["db"])
+        app.extensions["auth"] = auth
+    return cast(Authenticator, auth)
+
+
+def _is_public(app: Flask) -> bool:
+    if request.method == "OPTIONS":
+        return True  # CORS preflight carries no credentials
+    if request.routing_exception is not None or request.url_rule is None:
+        return True  # let the 404/405 through; nothing is served
+    endpoint = request.endpoint or ""
+    if endpoint == "static" or endpoint.startswith("api-docs."):
+        return True  # the OpenAPI document and its docs page describe no one's data
+    view = app.view_functions.get(endpoint)
+    return view is not None and getattr(view, "_sds_access", "") is None
+
+
+def _credentials(settings: Settings) -> Credentials | None:
+    headers = request.headers.getlist("Authorization")
+    query = request.args.getlist("apikey")
+    if len(headers) > 1:
+        raise BadRequest("send one Authorization header, not several")
+    if query and headers:
+        raise BadRequest("send the API key either in the Authorization header or in ?apikey=, "
+                         "not both")
+    if headers:
+        return parse_authorization(headers[0])
+    if query:
+        if not settings.apikey_query_enabled:
+            raise Unauthorized(
+                "the ?apikey= query parameter is no longer accepted (sunset 2021-05-14); send "
+                "the key in the header 'Authorization: Apikey <key>'",
+                scheme="Apikey", error="query_apikey_disabled")
+        if len(query) > 1 or not query[0].strip():
+            raise BadRequest("send exactly one non-empty ?apikey=")
+        if request.method not in ("GET", "HEAD"):
+            raise BadRequest("?apikey= is accepted only on GET; send 'Authorization: Apikey "
+                             "<key>'")
+        return Credentials("apikey", query[0].strip(), via_query=True)
+    return None
+
+
+def _authenticate() -> None:
+    from flask import current_app
+
+    app = cast(Flask, current_app._get_current_object())  # type: ignore[attr-defined]
+    g.principal = None
+    if _is_public(app):
+        return
+    auth = authenticator(app)
+    creds = _credentials(auth.settings)
+    if creds is None:
+        raise Unauthorized("credentials required: send 'Authorization: Basic', 'Bearer' or "
+                           "'Apikey'", scheme="Basic")
+    principal = auth.authenticate(creds, request.remote_addr or "unknown")
+    g.principal = principal
+    view = app.view_functions.get(request.endpoint or "")
+    declared = getattr(view, "_sds_access", "")
+    needed = declared if declared else scope_for(request.path, request.method)
+    if principal.kind == "apikey":
+        # Fail closed: a route decision 11 does not name is not open to API keys.
+        _check_access(needed or USER_ONLY)
+
+
+def _deprecation_headers(response: Response) -> Response:
+    principal: Principal | None = g.get("principal")
+    if principal is not None and principal.via_query:
+        response.headers["Deprecation"] = f"@{int(APIKEY_QUERY_DEPRECATED.timestamp())}"
+        response.headers["Sunset"] = format_datetime(APIKEY_QUERY_SUNSET, usegmt=True)
+    return response
+
+
+def init_app(app: Flask) -> None:
+    """Authenticate every request of `app` before its view runs (closed by default)."""
+    app.before_request(_authenticate)
+    app.after_request(_deprecation_headers)
