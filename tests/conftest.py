@@ -52,7 +52,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
             pytest.exit(f"TEST_DATABASE_URL is set but unreachable: {exc}", returncode=3)
         yield _External(url)
         return
-    server = PostgresServer.start(tmp_path_factory.mktemp("pg"))
+    server = PostgresServer().start(tmp_path_factory.mktemp("pg"))
     try:
         yield server
     finally:
@@ -64,12 +64,18 @@ def template_url(pg_server: PostgresServer | _External) -> str:
     """A migrated template database; per-test databases are cloned from it."""
     admin = pg_server.dsn("postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
     url = pg_server.dsn(TEMPLATE)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
     migrate.upgrade(url)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        # TimescaleDB's per-database scheduler worker keeps a session open, and CREATE DATABASE
+        # ... TEMPLATE refuses a template in use: close the template to new sessions, end them.
+        conn.execute(f"ALTER DATABASE {TEMPLATE} WITH ALLOW_CONNECTIONS false")
+        conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                     (TEMPLATE,))
     return url
 
 
@@ -103,7 +109,7 @@ def conn(database_url: str) -> Iterator[psycopg.Connection]:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MosquittoBroker]:
     """A mosquitto with the shipped durable settings, anonymous access, for the session."""
-    b = MosquittoBroker.start(tmp_path_factory.mktemp("mqtt"), durable=True)
+    b = MosquittoBroker().start(tmp_path_factory.mktemp("mqtt"), durable=True)
     try:
         yield b
     finally:

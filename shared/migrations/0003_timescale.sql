@@ -6,7 +6,9 @@
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'timescaledb')
-       AND EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb') THEN
+       AND EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'timescaledb')
+       -- Without preloading, CREATE EXTENSION ends the session (FATAL), which no handler catches.
+       AND current_setting('shared_preload_libraries', true) LIKE '%timescaledb%' THEN
         BEGIN
             CREATE EXTENSION timescaledb;
         EXCEPTION WHEN OTHERS THEN

@@ -1,0 +1,159 @@
+"""The operator CLI against a real database: each command, and bad input changing nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from shared.cli import main
+
+
+@pytest.fixture
+def sds(database_url: str):  # type: ignore[no-untyped-def]
+    runner = CliRunner()
+
+    def run(*args: str, password: str | None = None) -> Result:
+        env = {"SDS_DATABASE_URL": database_url}
+        if password:
+            env["SDS_USER_PASSWORD"] = password
+        return runner.invoke(main, list(args), env=env, catch_exceptions=False)
+
+    return run
+
+
+def _count(url: str, table: str) -> int:
+    with psycopg.connect(url) as c:
+        row = c.execute(f"SELECT count(*) FROM {table}").fetchone()  # noqa: S608 - fixed names
+    assert row
+    return int(row[0])
+
+
+def _setup(sds) -> None:  # type: ignore[no-untyped-def]
+    assert sds("org", "create", "Acme").exit_code == 0
+    r = sds("location", "create", "--org", "Acme", "--name", "North", "--tz", "America/Chicago",
+            "--lat", "42", "--lon", "-93.6", "--elev", "300")
+    assert r.exit_code == 0, r.output
+    assert sds("device", "register", "A000001", "--org", "Acme").exit_code == 0
+
+
+@pytest.mark.parametrize("path", [[], ["db"], ["db", "upgrade"], ["org", "create"],
+                                  ["user", "create"], ["location", "create"],
+                                  ["device", "register"], ["device", "deploy"],
+                                  ["apikey", "create"], ["demo"], ["config"]])
+def test_help_on_every_command(path: list[str]) -> None:
+    r = CliRunner().invoke(main, [*path, "--help"])
+    assert r.exit_code == 0 and "Usage:" in r.output
+
+
+def test_db_upgrade_reports_up_to_date_and_timescaledb(sds) -> None:  # type: ignore[no-untyped-def]
+    r = sds("db", "upgrade")
+    assert r.exit_code == 0
+    assert "schema up to date" in r.output and "timescaledb 2." in r.output
+    assert "applied" in sds("db", "status").output
+
+
+def test_full_bootstrap_flow(sds, database_url: str) -> None:  # type: ignore[no-untyped-def]
+    _setup(sds)
+    r = sds("user", "create", "--org", "Acme", "--email", "Ann@Example.com",
+            password="long enough pw")
+    assert r.exit_code == 0, r.output
+    r = sds("device", "deploy", "A000001", "--location", "North", "--from", "2024-01-01")
+    assert r.exit_code == 0, r.output
+    r = sds("apikey", "create", "--email", "ann@example.com", "--scope", "data:read")
+    assert r.exit_code == 0, r.output
+    key = r.output.split()[1]
+    assert key.startswith("sdsk_")
+    with psycopg.connect(database_url) as c:
+        stored = c.execute("SELECT digest, prefix FROM api_keys").fetchall()
+        hashes = c.execute("SELECT password_hash FROM users").fetchall()
+    assert len(stored) == 1 and key.encode() not in bytes(stored[0][0])
+    assert hashes[0][0].startswith("$argon2id$") and "long enough pw" not in hashes[0][0]
+
+
+def test_password_is_never_taken_from_argv(sds) -> None:  # type: ignore[no-untyped-def]
+    sds("org", "create", "Acme")
+    r = sds("user", "create", "--org", "Acme", "--email", "a@b.c", "--password", "x")
+    assert r.exit_code != 0 and "No such option" in r.output
+
+
+def test_unknown_zone_is_refused_and_changes_nothing(sds, database_url: str) -> None:  # type: ignore[no-untyped-def]
+    sds("org", "create", "Acme")
+    r = sds("location", "create", "--org", "Acme", "--name", "X", "--tz", "Mars/Olympus")
+    assert r.exit_code == 1 and "unknown time zone 'Mars/Olympus'" in r.output
+    assert _count(database_url, "locations") == 0
+
+
+def test_duplicate_device_is_refused(sds, database_url: str) -> None:  # type: ignore[no-untyped-def]
+    _setup(sds)
+    r = sds("device", "register", "A000001", "--org", "Acme")
+    assert r.exit_code == 1 and "device 'A000001' is already registered" in r.output
+    assert _count(database_url, "devices") == 1
+
+
+def test_overlapping_deployment_is_refused_and_changes_nothing(sds, database_url: str) -> None:  # type: ignore[no-untyped-def]
+    _setup(sds)
+    sds("location", "create", "--org", "Acme", "--name", "South", "--tz", "Asia/Kolkata")
+    assert sds("device", "deploy", "A000001", "--location", "North", "--from", "2024-01-01",
+               "--to", "2024-02-01").exit_code == 0
+    before = _deployments(database_url)
+    r = sds("device", "deploy", "A000001", "--location", "South", "--from", "2024-01-15")
+    assert r.exit_code == 1 and "already deployed during that time" in r.output
+    assert _deployments(database_url) == before
+
+
+def test_moving_a_device_ends_its_open_deployment(sds, database_url: str) -> None:  # type: ignore[no-untyped-def]
+    _setup(sds)
+    sds("location", "create", "--org", "Acme", "--name", "South", "--tz", "Asia/Kolkata")
+    sds("device", "deploy", "A000001", "--location", "North", "--from", "2024-01-01")
+    assert sds("device", "deploy", "A000001", "--location", "South",
+               "--from", "2024-03-01T00:00:00Z").exit_code == 0
+    spans = _deployments(database_url)
+    assert spans == [("2024-01-01 00:00:00+00", "2024-03-01 00:00:00+00"),
+                     ("2024-03-01 00:00:00+00", None)]
+
+
+def _deployments(url: str) -> list[tuple[str | None, str | None]]:
+    with psycopg.connect(url) as c:
+        c.execute("SET TIME ZONE 'UTC'")
+        return [(r[0], r[1]) for r in c.execute(
+            "SELECT lower(during)::text, upper(during)::text FROM deployments ORDER BY 1")]
+
+
+def test_bad_input_messages(sds) -> None:  # type: ignore[no-untyped-def]
+    _setup(sds)
+    assert "unknown organisation 'Nope'" in sds("device", "register", "B1", "--org", "Nope").output
+    assert "unknown device 'ZZZ'" in sds("device", "deploy", "ZZZ", "--location", "North").output
+    assert "unknown location 'Nowhere'" in sds("device", "deploy", "A000001", "--location",
+                                               "Nowhere").output
+    r = sds("device", "deploy", "A000001", "--location", "North", "--from", "soon")
+    assert r.exit_code == 1 and "--from" in r.output
+    r = sds("device", "register", "bad name!", "--org", "Acme")
+    assert r.exit_code == 1 and "letters, digits" in r.output
+    sds("user", "create", "--org", "Acme", "--email", "a@b.c", password="long enough pw")
+    r = sds("apikey", "create", "--email", "a@b.c", "--scope", "root")
+    assert r.exit_code == 1 and "unknown scope(s) root" in r.output
+
+
+def test_demo_creates_everything_once(sds, database_url: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    creds = tmp_path / "devices.json"
+    r = sds("demo", "--credentials-out", str(creds))
+    assert r.exit_code == 0, r.output
+    assert "api key:      sdsk_" in r.output and "password:" in r.output
+    devices = json.loads(creds.read_text())
+    assert len(devices) == _count(database_url, "devices") == 5
+    assert _count(database_url, "deployments") == 5
+    with psycopg.connect(database_url) as c:
+        zones = {r[0] for r in c.execute("SELECT tz_name FROM locations")}
+    assert {"Asia/Kolkata", "America/Santiago"} <= zones
+    again = sds("demo")
+    assert again.exit_code == 1 and "already exists" in again.output
+    assert _count(database_url, "devices") == 5
+
+
+def test_config_lists_variables() -> None:
+    r = CliRunner().invoke(main, ["config"])
+    assert r.exit_code == 0 and "SDS_DATABASE_URL" in r.output and "(secret)" in r.output
