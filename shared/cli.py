@@ -79,8 +79,12 @@ def main(ctx: click.Context) -> None:
 
 
 @main.command("config")
-def show_config() -> None:
+@click.option("--markdown", is_flag=True, help="Print the README's Markdown table.")
+def show_config(markdown: bool) -> None:
     """List every SDS_* setting with its default and meaning."""
+    if markdown:
+        click.echo(config.markdown_table())
+        return
     for var, default, doc, secret in config.documented():
         click.echo(f"{var:32} {default if not secret else '(secret)':28} {doc}")
 
