@@ -1,0 +1,25 @@
+"""Gunicorn settings for the HTTP API (`gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app`).
+
+Used by deploy/run.sh, the systemd unit and the container. Reads SDS_HTTP_BIND (default
+127.0.0.1:8080), SDS_HTTP_WORKERS (default 2) and SDS_LOG_DIR (default <repo>/.state/logs; "-"
+sends the access log to stdout, for systemd's journal or a container). Gunicorn's own messages go
+to stderr, which run.sh collects in .state/logs/serve.log together with the app's log.
+"""
+
+import os
+from pathlib import Path
+
+_log_dir = os.environ.get("SDS_LOG_DIR") or str(Path(__file__).resolve().parent.parent / ".state" / "logs")
+
+bind = [os.environ.get("SDS_HTTP_BIND") or "127.0.0.1:8080"]
+workers = int(os.environ.get("SDS_HTTP_WORKERS") or "2")
+proc_name = "sds-serve"
+timeout = 60
+graceful_timeout = 20
+
+errorlog = "-"
+accesslog = "-" if _log_dir == "-" else os.path.join(_log_dir, "access.log")
+# Path without the query string (%(U)s, not %(r)s or %(q)s): the deprecated ?apikey= puts keys in
+# the URL, and the log must never hold one. No Referer either (it can carry such a URL) and no
+# user name (Basic auth's is an email address). %(M)s is the duration in milliseconds.
+access_log_format = '%(h)s - - %(t)s "%(m)s %(U)s %(H)s" %(s)s %(b)s %(M)sms "%(a)s"'

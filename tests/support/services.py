@@ -1,0 +1,452 @@
+"""Real PostgreSQL 15 (+ TimescaleDB) and mosquitto servers on free loopback ports, for tests.
+
+Each server lives in its own directory (a fresh one under /tmp unless one is given) and is driven
+through its own pid only, so fault tests can stop, crash or signal it. Run as root (as CI is), the
+servers run under their own users, postgres and mosquitto, exactly as deploy/services.sh runs them.
+Pure stdlib plus psycopg. Every wait is bounded; a failed start raises with the server's log tail.
+
+    pg = PostgresServer().start()               # fsync off: fast; durable=True for crash tests
+    pg.create_database("t1"); psycopg.connect(pg.dsn("t1"))
+    mq = MosquittoBroker().start(users={"ingester": "pw", "A000001": "pw"})  # shipped ACL
+    mq.kill(); mq.restart()
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import shlex
+import shutil
+import signal as _signal
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import psycopg
+from psycopg import sql
+
+REPO = Path(__file__).resolve().parents[2]
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+SHIPPED_CONF = REPO / "deploy" / "mosquitto" / "mosquitto.conf"
+DURABLE_CONF = REPO / "deploy" / "mosquitto" / "durable.conf"
+SHIPPED_ACL = REPO / "deploy" / "mosquitto" / "acl"
+
+START_TIMEOUT = 60.0  # seconds; initdb + start is ~1-2 s here, crash recovery a little more
+STOP_TIMEOUT = 30.0
+
+
+class ServiceError(RuntimeError):
+    """A test server failed to start, stop or answer; the message ends with its log tail."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(no {path})"
+    return f"--- last {lines} lines of {path} ---\n" + "\n".join(text.splitlines()[-lines:])
+
+
+def _chown_tree(path: Path, user: str) -> None:
+    """Give a server's directory to the user it runs as (only possible, and needed, as root)."""
+    if not _is_root():
+        return
+    pw = pwd.getpwnam(user)
+    for root, dirs, files in os.walk(path):
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+        for name in dirs + files:
+            os.chown(os.path.join(root, name), pw.pw_uid, pw.pw_gid, follow_symlinks=False)
+
+
+def _ensure_traversable(path: Path, user: str) -> None:
+    """Grant o+x on any parent of path that user could not enter (e.g. pytest's 0700 tmp root).
+
+    Only traverse rights are added, never read or write: the servers need to reach their own
+    directory, nothing else.
+    """
+    if not _is_root():
+        return
+    pw = pwd.getpwnam(user)
+    groups = {g.gr_gid for g in grp.getgrall() if user in g.gr_mem} | {pw.pw_gid}
+    for parent in reversed(path.resolve().parents):
+        st = parent.stat()
+        if st.st_uid == pw.pw_uid:
+            ok = st.st_mode & stat.S_IXUSR
+        elif st.st_gid in groups:
+            ok = st.st_mode & stat.S_IXGRP
+        else:
+            ok = st.st_mode & stat.S_IXOTH
+        if not ok:
+            os.chmod(parent, stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
+
+
+class _Server:
+    """Directory bookkeeping shared by both servers."""
+
+    base_dir: Path
+    _owns_dir: bool = False
+
+    def _prepare_dir(self, base_dir: Path | None, prefix: str) -> Path:
+        if base_dir is None:
+            # Under /tmp, so the server's user can reach it without touching anything else.
+            self.base_dir = Path(tempfile.mkdtemp(prefix=prefix))
+            self._owns_dir = True
+        else:
+            self.base_dir = Path(base_dir).resolve()
+            self.base_dir.mkdir(parents=True, exist_ok=True)
+        return self.base_dir
+
+    def cleanup(self) -> None:
+        """Stop the server and remove its directory if this helper created it."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def stop(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __enter__(self) -> _Server:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.cleanup()
+
+
+class PostgresServer(_Server):
+    """A throwaway PostgreSQL 15 cluster with TimescaleDB preloaded, trust auth, loopback only."""
+
+    def __init__(self) -> None:
+        self._port: int | None = None
+        self.durable = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def start(
+        self, base_dir: Path | None = None, *, durable: bool = False, port: int | None = None,
+    ) -> PostgresServer:
+        """initdb (first time) into base_dir/data and start; returns self.
+
+        durable=False turns off fsync, synchronous_commit and full_page_writes: much faster, but
+        crash() may then lose the last commits (the WAL writer flushes asynchronously; seen
+        here: a committed table gone after stop -m immediate). Tests of crash safety and commit
+        durability pass durable=True to get PostgreSQL's defaults.
+        """
+        base = self._prepare_dir(base_dir, "sds-pg-")
+        self.durable = durable
+        self._port = port or free_port()
+        self.data_dir = base / "data"
+        self.socket_dir = base / "run"
+        self.log_path = base / "postgres.log"
+        self.socket_dir.mkdir(exist_ok=True)
+        _chown_tree(base, "postgres")
+        _ensure_traversable(base, "postgres")
+        if not (self.data_dir / "PG_VERSION").exists():
+            # -A trust: tests connect as any role without passwords; --no-sync: nothing to
+            # protect in a test cluster, and it saves most of initdb's time.
+            self._run(
+                [str(PG_BIN / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "-A", "trust",
+                 "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"],
+                what="initdb",
+            )
+        self._pg_ctl_start()
+        return self
+
+    def stop(self, mode: str = "fast") -> None:
+        """pg_ctl stop -m mode (fast: roll back sessions, checkpoint; immediate: a crash)."""
+        if self.is_running():
+            self._run([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w",
+                       "-t", str(int(STOP_TIMEOUT)), "stop"], what=f"pg_ctl stop -m {mode}")
+
+    def crash(self) -> None:
+        """Stop without a checkpoint (pg_ctl stop -m immediate); the next start runs recovery."""
+        self.stop(mode="immediate")
+
+    def restart(self) -> None:
+        """Stop (fast) if running, then start again with the same directory, port and settings."""
+        self.stop()
+        self._pg_ctl_start()
+
+    def is_running(self) -> bool:
+        """Whether the cluster's postmaster is up (pg_ctl status)."""
+        if not hasattr(self, "data_dir") or not (self.data_dir / "PG_VERSION").exists():
+            return False
+        result = subprocess.run(
+            self._as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "status"]),
+            cwd=self.base_dir, capture_output=True, timeout=STOP_TIMEOUT,
+        )
+        return result.returncode == 0
+
+    # -- connection info ------------------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError("PostgresServer not started")
+        return self._port
+
+    def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """A libpq URL to this cluster over 127.0.0.1 (trust auth, no password)."""
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
+
+    def create_database(self, name: str, template: str | None = None) -> str:
+        """CREATE DATABASE name [TEMPLATE template]; returns its DSN."""
+        stmt = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template:
+            stmt += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(stmt)
+        return self.dsn(name)
+
+    def drop_database(self, name: str) -> None:
+        """DROP DATABASE IF EXISTS name WITH (FORCE): also ends sessions still connected."""
+        stmt = sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(stmt)
+
+    def log_text(self) -> str:
+        """The server log so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    # -- internals ------------------------------------------------------------------------------
+    def _options(self) -> str:
+        opts = [
+            "-c", "listen_addresses=127.0.0.1", "-p", str(self.port),
+            "-c", f"unix_socket_directories={self.socket_dir}",
+            "-c", "shared_preload_libraries=timescaledb",
+            "-c", "timescaledb.telemetry_level=off",
+            # No TimescaleDB job scheduler: it keeps a session open in every database that has
+            # the extension, so CREATE DATABASE ... TEMPLATE that_db waits 5 s and then fails
+            # with ObjectInUse (seen here). The Apache edition has no policies for it to run.
+            "-c", "timescaledb.max_background_workers=0",
+        ]
+        if not self.durable:
+            opts += ["-c", "fsync=off", "-c", "synchronous_commit=off",
+                     "-c", "full_page_writes=off"]
+        return shlex.join(opts)  # pg_ctl hands -o to /bin/sh
+
+    def _pg_ctl_start(self) -> None:
+        self._run(
+            [str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path), "-w",
+             "-t", str(int(START_TIMEOUT)), "-o", self._options(), "start"],
+            what="pg_ctl start", timeout=START_TIMEOUT + 10,
+        )
+
+    def _as_postgres(self, cmd: list[str]) -> list[str]:
+        # PostgreSQL refuses to run as root.
+        return ["runuser", "-u", "postgres", "--", *cmd] if _is_root() else cmd
+
+    def _run(self, cmd: list[str], *, what: str, timeout: float = START_TIMEOUT) -> None:
+        try:
+            result = subprocess.run(self._as_postgres(cmd), cwd=self.base_dir,
+                                    capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise ServiceError(f"{what} timed out after {timeout}s\n{_tail(self.log_path)}") from exc
+        if result.returncode != 0:
+            raise ServiceError(
+                f"{what} failed ({result.returncode}): {result.stdout}{result.stderr}\n"
+                f"{_tail(self.log_path)}"
+            )
+
+
+def shipped_durable_conf() -> str:
+    """deploy/mosquitto/durable.conf: the persistence and queue settings production uses."""
+    return DURABLE_CONF.read_text()
+
+
+def conf_settings(text: str) -> dict[str, str]:
+    """mosquitto.conf text as option -> value (last one wins; comments and blanks skipped)."""
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition(" ")
+        settings[key] = value.strip()
+    return settings
+
+
+class MosquittoBroker(_Server):
+    """A mosquitto broker on a free 127.0.0.1 port, started in the foreground with a Popen handle.
+
+    Faults go to this broker's pid only: signal(SIGSTOP), kill() (SIGKILL: loses what was queued
+    since the last autosave), stop() (SIGTERM: saves first).
+    """
+
+    def __init__(self) -> None:
+        self._port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(
+        self,
+        base_dir: Path | None = None,
+        *,
+        durable: bool = True,
+        port: int | None = None,
+        users: dict[str, str] | None = None,
+        acl: str | None = None,
+        extra_conf: str = "",
+        shipped_template: bool = False,
+    ) -> MosquittoBroker:
+        """Write a config into base_dir and start the broker; returns self.
+
+        users=None: anonymous clients allowed, no ACL. Otherwise a password file with these users
+        and the given ACL text (default: the shipped deploy/mosquitto/acl). durable=True appends
+        the shipped durable.conf. shipped_template=True renders deploy/mosquitto/mosquitto.conf
+        itself (as deploy/services.sh does) instead of the helper's own listener/auth lines.
+        """
+        base = self._prepare_dir(base_dir, "sds-mqtt-")
+        self._port = port or free_port()
+        self.data_dir = base / "data"
+        self.data_dir.mkdir(exist_ok=True)
+        self.conf_path = base / "mosquitto.conf"
+        self.log_path = base / "mosquitto.log"
+        self.stderr_path = base / "stderr.log"
+        passwd, acl_path = base / "passwd", base / "acl"
+
+        if users is not None:
+            passwd.unlink(missing_ok=True)
+            for i, (name, password) in enumerate(users.items()):
+                flags = ["-c", "-b"] if i == 0 else ["-b"]
+                subprocess.run(["mosquitto_passwd", *flags, str(passwd), name, password],
+                               check=True, capture_output=True, timeout=30)
+            if not users:
+                passwd.touch()
+            acl_path.write_text(acl if acl is not None else SHIPPED_ACL.read_text())
+
+        if shipped_template:
+            if users is None:
+                raise ValueError("the shipped template requires users (it refuses anonymous)")
+            conf = (SHIPPED_CONF.read_text().replace("@BIND@", "127.0.0.1")
+                    .replace("@PORT@", str(self._port)).replace("@DIR@", str(base)))
+        else:
+            conf = f"listener {self._port} 127.0.0.1\n"
+            if users is None:
+                conf += "allow_anonymous true\n"
+            else:
+                conf += f"allow_anonymous false\npassword_file {passwd}\nacl_file {acl_path}\n"
+            conf += (f"persistence_location {self.data_dir}/\nlog_dest file {self.log_path}\n"
+                     "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n")
+        conf += "\n" + (shipped_durable_conf() if durable else "persistence false\n")
+        conf += "\n" + extra_conf + "\n"
+        self.conf_path.write_text(conf)
+        # As root, mosquitto drops to user "mosquitto" (as in production) and must write its
+        # store and log here; chowning keeps the tests honest about that, rather than "user root".
+        _chown_tree(base, "mosquitto")
+        _ensure_traversable(base, "mosquitto")
+        self._launch()
+        return self
+
+    # -- faults and lifecycle -------------------------------------------------------------------
+    def signal(self, sig: int) -> None:
+        """Send sig (SIGHUP, SIGUSR1, SIGSTOP, SIGCONT, ...) to this broker's pid."""
+        self._require_proc().send_signal(sig)
+
+    def stop(self) -> None:
+        """SIGTERM and wait: mosquitto saves its store on the way out."""
+        if self.is_running():
+            proc = self._require_proc()
+            proc.send_signal(_signal.SIGCONT)  # a SIGSTOPped broker cannot act on SIGTERM
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_TIMEOUT)
+                raise ServiceError(f"mosquitto ignored SIGTERM\n{_tail(self.log_path)}") from None
+
+    def kill(self) -> None:
+        """SIGKILL and wait: a crash, nothing saved since the last autosave."""
+        if self.is_running():
+            proc = self._require_proc()
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT)
+
+    def restart(self) -> None:
+        """Stop (SIGTERM) if running, then start again with the same config and port."""
+        self.stop()
+        self._launch()
+
+    def is_running(self) -> bool:
+        """Whether the broker process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def log_text(self) -> str:
+        """The broker's log file plus anything it wrote to stderr."""
+        parts = [p.read_text(errors="replace") for p in (self.log_path, self.stderr_path)
+                 if p.exists()]
+        return "\n".join(parts)
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError("MosquittoBroker not started")
+        return self._port
+
+    @property
+    def pid(self) -> int:
+        return self._require_proc().pid
+
+    # -- internals ------------------------------------------------------------------------------
+    def _require_proc(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise ServiceError("MosquittoBroker not started")
+        return self._proc
+
+    def _launch(self) -> None:
+        # Readiness comes from the log ("... running" after the listener opened), read from where
+        # it ended before this launch; a probe connection would show up in the log and in tests.
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.stderr_path, "ab") as err:
+            self._proc = subprocess.Popen(
+                ["mosquitto", "-c", str(self.conf_path)],
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise ServiceError(
+                    f"mosquitto exited with {self._proc.returncode} at start\n"
+                    f"{_tail(self.stderr_path)}\n{_tail(self.log_path)}"
+                )
+            if self._running_since(offset):
+                return
+            time.sleep(0.02)
+        self.kill()
+        raise ServiceError(f"mosquitto not listening on {self._port} after {START_TIMEOUT}s\n"
+                           f"{_tail(self.log_path)}")
+
+    def _running_since(self, offset: int) -> bool:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return False
+        return re.search(r"mosquitto version \S+ running", text) is not None

@@ -1,0 +1,385 @@
+"""The deploy files and test-service helpers against real servers: TimescaleDB in our PostgreSQL,
+the shipped mosquitto config's durability and ACL, the gunicorn log format, and setup.sh's
+mirror lookup (which must never write a host name into the repo)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import paho.mqtt.client as mqtt
+import psycopg
+import pytest
+from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from tests.support.services import (
+    DURABLE_CONF,
+    REPO,
+    SHIPPED_ACL,
+    SHIPPED_CONF,
+    MosquittoBroker,
+    PostgresServer,
+    conf_settings,
+    free_port,
+)
+
+WAIT = 10.0  # seconds; every wait below is bounded by this
+USERS = {"ingester": "ingester-pw", "A000001": "a1-pw", "A000002": "a2-pw"}
+
+
+def _load_module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+apt_mirror = _load_module(REPO / "deploy" / "lib" / "apt_mirror.py", "sds_apt_mirror")
+
+
+# ---- PostgreSQL -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    server = PostgresServer().start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+def test_postgres_has_timescaledb(pg: PostgresServer) -> None:
+    dsn = pg.create_database("deploy_tsdb")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
+        row = conn.execute(
+            "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'").fetchone()
+        assert row is not None and re.fullmatch(r"\d+\.\d+\.\d+", row[0])
+        conn.execute("CREATE TABLE r (time timestamptz NOT NULL, v real)")
+        conn.execute("SELECT create_hypertable('r', by_range('time'))")
+        conn.execute("INSERT INTO r VALUES (now(), 1.5)")
+        assert conn.execute("SELECT count(*) FROM r").fetchone() == (1,)
+        settings = dict(conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name IN "
+            "('listen_addresses', 'fsync', 'timescaledb.telemetry_level')").fetchall())
+    assert settings == {"listen_addresses": "127.0.0.1", "fsync": "off",
+                        "timescaledb.telemetry_level": "off"}
+
+
+def test_postgres_crash_and_restart_keep_committed_rows(tmp_path: Path) -> None:
+    # durable=True: with the fast settings a crash may lose the last commits
+    # (synchronous_commit=off), which is exactly what crash tests must not hide.
+    pg = PostgresServer().start(tmp_path / "pg", durable=True)
+    try:
+        dsn = pg.create_database("deploy_crash")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (n int)")
+            conn.execute("INSERT INTO t VALUES (1)")
+        pg.crash()
+        assert not pg.is_running()
+        pg.restart()
+        assert pg.is_running()
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT n FROM t").fetchall() == [(1,)]
+        pg.create_database("deploy_from_template", template="deploy_crash")
+    finally:
+        pg.cleanup()
+
+
+# ---- mosquitto ------------------------------------------------------------------------------------
+
+class Client:
+    """A paho v2 MQTT 5 client with its network loop running, recording what it receives."""
+
+    def __init__(self, broker: MosquittoBroker, client_id: str, user: str | None,
+                 *, persistent: bool = False) -> None:
+        self.connected: queue.Queue[tuple[bool, bool]] = queue.Queue()
+        self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
+        self.subscribed = threading.Event()
+        self.mqtt = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id,
+                                protocol=MQTTProtocolVersion.MQTTv5)
+        if user is not None:
+            self.mqtt.username_pw_set(user, USERS.get(user, "wrong"))
+        self.mqtt.on_connect = self._on_connect
+        self.mqtt.on_message = lambda client, userdata, msg: self.messages.put(msg)
+        self.mqtt.on_subscribe = lambda *args: self.subscribed.set()
+        props = None
+        if persistent:
+            # Both are needed for a session that outlives the connection (reliability plan #3).
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = 3600
+        self.mqtt.connect("127.0.0.1", broker.port, clean_start=not persistent, properties=props)
+        self.mqtt.loop_start()
+        self.ok, self.session_present = self.connected.get(timeout=WAIT)
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:  # noqa: ANN001
+        self.connected.put((not reason_code.is_failure, bool(flags.session_present)))
+
+    def subscribe(self, topic: str) -> None:
+        self.subscribed.clear()
+        self.mqtt.subscribe(topic, qos=1)
+        assert self.subscribed.wait(WAIT)
+
+    def publish(self, topic: str, payload: bytes) -> None:
+        info = self.mqtt.publish(topic, payload, qos=1)
+        info.wait_for_publish(timeout=WAIT)
+        assert info.is_published()
+
+    def close(self) -> None:
+        self.mqtt.disconnect()
+        self.mqtt.loop_stop()
+
+
+@pytest.fixture
+def broker() -> Iterator[MosquittoBroker]:
+    server = MosquittoBroker().start(users=USERS)  # shipped ACL + shipped durable.conf
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+def test_queued_message_survives_broker_sigterm(broker: MosquittoBroker) -> None:
+    ingester = Client(broker, "deploy-test-ingester", "ingester", persistent=True)
+    ingester.subscribe("sensors/#")
+    ingester.close()
+
+    device = Client(broker, "A000001", "A000001")
+    device.publish("sensors/A000001/readings", b"queued-while-offline")
+    device.close()
+
+    broker.restart()  # SIGTERM (saves the store), then start from it
+
+    again = Client(broker, "deploy-test-ingester", "ingester", persistent=True)
+    try:
+        assert again.session_present
+        msg = again.messages.get(timeout=WAIT)
+        assert (msg.topic, msg.payload) == ("sensors/A000001/readings", b"queued-while-offline")
+    finally:
+        again.close()
+
+
+def _first_message_after_forgery(broker: MosquittoBroker) -> mqtt.MQTTMessage:
+    """A000001 publishes to A000002's topic, then to its own; what does the ingester get first?"""
+    ingester = Client(broker, "deploy-acl-ingester", "ingester")
+    ingester.subscribe("sensors/#")
+    device = Client(broker, "A000001", "A000001")
+    try:
+        device.mqtt.publish("sensors/A000002/readings", b"forged", qos=1).wait_for_publish(WAIT)
+        device.publish("sensors/A000001/readings", b"own")
+        # Per-publisher order holds through the broker: had the forged one passed, it came first.
+        return ingester.messages.get(timeout=WAIT)
+    finally:
+        device.close()
+        ingester.close()
+
+
+def test_acl_keeps_devices_to_their_own_topic(broker: MosquittoBroker) -> None:
+    msg = _first_message_after_forgery(broker)
+    assert (msg.topic, msg.payload) == ("sensors/A000001/readings", b"own")
+
+
+def test_acl_negative_control_forgery_passes_without_the_pattern() -> None:
+    """Proves the test above can fail: with a permissive ACL the forged reading arrives."""
+    permissive = "pattern write sensors/#\nuser ingester\ntopic read sensors/#\n"
+    broker = MosquittoBroker().start(users=USERS, acl=permissive, durable=False)
+    try:
+        msg = _first_message_after_forgery(broker)
+        assert (msg.topic, msg.payload) == ("sensors/A000002/readings", b"forged")
+    finally:
+        broker.cleanup()
+
+
+@pytest.mark.parametrize("user", [None, "A000001:wrong-password"], ids=["anonymous", "bad_password"])
+def test_broker_refuses_clients_without_valid_credentials(
+    broker: MosquittoBroker, user: str | None,
+) -> None:
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="deploy-intruder",
+                         protocol=MQTTProtocolVersion.MQTTv5)
+    if user is not None:
+        name, password = user.split(":")
+        client.username_pw_set(name, password)
+    result: queue.Queue[bool] = queue.Queue()
+    client.on_connect = lambda c, u, f, reason_code, p: result.put(reason_code.is_failure)
+    client.connect("127.0.0.1", broker.port)
+    client.loop_start()
+    try:
+        assert result.get(timeout=WAIT) is True
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def test_shipped_template_starts_and_persists(tmp_path: Path) -> None:
+    """R10 in small: the config services.sh renders starts, and the store is writable."""
+    broker = MosquittoBroker().start(tmp_path / "mq", users=USERS, shipped_template=True)
+    try:
+        ingester = Client(broker, "deploy-tpl-ingester", "ingester", persistent=True)
+        ingester.subscribe("sensors/#")
+        ingester.close()
+        broker.signal(signal.SIGUSR1)  # save now
+        store = broker.data_dir / "mosquitto.db"
+        deadline = dt.datetime.now() + dt.timedelta(seconds=WAIT)
+        while not store.exists() and dt.datetime.now() < deadline:
+            threading.Event().wait(0.05)
+        assert store.exists()
+        assert "Error saving" not in broker.log_text()
+    finally:
+        broker.cleanup()
+
+
+def test_shipped_mosquitto_settings() -> None:
+    durable = conf_settings(DURABLE_CONF.read_text())
+    assert durable["persistence"] == "true"
+    assert int(durable["max_queued_messages"]) > 1000
+    assert durable["max_queued_bytes"] == "0"
+    assert int(durable["autosave_interval"]) <= 2
+    assert durable["autosave_on_changes"] == "false"
+    assert int(durable["max_inflight_messages"]) == 20
+    assert int(durable["max_packet_size"]) >= 2 * 1024 * 1024
+    template = conf_settings(SHIPPED_CONF.read_text())
+    assert template["allow_anonymous"] == "false"
+    assert template["listener"] == "@PORT@ @BIND@"
+    assert {"password_file", "acl_file", "persistence_location"} <= template.keys()
+    acl = SHIPPED_ACL.read_text()
+    assert "pattern write sensors/%u/#" in acl
+    assert re.search(r"^user ingester\ntopic read sensors/#$", acl, re.MULTILINE)
+
+
+def test_free_port_is_bindable_on_loopback() -> None:
+    port = free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+# ---- gunicorn -------------------------------------------------------------------------------------
+
+def test_gunicorn_access_log_hides_query_string(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gunicorn.config import Config
+    from gunicorn.glogging import Logger
+
+    monkeypatch.setenv("SDS_HTTP_BIND", "127.0.0.1:9999")
+    monkeypatch.setenv("SDS_HTTP_WORKERS", "3")
+    settings: dict[str, object] = {}
+    exec(compile((REPO / "deploy" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"),
+         {"__file__": str(REPO / "deploy" / "gunicorn.conf.py")}, settings)
+    assert settings["bind"] == ["127.0.0.1:9999"] and settings["workers"] == 3
+
+    cfg = Config()
+    cfg.set("access_log_format", settings["access_log_format"])
+    environ = {"REQUEST_METHOD": "GET", "RAW_URI": "/api/v2/schemas?apikey=SECRETKEY",
+               "PATH_INFO": "/api/v2/schemas", "QUERY_STRING": "apikey=SECRETKEY",
+               "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1",
+               "HTTP_REFERER": "http://x/?apikey=SECRETKEY"}
+    resp = SimpleNamespace(status="200 OK", sent=12, headers=[])
+    atoms = Logger(cfg).atoms(resp, SimpleNamespace(headers=[]), environ, dt.timedelta(0, 0, 1500))
+    line = settings["access_log_format"] % Logger.atoms_wrapper_class(atoms)  # type: ignore[operator]
+    assert "/api/v2/schemas" in line and "SECRETKEY" not in line
+
+
+# ---- setup.sh's mirror lookup ---------------------------------------------------------------------
+
+DEB822 = """\
+Types: deb
+# a comment
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://security.example/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+
+ONE_LINE = """\
+# deb cdrom:[Debian GNU/Linux 12]/ bookworm main
+deb http://security.example/debian-security bookworm-security main
+deb [arch=amd64 signed-by=/etc/apt/keyrings/local.gpg] http://local.example/mirror/debian bookworm main contrib
+deb-src http://local.example/mirror/debian bookworm main
+"""
+
+
+def _fake_root(tmp_path: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
+
+
+def test_mirror_from_deb822_sources(tmp_path: Path) -> None:
+    root = _fake_root(tmp_path, {"etc/apt/sources.list.d/debian.sources": DEB822})
+    mirror = apt_mirror.find_mirror(root, "bookworm")
+    assert mirror.uri == "http://mirror.example/debian"
+    stanza = apt_mirror.render_deb_src(mirror, "trixie")
+    fields = dict(line.split(": ", 1) for line in stanza.splitlines() if not line.startswith("#"))
+    assert fields == {"Types": "deb-src", "URIs": "http://mirror.example/debian",
+                      "Suites": "trixie", "Components": "main",
+                      "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"}
+
+
+def test_mirror_from_one_line_sources_list(tmp_path: Path) -> None:
+    root = _fake_root(tmp_path, {"etc/apt/sources.list": ONE_LINE})
+    mirror = apt_mirror.find_mirror(root, "bookworm")
+    assert (mirror.uri, mirror.signed_by) == ("http://local.example/mirror/debian",
+                                              "/etc/apt/keyrings/local.gpg")
+
+
+def test_mirror_skips_disabled_entries_and_keeps_embedded_keys(tmp_path: Path) -> None:
+    disabled = DEB822.replace("Types: deb\n# a comment", "Enabled: no\nTypes: deb", 1)
+    embedded = ("Types: deb\nURIs: http://second.example/debian\nSuites: bookworm\n"
+                "Components: main\nSigned-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n"
+                " abc\n -----END PGP PUBLIC KEY BLOCK-----\n")
+    root = _fake_root(tmp_path, {"etc/apt/sources.list.d/a.sources": disabled,
+                                 "etc/apt/sources.list.d/b.sources": embedded})
+    mirror = apt_mirror.find_mirror(root, "bookworm")
+    assert mirror.uri == "http://second.example/debian"
+    assert "Signed-By: \n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n abc\n" in \
+        apt_mirror.render_deb_src(mirror, "trixie")
+
+
+def test_mirror_cli(tmp_path: Path) -> None:
+    root = _fake_root(tmp_path, {"etc/apt/sources.list.d/debian.sources": DEB822,
+                                 "etc/os-release": 'ID=debian\nVERSION_CODENAME=bookworm\n'})
+    script = REPO / "deploy" / "lib" / "apt_mirror.py"
+    out = subprocess.run([sys.executable, script, "--suite", "trixie", "--root", root],
+                         capture_output=True, text=True, check=True, timeout=30).stdout
+    assert "URIs: http://mirror.example/debian\nSuites: trixie\n" in out
+    missing = subprocess.run([sys.executable, script, "--suite", "trixie", "--root", root,
+                              "--codename", "sid"], capture_output=True, text=True, timeout=30)
+    assert missing.returncode == 1 and "no enabled 'deb' entry" in missing.stderr
+
+
+def test_repo_names_no_debian_host() -> None:
+    """Mirrors come from the machine's own apt config; the repo must not name Debian's hosts."""
+    host = "debian" + ".org"  # split so this file does not match itself
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, text=True, check=True, timeout=30).stdout.split()
+    hits = [f for f in files if (REPO / f).is_file()
+            and host in (REPO / f).read_text(errors="replace")]
+    assert hits == []
+
+
+def test_deploy_scripts_parse() -> None:
+    scripts = [*sorted((REPO / "deploy").glob("*.sh")), REPO / "deploy" / "lib" / "common.sh",
+               REPO / ".ci" / "run"]
+    for script in scripts:
+        result = subprocess.run(["bash", "-n", script], capture_output=True, text=True, timeout=30)
+        assert result.returncode == 0, f"{script}: {result.stderr}"
