@@ -16,6 +16,9 @@ workers = int(os.environ.get("SDS_HTTP_WORKERS") or "2")
 proc_name = "sds-serve"
 timeout = 60
 graceful_timeout = 20
+# Gunicorn 25+ opens a control socket in $HOME/.gunicorn by default; we do not use it, and two
+# instances on one host (or a home-less service user) would trip over it.
+control_socket_disable = True
 
 errorlog = "-"
 accesslog = "-" if _log_dir == "-" else os.path.join(_log_dir, "access.log")
