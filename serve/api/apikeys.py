@@ -1,0 +1,245 @@
+"""`/api/v2/apikeys`: create, list, change and delete the caller's API keys; the scope map.
+
+Keys are stored as SHA-256 digests; the key value is in the creation response only, listings
+show a masked value (reference-facts decision 9). Creating, changing and deleting keys needs
+basic or bearer credentials; listing needs `apikeys:read` from an API key (decision 11).
+Another user's key id answers exactly like a missing one (404).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+from flask import current_app
+from marshmallow import Schema, ValidationError, fields, validate, validates
+from psycopg.rows import dict_row
+
+from serve.api.auth import load, request_body
+from serve.auth import authenticator, current_principal, requires, requires_user
+from serve.errors import Blueprint
+from shared import accounts, credentials
+from shared.errors import BadParameter, BadRequest, UnknownObject
+from shared.timeutil import parse_instant
+
+blp = Blueprint("apikeys", __name__, url_prefix="/api/v2/apikeys",
+                description="API keys of the calling user, and the scopes a key can hold.")
+
+# Fields a client may see but never set; naming them in a body is a 400 (mass assignment).
+READ_ONLY = ("id", "apikey", "created", "updated", "created_by", "last_seen", "user_id",
+             "org_id", "digest", "prefix", "last4")
+NAME_MAX = 200
+
+
+class Instant(fields.Field):
+    """An ISO 8601 UTC datetime (a date alone means 00:00 UTC) that lies in the future."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> datetime:
+        if not isinstance(value, str):
+            raise ValidationError("must be an ISO 8601 datetime string")
+        try:
+            when = parse_instant(value, name=attr or "exp")
+        except BadParameter:
+            raise ValidationError(
+                "must be an ISO 8601 datetime, e.g. 2030-01-01T00:00:00Z") from None
+        if when <= datetime.now(UTC):
+            raise ValidationError("must be in the future")
+        return when
+
+
+def _check_scopes(value: list[str]) -> None:
+    if not value:
+        raise ValidationError("at least one scope is required")
+    unknown = sorted(set(value) - set(credentials.SCOPES))
+    if unknown:
+        raise ValidationError(f"unknown scope(s) {', '.join(unknown)}; valid: "
+                              + ", ".join(credentials.SCOPES))
+
+
+class ApiKeyCreateSchema(Schema):
+    """Body of POST /apikeys; unknown and read-only fields are refused."""
+
+    scopes = fields.List(fields.String(), required=True)
+    name = fields.String(load_default="", validate=validate.Length(max=NAME_MAX))
+    exp = Instant(load_default=None, allow_none=True,
+                  metadata={"type": "string", "format": "date-time"})
+    active = fields.Boolean(load_default=True)
+
+    @validates("scopes")
+    def _scopes(self, value: list[str], **_kwargs: Any) -> None:
+        _check_scopes(value)
+
+
+class ApiKeyUpdateSchema(Schema):
+    """Body of PUT /apikeys/{id}: any of scopes, name, exp (null removes it), active."""
+
+    scopes = fields.List(fields.String())
+    name = fields.String(validate=validate.Length(max=NAME_MAX))
+    exp = Instant(allow_none=True, metadata={"type": "string", "format": "date-time"})
+    active = fields.Boolean()
+
+    @validates("scopes")
+    def _scopes(self, value: list[str], **_kwargs: Any) -> None:
+        _check_scopes(value)
+
+
+class ApiKeySchema(Schema):
+    """An API key record (section 2.7); `apikey` is the full value only when just created."""
+
+    id = fields.String()
+    apikey = fields.String()
+    name = fields.String()
+    scopes = fields.List(fields.String())
+    exp = fields.String(allow_none=True)
+    active = fields.Boolean()
+    created = fields.String()
+    updated = fields.String()
+    created_by = fields.String()
+    last_seen = fields.String(allow_none=True)
+
+
+def format_stamp(t: datetime | None) -> str | None:
+    """`2021-03-04T12:34:56.123456+00:00`: record times, UTC with microseconds and offset."""
+    if t is None:
+        return None
+    return t.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def format_exp(t: datetime | None) -> str | None:
+    """`2030-01-01T00:00:00Z`: the expiry as an ISO 8601 UTC datetime."""
+    if t is None:
+        return None
+    t = t.astimezone(UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if t.microsecond else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def key_record(row: dict[str, Any], *, value: str | None = None) -> dict[str, Any]:
+    """The served record of a key row; the full value only when given (at creation)."""
+    return {
+        "id": str(row["id"]),
+        "apikey": value if value is not None else credentials.mask(row["prefix"], row["last4"]),
+        "name": row["name"],
+        "scopes": list(row["scopes"]),
+        "exp": format_exp(row["exp"]),
+        "active": row["active"],
+        "created": format_stamp(row["created"]),
+        "updated": format_stamp(row["updated"]),
+        "created_by": str(row["created_by"]),
+        "last_seen": format_stamp(row["last_seen"]),
+    }
+
+
+_COLUMNS = "id, name, prefix, last4, scopes, exp, active, created, updated, created_by, last_seen"
+
+
+def _refuse_read_only(body: dict[str, Any]) -> None:
+    named = sorted(k for k in body if k in READ_ONLY)
+    if named:
+        raise BadRequest(f"read-only field(s) cannot be set: {', '.join(named)}",
+                         errors={"json": {k: ["read-only field"] for k in named}})
+
+
+def _key_id(raw: str) -> UUID:
+    try:
+        return UUID(raw)
+    except ValueError:
+        # Same answer as a well-formed id that is not the caller's: ids do not leak.
+        raise UnknownObject(f"unknown API key {raw!r}") from None
+
+
+@blp.route("", methods=["POST"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": ApiKeyCreateSchema}}})
+@blp.response(200, ApiKeySchema)
+@requires_user()
+def create_key() -> Any:
+    """Create an API key; the response holds the key value, shown this once.
+
+    Needs basic or bearer credentials (an API key cannot create keys). `scopes` is required
+    and each scope must exist (GET /apikeys/scopes); `exp` must be a future UTC datetime.
+    """
+    body = request_body(form=False)
+    _refuse_read_only(body)
+    args = load(ApiKeyCreateSchema(), body)
+    principal = current_principal()
+    auth = authenticator(current_app)
+    with auth.pool.connection() as conn:
+        record = accounts.create_api_key(
+            conn, user=principal.user_id, scopes=args["scopes"], name=args["name"],
+            exp=args["exp"], active=args["active"])
+        row = conn.execute(
+            "SELECT prefix, last4 FROM api_keys WHERE id = %s", (record["id"],)).fetchone()
+    assert row
+    record.update(prefix=row[0], last4=row[1])
+    return key_record(record, value=record["apikey"])
+
+
+@blp.route("", methods=["GET"])
+@blp.response(200, ApiKeySchema(many=True))
+@requires("apikeys:read")
+def list_keys() -> Any:
+    """The caller's API keys, oldest first, with masked key values."""
+    principal = current_principal()
+    auth = authenticator(current_app)
+    with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(
+            f"SELECT {_COLUMNS} FROM api_keys WHERE user_id = %s ORDER BY created, id",
+            (principal.user_id,)).fetchall()
+    return [key_record(r) for r in rows]
+
+
+@blp.route("/scopes", methods=["GET"])
+@blp.response(200)
+@requires("apikeys:read")
+def list_scopes() -> Any:
+    """Every scope a key can hold, mapped to its meaning."""
+    return dict(credentials.SCOPES)
+
+
+@blp.route("/<key_id>", methods=["PUT"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": ApiKeyUpdateSchema}}})
+@blp.response(200, ApiKeySchema)
+@requires_user()
+def update_key(key_id: str) -> Any:
+    """Change a key's `scopes`, `name`, `exp` or `active`; other fields are refused (400)."""
+    wanted = _key_id(key_id)
+    body = request_body(form=False)
+    _refuse_read_only(body)
+    changes = load(ApiKeyUpdateSchema(), body)
+    principal = current_principal()
+    auth = authenticator(current_app)
+    with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "UPDATE api_keys SET"
+            " scopes = CASE WHEN %(set_scopes)s THEN %(scopes)s::text[] ELSE scopes END,"
+            " name = coalesce(%(name)s, name),"
+            " exp = CASE WHEN %(set_exp)s THEN %(exp)s::timestamptz ELSE exp END,"
+            " active = coalesce(%(active)s, active),"
+            " updated = CASE WHEN %(changed)s THEN now() ELSE updated END"
+            f" WHERE id = %(id)s AND user_id = %(user)s RETURNING {_COLUMNS}",
+            {"set_scopes": "scopes" in changes,
+             "scopes": sorted(set(changes.get("scopes") or [])),
+             "name": changes.get("name"), "set_exp": "exp" in changes,
+             "exp": changes.get("exp"), "active": changes.get("active"),
+             "changed": bool(changes), "id": wanted, "user": principal.user_id}).fetchone()
+    if row is None:
+        raise UnknownObject(f"unknown API key {key_id!r}")
+    return key_record(row)
+
+
+@blp.route("/<key_id>", methods=["DELETE"])
+@blp.response(204)
+@requires_user()
+def delete_key(key_id: str) -> Any:
+    """Delete a key for good; it stops working at once."""
+    wanted = _key_id(key_id)
+    principal = current_principal()
+    auth = authenticator(current_app)
+    with auth.pool.connection() as conn:
+        cur = conn.execute("DELETE FROM api_keys WHERE id = %s AND user_id = %s",
+                           (wanted, principal.user_id))
+        if cur.rowcount == 0:
+            raise UnknownObject(f"unknown API key {key_id!r}")
+    return None
