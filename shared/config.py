@@ -71,6 +71,9 @@ class Settings:
     login_address_max_failures: int = _f(
         50, "Failed logins from one client address (any accounts) before throttling")
     cors_origin: str = _f("*", "Access-Control-Allow-Origin value")
+    cursor_secret: str | None = _f(
+        None, "Key for the HMAC that makes /data cursors tamper-evident; every worker and host "
+        "must share it (unset: a random key kept in the database is used)", secret=True)
 
     # --- logging ---
     log_level: str = _f("INFO", "Log level of every process")

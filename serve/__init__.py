@@ -1,0 +1,100 @@
+"""The HTTP API (`/api/v2`): Flask app factory, served by gunicorn through `serve.wsgi:app`.
+
+`create_app(settings)` wires one pool (`app.extensions["db"]`), the settings
+(`app.extensions["settings"]`), flask-smorest with the OpenAPI 3 document at
+`/api/v2/openapi.json` and Swagger UI at `/api/v2/doc` (assets from the swagger-ui-bundle
+package, served by this app), the JSON error handlers, CORS headers, the blueprints of
+`serve.api.BLUEPRINTS` and authentication (`serve.auth.init_app`).
+
+The pool is opened here, so run gunicorn without `preload_app`: every worker process must
+build its own app and connections.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import swagger_ui_bundle
+from flask import Flask, Response, request
+from flask_smorest import Api
+
+from serve import auth, errors, pagination
+from serve.api import BLUEPRINTS
+from shared.config import Settings
+from shared.db import make_pool
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/api/v2"
+DOC_ASSETS = f"{API_PREFIX}/doc/assets"
+# Response headers browser clients must be able to read (X-Cursor-Next drives paging).
+EXPOSED_HEADERS = "X-Cursor-Next, X-Units, Retry-After, WWW-Authenticate, Deprecation, Sunset"
+
+
+def create_app(settings: Settings | None = None) -> Flask:
+    """Build the API app: settings from the environment unless given (tests pass their own)."""
+    settings = settings if settings is not None else Settings.from_env(os.environ)
+    # Flask's own static route serves the Swagger UI files from the installed package: no CDN.
+    app = Flask(__name__, static_folder=swagger_ui_bundle.swagger_ui_path,
+                static_url_path=DOC_ASSETS)
+    app.config.update(
+        API_TITLE="Environmental sensor data service",
+        API_VERSION="v2",
+        OPENAPI_VERSION="3.0.3",
+        OPENAPI_URL_PREFIX=API_PREFIX,
+        OPENAPI_JSON_PATH="openapi.json",
+        OPENAPI_SWAGGER_UI_PATH="doc",
+        OPENAPI_SWAGGER_UI_URL=DOC_ASSETS + "/",
+        API_SPEC_OPTIONS={
+            "info": {"description": "Time series of field sensors: tables, schemas, data, "
+                                    "devices, locations and API keys."},
+            "components": {"securitySchemes": {
+                "basic": {"type": "http", "scheme": "basic"},
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apikey": {"type": "apiKey", "in": "header", "name": "Authorization",
+                           "description": "Authorization: Apikey <key>"},
+            }},
+            "security": [{"basic": []}, {"bearer": []}, {"apikey": []}],
+        },
+        MAX_CONTENT_LENGTH=1024 * 1024,
+    )
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # keys keep their documented order
+    app.extensions["settings"] = settings
+    pool = make_pool(
+        settings, name="sds-serve",
+        # Every API statement is bounded; timestamps come back in UTC.
+        options=f"-c statement_timeout={int(settings.statement_timeout_ms)} -c TimeZone=UTC",
+    )
+    app.extensions["db"] = pool
+    with pool.connection() as conn:
+        app.extensions["cursor_key"] = pagination.load_key(conn, settings.cursor_secret)
+
+    api = Api(app)
+    errors.init_app(app)  # after Api(): replaces smorest's HTTPException handler with ours
+    for blueprint in BLUEPRINTS:
+        api.register_blueprint(blueprint)
+    auth.init_app(app)
+    app.after_request(_cors(settings.cors_origin))
+    log.info("API app ready (%d blueprints)", len(BLUEPRINTS))
+    return app
+
+
+def _cors(origin: str):  # type: ignore[no-untyped-def]
+    """after_request hook adding CORS headers to every answer, errors included."""
+
+    def add_cors(response: Response) -> Response:
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers["Access-Control-Expose-Headers"] = EXPOSED_HEADERS
+        if origin != "*":
+            response.vary.add("Origin")
+        if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
+            response.headers["Access-Control-Allow-Headers"] = "Authorization, Accept, Content-Type"
+            response.headers["Access-Control-Allow-Methods"] = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
+            response.headers["Access-Control-Max-Age"] = "600"
+        return response
+
+    return add_cors
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,14 @@
+"""The API's blueprints, registered in this order by `serve.create_app`."""
+
+from __future__ import annotations
+
+from serve.api import apikeys, auth, data, devices, locations, schemas
+
+BLUEPRINTS = [
+    schemas.blp,
+    data.blp,
+    devices.blp,
+    locations.blp,
+    auth.blp,
+    apikeys.blp,
+]

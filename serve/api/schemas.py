@@ -1,0 +1,56 @@
+"""`/api/v2/schemas` and `/api/v2/schemas/{table}`: table names and column metadata, read from
+the column registry (shared.columns) only. Always JSON."""
+
+from __future__ import annotations
+
+import orjson
+from flask import Response
+from marshmallow import Schema, fields
+
+from serve.auth import requires
+from serve.errors import Blueprint
+from shared.columns import TABLES, describe
+from shared.errors import UnknownTable
+
+blp = Blueprint("schemas", __name__, url_prefix="/api/v2/schemas",
+                description="Tables and their columns.")
+
+
+class ColumnSchema(Schema):
+    """Column metadata record (for the OpenAPI document; keys served in this order)."""
+
+    column_name = fields.String(metadata={"description": "Name, usable in select"})
+    data_type = fields.String(metadata={"description": "SQL type, e.g. real"})
+    description = fields.String(metadata={"description": "Meaning and output unit"})
+
+
+def _json(value: object) -> Response:
+    return Response(orjson.dumps(value), mimetype="application/json")
+
+
+def table_or_404(name: str):  # type: ignore[no-untyped-def]
+    """The registry table called `name`; UnknownTable (404) listing the valid names."""
+    found = TABLES.get(name)
+    if found is None:
+        raise UnknownTable(f"unknown table {name!r}; tables: {', '.join(TABLES)}",
+                           errors={"table": [f"must be one of: {', '.join(TABLES)}"]})
+    return found
+
+
+@blp.route("")
+@requires("data:read")
+@blp.doc(responses={"200": {
+    "description": "Table names",
+    "content": {"application/json": {"schema": {"type": "array", "items": {"type": "string"}},
+                                     "example": list(TABLES)}}}})
+def list_tables() -> Response:
+    """Names of the data tables, each usable as {table} in /schemas and /data."""
+    return _json(list(TABLES))
+
+
+@blp.route("/<table>")
+@requires("data:read")
+@blp.response(200, ColumnSchema(many=True), description="Columns of the table")
+def table_columns(table: str) -> Response:
+    """Columns of one table: column_name, data_type and description, in table order."""
+    return _json([describe(c) for c in table_or_404(table).columns])

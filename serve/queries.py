@@ -1,0 +1,193 @@
+"""Read SQL of the API: tenant-checked lookups and the keyset page statements of `/data`.
+
+A page is read in keyset order (time, device), ascending or descending, never with OFFSET over
+the listing, so a page costs the same whatever the history or page number: device queries walk
+the primary key (device, time), location queries the index (location, time, device). Values are
+converted and rounded in SQL with the factors of `shared.units`, so Python only serialises:
+a stored `real` is read as `col::text::float8`, its shortest float32 text (PostgreSQL >= 12),
+so 21.3 stays 21.3 rather than 21.299999237060547; a converted value is rounded to the decimals
+the registry declares for that column and unit. Functions take `conn` first and never commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from serve.pagination import Position
+from shared import units
+from shared.columns import Column, Table
+from shared.errors import UnknownDevice, UnknownLocation
+from shared.units import Unit
+
+# Local midnight lies within 14 h before and 12 h after UTC midnight; a day of margin covers it.
+_LOCAL_DAY_MARGIN = timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    """One page of one `/data` listing, fully resolved (validated names, UTC instants)."""
+
+    table: Table
+    columns: tuple[Column, ...]  # output columns, in request order
+    units: Mapping[str, Unit]  # unit parameter -> unit in effect
+    org: UUID
+    device: str | None
+    location: UUID | None
+    start: datetime  # inclusive window of the listing
+    end: datetime
+    start_day: date | None = None  # daily: local-date bounds from date-only parameters
+    end_day: date | None = None
+    after: Position | None = None  # first row of this page (inclusive), from the cursor
+    descending: bool = False
+    limit: int = 1000
+    text_booleans: bool = False  # CSV: booleans as 'true'/'false'
+    with_time: bool = False  # also fetch t.time as a last, hidden column (for local_time)
+
+
+def find_device(conn: psycopg.Connection, *, org: UUID, name: str) -> str:
+    """The device called `name` in organisation `org`; UnknownDevice otherwise (any org)."""
+    row = conn.execute(
+        "SELECT name FROM devices WHERE name = %s AND org_id = %s", (name, org)).fetchone()
+    if row is None:
+        raise UnknownDevice(f"unknown device {name!r}", errors={"device": ["unknown device"]})
+    return str(row[0])
+
+
+def find_location(conn: psycopg.Connection, *, org: UUID, ref: str) -> UUID:
+    """The location of `org` with id `ref` (or, failing that, named `ref`); else UnknownLocation."""
+    try:
+        as_id: UUID | None = uuid.UUID(ref)
+    except ValueError:
+        as_id = None
+    row = None
+    if as_id is not None:
+        row = conn.execute(
+            "SELECT id FROM locations WHERE id = %s AND org_id = %s", (as_id, org)).fetchone()
+    if row is None:
+        row = conn.execute(
+            "SELECT id FROM locations WHERE name = %s AND org_id = %s", (ref, org)).fetchone()
+    if row is None:
+        raise UnknownLocation(f"unknown location {ref!r}",
+                              errors={"location": ["unknown location"]})
+    return UUID(str(row[0]))
+
+
+def unit_for(col: Column, chosen: Mapping[str, Unit]) -> Unit | None:
+    """The unit in effect for `col`, or None when no unit parameter converts it."""
+    if col.measure is None:
+        return None
+    return chosen.get(units.param_for(col.measure))
+
+
+def column_expr(col: Column, unit: Unit | None, *, text_booleans: bool = False) -> sql.Composable:
+    """SQL for one output column, aliased to its name."""
+    ref = sql.SQL("t.{}").format(sql.Identifier(col.name))
+    expr: sql.Composable = ref
+    if col.dtype == "real":
+        shortest = sql.SQL("{}::text::float8").format(ref)
+        expr = shortest
+        if unit is not None:
+            scale, offset = units.factors(col, unit)
+            if (scale, offset) != (1.0, 0.0):
+                expr = sql.SQL("round(({} * {} + {})::numeric, {})::float8").format(
+                    shortest, sql.Literal(scale), sql.Literal(offset),
+                    sql.Literal(units.decimals(col, unit)))
+    elif col.dtype == "uuid":
+        expr = sql.SQL("{}::text").format(ref)
+    elif col.dtype == "boolean" and text_booleans:
+        expr = sql.SQL("CASE {} WHEN true THEN 'true' WHEN false THEN 'false' END").format(ref)
+    return sql.SQL("{} AS {}").format(expr, sql.Identifier(col.name))
+
+
+def _bounds(scan: Scan) -> tuple[datetime, datetime]:
+    lo, hi = scan.start, scan.end
+    if scan.start_day is not None:
+        lo = lo - _LOCAL_DAY_MARGIN
+    if scan.end_day is not None:
+        hi = hi + _LOCAL_DAY_MARGIN
+    if scan.after is not None:
+        if scan.descending:
+            hi = min(hi, scan.after.time)
+        else:
+            lo = max(lo, scan.after.time)
+    return lo, hi
+
+
+def _from_where(scan: Scan) -> tuple[sql.Composable, dict[str, Any]]:
+    """FROM ... WHERE ... ORDER BY ... shared by the page and next-key statements."""
+    lo, hi = _bounds(scan)
+    params: dict[str, Any] = {"lo": lo, "hi": hi}
+    source: sql.Composable = sql.SQL("{} t").format(sql.Identifier(scan.table.name))
+    where: list[sql.Composable] = [sql.SQL("t.time >= %(lo)s"), sql.SQL("t.time <= %(hi)s")]
+    if scan.device is not None:
+        where.append(sql.SQL("t.device = %(device)s"))
+        params["device"] = scan.device
+    if scan.location is not None:
+        where.append(sql.SQL("t.location = %(location)s"))
+        params["location"] = scan.location
+        if scan.device is None:
+            # Defence in depth: only the caller's devices, even if another organisation's
+            # device was ever deployed at this location.
+            where.append(sql.SQL(
+                "t.device IN (SELECT d.name FROM devices d WHERE d.org_id = %(org)s)"))
+            params["org"] = scan.org
+            if scan.after is not None:
+                cmp = sql.SQL("<=" if scan.descending else ">=")
+                where.append(sql.SQL("(t.time, t.device) {} (%(after_time)s, %(after_device)s)")
+                             .format(cmp))
+                params["after_time"] = scan.after.time
+                params["after_device"] = scan.after.device
+    if scan.start_day is not None or scan.end_day is not None:
+        # `daily` rows start at local midnight: a date alone names local days, whatever the
+        # zone of the location each row was recorded at.
+        source = sql.SQL("{} LEFT JOIN locations z ON z.id = t.location").format(source)
+        local_day = sql.SQL("(t.time AT TIME ZONE coalesce(z.tz_name, 'UTC'))::date")
+        if scan.start_day is not None:
+            where.append(sql.SQL("{} >= %(start_day)s").format(local_day))
+            params["start_day"] = scan.start_day
+        if scan.end_day is not None:
+            where.append(sql.SQL("{} <= %(end_day)s").format(local_day))
+            params["end_day"] = scan.end_day
+    direction = sql.SQL("DESC" if scan.descending else "ASC")
+    tail = sql.SQL("FROM {} WHERE {} ORDER BY t.time {}, t.device {}").format(
+        source, sql.SQL(" AND ").join(where), direction, direction)
+    return tail, params
+
+
+def page_statement(scan: Scan) -> tuple[sql.Composed, dict[str, Any]]:
+    """SELECT of the page's rows: the output columns (plus t.time when with_time)."""
+    exprs = [column_expr(c, unit_for(c, scan.units), text_booleans=scan.text_booleans)
+             for c in scan.columns]
+    if scan.with_time:
+        exprs.append(sql.SQL("t.time AS {}").format(sql.Identifier("__time")))
+    tail, params = _from_where(scan)
+    params["limit"] = scan.limit
+    stmt = sql.SQL("SELECT {} {} LIMIT %(limit)s").format(sql.SQL(", ").join(exprs), tail)
+    return stmt, params
+
+
+def next_key_statement(scan: Scan) -> tuple[sql.Composed, dict[str, Any]]:
+    """SELECT of the key (time, device) of the first row after the page, if any.
+
+    The OFFSET here is bounded by the page size (at most 10000 index entries), not by the
+    position in the listing, which the keyset predicate already skips.
+    """
+    tail, params = _from_where(scan)
+    params["limit"] = scan.limit
+    stmt = sql.SQL("SELECT t.time, t.device {} OFFSET %(limit)s LIMIT 1").format(tail)
+    return stmt, params
+
+
+def next_key(conn: psycopg.Connection, scan: Scan) -> Position | None:
+    """Key of the row that starts the next page, or None on the last page."""
+    stmt, params = next_key_statement(scan)
+    row = conn.execute(stmt, params).fetchone()
+    return Position(row[0], row[1]) if row else None

@@ -1,0 +1,188 @@
+"""Streamed JSON and CSV bodies of `/data`, content negotiation, and the X-Units header.
+
+Rows arrive from the database already converted and rounded (serve.queries); this module only
+serialises them, a chunk of rows at a time, so memory stays flat whatever the page size.
+JSON: a bare array of objects, `time` as `2019-07-01T00:00:00Z`. CSV: a header line, then one
+line per row, times as `2019-07-01T00:00:00+0000`, an empty field for null. `local_time`, when
+asked for, is the last key/column: `2019-06-30T20:00:00-0400`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from datetime import datetime, tzinfo
+from typing import Any
+
+import orjson
+from werkzeug.datastructures import MIMEAccept
+
+from shared import units
+from shared.columns import TS, Column
+from shared.units import Unit
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+CSV = "text/csv"
+# Order of classes in X-Units, as in the public API's example `C,mb,pct,mm`.
+UNIT_ORDER = ("temp", "pres", "ratio", "size", "speed")
+
+
+def wants_csv(accept: MIMEAccept) -> bool:
+    """True when the client asked for text/csv at least as strongly as for JSON."""
+    csv_q = max((q for value, q in accept if value.lower() == CSV), default=0)
+    if csv_q <= 0:
+        return False
+    json_q = max((q for value, q in accept if value.lower() == JSON), default=0)
+    return csv_q >= json_q
+
+
+def units_header(columns: Iterable[Column], chosen: Mapping[str, Unit]) -> str:
+    """X-Units: unit labels for the measurement classes present in `columns`."""
+    present = {units.param_for(c.measure) for c in columns if c.measure is not None}
+    return ",".join(chosen[p].label for p in UNIT_ORDER if p in present)
+
+
+def _offset_without_colon(iso: str) -> str:
+    """'2019-06-30T20:00:00-04:00' -> '2019-06-30T20:00:00-0400' (also with .ffffff)."""
+    i = 26 if len(iso) > 19 and iso[19] == "." else 19
+    return iso[:i] + iso[i:].replace(":", "")
+
+
+def format_local(t: datetime, tz: tzinfo) -> str:
+    """`t` in `tz` as ISO 8601 with a colon-less offset (DST-aware for zones)."""
+    return _offset_without_colon(t.astimezone(tz).isoformat())
+
+
+def format_csv_time(t: datetime) -> str:
+    """A UTC instant as CSV writes it: `2019-07-01T00:00:00+0000`."""
+    return _offset_without_colon(t.isoformat())
+
+
+class JsonRows:
+    """Serialises chunks of row tuples into one JSON array, piece by piece."""
+
+    content_type = JSON
+
+    def __init__(self, names: Sequence[str], local_tz: tzinfo | None) -> None:
+        self.names = tuple(names)
+        self.local_tz = local_tz
+        self._first = True
+
+    def start(self) -> bytes:
+        return b"["
+
+    def chunk(self, rows: Sequence[Sequence[Any]]) -> bytes:
+        names, tz = self.names, self.local_tz
+        if tz is None:
+            objects = [dict(zip(names, r, strict=False)) for r in rows]
+        else:
+            objects = []
+            for r in rows:
+                obj = dict(zip(names, r, strict=False))
+                obj["local_time"] = format_local(r[-1], tz)
+                objects.append(obj)
+        body = orjson.dumps(objects, option=orjson.OPT_UTC_Z)[1:-1]
+        if not body:
+            return b""
+        if self._first:
+            self._first = False
+            return body
+        return b"," + body
+
+    def end(self) -> bytes:
+        return b"]"
+
+
+class CsvRows:
+    """Serialises chunks of row tuples into CSV lines after one header line."""
+
+    content_type = CSV
+
+    def __init__(self, columns: Sequence[Column], local_tz: tzinfo | None) -> None:
+        self.names = [c.name for c in columns]
+        self.width = len(self.names)
+        self.local_tz = local_tz
+        self.times = [i for i, c in enumerate(columns) if c.dtype == TS]
+        self._buf = io.StringIO()
+        self._writer = csv.writer(self._buf, lineterminator="\n")
+
+    def _take(self) -> bytes:
+        text = self._buf.getvalue()
+        self._buf.seek(0)
+        self._buf.truncate()
+        return text.encode()
+
+    def start(self) -> bytes:
+        header = self.names + (["local_time"] if self.local_tz is not None else [])
+        self._writer.writerow(header)
+        return self._take()
+
+    def chunk(self, rows: Sequence[Sequence[Any]]) -> bytes:
+        times, tz, width = self.times, self.local_tz, self.width
+        if not times and tz is None:
+            self._writer.writerows(rows)
+            return self._take()
+        out = []
+        for r in rows:
+            line = list(r[:width])
+            for i in times:
+                v = line[i]
+                if v is not None:
+                    line[i] = format_csv_time(v)
+            if tz is not None:
+                line.append(format_local(r[-1], tz))
+            out.append(line)
+        self._writer.writerows(out)
+        return self._take()
+
+    def end(self) -> bytes:
+        return b""
+
+
+class RowStream:
+    """The WSGI body: writer output over chunks fetched on demand; `close()` frees the source.
+
+    A class rather than a bare generator, because a generator never started (HEAD, or a client
+    gone before the first byte) does not run its `finally` on close(); this does.
+    """
+
+    def __init__(
+        self, writer: JsonRows | CsvRows, first: Sequence[Sequence[Any]],
+        fetch: Callable[[], Sequence[Sequence[Any]]], chunk_rows: int,
+        release: Callable[[], None],
+    ) -> None:
+        self._writer = writer
+        self._first = first
+        self._fetch = fetch
+        self._chunk_rows = chunk_rows
+        self._release: Callable[[], None] | None = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield self._writer.start()
+            rows = self._first
+            self._first = ()
+            while rows:
+                piece = self._writer.chunk(rows)
+                if piece:
+                    yield piece
+                if len(rows) < self._chunk_rows:
+                    break
+                rows = self._fetch()
+            yield self._writer.end()
+        except Exception:
+            # Headers are gone: the client sees a cut-off body (no final chunk), never a
+            # well-formed but incomplete page.
+            log.exception("error while streaming a page")
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
