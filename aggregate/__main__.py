@@ -1,0 +1,128 @@
+"""`python -m aggregate`: the rollup scheduler, one active instance per database.
+
+The process waits for the scheduler lock (aggregate.leader), then runs a BlockingScheduler in
+UTC with one interval job per rollup table plus a watchdog that stops the scheduler when the
+lock is lost; it then waits for the lock again. Jobs are defined here in code (fixed ids,
+replace_existing) with APScheduler's default in-memory job store: no shared persistent store,
+so restarts never duplicate jobs (reliability plan R30-R34).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from datetime import UTC, datetime
+from types import FrameType
+
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_MAX_INSTANCES,
+    EVENT_JOB_MISSED,
+    JobEvent,
+    JobExecutionEvent,
+)
+from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+from psycopg_pool import ConnectionPool
+
+from aggregate import jobs, rollups
+from aggregate.leader import LeaderLock, LeadershipLost
+from shared.config import Settings
+from shared.db import make_pool
+from shared.logs import configure_logging
+
+log = logging.getLogger("aggregate")
+
+# A run that starts late (process paused, machine busy) still runs: the work comes from the
+# dirty marks, so a late run catches up everything; coalesce folds missed runs into one.
+MISFIRE_GRACE = 24 * 3600
+WATCHDOG_SECONDS = 2.0
+LOCK_POLL_SECONDS = 1.0
+
+
+def build_scheduler(
+    pool: ConnectionPool, settings: Settings, leader: LeaderLock, runner: str
+) -> BlockingScheduler:
+    """The scheduler with its jobs (UTC, interval triggers) and the error listener."""
+    scheduler = BlockingScheduler(
+        timezone=UTC,
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": MISFIRE_GRACE},
+    )
+    interval = max(1, settings.aggregate_interval)
+    for table in rollups.TABLE_ORDER:
+        scheduler.add_job(
+            jobs.run_job, IntervalTrigger(seconds=interval, timezone=UTC), id=table,
+            name=f"rollup {table}", replace_existing=True, coalesce=True, max_instances=1,
+            misfire_grace_time=MISFIRE_GRACE, next_run_time=datetime.now(UTC),
+            kwargs={"pool": pool, "settings": settings, "table": table,
+                    "guard": leader.guard, "runner": runner})
+
+    def watchdog() -> None:
+        if not leader.alive():
+            log.warning("scheduler lock lost: stopping jobs and waiting to lead again")
+            scheduler.shutdown(wait=False)
+
+    scheduler.add_job(watchdog, IntervalTrigger(seconds=WATCHDOG_SECONDS, timezone=UTC),
+                      id="leader-watchdog", replace_existing=True, coalesce=True,
+                      max_instances=1, misfire_grace_time=MISFIRE_GRACE)
+
+    def on_event(event: JobEvent) -> None:
+        if isinstance(event, JobExecutionEvent) and event.exception is not None:
+            if isinstance(event.exception, LeadershipLost):
+                log.warning("job %s rolled back: %s", event.job_id, event.exception)
+            else:
+                log.error("job %s failed: %r", event.job_id, event.exception)
+        elif event.code == EVENT_JOB_MAX_INSTANCES:
+            log.warning("job %s still running at its next tick; skipped this one",
+                        event.job_id)
+        elif event.code == EVENT_JOB_MISSED:
+            log.warning("job %s missed its run time", event.job_id)
+
+    scheduler.add_listener(on_event, EVENT_JOB_ERROR | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
+    return scheduler
+
+
+def main() -> int:
+    """Run the scheduler until SIGTERM/SIGINT."""
+    settings = Settings.from_env(os.environ)
+    configure_logging(settings)
+    runner = jobs.runner_name()
+    stop = threading.Event()
+    current: list[BlockingScheduler] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %s: stopping", signum)
+        stop.set()
+        for s in current:
+            if s.running:
+                s.shutdown(wait=False)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    pool = make_pool(settings, name="sds-aggregate")
+    leader = LeaderLock(settings.database_url)
+    log.info("aggregate scheduler %s: waiting for the scheduler lock", runner)
+    try:
+        while not stop.is_set():
+            if not leader.wait(stop, poll=LOCK_POLL_SECONDS):
+                break
+            log.info("aggregate scheduler %s is the leader; jobs every %d s", runner,
+                     settings.aggregate_interval)
+            scheduler = build_scheduler(pool, settings, leader, runner)
+            current[:] = [scheduler]
+            if stop.is_set():
+                break
+            scheduler.start()  # blocks until the watchdog or a signal shuts it down
+            current.clear()
+            leader.release()
+    finally:
+        leader.release()
+        pool.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

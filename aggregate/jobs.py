@@ -1,0 +1,168 @@
+"""Scheduled jobs: one per rollup table, each draining that table's dirty marks in batches.
+
+Which buckets are due comes from the data (the marks ingest writes), never from when a job
+fires, so catch-up after downtime, DST days and today's partial hour or day need no special
+case: ingest marks the current bucket on every batch and each run recomputes it. Every run is
+recorded in `job_runs` (one row per execution, with the runner) and `aggregate_runs` (last run
+and last error per job, for `aggregate status`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from aggregate import rollups
+from shared.config import Settings
+
+log = logging.getLogger(__name__)
+
+BATCH = 2000  # marks per transaction: bounds lock time and memory per step
+MAX_BATCHES = 500  # per run; a backlog beyond this continues on the next tick
+
+# A bucket starting inside a backfill piece holds readings up to a local day (+DST) later.
+LOOKAHEAD = timedelta(hours=27)
+
+Guard = Callable[[psycopg.Connection], None]
+
+
+def runner_name() -> str:
+    """host:pid of this process, recorded with each run."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _no_guard(conn: psycopg.Connection) -> None:
+    return None
+
+
+def _start(pool: ConnectionPool, job: str, runner: str, guard: Guard) -> int:
+    with pool.connection() as conn:
+        guard(conn)  # a process that is not the leader records no run
+        row = conn.execute(
+            "INSERT INTO job_runs (job, runner) VALUES (%s, %s) RETURNING id",
+            (job, runner)).fetchone()
+        conn.execute(
+            "INSERT INTO aggregate_runs (job, last_start) VALUES (%s, now())"
+            " ON CONFLICT (job) DO UPDATE SET last_start = now()", (job,))
+    assert row is not None
+    return int(row[0])
+
+
+def _finish(pool: ConnectionPool, job: str, run_id: int, *, buckets: int,
+            error: str | None) -> None:
+    with pool.connection() as conn:
+        conn.execute(
+            "UPDATE job_runs SET finished = now(), ok = %s, buckets = %s WHERE id = %s",
+            (error is None, buckets, run_id))
+        if error is None:
+            conn.execute(
+                "UPDATE aggregate_runs SET last_finish = now(), last_ok = now(), buckets = %s,"
+                " total_runs = total_runs + 1 WHERE job = %s", (buckets, job))
+        else:
+            conn.execute(
+                "UPDATE aggregate_runs SET last_finish = now(), last_error = %s,"
+                " last_error_at = now(), buckets = %s, total_runs = total_runs + 1"
+                " WHERE job = %s", (error[:2000], buckets, job))
+
+
+def drain(
+    pool: ConnectionPool, *, table: str, low_quality_pct: float, guard: Guard = _no_guard,
+    batch: int = BATCH, max_batches: int = MAX_BATCHES,
+) -> int:
+    """Process `table`'s pending marks, one transaction per batch; returns marks processed.
+
+    `guard` runs inside each transaction before the claim and again before commit; when it
+    raises (leadership lost) the batch rolls back and its marks stay pending.
+    """
+    total = 0
+    for _ in range(max_batches):
+        with pool.connection() as conn, conn.transaction():
+            guard(conn)
+            n = rollups.process_marks(conn, table=table, limit=batch,
+                                      low_quality_pct=low_quality_pct)
+            guard(conn)
+        total += n
+        if n < batch:
+            break
+    return total
+
+
+def run_job(
+    pool: ConnectionPool, settings: Settings, *, table: str, guard: Guard = _no_guard,
+    runner: str | None = None,
+) -> int:
+    """One scheduled run of the `table` rollup, recorded in job_runs and aggregate_runs."""
+    runner = runner or runner_name()
+    run_id = _start(pool, table, runner, guard)
+    started = datetime.now(UTC)
+    try:
+        n = drain(pool, table=table, low_quality_pct=settings.low_quality_pct, guard=guard)
+    except Exception as exc:
+        _finish(pool, table, run_id, buckets=0, error=f"{type(exc).__name__}: {exc}")
+        raise
+    _finish(pool, table, run_id, buckets=n, error=None)
+    log.info("job %s: %d buckets in %.2f s", table, n,
+             (datetime.now(UTC) - started).total_seconds())
+    return n
+
+
+def run_all(
+    pool: ConnectionPool, settings: Settings, *, guard: Guard = _no_guard,
+    runner: str | None = None,
+) -> dict[str, int]:
+    """Run every rollup job once, in the fixed table order (the `aggregate run` command)."""
+    return {t: run_job(pool, settings, table=t, guard=guard, runner=runner)
+            for t in rollups.TABLE_ORDER}
+
+
+def chunks(start: datetime, end: datetime, days: int) -> list[tuple[datetime, datetime]]:
+    """`[start, end)` cut into pieces of at most `days` days."""
+    step = timedelta(days=max(1, days))
+    out, t = [], start
+    while t < end:
+        out.append((t, min(t + step, end)))
+        t += step
+    return out
+
+
+def backfill_chunk(
+    conn: psycopg.Connection, *, table: str, start: datetime, end: datetime, first: bool,
+    last: bool, devices: Sequence[str] | None, low_quality_pct: float,
+) -> int:
+    """Recompute the `table` buckets that start in `[start, end)` and hold readings.
+
+    The first piece also takes the bucket containing `start`, the last one buckets that run
+    past `end`; buckets are always recomputed whole. Caller owns the transaction.
+    """
+    found = rollups.buckets_in_range(conn, table=table, start=start,
+                                     end=end if last else end + LOOKAHEAD, devices=devices)
+    keep = [b for b in found if (first or b.start >= start) and b.start < end]
+    return rollups.recompute(conn, table=table, buckets=keep, low_quality_pct=low_quality_pct)
+
+
+def backfill(
+    conn: psycopg.Connection, *, tables: Sequence[str], start: datetime, end: datetime,
+    devices: Sequence[str] | None, low_quality_pct: float, chunk_days: int = 7,
+    progress: Callable[[str, datetime, int], None] | None = None,
+) -> int:
+    """Recompute every bucket of `tables` with readings in `[start, end)`, one transaction per
+    table and chunk (committed as it goes); returns rows written. Marks are left alone: a
+    pending mark only causes one more, identical, recompute."""
+    written = 0
+    pieces = chunks(start, end, chunk_days)
+    for table in (t for t in rollups.TABLE_ORDER if t in tables):
+        for i, (lo, hi) in enumerate(pieces):
+            with conn.transaction():
+                n = backfill_chunk(conn, table=table, start=lo, end=hi, first=i == 0,
+                                   last=i == len(pieces) - 1, devices=devices,
+                                   low_quality_pct=low_quality_pct)
+            written += n
+            if progress is not None:
+                progress(table, hi, n)
+    return written
