@@ -51,17 +51,35 @@ def request_body(*, form: bool) -> dict[str, Any]:
         f"Content-Type {mimetype or '(none)'!r} is not supported; send {accepted}")
 
 
+def _plain(messages: Any) -> Any:
+    """marshmallow messages with every key a string (list errors are keyed by index)."""
+    if isinstance(messages, dict):
+        return {str(k): _plain(v) for k, v in messages.items()}
+    if isinstance(messages, list | tuple):
+        return [_plain(m) for m in messages]
+    return str(messages)
+
+
+def _flatten(messages: Any) -> str:
+    if isinstance(messages, dict):
+        return " ".join(f"[{k}] {_flatten(v)}" if k.isdigit() else _flatten(v)
+                        for k, v in messages.items())
+    if isinstance(messages, list):
+        return " ".join(_flatten(m) for m in messages)
+    return str(messages)
+
+
 def load(schema: Schema, body: dict[str, Any]) -> dict[str, Any]:
-    """`body` validated by `schema`; BadRequest naming every rejected field."""
+    """`body` validated by `schema`; BadRequest naming every rejected field and why."""
     try:
         return dict(schema.load(body))
     except ValidationError as exc:
-        messages = exc.normalized_messages()
-        fields_named = ", ".join(sorted(str(k) for k in messages)) if isinstance(
-            messages, dict) else ""
-        raise BadRequest(f"invalid body: {fields_named}" if fields_named else "invalid body",
-                         errors={"json": messages} if isinstance(messages, dict) else None
-                         ) from None
+        messages = _plain(exc.normalized_messages())
+        if not isinstance(messages, dict):
+            messages = {"_schema": messages}
+        text = "; ".join(f"{field}: {_flatten(msgs)}" if field != "_schema" else _flatten(msgs)
+                         for field, msgs in sorted(messages.items()))
+        raise BadRequest(f"invalid body: {text}", errors={"json": messages}) from None
 
 
 @blp.route("/token", methods=["POST"])

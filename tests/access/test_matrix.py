@@ -1,0 +1,258 @@
+"""The authorization matrix (reliability plan S1, S2): every /api/v2 route and method against
+every kind of caller, each cell with its expected status.
+
+Callers: none, wrong password, basic, bearer, expired and revoked tokens, API keys with and
+without the needed scope, expired, deactivated and deleted keys, and org B's user and key
+(another organisation). A test also checks that the table covers every route the app serves,
+so a new endpoint cannot ship without its row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from serve.auth import USER_ONLY
+from tests.access.conftest import (
+    PASSWORDS,
+    World,
+    apikey,
+    basic,
+    bearer,
+    insert_token,
+    new_key,
+)
+
+OK_STATUSES = (200, 204)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint: method, path (from the world), body, the scope decision 11 requires, its
+    success status, and whether the path names one of org A's objects."""
+
+    name: str
+    method: str
+    rule: str  # the url_map rule it exercises
+    path: Callable[[World, psycopg.Connection], str]
+    scope: str | None  # None: public
+    ok: int = 200
+    body: dict[str, Any] | None = None
+    a_object: bool = False  # another organisation gets 404 here
+    basic_status: int | None = None  # when basic differs from bearer
+
+
+def _fresh_a1_key(world: World, conn: psycopg.Connection) -> str:
+    key_id, _value = new_key(conn, world.a1, ["data:read"])
+    conn.commit()
+    return str(key_id)
+
+
+ROUTES = [
+    Route("devices", "GET", "/api/v2/devices", lambda w, c: "/api/v2/devices", "devices:read"),
+    Route("device", "GET", "/api/v2/devices/<name>",
+          lambda w, c: f"/api/v2/devices/{w.dev_a}", "devices:read", a_object=True),
+    Route("locations", "GET", "/api/v2/locations", lambda w, c: "/api/v2/locations",
+          "locations:read"),
+    Route("location", "GET", "/api/v2/locations/<location_id>",
+          lambda w, c: f"/api/v2/locations/{w.loc_a}", "locations:read", a_object=True),
+    Route("summary", "GET", "/api/v2/locations/summary",
+          lambda w, c: "/api/v2/locations/summary?temp=f", "locations:read"),
+    Route("apikeys-list", "GET", "/api/v2/apikeys", lambda w, c: "/api/v2/apikeys",
+          "apikeys:read"),
+    Route("apikeys-scopes", "GET", "/api/v2/apikeys/scopes",
+          lambda w, c: "/api/v2/apikeys/scopes", "apikeys:read"),
+    Route("apikeys-create", "POST", "/api/v2/apikeys", lambda w, c: "/api/v2/apikeys",
+          USER_ONLY, body={"scopes": ["data:read"], "name": "matrix"}),
+    Route("apikeys-update", "PUT", "/api/v2/apikeys/<key_id>",
+          lambda w, c: f"/api/v2/apikeys/{w.key_ids['data']}", USER_ONLY,
+          body={"name": "renamed"}, a_object=True),
+    Route("apikeys-delete", "DELETE", "/api/v2/apikeys/<key_id>",
+          lambda w, c: f"/api/v2/apikeys/{_fresh_a1_key(w, c)}", USER_ONLY, ok=204,
+          a_object=True),
+    Route("token-create", "POST", "/api/v2/auth/token", lambda w, c: "/api/v2/auth/token",
+          None, body={"email": "a1@a.example", "password": PASSWORDS["a1@a.example"]}),
+    Route("token-revoke", "DELETE", "/api/v2/auth/token", lambda w, c: "/api/v2/auth/token",
+          USER_ONLY, ok=204, basic_status=400),
+    # The data and schema endpoints (issue 5); rows apply when the app serves the rule.
+    Route("schemas", "GET", "/api/v2/schemas", lambda w, c: "/api/v2/schemas", "data:read"),
+    Route("schema", "GET", "/api/v2/schemas/<table>", lambda w, c: "/api/v2/schemas/hourly",
+          "data:read"),
+    Route("data-device", "GET", "/api/v2/data/<table>",
+          lambda w, c: f"/api/v2/data/calibrated?device={w.dev_a}", "data:read", a_object=True),
+    Route("data-location", "GET", "/api/v2/data/<table>",
+          lambda w, c: f"/api/v2/data/hourly?location={w.loc_a}", "data:read", a_object=True),
+]
+
+# Callers: name -> (headers for this world, kind). Bearer tokens are minted per cell, because
+# DELETE /auth/token revokes the one it is sent with.
+CALLERS = ["anonymous", "wrong_password", "basic", "bearer", "token_expired", "token_revoked",
+           "key_scoped", "key_unscoped", "key_expired", "key_inactive", "key_deleted",
+           "other_org_basic", "other_org_bearer", "other_org_key"]
+REFUSED = {"anonymous", "wrong_password", "token_expired", "token_revoked", "key_expired",
+           "key_inactive", "key_deleted"}
+SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "locations",
+             "apikeys:read": "apikeys", USER_ONLY: "all"}
+
+
+def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection
+             ) -> dict[str, str]:
+    if caller == "anonymous":
+        return {}
+    if caller == "wrong_password":
+        return basic("a1@a.example", "not-the-password")
+    if caller == "basic":
+        return basic("a1@a.example")
+    if caller == "bearer":
+        token = insert_token(conn, world.a1, expires_in=timedelta(hours=1))
+        conn.commit()
+        return bearer(token)
+    if caller == "token_expired":
+        return bearer(world.tokens["expired"])
+    if caller == "token_revoked":
+        return bearer(world.tokens["revoked"])
+    if caller == "key_scoped":
+        return apikey(world.keys[SCOPE_KEY.get(route.scope or "", "all")])
+    if caller == "key_unscoped":
+        return apikey(world.keys["none"])
+    if caller in ("key_expired", "key_inactive", "key_deleted"):
+        return apikey(world.keys[caller.removeprefix("key_")])
+    if caller == "other_org_basic":
+        return basic("b1@b.example")
+    if caller == "other_org_bearer":
+        token = insert_token(conn, world.b1, expires_in=timedelta(hours=1))
+        conn.commit()
+        return bearer(token)
+    if caller == "other_org_key":
+        return apikey(world.keys["b_all"])
+    raise AssertionError(caller)
+
+
+def expected(caller: str, route: Route) -> int:
+    """The status the cell must answer."""
+    if route.scope is None:
+        return route.ok  # public: credentials are not looked at
+    if caller in REFUSED:
+        return 401
+    is_key = caller in ("key_scoped", "key_unscoped", "other_org_key")
+    if is_key and (route.scope == USER_ONLY or caller == "key_unscoped"):
+        return 403
+    if caller.endswith("basic") and route.basic_status is not None:
+        return route.basic_status
+    if caller.startswith("other_org") and route.a_object:
+        return 404
+    return route.ok
+
+
+def _served(app: Flask, route: Route) -> bool:
+    return any(rule.rule == route.rule and route.method in (rule.methods or ())
+               for rule in app.url_map.iter_rules())
+
+
+CELLS = [(r, c) for r in ROUTES for c in CALLERS]
+
+
+@pytest.mark.parametrize("route, caller", CELLS,
+                         ids=[f"{r.name}-{c}" for r, c in CELLS])
+def test_cell(app: Flask, client: FlaskClient, world: World, route: Route, caller: str) -> None:
+    if not _served(app, route):
+        pytest.skip(f"{route.method} {route.rule} is not served by this app")
+    with psycopg.connect(world.url) as conn:
+        headers = _headers(caller, route, world, conn)
+        path = route.path(world, conn)
+    response = client.open(path, method=route.method, headers=headers, json=route.body)
+    want = expected(caller, route)
+    assert response.status_code == want, (
+        f"{route.method} {path} as {caller}: {response.status_code} "
+        f"{response.get_data(as_text=True)[:300]}")
+    if want == 204:
+        assert response.get_data() == b""
+        return
+    body = response.get_json()
+    assert response.mimetype == "application/json"
+    if want >= 400:
+        assert body["code"] == want and body["message"]
+    if want == 401:
+        assert response.headers.get("WWW-Authenticate"), "401 without a challenge"
+    if caller.startswith("other_org") and want == 200 and route.scope is not None:
+        # Another organisation's caller sees nothing of org A.
+        text = response.get_data(as_text=True)
+        for secret_of_a in (world.dev_a, world.dev_a_idle, str(world.loc_a), str(world.org_a),
+                            str(world.a1)):
+            assert secret_of_a not in text, f"{secret_of_a} leaked to org B via {path}"
+
+
+def test_every_served_route_is_in_the_matrix(app: Flask) -> None:
+    covered = {(r.rule, r.method) for r in ROUTES}
+    served = set()
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith("/api/v2") or rule.endpoint == "static" or \
+                rule.endpoint.startswith("api-docs."):
+            continue  # the public API description (test_docs_are_public)
+        for method in rule.methods or ():
+            if method not in ("HEAD", "OPTIONS"):
+                served.add((rule.rule, method))
+    assert served <= covered, f"routes without matrix rows: {sorted(served - covered)}"
+
+
+def test_docs_are_public(client: FlaskClient) -> None:
+    """The OpenAPI document describes the API, not anyone's data: no credentials needed."""
+    r = client.get("/api/v2/openapi.json")
+    assert r.status_code == 200 and "paths" in r.get_json()
+    assert "/api/v2/apikeys" in r.get_json()["paths"]
+
+
+def test_matrix_is_mostly_exercised(app: Flask) -> None:
+    """The access routes themselves must all be served (no silent skips of our own rows)."""
+    own = [r for r in ROUTES if r.rule.startswith(("/api/v2/devices", "/api/v2/locations",
+                                                   "/api/v2/apikeys", "/api/v2/auth"))]
+    assert all(_served(app, r) for r in own)
+
+
+OBJECT_PROBES = [
+    ("device", lambda w: (f"/api/v2/devices/{w.dev_a}", "/api/v2/devices/Z999999",
+                          w.dev_a, "Z999999")),
+    ("location", lambda w: (f"/api/v2/locations/{w.loc_a}",
+                            "/api/v2/locations/00000000-0000-4000-8000-000000000000",
+                            str(w.loc_a), "00000000-0000-4000-8000-000000000000")),
+    ("data-device", lambda w: (f"/api/v2/data/hourly?device={w.dev_a}",
+                               "/api/v2/data/hourly?device=Z999999", w.dev_a, "Z999999")),
+    ("data-location", lambda w: (f"/api/v2/data/hourly?location={w.loc_a}",
+                                 "/api/v2/data/hourly?location="
+                                 "00000000-0000-4000-8000-000000000000",
+                                 str(w.loc_a), "00000000-0000-4000-8000-000000000000")),
+]
+
+
+@pytest.mark.parametrize("name, probe", OBJECT_PROBES, ids=[p[0] for p in OBJECT_PROBES])
+def test_other_org_object_answers_like_a_missing_one(
+        app: Flask, client: FlaskClient, world: World, name: str, probe: Any) -> None:
+    """S2: status, body (with the id swapped) and headers match for 'theirs' and 'missing'."""
+    theirs, missing, their_id, missing_id = probe(world)
+    rule = missing.split("?")[0].rsplit("/", 1)[0]
+    if not any(r.rule.startswith(rule + "/<") for r in app.url_map.iter_rules()):
+        pytest.skip(f"{rule}/... is not served by this app")
+    for headers in (basic("b1@b.example"), apikey(world.keys["b_all"])):
+        a = client.get(theirs, headers=headers)
+        b = client.get(missing, headers=headers)
+        assert a.status_code == b.status_code == 404
+        assert a.get_data(as_text=True).replace(their_id, "ID") == \
+            b.get_data(as_text=True).replace(missing_id, "ID")
+        assert sorted(k for k, _ in a.headers) == sorted(k for k, _ in b.headers)
+
+
+def test_api_key_of_another_user_in_same_org_is_404(client: FlaskClient, world: World) -> None:
+    """Keys belong to their user: a2's key id answers a1 like a missing one."""
+    for method, body in (("PUT", {"name": "x"}), ("DELETE", None)):
+        r = client.open(f"/api/v2/apikeys/{world.key_ids['a2_all']}", method=method,
+                        headers=basic("a1@a.example"), json=body)
+        assert r.status_code == 404
+    listed = client.get("/api/v2/apikeys", headers=basic("a1@a.example")).get_json()
+    assert str(world.key_ids["a2_all"]) not in {k["id"] for k in listed}
