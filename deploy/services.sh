@@ -228,7 +228,10 @@ status() {
         rc=3
     fi
     if mq_running; then
-        say "mosquitto: running, pid $(<"$MQ_PID"), port $MQTT_PORT, log $MQ_DIR/mosquitto.log"
+        # The port from the config it runs with, which SDS_MQTT_PORT may no longer match.
+        local mq_port
+        mq_port=$(awk '$1 == "listener" {print $2; exit}' "$MQ_CONF")
+        say "mosquitto: running, pid $(<"$MQ_PID"), port $mq_port, log $MQ_DIR/mosquitto.log"
     else
         say "mosquitto: stopped"
         rc=3

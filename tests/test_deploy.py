@@ -8,6 +8,8 @@ import datetime as dt
 import importlib.util
 import queue
 import re
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -383,3 +385,54 @@ def test_deploy_scripts_parse() -> None:
     for script in scripts:
         result = subprocess.run(["bash", "-n", script], capture_output=True, text=True, timeout=30)
         assert result.returncode == 0, f"{script}: {result.stderr}"
+
+
+# ---- services.sh, end to end in a scratch copy ------------------------------------------------------
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
+def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
+    """services.sh in a copy of deploy/ (so its .state is scratch) on free ports."""
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    env = {**os.environ, "SDS_PG_PORT": str(free_port()), "SDS_MQTT_PORT": str(free_port())}
+    script = str(tmp_path / "deploy" / "services.sh")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", script, *args], env=env, capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+
+    try:
+        first = run("start")
+        assert first.returncode == 0, first.stdout + first.stderr
+        state = tmp_path / ".state"
+        secrets = dict(line.split("=", 1) for line in (state / "secrets.env").read_text()
+                       .splitlines() if line and not line.startswith("#"))
+        assert (state / "secrets.env").stat().st_mode & 0o077 == 0
+        with psycopg.connect(secrets["SDS_DATABASE_URL"]) as conn:
+            assert conn.execute("SELECT current_user, rolsuper FROM pg_roles "
+                                "WHERE rolname = current_user").fetchone() == ("sds", False)
+            assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname IN "
+                                "('timescaledb', 'btree_gist')").fetchone() == (2,)
+        ok: queue.Queue[bool] = queue.Queue()
+        client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
+        client.username_pw_set(secrets["SDS_MQTT_USERNAME"], secrets["SDS_MQTT_PASSWORD"])
+        client.on_connect = lambda c, u, f, reason_code, p: ok.put(not reason_code.is_failure)
+        client.connect("127.0.0.1", int(secrets["SDS_MQTT_PORT"]))
+        client.loop_start()
+        try:
+            assert ok.get(timeout=WAIT)
+        finally:
+            client.disconnect()
+            client.loop_stop()
+
+        watched = [state / "secrets.env", state / "mosquitto" / "mosquitto.conf",
+                   state / "mosquitto" / "passwd", state / "pg" / "data" / "sds.conf"]
+        before = [p.stat().st_mtime_ns for p in watched]
+        second = run("start")
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert "already running" in second.stdout and "creating" not in second.stdout
+        assert [p.stat().st_mtime_ns for p in watched] == before
+        assert run("status").returncode == 0
+    finally:
+        stopped = run("stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert run("status").returncode == 3
