@@ -1,0 +1,167 @@
+"""Bucket boundaries, slot counts and values per zone, against an independent computation
+with zoneinfo over the raw rows (reliability plan R25-R27)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from tests.aggregate.conftest import fetch, insert_readings, make_location, run_all, series
+
+FIVE = timedelta(minutes=5)
+
+# (zone, local date, expected 5-minute slots in that local day, expected local hour rows)
+CASES = [
+    pytest.param("America/New_York", date(2024, 3, 10), 276, 23, id="spring_forward_23h"),
+    pytest.param("America/New_York", date(2024, 11, 3), 300, 25, id="fall_back_25h"),
+    pytest.param("Asia/Kolkata", date(2024, 6, 1), 288, 24, id="kolkata_half_hour"),
+    pytest.param("Asia/Kathmandu", date(2024, 6, 1), 288, 24, id="kathmandu_45"),
+    pytest.param("Australia/Lord_Howe", date(2024, 4, 7), 294, 25, id="lord_howe_30min_dst"),
+    # 03:45 +13:45 -> 02:45 +12:45: wall hour 03 is cut to 45 min, then 02:45-03:00 (15 min)
+    # stands alone before 03:00 repeats: 26 local hour rows in a 25-hour day.
+    pytest.param("Pacific/Chatham", date(2024, 4, 7), 300, 26, id="chatham"),
+    pytest.param("America/Santiago", date(2024, 9, 8), 276, 23, id="santiago_midnight_gap"),
+    pytest.param("UTC", date(2024, 6, 1), 288, 24, id="utc"),
+]
+
+
+def _first_instant(day: date, tz: ZoneInfo) -> datetime:
+    """Independent: scan UTC minutes for the first whose local date is `day`."""
+    t = datetime.combine(day, datetime.min.time(), tzinfo=UTC) - timedelta(hours=16)
+    while t.astimezone(tz).date() < day:
+        t += timedelta(minutes=1)
+    return t
+
+
+def _tair(i: int, t: datetime) -> float:
+    return round(15 + 10 * math.sin(i / 37.0) + (i % 7) * 0.1, 3)
+
+
+def _rh(i: int, t: datetime) -> float:
+    return round(0.5 + 0.4 * math.cos(i / 23.0), 4)
+
+
+def _precip(i: int, t: datetime) -> float:
+    return 0.2 if i % 17 == 0 else 0.0
+
+
+@pytest.mark.parametrize(("tz_name", "day", "day_slots", "hour_rows"), CASES)
+def test_zone_buckets_match_independent_computation(
+        db, tz_name: str, day: date, day_slots: int, hour_rows: int) -> None:
+    tz = ZoneInfo(tz_name)
+    day_start = _first_instant(day, tz)
+    day_end = _first_instant(day + timedelta(days=1), tz)
+    loc = make_location(db, tz_name, lat=10.0, lon=20.0, elev=50.0)
+    rows = series(day_start - timedelta(hours=3), day_end + timedelta(hours=3),
+                  tair=_tair, rh=_rh, precip=_precip)
+    insert_readings(db, "Z1", loc, rows)
+    run_all(db)
+
+    # --- daily: boundaries, slot count, values --------------------------------------------
+    in_day = [r for r in rows if r["time"].astimezone(tz).date() == day]
+    assert len(in_day) == day_slots == (day_end - day_start) / FIVE
+    daily = fetch(db, "SELECT * FROM daily WHERE device = 'Z1' AND time = %s", day_start)
+    assert len(daily) == 1, "no daily row at the independent local day start"
+    d = daily[0]
+    assert d["sample_pct"] == pytest.approx(1.0)
+    assert d["low_quality"] is False
+    temps = [r["tair"] for r in in_day]
+    assert d["meant"] == pytest.approx(sum(temps) / len(temps), rel=1e-5)
+    assert d["maxt"] == pytest.approx(max(temps), rel=1e-6)
+    assert d["mint"] == pytest.approx(min(temps), rel=1e-6)
+    hottest = min((r for r in in_day if r["tair"] == max(temps)), key=lambda r: r["time"])
+    coldest = min((r for r in in_day if r["tair"] == min(temps)), key=lambda r: r["time"])
+    assert d["maxt_time"] == hottest["time"]
+    assert d["mint_time"] == coldest["time"]
+    assert d["rh_at_maxt"] == pytest.approx(hottest["rh"], rel=1e-5)
+    assert d["rh_at_mint"] == pytest.approx(coldest["rh"], rel=1e-5)
+    assert d["precip"] == pytest.approx(sum(r["precip"] for r in in_day), rel=1e-5)
+    wet_hours = {(r["time"].astimezone(tz).replace(minute=0).replace(tzinfo=None),
+                  r["time"].astimezone(tz).utcoffset()) for r in in_day if r["precip"] > 0}
+    assert d["precip_hours"] == len(wet_hours)
+    assert d["gdd"] == pytest.approx(max(0.0, (max(temps) + min(temps)) / 2 - 10), rel=1e-5)
+    # The neighbouring (partial) days exist too, with their own share of slots.
+    days = fetch(db, "SELECT time, sample_pct FROM daily WHERE device = 'Z1' ORDER BY time")
+    assert [x["time"] for x in days].count(day_start) == 1
+    assert all(x["sample_pct"] < 1 for x in days if x["time"] != day_start)
+
+    # --- local_hourly: key each reading by its local wall hour and offset -------------------
+    groups: dict[tuple[datetime, object], list[dict]] = defaultdict(list)
+    for r in rows:
+        local = r["time"].astimezone(tz)
+        groups[(local.replace(minute=0, tzinfo=None), local.utcoffset())].append(r)
+    expected = {min(g, key=lambda r: r["time"])["time"]: g for g in groups.values()}
+    got = {x["time"]: x for x in fetch(
+        db, "SELECT * FROM local_hourly WHERE device = 'Z1' ORDER BY time")}
+    assert set(got) == set(expected)
+    starts = sorted(got)
+    day_hours = [s for s in starts if day_start <= s < day_end]
+    assert len(day_hours) == hour_rows
+    for s in starts:
+        g = expected[s]
+        row = got[s]
+        temps = [r["tair"] for r in g]
+        assert row["tair"] == pytest.approx(sum(temps) / len(temps), rel=1e-5)
+        assert row["maxt"] == pytest.approx(max(temps), rel=1e-6)
+        assert row["precip"] == pytest.approx(sum(r["precip"] for r in g), rel=1e-5, abs=1e-6)
+    # Interior buckets are complete: the bucket's slot count equals its readings, so the
+    # durations of the day's local hours sum to the day length with no overlap or gap.
+    for s in day_hours:
+        assert got[s]["sample_pct"] == pytest.approx(1.0), s
+    assert sum(len(expected[s]) for s in day_hours) == day_slots
+
+    # --- hourly: UTC hours --------------------------------------------------------------------
+    utc_groups: dict[datetime, list[float]] = defaultdict(list)
+    for r in rows:
+        utc_groups[r["time"].replace(minute=0)].append(r["tair"])
+    hourly = {x["time"]: x for x in fetch(db, "SELECT * FROM hourly WHERE device = 'Z1'")}
+    assert set(hourly) == set(utc_groups)
+    for s, temps in utc_groups.items():
+        assert hourly[s]["tair"] == pytest.approx(sum(temps) / len(temps), rel=1e-5)
+        assert hourly[s]["sample_pct"] == pytest.approx(len(temps) / 12)
+
+
+def test_lord_howe_fall_back_readings_land_in_distinct_buckets(db) -> None:
+    """Regression from the verified date_trunc result: 14:50Z and 15:10Z on 2024-04-06."""
+    loc = make_location(db, "Australia/Lord_Howe")
+    a, b = datetime(2024, 4, 6, 14, 50, tzinfo=UTC), datetime(2024, 4, 6, 15, 10, tzinfo=UTC)
+    insert_readings(db, "LH", loc, [{"time": a, "tair": 1.0}, {"time": b, "tair": 3.0}])
+    run_all(db)
+    rows = fetch(db, "SELECT time, tair, sample_pct FROM local_hourly ORDER BY time")
+    assert [r["time"] for r in rows] == [datetime(2024, 4, 6, 14, 0, tzinfo=UTC),
+                                         datetime(2024, 4, 6, 15, 0, tzinfo=UTC)]
+    assert [r["tair"] for r in rows] == [1.0, 3.0]
+    # 1 of 12 slots in the full hour, 1 of 6 in the 30-minute hour after the change.
+    assert rows[0]["sample_pct"] == pytest.approx(1 / 12)
+    assert rows[1]["sample_pct"] == pytest.approx(1 / 6)
+
+
+def test_local_hourly_never_derived_from_utc_hourly(db) -> None:
+    """Kolkata local hours differ from any re-bucketing of UTC hours (R27): with the hourly
+    table emptied, local_hourly is still computed from the raw rows."""
+    loc = make_location(db, "Asia/Kolkata")
+    start = datetime(2024, 6, 1, tzinfo=UTC)
+    rows = series(start, start + timedelta(hours=3), tair=lambda i, t: float(i))
+    insert_readings(db, "K1", loc, rows)
+    db.execute("DELETE FROM rollup_dirty WHERE rollup = 'hourly'")
+    run_all(db)
+    assert fetch(db, "SELECT count(*) AS n FROM hourly")[0]["n"] == 0
+    got = fetch(db, "SELECT time, tair FROM local_hourly ORDER BY time")
+    assert [g["time"].minute for g in got] == [30, 30, 30, 30]  # 23:30Z, 00:30Z, ...
+    # 00:30Z-01:30Z holds readings 6..17 -> mean 11.5; no UTC-hour mean is 11.5.
+    assert got[1]["tair"] == pytest.approx(11.5)
+
+
+def test_undeployed_readings_roll_up_only_into_hourly(db) -> None:
+    start = datetime(2024, 6, 1, tzinfo=UTC)
+    insert_readings(db, "U1", None, series(start, start + timedelta(hours=2),
+                                           tair=lambda i, t: 20.0))
+    run_all(db)
+    assert fetch(db, "SELECT count(*) AS n, min(location::text) AS loc FROM hourly")[0] == {
+        "n": 2, "loc": None}
+    assert fetch(db, "SELECT count(*) AS n FROM local_hourly")[0]["n"] == 0
+    assert fetch(db, "SELECT count(*) AS n FROM daily")[0]["n"] == 0
