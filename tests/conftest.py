@@ -20,6 +20,7 @@ import pytest
 
 from shared import migrate
 from shared.config import Settings
+from tests.support.figures import Figures
 from tests.support.services import MosquittoBroker, PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,3 +115,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MosquittoBroker
         yield b
     finally:
         b.stop()
+
+
+_FIGURES = Figures()
+
+
+@pytest.fixture(scope="session")
+def figures() -> Figures:
+    """Record a reliability figure: figures.record(key, value, section=, title=, target=,
+    source=); docs/reliability.md is regenerated from them when the session ends."""
+    return _FIGURES
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write the figures this run measured (only from a run whose tests all passed)."""
+    if exitstatus == 0:
+        _FIGURES.write()

@@ -1,0 +1,139 @@
+"""Reliability figures measured by the test run, written to docs/reliability.md.
+
+Tests record what they measured through the `figures` fixture (`figures.record(...)`); at the
+end of the session the values are merged into docs/reliability.json (so a partial run updates
+only what it measured, and each value carries the time of the run that measured it) and
+docs/reliability.md is regenerated from that file. Nothing in these files is written by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+JSON_PATH = DOCS / "reliability.json"
+MD_PATH = DOCS / "reliability.md"
+
+# Display order and grouping of the figures (reliability plan, section 6).
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("delivery", "Delivery and ingestion"),
+    ("rollup", "Late data and rollups"),
+    ("time", "Time zones and DST"),
+    ("scheduler", "Scheduler"),
+    ("security", "Security"),
+)
+
+PROMISES = """\
+## What the service promises
+
+- **Delivery.** At least once from the broker, exactly once in the database: the ingester
+  acknowledges a message only after the transaction that stored (or quarantined) it has
+  committed, and stores each `(device, time)` once (`ON CONFLICT DO NOTHING`: the first write
+  wins). A reading the broker acknowledged to the device is stored exactly once through ingester
+  crashes, database outages and restarts, and broker restarts with SIGTERM; the ledger figures
+  below are measured with missing = 0 and extra = 0.
+- **Broker crash.** With the shipped settings (`persistence true`, `autosave_interval 1`), a
+  broker killed with SIGKILL loses at most what was queued since its last save: about 1-2 s of
+  messages for an offline ingester session. A clean stop (SIGTERM) loses nothing. Setting
+  `autosave_on_changes true` removes that window at a measured throughput cost.
+- **Queue capacity.** `max_queued_messages` is raised from mosquitto's silent default of 1000 to
+  1,000,000, so an ingester outage of a day at 500 devices (144k messages) loses nothing.
+- **Bad input.** Each malformed or implausible message or reading is quarantined with its reason
+  and acknowledged; good readings beside it are stored; bad input never stalls the pipeline.
+- **Lateness horizon.** Readings up to `SDS_INGEST_HORIZON_DAYS` (default 400) days old are
+  accepted and their hourly, local-hourly and daily buckets recomputed; older ones are
+  quarantined with reason `too_old`.
+- **Rollups** are recomputed from raw rows (never incremented), so repeats and races cannot
+  double count; a late reading recomputes about one bucket per rollup table.
+"""
+
+
+@dataclass
+class Figure:
+    """One measured value."""
+
+    key: str
+    section: str
+    title: str
+    value: Any
+    target: str
+    source: str
+    measured_at: str = ""
+
+
+class Figures:
+    """Collects figures during a test session and writes the documents at its end."""
+
+    def __init__(self) -> None:
+        self._new: dict[str, Figure] = {}
+
+    def record(self, key: str, value: Any, *, section: str, title: str, target: str,
+               source: str) -> None:
+        """Record `value` for figure `key` (later records in the same run replace earlier)."""
+        if section not in dict(SECTIONS):
+            raise ValueError(f"unknown section {section!r}")
+        self._new[key] = Figure(key, section, title, value, target, source,
+                                datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    @property
+    def recorded(self) -> dict[str, Figure]:
+        """Figures recorded in this session."""
+        return dict(self._new)
+
+    def write(self) -> None:
+        """Merge this session's figures into the JSON file and regenerate the Markdown."""
+        if not self._new:
+            return
+        DOCS.mkdir(exist_ok=True)
+        merged: dict[str, dict[str, Any]] = {}
+        if JSON_PATH.exists():
+            try:
+                merged = json.loads(JSON_PATH.read_text()).get("figures", {})
+            except (ValueError, AttributeError):
+                merged = {}
+        for key, fig in self._new.items():
+            merged[key] = asdict(fig)
+        doc = {"generated_by": "the test suite (tests/support/figures.py)",
+               "machine": f"{platform.python_implementation()} {platform.python_version()} "
+                          f"on {platform.machine()}",
+               "figures": dict(sorted(merged.items()))}
+        JSON_PATH.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        MD_PATH.write_text(render(doc))
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    return str(value)
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The Markdown page for a figures document."""
+    figures = doc["figures"]
+    out = [
+        "# Reliability figures",
+        "",
+        "Generated by the test run (`deploy/test.sh`) from docs/reliability.json; do not edit by",
+        "hand. Each value carries the time of the run that measured it. The scenarios behind",
+        "them are the reliability plan's R- and S-tests (see `tests/`).",
+        "",
+        PROMISES,
+    ]
+    for section, heading in SECTIONS:
+        rows = [f for f in figures.values() if f["section"] == section]
+        if not rows:
+            continue
+        out += [f"## {heading}", "", "| Figure | Value | Target | Source test | Measured |",
+                "|---|---|---|---|---|"]
+        for f in rows:
+            out.append(f"| {f['title']} | {_fmt(f['value'])} | {f['target']} | "
+                       f"`{f['source']}` | {f['measured_at']} |")
+        out.append("")
+    return "\n".join(out)
