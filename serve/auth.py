@@ -396,6 +396,14 @@ class Authenticator:
 
     def authenticate(self, creds: Credentials, address: str) -> Principal:
         """The principal for `creds`, using one pooled connection (committed)."""
+        prefix = {"apikey": credentials.API_KEY_PREFIX, "bearer": credentials.TOKEN_PREFIX}
+        if creds.scheme in prefix and not credentials.well_formed(creds.value,
+                                                                  prefix[creds.scheme]):
+            # Forged or mistyped: refused without touching the pool or the database.
+            if creds.scheme == "bearer":
+                raise Unauthorized("invalid bearer token", scheme="Bearer",
+                                   error="invalid_token")
+            raise Unauthorized("invalid API key", scheme="Apikey", error="invalid_key")
         with self.pool.connection() as conn:
             if creds.scheme == "apikey":
                 return self.apikey(conn, creds.value, via_query=creds.via_query)
