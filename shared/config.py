@@ -51,6 +51,13 @@ class Settings:
     ingest_max_payload: int = _f(2 * 1024 * 1024, "Largest accepted payload (bytes)")
     ingest_max_future: int = _f(300, "How far in the future a reading may be (s)")
     ingest_horizon_days: int = _f(400, "Oldest accepted reading (days before now)")
+    ingest_receive_maximum: int = _f(
+        1000, "MQTT 5 Receive Maximum the ingester asks for: unacknowledged messages the broker "
+        "may send it at once (overrides mosquitto's max_inflight_messages for this client)")
+    fault_at: str | None = _f(
+        None, "Test-only fault point where the ingester SIGKILLs itself: after_receive, "
+        "after_insert_before_commit or after_commit_before_ack (empty: off)")
+    fault_every: int = _f(1, "Test-only: the fault fires at every Nth pass of the fault point")
     metrics_port: int = _f(9108, "Prometheus metrics port of the ingester (0 disables)")
     metrics_bind: str = _f("127.0.0.1", "Address the metrics endpoints bind to")
 

@@ -1,0 +1,34 @@
+"""`python -m ingest`: settings -> metrics endpoint -> MQTT client -> ingest until SIGTERM."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from shared.config import Settings
+from shared.logs import configure_logging
+
+from ingest.client import Ingester
+
+log = logging.getLogger("ingest")
+
+
+def main() -> int:
+    """Run the ingester in the foreground; exit status 0 after a graceful stop."""
+    try:
+        settings = Settings.from_env(os.environ)
+    except ValueError as exc:
+        print(f"bad configuration: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings)
+    ingester = Ingester(settings)
+    ingester.install_signals()
+    ingester.metrics.serve(settings.metrics_port, settings.metrics_bind)
+    log.info("ingester starting: %r", settings)
+    ingester.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""paho-mqtt wiring, batching and acknowledgement: the ingester's delivery guarantees.
+
+- paho 2.x, `CallbackAPIVersion.VERSION2`, MQTT 5, a fixed client id, `clean_start=False` and a
+  SessionExpiryInterval: the broker keeps the session and queues QoS 1 messages while the
+  ingester is away (paho's default Clean Start would discard them on every restart).
+- Subscriptions are made in `on_connect`, so every reconnect renews them.
+- `manual_ack=True`: a message is acknowledged only after the transaction holding its rows (or
+  its quarantine row) committed, in receive order. A database error acknowledges nothing; the
+  batch is retried on a new connection until it commits. A message is therefore stored and
+  acked, quarantined and acked, or left unacked for the broker to redeliver.
+- Acks carry the connection generation that delivered the message; an ack from an earlier
+  connection is never sent on a later one (its message ids mean nothing there).
+- The broker sends at most Receive Maximum unacknowledged messages (mosquitto honours the
+  client's CONNECT property over max_inflight_messages), so a batch flushes when it reaches
+  its size limit or when its oldest message has waited SDS_INGEST_FLUSH_INTERVAL, whichever
+  comes first; a batch that waited for more than the window would stall forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import paho.mqtt.client as mqtt
+import psycopg
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from shared.config import Settings
+from shared.errors import InvalidReading
+
+from ingest import topics, writer
+from ingest.metrics import Metrics
+from ingest.payload import Decoded, Limits, Rejection, decode_payload
+
+log = logging.getLogger(__name__)
+
+FAULT_POINTS = ("after_receive", "after_insert_before_commit", "after_commit_before_ack")
+BATCH_BYTES = 16 * 1024 * 1024  # flush early when a batch holds this much payload
+STOP_GRACE = 10.0  # seconds a stopping ingester keeps retrying its last commit
+DB_BACKOFF_MAX = 30.0
+# Errors after which the same batch may succeed on a new connection: the server went away, was
+# restarted, cancelled the statement, or chose this transaction as a deadlock victim.
+TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+@dataclass(slots=True)
+class _Inbound:
+    """A message as received by paho's thread, before any parsing."""
+
+    generation: int
+    mid: int
+    qos: int
+    topic: str
+    payload: bytes
+    received: float  # time.time()
+    arrived: float  # time.monotonic()
+
+
+class Ingester:
+    """One ingester process: `run()` blocks until `stop()` (or SIGTERM via `install_signals`)."""
+
+    def __init__(self, settings: Settings, *, metrics: Metrics | None = None) -> None:
+        if settings.fault_at and settings.fault_at not in FAULT_POINTS:
+            raise ValueError(f"SDS_FAULT_AT: {settings.fault_at!r} is not one of "
+                             + ", ".join(FAULT_POINTS))
+        self.settings = settings
+        self.metrics = metrics or Metrics()
+        self.limits = Limits.from_settings(settings)
+        self.receive_maximum = max(1, min(65535, settings.ingest_receive_maximum))
+        self.batch_limit = max(1, min(settings.ingest_batch_size, self.receive_maximum))
+        self._queue: queue.SimpleQueue[_Inbound] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._stop_at = 0.0
+        self._lock = threading.Lock()  # guards _generation/_connected against ack()
+        self._generation = 0
+        self._connected = False
+        self._connects = 0
+        self._faults = 0
+        self._conn: psycopg.Connection | None = None
+        self.ready = threading.Event()  # set once subscribed (tests wait on it)
+        self._client = self._make_client()
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        """SIGTERM and SIGINT stop the ingester gracefully (flush, commit, ack, disconnect)."""
+        def handler(signum: int, _frame: object) -> None:
+            log.info("signal %d: stopping after the current batch", signum)
+            self.stop()
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def stop(self) -> None:
+        """Ask `run()` to flush what it holds, acknowledge what committed and return."""
+        if not self._stopping.is_set():
+            self._stop_at = time.monotonic()
+            self._stopping.set()
+
+    def run(self) -> None:
+        """Connect (retrying with back-off) and ingest until stopped."""
+        s = self.settings
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = s.mqtt_session_expiry
+        props.ReceiveMaximum = self.receive_maximum
+        log.info("connecting to mqtt %s:%d as %s (client id %s, receive maximum %d, batch %d)",
+                 s.mqtt_host, s.mqtt_port, s.mqtt_username or "(anonymous)", s.mqtt_client_id,
+                 self.receive_maximum, self.batch_limit)
+        self._client.connect_async(s.mqtt_host, s.mqtt_port, keepalive=s.mqtt_keepalive,
+                                   clean_start=False, properties=props)
+        self._client.loop_start()
+        try:
+            self._work()
+        finally:
+            with self._lock:
+                self._connected = False
+                self._generation += 1
+            self._client.disconnect()
+            self._client.loop_stop()
+            if self._conn is not None:
+                self._conn.close()
+            log.info("ingester stopped")
+
+    # ---- paho callbacks (paho's network thread) ----------------------------------------------
+
+    def _make_client(self) -> mqtt.Client:
+        s = self.settings
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=s.mqtt_client_id,
+                             protocol=mqtt.MQTTv5, manual_ack=True)
+        client.enable_logger(logging.getLogger("paho"))
+        if s.mqtt_username:
+            client.username_pw_set(s.mqtt_username, s.mqtt_password)
+        if s.mqtt_tls_ca:
+            client.tls_set(ca_certs=s.mqtt_tls_ca)
+        client.reconnect_delay_set(min_delay=1, max_delay=30)
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        client.on_subscribe = self._on_subscribe
+        return client
+
+    def _on_connect(self, client: mqtt.Client, _userdata: object, flags: mqtt.ConnectFlags,
+                    reason_code: ReasonCode, _props: Properties | None) -> None:
+        if reason_code.is_failure:
+            log.error("broker refused the connection: %s", reason_code)
+            return
+        with self._lock:
+            self._generation += 1
+            self._connected = True
+        self._connects += 1
+        self.metrics.connects.inc()
+        self.metrics.session_present.set(1 if flags.session_present else 0)
+        if flags.session_present:
+            log.info("connected; broker resumed the session")
+        elif self._connects > 1:
+            self.metrics.session_lost.inc()
+            log.error("connected, but the broker had no session for %s: messages queued for the "
+                      "ingester while it was away may be lost", self.settings.mqtt_client_id)
+        else:
+            log.info("connected; new session (first start, or the broker lost the old one)")
+        opts = SubscribeOptions(qos=1)
+        client.subscribe([(t, opts) for t in topics.subscriptions(self.settings.topic_prefix)])
+
+    def _on_subscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
+                      reason_codes: list[ReasonCode], _props: Properties | None) -> None:
+        failed = [rc for rc in reason_codes if rc.is_failure]
+        if failed:
+            log.error("subscription refused: %s", ", ".join(str(rc) for rc in failed))
+        else:
+            self.ready.set()
+
+    def _on_disconnect(self, _client: mqtt.Client, _userdata: object,
+                       _flags: mqtt.DisconnectFlags, reason_code: ReasonCode,
+                       _props: Properties | None) -> None:
+        with self._lock:
+            self._generation += 1
+            self._connected = False
+        if not self._stopping.is_set():
+            log.warning("disconnected from the broker (%s); reconnecting", reason_code)
+
+    def _on_message(self, _client: mqtt.Client, _userdata: object,
+                    msg: mqtt.MQTTMessage) -> None:
+        # No parsing here: paho's thread only queues, the worker decodes and writes.
+        try:
+            topic = msg.topic
+        except UnicodeDecodeError:
+            topic = repr(msg._topic)  # mosquitto refuses such topics; kept for the record
+        self._queue.put(_Inbound(self._generation, msg.mid, msg.qos, topic, msg.payload,
+                                 time.time(), time.monotonic()))
+
+    # ---- worker (the thread that called run) -------------------------------------------------
+
+    def _work(self) -> None:
+        interval = self.settings.ingest_flush_interval
+        batch: list[_Inbound] = []
+        size = 0
+        deadline = 0.0
+        while not self._stopping.is_set():
+            # Bounded wait, so a stop request is seen within 0.2 s whatever the interval.
+            timeout = min(0.2, max(0.0, deadline - time.monotonic())) if batch else 0.2
+            try:
+                item: _Inbound | None = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                item = None
+            if item is not None:
+                self._fault("after_receive")
+                if not batch:
+                    deadline = item.arrived + interval
+                batch.append(item)
+                size += len(item.payload)
+                self.metrics.held.set(len(batch))
+            if batch and (len(batch) >= self.batch_limit or size >= BATCH_BYTES
+                          or time.monotonic() >= deadline):
+                self._flush(batch)
+                batch, size = [], 0
+                self.metrics.held.set(0)
+        # Stopping: what was already received is committed and acked; anything later is left
+        # for the broker to redeliver to the next run.
+        while True:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        for start in range(0, len(batch), self.batch_limit):
+            self._flush(batch[start:start + self.batch_limit])
+
+    def _decode(self, item: _Inbound) -> writer.Message:
+        received = datetime.fromtimestamp(item.received, UTC)
+        try:
+            where = topics.parse_topic(item.topic, self.settings.topic_prefix)
+        except InvalidReading as exc:
+            return writer.Message(item.topic, item.payload, received, None, None,
+                                  Decoded(rejections=[Rejection(None, exc.code, exc.detail)]))
+        decoded = decode_payload(item.payload, kind=where.kind, device=where.device,
+                                 now=received, limits=self.limits)
+        if decoded.unknown_fields:
+            self.metrics.unknown_fields.inc(decoded.unknown_fields)
+        return writer.Message(item.topic, item.payload, received, where.device, where.kind,
+                              decoded)
+
+    def _flush(self, batch: list[_Inbound]) -> None:
+        """Commit one batch (retrying transient database errors), then ack it in order."""
+        self.metrics.received.inc(len(batch))
+        messages = [self._decode(item) for item in batch]
+        result = self._commit(messages)
+        if result is None:
+            # Only when stopping with the database unreachable: nothing is acked, the broker
+            # redelivers these messages to the next run.
+            log.warning("stopping with %d messages not committed (the broker keeps them)",
+                        len(batch))
+            return
+        self._fault("after_commit_before_ack")
+        acked = skipped = 0
+        for item in batch:
+            with self._lock:
+                if item.generation == self._generation and self._connected:
+                    self._client.ack(item.mid, item.qos)
+                    acked += 1
+                else:
+                    skipped += 1
+        m = self.metrics
+        m.acked.inc(acked)
+        if skipped:
+            m.ack_skipped.inc(skipped)
+            log.info("%d acks not sent: their connection is gone (the broker redelivers)",
+                     skipped)
+        m.stored.labels("calibrated").inc(result.stored)
+        m.stored.labels("health").inc(result.health_stored)
+        m.duplicates.inc(result.duplicates)
+        for reason, n in result.quarantined.items():
+            m.quarantined.labels(reason).inc(n)
+        m.batch_messages.observe(len(batch))
+        m.batch_seconds.observe(time.monotonic() - batch[0].arrived)
+        log.debug("batch of %d messages: %d stored, %d duplicates, %d health, %s quarantined",
+                  len(batch), result.stored, result.duplicates, result.health_stored,
+                  dict(result.quarantined) or 0)
+
+    def _commit(self, messages: list[writer.Message]) -> writer.BatchResult | None:
+        delay = 0.5
+        while True:
+            try:
+                conn = self._db()
+                with conn.transaction():
+                    result = writer.write_batch(conn, messages)
+                    self._fault("after_insert_before_commit")
+                return result
+            except TRANSIENT as exc:
+                self.metrics.db_errors.inc()
+                log.warning("database error, batch of %d not committed, retrying in %.1f s: %s",
+                            len(messages), delay, str(exc).strip() or type(exc).__name__)
+                self._drop_db()
+                if self._stopping.is_set():
+                    if time.monotonic() - self._stop_at > STOP_GRACE:
+                        return None
+                    time.sleep(min(delay, 1.0))
+                else:
+                    self._stopping.wait(delay)
+                delay = min(delay * 2, DB_BACKOFF_MAX)
+            except psycopg.Error as exc:
+                # The database refused the data itself; retrying the same rows would stall the
+                # ingester forever. Split the batch to find the message, keep it in quarantine.
+                self.metrics.db_errors.inc()
+                if len(messages) > 1:
+                    log.warning("database refused a batch of %d (%s); retrying one by one",
+                                len(messages), type(exc).__name__)
+                    total = writer.BatchResult()
+                    for msg in messages:
+                        one = self._commit([msg])
+                        if one is None:
+                            return None
+                        total.stored += one.stored
+                        total.duplicates += one.duplicates
+                        total.health_stored += one.health_stored
+                        total.quarantined.update(one.quarantined)
+                    return total
+                log.exception("database refused message on %s; quarantined", messages[0].topic)
+                return self._quarantine_refused(messages, exc)
+
+    def _quarantine_refused(self, messages: list[writer.Message],
+                            exc: psycopg.Error) -> writer.BatchResult | None:
+        detail = f"database refused the message: {type(exc).__name__}: {exc}".strip()[:2000]
+        delay = 0.5
+        while True:
+            try:
+                conn = self._db()
+                with conn.transaction():
+                    counts = writer.quarantine_messages(conn, messages, code=writer.DB_REJECTED,
+                                                        detail=detail)
+                return writer.BatchResult(quarantined=counts)
+            except TRANSIENT:
+                self._drop_db()
+                if self._stopping.is_set() and time.monotonic() - self._stop_at > STOP_GRACE:
+                    return None
+                self._stopping.wait(delay) if not self._stopping.is_set() else time.sleep(0.5)
+                delay = min(delay * 2, DB_BACKOFF_MAX)
+
+    # ---- database connection -----------------------------------------------------------------
+
+    def _db(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            # synchronous_commit=on for this session whatever the server default: an ack
+            # promises the row survives a server crash. TCP keepalives and tcp_user_timeout
+            # turn a silently vanished server into an error instead of a hang.
+            conn = psycopg.connect(
+                self.settings.database_url, autocommit=True, application_name="sds-ingest",
+                connect_timeout=10, keepalives=1, keepalives_idle=10, keepalives_interval=5,
+                keepalives_count=3, tcp_user_timeout=30000,
+                options="-c synchronous_commit=on -c statement_timeout=60000")
+            try:
+                writer.prepare(conn)
+            except psycopg.Error:
+                conn.close()
+                raise
+            self._conn = conn
+            log.info("connected to the database")
+        return self._conn
+
+    def _drop_db(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+            self._conn = None
+
+    def _fault(self, point: str) -> None:
+        """Test hook: SIGKILL this process at the configured point (never set in production)."""
+        if self.settings.fault_at != point:
+            return
+        self._faults += 1
+        if self._faults % max(1, self.settings.fault_every) == 0:
+            log.warning("fault injection: SIGKILL at %s", point)
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,63 @@
+"""Values derived at ingest from one reading: dew point, vapour pressure, VPD, sea-level pressure.
+
+Humidity follows FAO-56 (Allen et al. 1998, chapter 3): saturation vapour pressure e°(T)
+(eq. 11), actual vapour pressure ea = e°(T) x RH (eq. 17 with a single temperature, RH as a
+fraction), vapour pressure deficit e°(T) - ea, and the dew point as the inverse of eq. 11
+(eq. 14, ea = e°(Tdew), solved for Tdew). All pressures are kPa, temperatures C, as stored.
+
+Sea-level pressure reduces station pressure with the hypsometric equation of the standard
+atmosphere's lapse rate (0.0065 K/m), using the reading's air temperature; without a temperature
+the FAO-56 eq. 7 standard-atmosphere ratio (20 C at the station) is used. Without the location's
+elevation (device not deployed, or elevation unknown) it is left empty rather than guessed.
+"""
+
+from __future__ import annotations
+
+import math
+
+LAPSE_RATE = 0.0065  # K/m, standard atmosphere
+_HYPSOMETRIC_EXP = 5.257  # g / (R_d x lapse rate)
+
+
+def saturation_vapour_pressure(tair: float) -> float:
+    """e°(T) in kPa for air temperature `tair` in C (FAO-56 eq. 11)."""
+    return 0.6108 * math.exp(17.27 * tair / (tair + 237.3))
+
+
+def actual_vapour_pressure(tair: float, rh: float) -> float:
+    """ea in kPa from air temperature (C) and relative humidity as a fraction 0..1."""
+    return saturation_vapour_pressure(tair) * rh
+
+
+def dew_point(ea: float) -> float | None:
+    """Dew point in C at which e°(Tdew) = ea (FAO-56 eq. 14 inverted); None when ea <= 0."""
+    if ea <= 0:
+        return None
+    x = math.log(ea / 0.6108)
+    return 237.3 * x / (17.27 - x)
+
+
+def sea_level_pressure(p: float, elev: float, tair: float | None) -> float:
+    """Station pressure `p` (kPa) at elevation `elev` (m) reduced to sea level (kPa)."""
+    if tair is None:
+        # FAO-56 eq. 7: P(z) = P0 ((293 - 0.0065 z) / 293)^5.26, so P0 = P / that ratio.
+        return p / ((293.0 - LAPSE_RATE * elev) / 293.0) ** 5.26
+    t_kelvin = tair + 273.15
+    return p * (1.0 - LAPSE_RATE * elev / (t_kelvin + LAPSE_RATE * elev)) ** -_HYPSOMETRIC_EXP
+
+
+def derive(values: dict[str, float | str | None], elev: float | None) -> dict[str, float | None]:
+    """The derived columns (tdew, ea, vpd, slp) of one reading's input `values`."""
+    tair = values.get("tair")
+    rh = values.get("rh")
+    p = values.get("p")
+    out: dict[str, float | None] = {"tdew": None, "ea": None, "vpd": None, "slp": None}
+    if isinstance(tair, float) and isinstance(rh, float):
+        es = saturation_vapour_pressure(tair)
+        ea = es * rh
+        out["ea"] = ea
+        out["vpd"] = es - ea
+        out["tdew"] = dew_point(ea)
+    if isinstance(p, float) and elev is not None:
+        out["slp"] = sea_level_pressure(p, elev, tair if isinstance(tair, float) else None)
+    return out

@@ -1,0 +1,326 @@
+"""The write path: one batch of decoded messages in one transaction.
+
+`write_batch(conn, messages)` stores accepted readings in `calibrated` (COPY into a temporary
+staging table, then INSERT ... ON CONFLICT (device, time) DO NOTHING: first write wins), health
+reports in `health`, rejected readings and messages in `quarantine`, the rollups' dirty marks
+for every inserted reading, and the devices' bookkeeping (state New -> Active, last_seen,
+last_post, battery and signal). The caller owns the transaction: nothing here commits, so a
+crash or a database error leaves no partial batch, and the caller acknowledges the messages only
+after its commit.
+
+Devices and deployments are read inside the transaction after the batch's device rows are
+locked (the UPDATE of last_seen comes first). `shared.accounts.deploy_device` updates the same
+device row before it relabels stored readings, so a deployment change and a batch are ordered:
+either the batch sees the new deployment, or the relabelling sees the batch's rows. A cache
+outside the transaction could label readings with a location the device has just left.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from shared import dirty
+from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES
+from shared.timeutil import zone
+
+from ingest.derive import derive
+from ingest.payload import Decoded, Reading, Rejection, parse_json
+from ingest.topics import HEALTH, READINGS
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_DEVICE = "unknown_device"
+DB_REJECTED = "db_rejected"
+# Quarantine rows carry the raw message. A catch-up array with many bad readings would repeat a
+# large payload once per bad reading, so beyond this size only the first rejected reading of a
+# message carries the whole message and the others carry their own reading's JSON.
+FULL_PAYLOAD_MAX = 64 * 1024
+
+STAGE = "ingest_stage"
+_DERIVED = ("tdew", "ea", "vpd", "slp")
+_CAL_COLUMNS = ("time", "device", "location") + tuple(c.name for c in READING_INPUTS) + _DERIVED
+_HEALTH_COLUMNS = ("time", "device", "location") + tuple(c.name for c in HEALTH_INPUTS)
+assert set(_CAL_COLUMNS) == set(TABLES["calibrated"].column_names)
+assert set(_HEALTH_COLUMNS) == set(TABLES["health"].column_names)
+
+
+@dataclass(slots=True)
+class Message:
+    """One received MQTT message and what decoding made of it.
+
+    `device` and `kind` come from the topic (None when the topic itself was rejected, in which
+    case `decoded` holds that rejection).
+    """
+
+    topic: str
+    payload: bytes
+    received: datetime
+    device: str | None
+    kind: str | None
+    decoded: Decoded
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one batch did, for metrics and logs."""
+
+    stored: int = 0
+    duplicates: int = 0
+    health_stored: int = 0
+    quarantined: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass(frozen=True, slots=True)
+class _Deployment:
+    start: datetime
+    end: datetime | None
+    location: UUID
+    tz_name: str
+    elev: float | None
+
+
+def prepare(conn: psycopg.Connection) -> None:
+    """Create this session's staging table (once per connection, before the first batch)."""
+    with conn.transaction():
+        conn.execute(sql.SQL(
+            "CREATE TEMP TABLE IF NOT EXISTS {} (LIKE calibrated) ON COMMIT DELETE ROWS"
+        ).format(sql.Identifier(STAGE)))
+
+
+def write_batch(conn: psycopg.Connection, messages: list[Message]) -> BatchResult:
+    """Write one batch (in the caller's transaction); returns counts for metrics."""
+    result = BatchResult()
+    quarantine: list[tuple[Message, Rejection]] = []
+    for msg in messages:
+        for rej in msg.decoded.rejections:
+            quarantine.append((msg, rej))
+
+    known = _touch_devices(conn, messages)
+    deployments = _deployments(conn, known)
+
+    readings: list[tuple[str, Reading]] = []
+    health: list[tuple[str, Reading, datetime]] = []
+    for msg in messages:
+        if msg.device is None or not (msg.decoded.readings or msg.decoded.rejections):
+            continue
+        if msg.device not in known:
+            if msg.decoded.readings:
+                quarantine.append((msg, Rejection(
+                    None, UNKNOWN_DEVICE, f"device {msg.device!r} is not registered")))
+            continue
+        for reading in msg.decoded.readings:
+            if msg.kind == READINGS:
+                readings.append((msg.device, reading))
+            else:
+                health.append((msg.device, reading, msg.received))
+
+    if readings:
+        stored, dupes = _write_readings(conn, readings, deployments)
+        result.stored, result.duplicates = stored, dupes
+    if health:
+        result.health_stored = _write_health(conn, health, deployments)
+    if quarantine:
+        result.quarantined = _write_quarantine(conn, quarantine)
+    return result
+
+
+def quarantine_messages(
+    conn: psycopg.Connection, messages: list[Message], *, code: str, detail: str,
+) -> Counter[str]:
+    """Quarantine whole messages with one reason (e.g. refused by the database)."""
+    return _write_quarantine(conn, [(m, Rejection(None, code, detail)) for m in messages])
+
+
+# ---- devices and deployments -------------------------------------------------------------------
+
+def _touch_devices(conn: psycopg.Connection, messages: list[Message]) -> dict[str, UUID]:
+    """Lock and update the batch's devices; returns name -> id of the registered ones.
+
+    last_seen is the newest receive time of any message of the device; last_post that of
+    messages with at least one valid reading; a New device with a valid reading becomes Active.
+    """
+    seen: dict[str, datetime] = {}
+    posted: dict[str, datetime] = {}
+    for msg in messages:
+        if msg.device is None:
+            continue
+        if msg.device not in seen or seen[msg.device] < msg.received:
+            seen[msg.device] = msg.received
+        if msg.kind == READINGS and msg.decoded.readings:
+            if msg.device not in posted or posted[msg.device] < msg.received:
+                posted[msg.device] = msg.received
+    if not seen:
+        return {}
+    names = sorted(seen)
+    rows = conn.execute(
+        "UPDATE devices d SET last_seen = greatest(d.last_seen, v.seen),"
+        " last_post = CASE WHEN v.post IS NULL THEN d.last_post"
+        "                  ELSE greatest(d.last_post, v.post) END,"
+        " state = CASE WHEN v.post IS NOT NULL AND d.state = 'New' THEN 'Active'"
+        "              ELSE d.state END"
+        " FROM unnest(%s::text[], %s::timestamptz[], %s::timestamptz[]) AS v(name, seen, post)"
+        " WHERE d.name = v.name RETURNING d.name, d.id",
+        (names, [seen[n] for n in names], [posted.get(n) for n in names]),
+    ).fetchall()
+    return {name: dev_id for name, dev_id in rows}
+
+
+def _deployments(
+    conn: psycopg.Connection, known: dict[str, UUID],
+) -> dict[str, list[_Deployment]]:
+    if not known:
+        return {}
+    by_id = {dev_id: name for name, dev_id in known.items()}
+    rows = conn.execute(
+        "SELECT dep.device_id, lower(dep.during), upper(dep.during), l.id, l.tz_name, l.elev"
+        " FROM deployments dep JOIN locations l ON l.id = dep.location_id"
+        " WHERE dep.device_id = ANY(%s) ORDER BY dep.device_id, lower(dep.during)",
+        (list(by_id),),
+    ).fetchall()
+    out: dict[str, list[_Deployment]] = defaultdict(list)
+    for dev_id, start, end, loc, tz_name, elev in rows:
+        out[by_id[dev_id]].append(_Deployment(start, end, loc, tz_name, elev))
+    return out
+
+
+def _deployment_at(deps: list[_Deployment], t: datetime) -> _Deployment | None:
+    for dep in deps:
+        if dep.start <= t and (dep.end is None or t < dep.end):
+            return dep
+    return None
+
+
+# ---- readings ----------------------------------------------------------------------------------
+
+def _write_readings(
+    conn: psycopg.Connection, readings: list[tuple[str, Reading]],
+    deployments: dict[str, list[_Deployment]],
+) -> tuple[int, int]:
+    """COPY the batch's readings to staging, insert the new ones, mark their buckets dirty."""
+    staged: dict[tuple[str, datetime], tuple[Any, ...]] = {}
+    tz_of_location: dict[UUID, str] = {}
+    for device, reading in readings:
+        key = (device, reading.time)
+        if key in staged:  # first write wins, inside the batch as in the table
+            continue
+        dep = _deployment_at(deployments.get(device, []), reading.time)
+        location = dep.location if dep else None
+        if dep:
+            tz_of_location[dep.location] = dep.tz_name
+        values = reading.values
+        derived = derive(values, dep.elev if dep else None)
+        staged[key] = (reading.time, device, location,
+                       *(values.get(c.name) for c in READING_INPUTS),
+                       *(derived[name] for name in _DERIVED))
+    in_batch_dupes = len(readings) - len(staged)
+    cols = sql.SQL(", ").join(map(sql.Identifier, _CAL_COLUMNS))
+    with conn.cursor() as cur:
+        with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+                sql.Identifier(STAGE), cols)) as copy:
+            for row in staged.values():
+                copy.write_row(row)
+        cur.execute(sql.SQL(
+            "INSERT INTO calibrated ({cols}) SELECT {cols} FROM {stage}"
+            " ON CONFLICT (device, time) DO NOTHING RETURNING device, time, location"
+        ).format(cols=cols, stage=sql.Identifier(STAGE)))
+        inserted = cur.fetchall()
+    times: dict[tuple[str, UUID | None], list[datetime]] = defaultdict(list)
+    for device, t, location in inserted:
+        times[(device, location)].append(t)
+    marks: set[dirty.Mark] = set()
+    for (device, location), ts in times.items():
+        tz = zone(tz_of_location[location]) if location is not None else None
+        marks |= dirty.bucket_marks(device, ts, tz)
+    dirty.write_marks(conn, marks)
+    return len(inserted), in_batch_dupes + len(staged) - len(inserted)
+
+
+# ---- health ------------------------------------------------------------------------------------
+
+def _write_health(
+    conn: psycopg.Connection, reports: list[tuple[str, Reading, datetime]],
+    deployments: dict[str, list[_Deployment]],
+) -> int:
+    """Insert health reports (first wins) and refresh each device's battery, signal, firmware
+    from its newest report, unless a newer one is already stored."""
+    rows: dict[tuple[str, datetime], tuple[Any, ...]] = {}
+    for device, report, _received in reports:
+        key = (device, report.time)
+        if key in rows:
+            continue
+        dep = _deployment_at(deployments.get(device, []), report.time)
+        rows[key] = (report.time, device, dep.location if dep else None,
+                     *(report.values.get(c.name) for c in HEALTH_INPUTS))
+    cols = sql.SQL(", ").join(map(sql.Identifier, _HEALTH_COLUMNS))
+    types = ["timestamptz", "text", "uuid"] + [c.dtype for c in HEALTH_INPUTS]
+    arrays = sql.SQL(", ").join(
+        sql.SQL("%s::{}[]").format(sql.SQL(t)) for t in types)
+    columns = list(zip(*rows.values(), strict=True))
+    stored = len(conn.execute(sql.SQL(
+        "INSERT INTO health ({cols}) SELECT * FROM unnest({arrays})"
+        " ON CONFLICT (device, time) DO NOTHING RETURNING 1"
+    ).format(cols=cols, arrays=arrays), [list(c) for c in columns]).fetchall())
+    newest: dict[str, Reading] = {}
+    for device, report, _received in reports:
+        if device not in newest or newest[device].time < report.time:
+            newest[device] = report
+    names = sorted(newest)
+    conn.execute(
+        "UPDATE devices d SET batt_pct = coalesce(v.batt_pct, d.batt_pct),"
+        " batt_volt = coalesce(v.batt_volt, d.batt_volt),"
+        " signal_strength = coalesce(v.rssi, d.signal_strength),"
+        " reported_fw = coalesce(v.fw, d.reported_fw)"
+        " FROM unnest(%s::text[], %s::timestamptz[], %s::real[], %s::real[], %s::real[],"
+        "             %s::text[]) AS v(name, time, batt_pct, batt_volt, rssi, fw)"
+        " WHERE d.name = v.name AND NOT EXISTS ("
+        "   SELECT 1 FROM health h WHERE h.device = v.name AND h.time > v.time)",
+        (names, [newest[n].time for n in names],
+         *([newest[n].values.get(f) for n in names] for f in ("batt_pct", "batt_volt", "rssi")),
+         [newest[n].values.get("fw") for n in names]),
+    )
+    return stored
+
+
+# ---- quarantine --------------------------------------------------------------------------------
+
+def _write_quarantine(
+    conn: psycopg.Connection, rows: list[tuple[Message, Rejection]],
+) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    parsed: dict[int, Any] = {}  # id(message) -> its JSON value, once it carried its payload
+    with conn.cursor() as cur:
+        with cur.copy("COPY quarantine (received_at, topic, device, reason, detail,"
+                      " reading_index, payload) FROM STDIN") as copy:
+            for msg, rej in rows:
+                payload = msg.payload
+                detail = rej.detail
+                if rej.index is not None and len(payload) > FULL_PAYLOAD_MAX:
+                    if id(msg) in parsed:
+                        payload = _element_json(parsed[id(msg)], rej.index)
+                        detail += (f" (payload: this reading only; the whole {len(msg.payload)}"
+                                   "-byte message is on its first quarantined reading)")
+                    else:
+                        parsed[id(msg)] = parse_json(msg.payload, len(msg.payload))[0]
+                copy.write_row((msg.received, msg.topic, msg.device, rej.code, detail,
+                                rej.index, payload))
+                counts[rej.code] += 1
+    for (code, device), n in Counter((r.code, m.device) for m, r in rows).items():
+        log.warning("quarantined %d from %s: %s", n, device, code)
+    return counts
+
+
+def _element_json(value: Any, index: int) -> bytes:
+    """The JSON text of element `index` of a parsed JSON array (re-encoded)."""
+    try:
+        return json.dumps(value[index]).encode()
+    except (TypeError, IndexError, KeyError, ValueError):
+        return repr(value).encode()[:FULL_PAYLOAD_MAX]
