@@ -7,6 +7,7 @@ send `vol`, `apikey`, ...), and an empty value counts as absent.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import date, datetime, tzinfo
 from typing import Any
@@ -38,11 +39,16 @@ class LocalTimeArg:
     raw: str
 
 
+# An unencoded '+' in a query string arrives as a space: `...T12:00:00 02:00` meant +02:00.
+_PLUS_AS_SPACE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?) (\d{2}:?\d{2})$")
+_OFFSET_AS_SPACE = re.compile(r"^ \d{1,2}:\d{2}$")
+
+
 class Instant(fields.String):
     """ISO 8601 date or datetime (Z, offsets, fractional seconds) -> TimeArg."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> TimeArg:
-        text = super()._deserialize(value, attr, data, **kwargs)
+        text = _PLUS_AS_SPACE.sub(r"\1+\2", super()._deserialize(value, attr, data, **kwargs))
         try:
             instant = parse_instant(text, name=attr or "time")
         except BadParameter as exc:
@@ -57,6 +63,8 @@ class LocalTime(fields.String):
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> LocalTimeArg:
         text = super()._deserialize(value, attr, data, **kwargs)
+        if _OFFSET_AS_SPACE.match(text):
+            text = "+" + text[1:]
         try:
             return LocalTimeArg(parse_local_time(text), text.strip())
         except BadParameter as exc:

@@ -168,6 +168,10 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
             "order": "desc" if descending else "asc",
             "start_time": _time_key(start_arg), "end_time": _time_key(end_arg),
         }
+        only_devices = None
+        if location is not None and device is None and queries.foreign_devices_at(
+                conn, org=org, location=location):
+            only_devices = queries.org_device_names(conn, org=org)
         after = None
         token = args.get("cursor")
         if token is not None:
@@ -179,7 +183,7 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
             start_day=start_arg.day if by_local_day and start_arg is not None else None,
             end_day=end_arg.day if by_local_day and end_arg is not None else None,
             after=after, descending=descending, limit=limit, text_booleans=csv,
-            with_time=local is not None)
+            with_time=local is not None, only_devices=only_devices)
         following = queries.next_key(conn, scan)
         stmt, params = queries.page_statement(scan)
         cursor = conn.cursor(name="sds_page", binary=True)
