@@ -147,10 +147,12 @@ class PostgresServer(_Server):
     def __init__(self) -> None:
         self._port: int | None = None
         self.durable = False
+        self.timescaledb = True
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(
         self, base_dir: Path | None = None, *, durable: bool = False, port: int | None = None,
+        timescaledb: bool = True,
     ) -> PostgresServer:
         """initdb (first time) into base_dir/data and start; returns self.
 
@@ -158,9 +160,12 @@ class PostgresServer(_Server):
         crash() may then lose the last commits (the WAL writer flushes asynchronously; seen
         here: a committed table gone after stop -m immediate). Tests of crash safety and commit
         durability pass durable=True to get PostgreSQL's defaults.
+        timescaledb=False leaves the extension's library out: a plain PostgreSQL, like a managed
+        service without it.
         """
         base = self._prepare_dir(base_dir, "sds-pg-")
         self.durable = durable
+        self.timescaledb = timescaledb
         self._port = port or free_port()
         self.data_dir = base / "data"
         self.socket_dir = base / "run"
@@ -239,13 +244,16 @@ class PostgresServer(_Server):
         opts = [
             "-c", "listen_addresses=127.0.0.1", "-p", str(self.port),
             "-c", f"unix_socket_directories={self.socket_dir}",
-            "-c", "shared_preload_libraries=timescaledb",
-            "-c", "timescaledb.telemetry_level=off",
-            # No TimescaleDB job scheduler: it keeps a session open in every database that has
-            # the extension, so CREATE DATABASE ... TEMPLATE that_db waits 5 s and then fails
-            # with ObjectInUse (seen here). The Apache edition has no policies for it to run.
-            "-c", "timescaledb.max_background_workers=0",
         ]
+        if self.timescaledb:
+            opts += [
+                "-c", "shared_preload_libraries=timescaledb",
+                "-c", "timescaledb.telemetry_level=off",
+                # No TimescaleDB job scheduler: it keeps a session open in every database that
+                # has the extension, so CREATE DATABASE ... TEMPLATE that_db waits 5 s and then
+                # fails with ObjectInUse (seen here). The Apache edition has no policies to run.
+                "-c", "timescaledb.max_background_workers=0",
+            ]
         if not self.durable:
             opts += ["-c", "fsync=off", "-c", "synchronous_commit=off",
                      "-c", "full_page_writes=off"]
