@@ -168,6 +168,9 @@ def parse_authorization(header: str) -> Credentials:
     value = parts[1].strip() if len(parts) == 2 else ""
     if not value:
         raise Unauthorized(f"{parts[0]} credentials are empty", scheme=_challenge(scheme))
+    if any(c == "," or c.isspace() for c in value):
+        # Servers join repeated Authorization headers with ", ": two credentials, ambiguous.
+        raise BadRequest("send one Authorization header holding one credential")
     return Credentials(scheme, value)
 
 
