@@ -18,6 +18,7 @@ import binascii
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import struct
 from collections.abc import Mapping
@@ -36,6 +37,7 @@ _TAG_BYTES = 16
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECRET_NAME = "cursor_hmac_key"
 _MAX_DEVICE_BYTES = 256
+_ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +115,11 @@ _GARBLED = ("cursor: not a cursor issued by this service (garbled or altered); s
 
 def decode(token: str, *, key: bytes, binding: Mapping[str, object]) -> CursorState:
     """The state inside `token`; BadCursor when garbled, altered, or bound to other parameters."""
-    text = token.strip()
-    if not text or len(text) > 1024:
+    text = token.strip().rstrip("=")
+    if not _ALPHABET.fullmatch(text) or len(text) > 1024:
         raise BadCursor(_GARBLED, errors={"cursor": ["invalid cursor"]})
     try:
-        raw = base64.urlsafe_b64decode(text.rstrip("=") + "=" * (-len(text.rstrip("=")) % 4))
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         raise BadCursor(_GARBLED, errors={"cursor": ["invalid cursor"]}) from None
     if len(raw) < _HEAD.size + 1 + _TAG_BYTES or len(raw) > _HEAD.size + _MAX_DEVICE_BYTES + 16:
