@@ -9,7 +9,8 @@ to stderr, which run.sh collects in .state/logs/serve.log together with the app'
 import os
 from pathlib import Path
 
-_log_dir = os.environ.get("SDS_LOG_DIR") or str(Path(__file__).resolve().parent.parent / ".state" / "logs")
+_repo = Path(__file__).resolve().parent.parent
+_log_dir = os.environ.get("SDS_LOG_DIR") or str(_repo / ".state" / "logs")
 
 bind = [os.environ.get("SDS_HTTP_BIND") or "127.0.0.1:8080"]
 workers = int(os.environ.get("SDS_HTTP_WORKERS") or "2")

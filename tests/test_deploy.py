@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.util
+import os
 import queue
 import re
-import os
 import shutil
 import signal
 import socket
@@ -53,7 +53,8 @@ def _load_module(path: Path, name: str) -> ModuleType:
 apt_mirror = _load_module(REPO / "deploy" / "lib" / "apt_mirror.py", "sds_apt_mirror")
 
 
-# ---- PostgreSQL -----------------------------------------------------------------------------------
+# ---- PostgreSQL ---------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[PostgresServer]:
@@ -69,17 +70,24 @@ def test_postgres_has_timescaledb(pg: PostgresServer) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
         row = conn.execute(
-            "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'").fetchone()
+            "SELECT extversion FROM pg_extension WHERE extname = 'timescaledb'"
+        ).fetchone()
         assert row is not None and re.fullmatch(r"\d+\.\d+\.\d+", row[0])
         conn.execute("CREATE TABLE r (time timestamptz NOT NULL, v real)")
         conn.execute("SELECT create_hypertable('r', by_range('time'))")
         conn.execute("INSERT INTO r VALUES (now(), 1.5)")
         assert conn.execute("SELECT count(*) FROM r").fetchone() == (1,)
-        settings = dict(conn.execute(
-            "SELECT name, setting FROM pg_settings WHERE name IN "
-            "('listen_addresses', 'fsync', 'timescaledb.telemetry_level')").fetchall())
-    assert settings == {"listen_addresses": "127.0.0.1", "fsync": "off",
-                        "timescaledb.telemetry_level": "off"}
+        settings = dict(
+            conn.execute(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('listen_addresses', 'fsync', 'timescaledb.telemetry_level')"
+            ).fetchall()
+        )
+    assert settings == {
+        "listen_addresses": "127.0.0.1",
+        "fsync": "off",
+        "timescaledb.telemetry_level": "off",
+    }
 
 
 def test_postgres_without_timescaledb_is_plain(tmp_path: Path) -> None:
@@ -113,18 +121,21 @@ def test_postgres_crash_and_restart_keep_committed_rows(tmp_path: Path) -> None:
         pg.cleanup()
 
 
-# ---- mosquitto ------------------------------------------------------------------------------------
+# ---- mosquitto ----------------------------------------------------------------------------------
+
 
 class Client:
     """A paho v2 MQTT 5 client with its network loop running, recording what it receives."""
 
-    def __init__(self, broker: MosquittoBroker, client_id: str, user: str | None,
-                 *, persistent: bool = False) -> None:
+    def __init__(
+        self, broker: MosquittoBroker, client_id: str, user: str | None, *, persistent: bool = False
+    ) -> None:
         self.connected: queue.Queue[tuple[bool, bool]] = queue.Queue()
         self.messages: queue.Queue[mqtt.MQTTMessage] = queue.Queue()
         self.subscribed = threading.Event()
-        self.mqtt = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id,
-                                protocol=MQTTProtocolVersion.MQTTv5)
+        self.mqtt = mqtt.Client(
+            CallbackAPIVersion.VERSION2, client_id=client_id, protocol=MQTTProtocolVersion.MQTTv5
+        )
         if user is not None:
             self.mqtt.username_pw_set(user, USERS.get(user, "wrong"))
         self.mqtt.on_connect = self._on_connect
@@ -217,12 +228,18 @@ def test_acl_negative_control_forgery_passes_without_the_pattern() -> None:
         broker.cleanup()
 
 
-@pytest.mark.parametrize("user", [None, "A000001:wrong-password"], ids=["anonymous", "bad_password"])
+@pytest.mark.parametrize(
+    "user", [None, "A000001:wrong-password"], ids=["anonymous", "bad_password"]
+)
 def test_broker_refuses_clients_without_valid_credentials(
-    broker: MosquittoBroker, user: str | None,
+    broker: MosquittoBroker,
+    user: str | None,
 ) -> None:
-    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id="deploy-intruder",
-                         protocol=MQTTProtocolVersion.MQTTv5)
+    client = mqtt.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id="deploy-intruder",
+        protocol=MQTTProtocolVersion.MQTTv5,
+    )
     if user is not None:
         name, password = user.split(":")
         client.username_pw_set(name, password)
@@ -279,7 +296,8 @@ def test_free_port_is_bindable_on_loopback() -> None:
         s.bind(("127.0.0.1", port))
 
 
-# ---- gunicorn -------------------------------------------------------------------------------------
+# ---- gunicorn -----------------------------------------------------------------------------------
+
 
 def test_gunicorn_access_log_hides_query_string(monkeypatch: pytest.MonkeyPatch) -> None:
     from gunicorn.config import Config
@@ -288,23 +306,31 @@ def test_gunicorn_access_log_hides_query_string(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("SDS_HTTP_BIND", "127.0.0.1:9999")
     monkeypatch.setenv("SDS_HTTP_WORKERS", "3")
     settings: dict[str, object] = {}
-    exec(compile((REPO / "deploy" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"),
-         {"__file__": str(REPO / "deploy" / "gunicorn.conf.py")}, settings)
+    exec(
+        compile((REPO / "deploy" / "gunicorn.conf.py").read_text(), "gunicorn.conf.py", "exec"),
+        {"__file__": str(REPO / "deploy" / "gunicorn.conf.py")},
+        settings,
+    )
     assert settings["bind"] == ["127.0.0.1:9999"] and settings["workers"] == 3
 
     cfg = Config()
     cfg.set("access_log_format", settings["access_log_format"])
-    environ = {"REQUEST_METHOD": "GET", "RAW_URI": "/api/v2/schemas?apikey=SECRETKEY",
-               "PATH_INFO": "/api/v2/schemas", "QUERY_STRING": "apikey=SECRETKEY",
-               "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": "127.0.0.1",
-               "HTTP_REFERER": "http://x/?apikey=SECRETKEY"}
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "RAW_URI": "/api/v2/schemas?apikey=SECRETKEY",
+        "PATH_INFO": "/api/v2/schemas",
+        "QUERY_STRING": "apikey=SECRETKEY",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_REFERER": "http://x/?apikey=SECRETKEY",
+    }
     resp = SimpleNamespace(status="200 OK", sent=12, headers=[])
     atoms = Logger(cfg).atoms(resp, SimpleNamespace(headers=[]), environ, dt.timedelta(0, 0, 1500))
     line = settings["access_log_format"] % Logger.atoms_wrapper_class(atoms)  # type: ignore[operator]
     assert "/api/v2/schemas" in line and "SECRETKEY" not in line
 
 
-# ---- setup.sh's mirror lookup ---------------------------------------------------------------------
+# ---- setup.sh's mirror lookup -------------------------------------------------------------------
 
 DEB822 = """\
 Types: deb
@@ -324,8 +350,8 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 ONE_LINE = """\
 # deb cdrom:[Debian GNU/Linux 12]/ bookworm main
 deb http://security.example/debian-security bookworm-security main
-deb [arch=amd64 signed-by=/etc/apt/keyrings/local.gpg] http://local.example/mirror/debian bookworm main contrib
-deb-src http://local.example/mirror/debian bookworm main
+deb [arch=amd64 signed-by=/etc/apt/keyrings/local.gpg] http://local.example/debian bookworm main
+deb-src http://local.example/debian bookworm main
 """
 
 
@@ -343,68 +369,110 @@ def test_mirror_from_deb822_sources(tmp_path: Path) -> None:
     assert mirror.uri == "http://mirror.example/debian"
     stanza = apt_mirror.render_deb_src(mirror, "trixie")
     fields = dict(line.split(": ", 1) for line in stanza.splitlines() if not line.startswith("#"))
-    assert fields == {"Types": "deb-src", "URIs": "http://mirror.example/debian",
-                      "Suites": "trixie", "Components": "main",
-                      "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg"}
+    assert fields == {
+        "Types": "deb-src",
+        "URIs": "http://mirror.example/debian",
+        "Suites": "trixie",
+        "Components": "main",
+        "Signed-By": "/usr/share/keyrings/debian-archive-keyring.gpg",
+    }
 
 
 def test_mirror_from_one_line_sources_list(tmp_path: Path) -> None:
     root = _fake_root(tmp_path, {"etc/apt/sources.list": ONE_LINE})
     mirror = apt_mirror.find_mirror(root, "bookworm")
-    assert (mirror.uri, mirror.signed_by) == ("http://local.example/mirror/debian",
-                                              "/etc/apt/keyrings/local.gpg")
+    assert (mirror.uri, mirror.signed_by) == (
+        "http://local.example/debian",
+        "/etc/apt/keyrings/local.gpg",
+    )
 
 
 def test_mirror_skips_disabled_entries_and_keeps_embedded_keys(tmp_path: Path) -> None:
     disabled = DEB822.replace("Types: deb\n# a comment", "Enabled: no\nTypes: deb", 1)
-    embedded = ("Types: deb\nURIs: http://second.example/debian\nSuites: bookworm\n"
-                "Components: main\nSigned-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n"
-                " abc\n -----END PGP PUBLIC KEY BLOCK-----\n")
-    root = _fake_root(tmp_path, {"etc/apt/sources.list.d/a.sources": disabled,
-                                 "etc/apt/sources.list.d/b.sources": embedded})
+    embedded = (
+        "Types: deb\nURIs: http://second.example/debian\nSuites: bookworm\n"
+        "Components: main\nSigned-By:\n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n"
+        " abc\n -----END PGP PUBLIC KEY BLOCK-----\n"
+    )
+    root = _fake_root(
+        tmp_path,
+        {
+            "etc/apt/sources.list.d/a.sources": disabled,
+            "etc/apt/sources.list.d/b.sources": embedded,
+        },
+    )
     mirror = apt_mirror.find_mirror(root, "bookworm")
     assert mirror.uri == "http://second.example/debian"
-    assert "Signed-By: \n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n abc\n" in \
-        apt_mirror.render_deb_src(mirror, "trixie")
+    assert (
+        "Signed-By: \n -----BEGIN PGP PUBLIC KEY BLOCK-----\n .\n abc\n"
+        in apt_mirror.render_deb_src(mirror, "trixie")
+    )
 
 
 def test_mirror_cli(tmp_path: Path) -> None:
-    root = _fake_root(tmp_path, {"etc/apt/sources.list.d/debian.sources": DEB822,
-                                 "etc/os-release": 'ID=debian\nVERSION_CODENAME=bookworm\n'})
+    root = _fake_root(
+        tmp_path,
+        {
+            "etc/apt/sources.list.d/debian.sources": DEB822,
+            "etc/os-release": "ID=debian\nVERSION_CODENAME=bookworm\n",
+        },
+    )
     script = REPO / "deploy" / "lib" / "apt_mirror.py"
-    out = subprocess.run([sys.executable, script, "--suite", "trixie", "--root", root],
-                         capture_output=True, text=True, check=True, timeout=30).stdout
+    out = subprocess.run(
+        [sys.executable, script, "--suite", "trixie", "--root", root],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
     assert "URIs: http://mirror.example/debian\nSuites: trixie\n" in out
-    missing = subprocess.run([sys.executable, script, "--suite", "trixie", "--root", root,
-                              "--codename", "sid"], capture_output=True, text=True, timeout=30)
+    missing = subprocess.run(
+        [sys.executable, script, "--suite", "trixie", "--root", root, "--codename", "sid"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert missing.returncode == 1 and "no enabled 'deb' entry" in missing.stderr
 
 
 def test_repo_names_no_debian_host() -> None:
     """Mirrors come from the machine's own apt config; the repo must not name Debian's hosts."""
     host = "debian" + ".org"  # split so this file does not match itself
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, text=True, timeout=30)
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     if listed.returncode == 0:
         files = listed.stdout.splitlines()
     else:  # not a git checkout (e.g. an unpacked archive): walk it, skipping generated trees
         skip = {".git", ".venv", ".state", "__pycache__", ".pytest_cache", ".hypothesis"}
-        files = [str(p.relative_to(REPO)) for p in REPO.rglob("*")
-                 if not skip & set(p.relative_to(REPO).parts)]
-    hits = [f for f in files if (REPO / f).is_file()
-            and host in (REPO / f).read_text(errors="replace")]
+        files = [
+            str(p.relative_to(REPO))
+            for p in REPO.rglob("*")
+            if not skip & set(p.relative_to(REPO).parts)
+        ]
+    hits = [
+        f for f in files if (REPO / f).is_file() and host in (REPO / f).read_text(errors="replace")
+    ]
     assert hits == []
 
 
 def test_deploy_scripts_parse() -> None:
-    scripts = [*sorted((REPO / "deploy").glob("*.sh")), REPO / "deploy" / "lib" / "common.sh",
-               REPO / ".ci" / "run"]
+    scripts = [
+        *sorted((REPO / "deploy").glob("*.sh")),
+        REPO / "deploy" / "lib" / "common.sh",
+        REPO / ".ci" / "run",
+    ]
     for script in scripts:
         result = subprocess.run(["bash", "-n", script], capture_output=True, text=True, timeout=30)
         assert result.returncode == 0, f"{script}: {result.stderr}"
 
 
-# ---- services.sh, end to end in a scratch copy ------------------------------------------------------
+# ---- services.sh, end to end in a scratch copy --------------------------------------------------
+
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
 def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
@@ -414,21 +482,32 @@ def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
     script = str(tmp_path / "deploy" / "services.sh")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", script, *args], env=env, capture_output=True, text=True,
-                              timeout=120, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            ["bash", script, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
 
     try:
         first = run("start")
         assert first.returncode == 0, first.stdout + first.stderr
         state = tmp_path / ".state"
-        secrets = dict(line.split("=", 1) for line in (state / "secrets.env").read_text()
-                       .splitlines() if line and not line.startswith("#"))
+        secrets = dict(
+            line.split("=", 1)
+            for line in (state / "secrets.env").read_text().splitlines()
+            if line and not line.startswith("#")
+        )
         assert (state / "secrets.env").stat().st_mode & 0o077 == 0
         with psycopg.connect(secrets["SDS_DATABASE_URL"]) as conn:
-            assert conn.execute("SELECT current_user, rolsuper FROM pg_roles "
-                                "WHERE rolname = current_user").fetchone() == ("sds", False)
-            assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname IN "
-                                "('timescaledb', 'btree_gist')").fetchone() == (2,)
+            assert conn.execute(
+                "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
+            ).fetchone() == ("sds", False)
+            assert conn.execute(
+                "SELECT count(*) FROM pg_extension WHERE extname IN ('timescaledb', 'btree_gist')"
+            ).fetchone() == (2,)
         ok: queue.Queue[bool] = queue.Queue()
         client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
         client.username_pw_set(secrets["SDS_MQTT_USERNAME"], secrets["SDS_MQTT_PASSWORD"])
@@ -441,8 +520,12 @@ def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
             client.disconnect()
             client.loop_stop()
 
-        watched = [state / "secrets.env", state / "mosquitto" / "mosquitto.conf",
-                   state / "mosquitto" / "passwd", state / "pg" / "data" / "sds.conf"]
+        watched = [
+            state / "secrets.env",
+            state / "mosquitto" / "mosquitto.conf",
+            state / "mosquitto" / "passwd",
+            state / "pg" / "data" / "sds.conf",
+        ]
         before = [p.stat().st_mtime_ns for p in watched]
         second = run("start")
         assert second.returncode == 0, second.stdout + second.stderr

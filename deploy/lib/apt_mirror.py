@@ -72,8 +72,12 @@ def parse_one_line(text: str) -> list[dict[str, str]]:
         rest = m.group("rest").split()
         if len(rest) < 2:
             continue
-        entry = {"types": m.group("type"), "uris": rest[0], "suites": rest[1],
-                 "components": " ".join(rest[2:])}
+        entry = {
+            "types": m.group("type"),
+            "uris": rest[0],
+            "suites": rest[1],
+            "components": " ".join(rest[2:]),
+        }
         for opt in (m.group("opts") or "").split():
             key, _, value = opt.partition("=")
             if key.lower() == "signed-by":

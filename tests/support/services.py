@@ -135,7 +135,9 @@ class _Server:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.cleanup()
@@ -151,7 +153,11 @@ class PostgresServer(_Server):
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(
-        self, base_dir: Path | None = None, *, durable: bool = False, port: int | None = None,
+        self,
+        base_dir: Path | None = None,
+        *,
+        durable: bool = False,
+        port: int | None = None,
         timescaledb: bool = True,
     ) -> PostgresServer:
         """initdb (first time) into base_dir/data and start; returns self.
@@ -177,8 +183,20 @@ class PostgresServer(_Server):
             # -A trust: tests connect as any role without passwords; --no-sync: nothing to
             # protect in a test cluster, and it saves most of initdb's time.
             self._run(
-                [str(PG_BIN / "initdb"), "-D", str(self.data_dir), "-U", "postgres", "-A", "trust",
-                 "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"],
+                [
+                    str(PG_BIN / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    "postgres",
+                    "-A",
+                    "trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "--no-sync",
+                    "--no-instructions",
+                ],
                 what="initdb",
             )
         self._pg_ctl_start()
@@ -187,8 +205,20 @@ class PostgresServer(_Server):
     def stop(self, mode: str = "fast") -> None:
         """pg_ctl stop -m mode (fast: roll back sessions, checkpoint; immediate: a crash)."""
         if self.is_running():
-            self._run([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w",
-                       "-t", str(int(STOP_TIMEOUT)), "stop"], what=f"pg_ctl stop -m {mode}")
+            self._run(
+                [
+                    str(PG_BIN / "pg_ctl"),
+                    "-D",
+                    str(self.data_dir),
+                    "-m",
+                    mode,
+                    "-w",
+                    "-t",
+                    str(int(STOP_TIMEOUT)),
+                    "stop",
+                ],
+                what=f"pg_ctl stop -m {mode}",
+            )
 
     def crash(self) -> None:
         """Stop without a checkpoint (pg_ctl stop -m immediate); the next start runs recovery."""
@@ -205,7 +235,9 @@ class PostgresServer(_Server):
             return False
         result = subprocess.run(
             self._as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "status"]),
-            cwd=self.base_dir, capture_output=True, timeout=STOP_TIMEOUT,
+            cwd=self.base_dir,
+            capture_output=True,
+            timeout=STOP_TIMEOUT,
         )
         return result.returncode == 0
 
@@ -242,28 +274,53 @@ class PostgresServer(_Server):
     # -- internals ------------------------------------------------------------------------------
     def _options(self) -> str:
         opts = [
-            "-c", "listen_addresses=127.0.0.1", "-p", str(self.port),
-            "-c", f"unix_socket_directories={self.socket_dir}",
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-p",
+            str(self.port),
+            "-c",
+            f"unix_socket_directories={self.socket_dir}",
         ]
         if self.timescaledb:
             opts += [
-                "-c", "shared_preload_libraries=timescaledb",
-                "-c", "timescaledb.telemetry_level=off",
+                "-c",
+                "shared_preload_libraries=timescaledb",
+                "-c",
+                "timescaledb.telemetry_level=off",
                 # No TimescaleDB job scheduler: it keeps a session open in every database that
                 # has the extension, so CREATE DATABASE ... TEMPLATE that_db waits 5 s and then
                 # fails with ObjectInUse (seen here). The Apache edition has no policies to run.
-                "-c", "timescaledb.max_background_workers=0",
+                "-c",
+                "timescaledb.max_background_workers=0",
             ]
         if not self.durable:
-            opts += ["-c", "fsync=off", "-c", "synchronous_commit=off",
-                     "-c", "full_page_writes=off"]
+            opts += [
+                "-c",
+                "fsync=off",
+                "-c",
+                "synchronous_commit=off",
+                "-c",
+                "full_page_writes=off",
+            ]
         return shlex.join(opts)  # pg_ctl hands -o to /bin/sh
 
     def _pg_ctl_start(self) -> None:
         self._run(
-            [str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_path), "-w",
-             "-t", str(int(START_TIMEOUT)), "-o", self._options(), "start"],
-            what="pg_ctl start", timeout=START_TIMEOUT + 10,
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_path),
+                "-w",
+                "-t",
+                str(int(START_TIMEOUT)),
+                "-o",
+                self._options(),
+                "start",
+            ],
+            what="pg_ctl start",
+            timeout=START_TIMEOUT + 10,
         )
 
     def _as_postgres(self, cmd: list[str]) -> list[str]:
@@ -272,10 +329,17 @@ class PostgresServer(_Server):
 
     def _run(self, cmd: list[str], *, what: str, timeout: float = START_TIMEOUT) -> None:
         try:
-            result = subprocess.run(self._as_postgres(cmd), cwd=self.base_dir,
-                                    capture_output=True, text=True, timeout=timeout)
+            result = subprocess.run(
+                self._as_postgres(cmd),
+                cwd=self.base_dir,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired as exc:
-            raise ServiceError(f"{what} timed out after {timeout}s\n{_tail(self.log_path)}") from exc
+            raise ServiceError(
+                f"{what} timed out after {timeout}s\n{_tail(self.log_path)}"
+            ) from exc
         if result.returncode != 0:
             raise ServiceError(
                 f"{what} failed ({result.returncode}): {result.stdout}{result.stderr}\n"
@@ -342,8 +406,12 @@ class MosquittoBroker(_Server):
             passwd.unlink(missing_ok=True)
             for i, (name, password) in enumerate(users.items()):
                 flags = ["-c", "-b"] if i == 0 else ["-b"]
-                subprocess.run(["mosquitto_passwd", *flags, str(passwd), name, password],
-                               check=True, capture_output=True, timeout=30)
+                subprocess.run(
+                    ["mosquitto_passwd", *flags, str(passwd), name, password],
+                    check=True,
+                    capture_output=True,
+                    timeout=30,
+                )
             if not users:
                 passwd.touch()
             acl_path.write_text(acl if acl is not None else SHIPPED_ACL.read_text())
@@ -351,16 +419,22 @@ class MosquittoBroker(_Server):
         if shipped_template:
             if users is None:
                 raise ValueError("the shipped template requires users (it refuses anonymous)")
-            conf = (SHIPPED_CONF.read_text().replace("@BIND@", "127.0.0.1")
-                    .replace("@PORT@", str(self._port)).replace("@DIR@", str(base)))
+            conf = (
+                SHIPPED_CONF.read_text()
+                .replace("@BIND@", "127.0.0.1")
+                .replace("@PORT@", str(self._port))
+                .replace("@DIR@", str(base))
+            )
         else:
             conf = f"listener {self._port} 127.0.0.1\n"
             if users is None:
                 conf += "allow_anonymous true\n"
             else:
                 conf += f"allow_anonymous false\npassword_file {passwd}\nacl_file {acl_path}\n"
-            conf += (f"persistence_location {self.data_dir}/\nlog_dest file {self.log_path}\n"
-                     "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n")
+            conf += (
+                f"persistence_location {self.data_dir}/\nlog_dest file {self.log_path}\n"
+                "log_type error\nlog_type warning\nlog_type notice\nlog_type information\n"
+            )
         conf += "\n" + (shipped_durable_conf() if durable else "persistence false\n")
         conf += "\n" + extra_conf + "\n"
         self.conf_path.write_text(conf)
@@ -407,8 +481,9 @@ class MosquittoBroker(_Server):
 
     def log_text(self) -> str:
         """The broker's log file plus anything it wrote to stderr."""
-        parts = [p.read_text(errors="replace") for p in (self.log_path, self.stderr_path)
-                 if p.exists()]
+        parts = [
+            p.read_text(errors="replace") for p in (self.log_path, self.stderr_path) if p.exists()
+        ]
         return "\n".join(parts)
 
     @property
@@ -434,7 +509,9 @@ class MosquittoBroker(_Server):
         with open(self.stderr_path, "ab") as err:
             self._proc = subprocess.Popen(
                 ["mosquitto", "-c", str(self.conf_path)],
-                stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
             )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
@@ -447,8 +524,10 @@ class MosquittoBroker(_Server):
                 return
             time.sleep(0.02)
         self.kill()
-        raise ServiceError(f"mosquitto not listening on {self._port} after {START_TIMEOUT}s\n"
-                           f"{_tail(self.log_path)}")
+        raise ServiceError(
+            f"mosquitto not listening on {self._port} after {START_TIMEOUT}s\n"
+            f"{_tail(self.log_path)}"
+        )
 
     def _running_since(self, offset: int) -> bool:
         try:
