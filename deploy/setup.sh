@@ -102,8 +102,9 @@ else
 
     build_log=$LOGS/timescaledb-build.log
     build_dir=$(mktemp -d /tmp/sds-timescaledb.XXXXXX)
-    # apt downloads as user _apt; let it write there instead of warning about an unsandboxed fetch.
+    # apt downloads as user _apt: let it write there, or it warns and fetches unsandboxed as root.
     chmod 755 "$build_dir"
+    chown _apt:root "$build_dir" 2>/dev/null || true
     say "building TimescaleDB in $build_dir (log: $build_log)"
     (
         cd "$build_dir"
