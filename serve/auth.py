@@ -387,6 +387,9 @@ class Authenticator:
             raise Unauthorized("API key expired or deactivated", scheme="Apikey",
                                error="invalid_key")
         if row[6]:
+            if via_query:
+                # Operators watch this to see who still has to move to the header form.
+                log.info("API key %s used the deprecated ?apikey= query form", row[0])
             # Conditional, so concurrent workers still write at most once per interval.
             conn.execute(
                 "UPDATE api_keys SET last_seen = now() WHERE id = %s AND (last_seen IS NULL"
@@ -448,6 +451,21 @@ def _is_public(app: Flask) -> bool:
     return view is not None and getattr(view, "_sds_access", "") is None
 
 
+def client_address(settings: Settings) -> str:
+    """The caller's address for throttling: the socket peer, or with `trusted_proxy_hops` set,
+    the X-Forwarded-For entry that the outermost trusted proxy saw (clients can forge the
+    entries to its left, never that one)."""
+    peer = request.remote_addr or "unknown"
+    hops = settings.trusted_proxy_hops
+    if hops <= 0:
+        return peer
+    forwarded = [a.strip() for a in ",".join(request.headers.getlist("X-Forwarded-For")).split(",")
+                 if a.strip()]
+    if len(forwarded) < hops:
+        return forwarded[0] if forwarded else peer
+    return forwarded[-hops]
+
+
 def _credentials(settings: Settings) -> Credentials | None:
     headers = request.headers.getlist("Authorization")
     query = request.args.getlist("apikey")
@@ -485,7 +503,7 @@ def _authenticate() -> None:
     if creds is None:
         raise Unauthorized("credentials required: send 'Authorization: Basic', 'Bearer' or "
                            "'Apikey'", scheme="Basic")
-    principal = auth.authenticate(creds, request.remote_addr or "unknown")
+    principal = auth.authenticate(creds, client_address(auth.settings))
     g.principal = principal
     view = app.view_functions.get(request.endpoint or "")
     declared = getattr(view, "_sds_access", "")

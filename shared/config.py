@@ -77,6 +77,9 @@ class Settings:
     login_window: int = _f(300, "Window (s) for counting failed logins")
     login_address_max_failures: int = _f(
         50, "Failed logins from one client address (any accounts) before throttling")
+    trusted_proxy_hops: int = _f(
+        0, "Reverse proxies in front of the API whose X-Forwarded-For is trusted for the "
+        "client address (0: use the socket peer)")
     cors_origin: str = _f("*", "Access-Control-Allow-Origin value")
     cursor_secret: str | None = _f(
         None, "Key for the HMAC that makes /data cursors tamper-evident; every worker and host "

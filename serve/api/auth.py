@@ -12,7 +12,13 @@ from flask import current_app, request
 from marshmallow import Schema, ValidationError, fields, validate
 from werkzeug.exceptions import UnsupportedMediaType
 
-from serve.auth import authenticator, current_principal, public, requires_user
+from serve.auth import (
+    authenticator,
+    client_address,
+    current_principal,
+    public,
+    requires_user,
+)
 from serve.errors import Blueprint
 from shared.errors import BadRequest
 
@@ -98,7 +104,7 @@ def create_token() -> Any:
     auth = authenticator(current_app)
     with auth.pool.connection() as conn:
         user, _org = auth.login(conn, creds["email"], creds["password"],
-                                request.remote_addr or "unknown")
+                                client_address(auth.settings))
         token = auth.issue_token(conn, user)
     return {"token": token, "user_id": str(user)}, 200, {
         "Cache-Control": "no-store", "Pragma": "no-cache"}

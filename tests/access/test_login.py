@@ -326,3 +326,25 @@ def test_unknown_email_costs_the_same_as_a_wrong_password(
     monkeypatch.setattr(credentials, "verify_password", leaky)
     unknown, wrong = _login_medians(client, 10)
     assert wrong - unknown > 0.5 * verify, "negative control: the gap should be visible"
+
+
+def test_forwarded_address_used_only_behind_trusted_proxies(fresh_world: World) -> None:
+    """With one trusted proxy, the address it saw is throttled, not the proxy's own."""
+    app = make_app(fresh_world.url, login_address_max_failures=2, trusted_proxy_hops=1)
+    try:
+        client = app.test_client()
+        proxy = {"REMOTE_ADDR": "10.9.9.9"}
+        for i in range(2):
+            r = client.post("/api/v2/auth/token", environ_base=proxy,
+                            headers={"X-Forwarded-For": "spoofed, 198.51.100.1"},
+                            json={"email": f"x{i}@x.example", "password": "wrong-wrong"})
+            assert r.status_code == 401
+        blocked = client.post("/api/v2/auth/token", environ_base=proxy, json=A1_LOGIN,
+                              headers={"X-Forwarded-For": "198.51.100.1"})
+        assert blocked.status_code == 429
+        # Another client behind the same proxy is not affected; forged left entries are ignored.
+        other = client.post("/api/v2/auth/token", environ_base=proxy, json=A1_LOGIN,
+                            headers={"X-Forwarded-For": "198.51.100.1, 198.51.100.2"})
+        assert other.status_code == 200
+    finally:
+        close_app(app)
