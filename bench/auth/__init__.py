@@ -1,0 +1,1 @@
+"""Benchmark of request authentication (run: python -m bench.auth)."""
