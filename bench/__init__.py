@@ -1,0 +1,1 @@
+"""Benchmarks: one package per issue, each runnable with `python -m bench.<name>`."""
