@@ -49,9 +49,8 @@ class Scan:
     descending: bool = False
     limit: int = 1000
     text_booleans: bool = False  # CSV: booleans as 'true'/'false'
-    with_time: bool = False  # also fetch t.time as a last, hidden column (for local_time)
     # Location listings: restrict to these devices (the caller's), set only when a device of
-    # another organisation was ever deployed at the location (see foreign_devices_at).
+    # another organisation was ever deployed at the location (see find_location).
     only_devices: tuple[str, ...] | None = None
 
 
@@ -64,36 +63,33 @@ def find_device(conn: psycopg.Connection, *, org: UUID, name: str) -> str:
     return str(row[0])
 
 
-def find_location(conn: psycopg.Connection, *, org: UUID, ref: str) -> UUID:
-    """The location of `org` with id `ref` (or, failing that, named `ref`); else UnknownLocation."""
+def find_location(conn: psycopg.Connection, *, org: UUID, ref: str) -> tuple[UUID, bool]:
+    """The location of `org` with id `ref` (or, failing that, named `ref`), and whether a
+    device of another organisation was ever deployed there; UnknownLocation otherwise.
+
+    That second answer is normally false (deployments pair a location with its own
+    organisation's devices); asking it here, in the same query, keeps location scans plain
+    ordered index scans in the normal case and still never shows another tenant's rows.
+    """
     try:
         as_id: UUID | None = uuid.UUID(ref)
     except ValueError:
         as_id = None
     row = None
     if as_id is not None:
-        row = conn.execute(
-            "SELECT id FROM locations WHERE id = %s AND org_id = %s", (as_id, org)).fetchone()
+        row = conn.execute(_LOCATION.format(sql.SQL("l.id = %s")), (org, as_id)).fetchone()
     if row is None:
-        row = conn.execute(
-            "SELECT id FROM locations WHERE name = %s AND org_id = %s", (ref, org)).fetchone()
+        row = conn.execute(_LOCATION.format(sql.SQL("l.name = %s")), (org, ref)).fetchone()
     if row is None:
         raise UnknownLocation(f"unknown location {ref!r}",
                               errors={"location": ["unknown location"]})
-    return UUID(str(row[0]))
+    return UUID(str(row[0])), bool(row[1])
 
 
-def foreign_devices_at(conn: psycopg.Connection, *, org: UUID, location: UUID) -> bool:
-    """True when a device of another organisation was ever deployed at `location`.
-
-    Normally never: deployments pair a location with its own organisation's devices. Checking
-    once per request keeps the location scan a plain ordered index scan in the normal case and
-    still never shows another tenant's rows in the abnormal one.
-    """
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM deployments dp JOIN devices d ON d.id = dp.device_id"
-        " WHERE dp.location_id = %s AND d.org_id <> %s)", (location, org)).fetchone()
-    return bool(row and row[0])
+_LOCATION = sql.SQL(
+    "SELECT l.id, EXISTS (SELECT 1 FROM deployments dp JOIN devices d ON d.id = dp.device_id"
+    " WHERE dp.location_id = l.id AND d.org_id <> l.org_id)"
+    " FROM locations l WHERE l.org_id = %s AND {}")
 
 
 def org_device_names(conn: psycopg.Connection, *, org: UUID) -> tuple[str, ...]:
@@ -182,14 +178,16 @@ def _from_where(scan: Scan) -> tuple[sql.Composable, dict[str, Any]]:
     return tail, params
 
 
-def page_statement(scan: Scan) -> tuple[sql.Composed, dict[str, Any]]:
-    """SELECT of the page's rows: the output columns (plus t.time when with_time)."""
+def page_statement(scan: Scan, *, limit: int | None = None) -> tuple[sql.Composed, dict[str, Any]]:
+    """SELECT of the page's rows: the output columns, then the row key (time, device) as two
+    hidden trailing columns (for local_time and for the next page's key). `limit` overrides
+    scan.limit (a small page reads one row more to learn whether another page follows)."""
     exprs = [column_expr(c, unit_for(c, scan.units), text_booleans=scan.text_booleans)
              for c in scan.columns]
-    if scan.with_time:
-        exprs.append(sql.SQL("t.time AS {}").format(sql.Identifier("__time")))
+    exprs.append(sql.SQL("t.time AS {}, t.device AS {}").format(
+        sql.Identifier("__time"), sql.Identifier("__device")))
     tail, params = _from_where(scan)
-    params["limit"] = scan.limit
+    params["limit"] = scan.limit if limit is None else limit
     stmt = sql.SQL("SELECT {} {} LIMIT %(limit)s").format(sql.SQL(", ").join(exprs), tail)
     return stmt, params
 

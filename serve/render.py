@@ -63,12 +63,17 @@ def format_csv_time(t: datetime) -> str:
 
 
 class JsonRows:
-    """Serialises chunks of row tuples into one JSON array, piece by piece."""
+    """Serialises chunks of row tuples into one JSON array, piece by piece.
+
+    Each row holds the output values, then the row's time and device (serve.queries);
+    only the output values are written, plus local_time from that time when asked for.
+    """
 
     content_type = JSON
 
     def __init__(self, names: Sequence[str], local_tz: tzinfo | None) -> None:
         self.names = tuple(names)
+        self.width = len(self.names)
         self.local_tz = local_tz
         self._first = True
 
@@ -76,14 +81,15 @@ class JsonRows:
         return b"["
 
     def chunk(self, rows: Sequence[Sequence[Any]]) -> bytes:
-        names, tz = self.names, self.local_tz
+        names, tz, width = self.names, self.local_tz, self.width
         if tz is None:
+            # zip stops at the shorter: the trailing key columns are dropped for free.
             objects = [dict(zip(names, r, strict=False)) for r in rows]
         else:
             objects = []
             for r in rows:
                 obj = dict(zip(names, r, strict=False))
-                obj["local_time"] = format_local(r[-1], tz)
+                obj["local_time"] = format_local(r[width], tz)
                 objects.append(obj)
         body = orjson.dumps(objects, option=orjson.OPT_UTC_Z)[1:-1]
         if not body:
@@ -98,7 +104,7 @@ class JsonRows:
 
 
 class CsvRows:
-    """Serialises chunks of row tuples into CSV lines after one header line."""
+    """Serialises chunks of row tuples (as JsonRows gets them) into CSV lines after a header."""
 
     content_type = CSV
 
@@ -124,7 +130,7 @@ class CsvRows:
     def chunk(self, rows: Sequence[Sequence[Any]]) -> bytes:
         times, tz, width = self.times, self.local_tz, self.width
         if not times and tz is None:
-            self._writer.writerows(rows)
+            self._writer.writerows(r[:width] for r in rows)
             return self._take()
         out = []
         for r in rows:
@@ -134,7 +140,7 @@ class CsvRows:
                 if v is not None:
                     line[i] = format_csv_time(v)
             if tz is not None:
-                line.append(format_local(r[-1], tz))
+                line.append(format_local(r[width], tz))
             out.append(line)
         self._writer.writerows(out)
         return self._take()

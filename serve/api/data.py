@@ -144,11 +144,17 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
     org = current_principal().org_id
     key: bytes = current_app.extensions["cursor_key"]
 
+    small = limit <= CHUNK_ROWS
     pool: ConnectionPool = current_app.extensions["db"]
     conn = pool.getconn()
     cursor: psycopg.ServerCursor | None = None
+    released = False
 
     def release() -> None:
+        nonlocal released
+        if released:
+            return
+        released = True
         try:
             if cursor is not None and not cursor.closed:
                 cursor.close()
@@ -159,19 +165,20 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
             pool.putconn(conn)
 
     try:
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        if not small:
+            # Two statements (next-page key, then the rows) must see one snapshot.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         device = queries.find_device(conn, org=org, name=device_ref) if device_ref else None
-        location = (queries.find_location(conn, org=org, ref=location_ref)
-                    if location_ref else None)
+        location, foreign = (queries.find_location(conn, org=org, ref=location_ref)
+                             if location_ref else (None, False))
+        only_devices = None
+        if location is not None and device is None and foreign:
+            only_devices = queries.org_device_names(conn, org=org)
         binding = {
             "org": org, "table": tbl.name, "device": device, "location": location,
             "order": "desc" if descending else "asc",
             "start_time": _time_key(start_arg), "end_time": _time_key(end_arg),
         }
-        only_devices = None
-        if location is not None and device is None and queries.foreign_devices_at(
-                conn, org=org, location=location):
-            only_devices = queries.org_device_names(conn, org=org)
         after = None
         token = args.get("cursor")
         if token is not None:
@@ -183,12 +190,26 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
             start_day=start_arg.day if by_local_day and start_arg is not None else None,
             end_day=end_arg.day if by_local_day and end_arg is not None else None,
             after=after, descending=descending, limit=limit, text_booleans=csv,
-            with_time=local is not None, only_devices=only_devices)
-        following = queries.next_key(conn, scan)
-        stmt, params = queries.page_statement(scan)
-        cursor = conn.cursor(name="sds_page", binary=True)
-        cursor.execute(stmt, params)
-        first: Sequence[Sequence[Any]] = cursor.fetchmany(CHUNK_ROWS)
+            only_devices=only_devices)
+        first: Sequence[Sequence[Any]]
+        following: pagination.Position | None
+        if small:
+            # At most CHUNK_ROWS + 1 rows: one statement reads the page and tells whether
+            # another follows; the connection goes back to the pool before the body is sent.
+            stmt, params = queries.page_statement(scan, limit=limit + 1)
+            with conn.cursor(binary=True) as cur:
+                first = cur.execute(stmt, params).fetchall()
+            following = None
+            if len(first) > limit:
+                following = pagination.Position(first[limit][-2], first[limit][-1])
+                first = first[:limit]
+            release()
+        else:
+            following = queries.next_key(conn, scan)
+            stmt, params = queries.page_statement(scan)
+            cursor = conn.cursor(name="sds_page", binary=True)
+            cursor.execute(stmt, params)
+            first = cursor.fetchmany(CHUNK_ROWS)
     except BaseException:
         release()
         raise
@@ -200,8 +221,10 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
         writer = render.CsvRows(columns, tz)
     else:
         writer = render.JsonRows([c.name for c in columns], tz)
-    body = render.RowStream(writer, first, lambda: page_cursor.fetchmany(CHUNK_ROWS),
-                            CHUNK_ROWS, release)
+    body = render.RowStream(
+        writer, first,
+        (lambda: page_cursor.fetchmany(CHUNK_ROWS)) if page_cursor is not None else (lambda: []),
+        CHUNK_ROWS, release)
     response = Response(body, status=200, content_type=(
         "text/csv; charset=utf-8" if csv else "application/json"))
     response.headers["X-Units"] = render.units_header(columns, chosen)
