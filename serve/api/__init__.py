@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve.api import apikeys, auth, data, devices, locations, schemas
+from serve.api import apikeys, auth, data, devices, health, locations, schemas
 
 BLUEPRINTS = [
     schemas.blp,
@@ -11,4 +11,5 @@ BLUEPRINTS = [
     locations.blp,
     auth.blp,
     apikeys.blp,
+    health.blp,
 ]

@@ -199,3 +199,9 @@ def test_database_unavailable_is_a_503(faulty_app: Flask, exc: Exception) -> Non
         response = errors.handle_unexpected(exc)
     assert response.status_code == 503 and response.headers["Retry-After"]
     assert "refused" not in response.get_data(as_text=True)
+
+
+def test_health_is_constant_and_public(client: FlaskClient) -> None:
+    response = client.get("/api/v2/health")
+    assert response.status_code == 200 and response.get_json() == {"status": "ok"}
+    assert response.headers["Access-Control-Allow-Origin"] == "*"
