@@ -161,8 +161,6 @@ class IngesterProcess:
                                      env=settings_env(s), stdout=log, stderr=log)
         log.close()
         self.starts += 1
-        offset_marker = f"subscribed-{self.starts}"
-        del offset_marker
         return self
 
     def wait_subscribed(self, count: int, timeout: float = 20.0) -> None:
