@@ -459,8 +459,8 @@ def client_address(settings: Settings) -> str:
     hops = settings.trusted_proxy_hops
     if hops <= 0:
         return peer
-    forwarded = [a.strip() for a in ",".join(request.headers.getlist("X-Forwarded-For")).split(",")
-                 if a.strip()]
+    joined = ",".join(request.headers.getlist("X-Forwarded-For"))
+    forwarded = [a.strip() for a in joined.split(",") if a.strip()]
     if len(forwarded) < hops:
         return forwarded[0] if forwarded else peer
     return forwarded[-hops]

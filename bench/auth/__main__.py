@@ -27,13 +27,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 
 from shared import accounts, credentials, migrate
 from shared.config import Settings
 
-PASSWORD = "bench-password-1"
+PASSWORD = "bench-password-1"  # nosec B105 - a scratch user in a scratch database
 EMAIL = "bench@example.com"
 
 
@@ -112,7 +113,7 @@ def _stats(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered) * 1e3, ordered[int(len(ordered) * 0.99) - 1] * 1e3
 
 
-def _get(client, path: str, headers: dict[str, str]) -> Callable[[], object]:  # type: ignore[no-untyped-def]
+def _get(client: Any, path: str, headers: dict[str, str]) -> Callable[[], object]:
     def call() -> object:
         r = client.get(path, headers=headers)
         if r.status_code != 200:

@@ -130,7 +130,21 @@ def key_record(row: dict[str, Any], *, value: str | None = None) -> dict[str, An
     }
 
 
-_COLUMNS = "id, name, prefix, last4, scopes, exp, active, created, updated, created_by, last_seen"
+_LIST_SQL = """
+SELECT id, name, prefix, last4, scopes, exp, active, created, updated, created_by, last_seen
+FROM api_keys WHERE user_id = %s ORDER BY created, id
+"""
+# Only the four changeable fields; a field not sent keeps its value (exp: null clears it).
+_UPDATE_SQL = """
+UPDATE api_keys SET
+    scopes = CASE WHEN %(set_scopes)s THEN %(scopes)s::text[] ELSE scopes END,
+    name = coalesce(%(name)s, name),
+    exp = CASE WHEN %(set_exp)s THEN %(exp)s::timestamptz ELSE exp END,
+    active = coalesce(%(active)s, active),
+    updated = CASE WHEN %(changed)s THEN now() ELSE updated END
+WHERE id = %(id)s AND user_id = %(user)s
+RETURNING id, name, prefix, last4, scopes, exp, active, created, updated, created_by, last_seen
+"""
 
 
 def _refuse_read_only(body: dict[str, Any]) -> None:
@@ -168,10 +182,6 @@ def create_key() -> Any:
         record = accounts.create_api_key(
             conn, user=principal.user_id, scopes=args["scopes"], name=args["name"],
             exp=args["exp"], active=args["active"])
-        row = conn.execute(
-            "SELECT prefix, last4 FROM api_keys WHERE id = %s", (record["id"],)).fetchone()
-    assert row
-    record.update(prefix=row[0], last4=row[1])
     return key_record(record, value=record["apikey"])
 
 
@@ -183,9 +193,7 @@ def list_keys() -> Any:
     principal = current_principal()
     auth = authenticator(current_app)
     with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            f"SELECT {_COLUMNS} FROM api_keys WHERE user_id = %s ORDER BY created, id",
-            (principal.user_id,)).fetchall()
+        rows = cur.execute(_LIST_SQL, (principal.user_id,)).fetchall()
     return [key_record(r) for r in rows]
 
 
@@ -212,13 +220,7 @@ def update_key(key_id: str) -> Any:
     auth = authenticator(current_app)
     with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
-            "UPDATE api_keys SET"
-            " scopes = CASE WHEN %(set_scopes)s THEN %(scopes)s::text[] ELSE scopes END,"
-            " name = coalesce(%(name)s, name),"
-            " exp = CASE WHEN %(set_exp)s THEN %(exp)s::timestamptz ELSE exp END,"
-            " active = coalesce(%(active)s, active),"
-            " updated = CASE WHEN %(changed)s THEN now() ELSE updated END"
-            f" WHERE id = %(id)s AND user_id = %(user)s RETURNING {_COLUMNS}",
+            _UPDATE_SQL,
             {"set_scopes": "scopes" in changes,
              "scopes": sorted(set(changes.get("scopes") or [])),
              "name": changes.get("name"), "set_exp": "exp" in changes,

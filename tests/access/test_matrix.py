@@ -81,6 +81,7 @@ ROUTES = [
           None, body={"email": "a1@a.example", "password": PASSWORDS["a1@a.example"]}),
     Route("token-revoke", "DELETE", "/api/v2/auth/token", lambda w, c: "/api/v2/auth/token",
           USER_ONLY, ok=204, basic_status=400),
+    Route("health", "GET", "/api/v2/health", lambda w, c: "/api/v2/health", None),
     # The data and schema endpoints (issue 5); rows apply when the app serves the rule.
     Route("schemas", "GET", "/api/v2/schemas", lambda w, c: "/api/v2/schemas", "data:read"),
     Route("schema", "GET", "/api/v2/schemas/<table>", lambda w, c: "/api/v2/schemas/hourly",
