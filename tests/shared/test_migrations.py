@@ -45,17 +45,10 @@ def test_edited_migration_is_refused(database_url: str) -> None:
         migrate.upgrade(database_url)
 
 
-class _PlainPostgres(PostgresServer):
-    """A cluster without TimescaleDB preloaded: CREATE EXTENSION fails, as on a managed service
-    that does not offer it."""
-
-    def _options(self) -> str:
-        return super()._options().replace("-c shared_preload_libraries=timescaledb ", "")
-
-
 def test_migrations_apply_on_plain_postgresql(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Without the extension, the schema still applies, with plain tables."""
-    server = _PlainPostgres().start(tmp_path_factory.mktemp("plainpg"))
+    # Not preloaded: CREATE EXTENSION fails, as on a managed service that does not offer it.
+    server = PostgresServer().start(tmp_path_factory.mktemp("plainpg"), timescaledb=False)
     try:
         url = server.dsn("postgres")
         assert len(migrate.upgrade(url)) == len(migrate.available())
