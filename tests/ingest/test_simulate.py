@@ -1,0 +1,82 @@
+"""The simulator: plausible, valid weather; `sds simulate` feeding a real ingester."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+from click.testing import CliRunner
+
+from ingest import simulate
+from ingest.payload import Limits, decode_payload
+from shared.config import Settings
+from tests.ingest.conftest import RunningIngester, make_site, wait_for
+from tests.ingest.conftest import settings_env as _env
+
+SITES = [simulate.Site("S1", 41.6, -93.6, 290.0), simulate.Site("S2", -33.9, 151.2, 40.0),
+         simulate.Site("S3", 28.6, 77.2, 216.0), simulate.Site("S4", 64.8, -147.7, 130.0)]
+
+
+def test_weather_is_valid_and_plausible() -> None:
+    limits = Limits(horizon=timedelta(days=4000))
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    for site in SITES:
+        for day in range(0, 366, 15):
+            for slot in range(0, 288, 7):
+                t = start + timedelta(days=day, minutes=5 * slot)
+                body = json.dumps(simulate.reading_body(site, t)).encode()
+                out = decode_payload(body, kind="readings", device=site.device,
+                                     now=t + timedelta(minutes=1), limits=limits)
+                assert out.rejections == [] and out.unknown_fields == 0, (site, t)
+    # Iowa in July: sunny afternoons warmer than nights, no sun at night, dew point below air.
+    iowa = SITES[0]
+    days = [datetime(2024, 7, d, tzinfo=UTC) for d in range(1, 15)]
+    afternoon = [simulate.weather(iowa, d.replace(hour=21)) for d in days]  # 15-16 local
+    night = [simulate.weather(iowa, d.replace(hour=10)) for d in days]  # 4-5 local
+    assert sum(w["tair"] for w in afternoon) > sum(w["tair"] for w in night) + 14 * 4
+    assert all(w["swdw"] == 0 for w in night) and max(w["swdw"] for w in afternoon) > 300
+    assert simulate.weather(iowa, days[0]) == simulate.weather(iowa, days[0])  # deterministic
+    health = simulate.health(iowa, days[0])
+    out = decode_payload(json.dumps({"time": "2024-07-01T00:00:00Z", **health}).encode(),
+                         kind="health", device="S1", now=days[0], limits=limits)
+    assert out.rejections == []
+
+
+def test_every_bad_kind_is_rejected_or_counted() -> None:
+    t = datetime(2024, 7, 1, 12, tzinfo=UTC)
+    body = simulate.reading_body(SITES[0], t)
+    for kind in simulate.BAD_KINDS:
+        bad = simulate.spoil(body, kind)
+        raw = bad if isinstance(bad, bytes) else json.dumps(bad).encode()
+        out = decode_payload(raw, kind="readings", device="S1", now=t, limits=Limits())
+        if kind == "unknown_field":
+            assert out.readings and out.unknown_fields == 1
+        else:
+            assert out.rejections and out.rejections[0].code == kind, kind
+
+
+def test_simulate_command_feeds_the_ingester(
+    conn: psycopg.Connection, mqtt_settings: Settings, ingester: RunningIngester,
+) -> None:
+    make_site(conn, device="S1")
+    make_site(conn, device="S2", tz="Australia/Sydney")
+    env = _env(mqtt_settings)
+    result = CliRunner().invoke(simulate.simulate, [
+        "--backfill-days", "0.5", "--duration", "1", "--bad-ratio", "0.05", "--seed", "3"],
+        env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "simulating 2 devices" in result.output
+
+    def stored() -> int:
+        conn.rollback()
+        n = conn.execute("SELECT count(*) FROM calibrated").fetchone()[0]
+        q = conn.execute("SELECT count(*) FROM quarantine").fetchone()[0]
+        return n + q
+    # 144 backfill slots + the current slot per device; every reading stored or quarantined.
+    wait_for(lambda: stored() >= 2 * 145, 20, what="simulated readings")
+    conn.rollback()
+    assert conn.execute("SELECT count(*) FROM health").fetchone()[0] >= 2 * 12
+    reasons = {r[0] for r in conn.execute("SELECT reason FROM quarantine")}
+    # A truncated reading inside a catch-up array arrives as a string: bad_shape.
+    assert reasons and reasons <= set(simulate.BAD_KINDS) | {"bad_shape"}
