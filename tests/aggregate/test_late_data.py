@@ -1,0 +1,240 @@
+"""Late data, the claim-then-recompute race, idempotence, backfill and zone changes
+(reliability plan R20-R24, R29, R35)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from aggregate import jobs, rollups
+from tests.aggregate.conftest import fetch, insert_readings, make_location, run_all, series
+
+END = datetime(2024, 7, 20, 12, 0, tzinfo=UTC)  # "now" of these scenarios
+TABLES = rollups.TABLE_ORDER
+
+
+def _checksum(conn: psycopg.Connection, table: str) -> str:
+    """md5 over every value column of `table` except the bookkeeping times."""
+    cols = fetch(conn, "SELECT column_name FROM information_schema.columns"
+                 " WHERE table_name = %s AND column_name NOT IN ('create_time', 'update_time')"
+                 " ORDER BY ordinal_position", table)
+    names = ", ".join(c["column_name"] for c in cols)
+    row = conn.execute(f"SELECT md5(coalesce(string_agg(r::text, '|' ORDER BY r.device,"
+                       f" r.time), '')) FROM (SELECT {names} FROM {table}) r").fetchone()
+    return row[0]
+
+
+def _stamp(conn: psycopg.Connection) -> dict[tuple[str, datetime], datetime]:
+    out = {}
+    for table in TABLES:
+        for r in fetch(conn, f"SELECT time, update_time FROM {table}"):
+            out[(table, r["time"])] = r["update_time"]
+    return out
+
+
+@pytest.mark.parametrize("late", [
+    pytest.param(timedelta(hours=1), id="1_hour"),
+    pytest.param(timedelta(days=2), id="2_days"),
+    pytest.param(timedelta(days=40), id="40_days"),
+])
+def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta) -> None:
+    loc = make_location(db, "America/Chicago", lat=41.9, lon=-87.6, elev=180.0, kc=1.0)
+    missing = END - late
+    rows = series(END - timedelta(days=41), END, tair=lambda i, t: 20.0 + (i % 12),
+                  rh=lambda i, t: 0.6, wind_speed=lambda i, t: 2.0, swdw=lambda i, t: 300.0)
+    on_time = [r for r in rows if r["time"] != missing]
+    insert_readings(db, "L1", loc, on_time)
+    run_all(db)
+    db.commit()
+    before = _stamp(db)
+    buckets = {t: rollups.bucket_of(t, missing, "America/Chicago") for t in TABLES}
+    old = {t: fetch(db, f"SELECT sample_pct FROM {t} WHERE time = %s", buckets[t][0])[0]
+           for t in TABLES}
+
+    insert_readings(db, "L1", loc, [{"time": missing, "tair": 50.0, "rh": 0.6}])
+    db.commit()
+    pending = fetch(db, "SELECT rollup, bucket FROM rollup_dirty ORDER BY rollup")
+    assert {(p["rollup"], p["bucket"]) for p in pending} == {
+        (t, buckets[t][0]) for t in TABLES}, "one mark per table, at the reading's bucket"
+    assert run_all(db) == 3
+    db.commit()
+
+    after = _stamp(db)
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert changed == {(t, buckets[t][0]) for t in TABLES}
+    for t in TABLES:
+        row = fetch(db, f"SELECT * FROM {t} WHERE time = %s", buckets[t][0])[0]
+        slots = (buckets[t][1] - buckets[t][0]) / timedelta(minutes=5)
+        assert row["sample_pct"] == pytest.approx(old[t]["sample_pct"] + 1 / slots, rel=1e-5)
+        assert row["maxt"] == 50.0
+        assert row["update_time"] > row["create_time"]
+    assert fetch(db, "SELECT count(*) AS n FROM rollup_dirty")[0]["n"] == 0
+
+
+def _wait_blocked(conn: psycopg.Connection, pid: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
+                           (pid,)).fetchone()
+        if row and row[0] == "Lock":
+            return
+        time.sleep(0.02)
+    raise AssertionError("the late writer never blocked on the claimed mark")
+
+
+def _late_writer(url: str, loc, t: datetime, ready: list) -> threading.Thread:
+    def work() -> None:
+        with psycopg.connect(url) as other:
+            ready.append(other.info.backend_pid)
+            insert_readings(other, "R1", loc, [{"time": t, "tair": 30.0}])
+            other.commit()
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_reading_committed_during_a_rollup_is_not_lost(db, database_url) -> None:
+    """Rollup claims marks; a late insert + mark waits on the claimed mark and commits after
+    the rollup: its mark remains, and the next run includes the reading (R20)."""
+    loc = make_location(db, "UTC")
+    t0 = datetime(2024, 7, 1, 10, 0, tzinfo=UTC)
+    insert_readings(db, "R1", loc, [{"time": t0, "tair": 10.0}])
+    db.commit()
+
+    marks = rollups.claim_marks(db, table="hourly", limit=100)  # rollup transaction begins
+    ready: list[int] = []
+    writer = _late_writer(database_url, loc, t0 + timedelta(minutes=5), ready)
+    deadline = time.monotonic() + 10
+    while not ready and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with psycopg.connect(database_url, autocommit=True) as watch:
+        _wait_blocked(watch, ready[0])
+    buckets = rollups.resolve_marks(db, table="hourly", marks=marks)
+    rollups.recompute(db, table="hourly", buckets=buckets, clear=marks, low_quality_pct=80)
+    db.commit()
+    writer.join(10)
+    assert not writer.is_alive()
+
+    row = fetch(db, "SELECT sample_pct, maxt FROM hourly")[0]
+    raw = fetch(db, "SELECT count(*) AS n FROM calibrated")[0]["n"]
+    left = fetch(db, "SELECT bucket FROM rollup_dirty WHERE rollup = 'hourly'")
+    assert raw == 2 and row["sample_pct"] == pytest.approx(1 / 12)
+    assert [m["bucket"] for m in left] == [t0], "rollup is stale, so its mark must remain"
+    run_all(db)
+    db.commit()
+    row = fetch(db, "SELECT sample_pct, maxt FROM hourly")[0]
+    assert row["sample_pct"] == pytest.approx(2 / 12) and row["maxt"] == 30.0
+    assert fetch(db, "SELECT count(*) AS n FROM rollup_dirty")[0]["n"] == 0
+
+
+def test_naive_recompute_then_delete_loses_the_reading(db, database_url) -> None:
+    """Negative control for the test above: recompute first, delete marks after, and the
+    late reading is neither rolled up nor marked (finding 7)."""
+    loc = make_location(db, "UTC")
+    t0 = datetime(2024, 7, 1, 10, 0, tzinfo=UTC)
+    insert_readings(db, "R1", loc, [{"time": t0, "tair": 10.0}])
+    db.commit()
+    marks = [(r["device"], r["bucket"]) for r in fetch(
+        db, "SELECT device, bucket FROM rollup_dirty WHERE rollup = 'hourly'")]
+    buckets = rollups.resolve_marks(db, table="hourly", marks=marks)
+    rollups.recompute(db, table="hourly", buckets=buckets, low_quality_pct=80)
+    ready: list[int] = []
+    writer = _late_writer(database_url, loc, t0 + timedelta(minutes=5), ready)
+    writer.join(10)
+    assert not writer.is_alive()  # nothing blocks it: the mark already exists
+    db.execute("DELETE FROM rollup_dirty WHERE rollup = 'hourly'")
+    db.commit()
+    raw = fetch(db, "SELECT count(*) AS n FROM calibrated")[0]["n"]
+    row = fetch(db, "SELECT sample_pct FROM hourly")[0]
+    left = fetch(db, "SELECT count(*) AS n FROM rollup_dirty WHERE rollup = 'hourly'")[0]["n"]
+    assert (raw, round(row["sample_pct"] * 12), left) == (2, 1, 0)
+
+
+def test_two_workers_on_the_same_marks_do_not_double_count(db, database_url) -> None:
+    """SKIP LOCKED claims split the work; recomputation makes overlap harmless (R24)."""
+    loc = make_location(db, "Asia/Kathmandu")
+    start = datetime(2024, 7, 1, tzinfo=UTC)
+    rows = series(start, start + timedelta(days=2), tair=lambda i, t: float(i % 50))
+    insert_readings(db, "W1", loc, rows)
+    db.commit()
+    result: dict[str, int] = {}
+
+    def second_worker() -> None:
+        with psycopg.connect(database_url) as other:
+            result["second"] = rollups.process_marks(other, table="local_hourly", limit=1000,
+                                                     low_quality_pct=80)
+            other.commit()
+
+    # Worker 1 holds its claim open while worker 2 runs; worker 2 may wait for worker 1's
+    # new hypertable chunk, never for its marks.
+    first = rollups.process_marks(db, table="local_hourly", limit=20, low_quality_pct=80)
+    thread = threading.Thread(target=second_worker, daemon=True)
+    thread.start()
+    thread.join(0.5)
+    db.commit()
+    thread.join(30)
+    assert not thread.is_alive()
+    second = result["second"]
+    assert first == 20 and second == 49 - 20
+    got = fetch(db, "SELECT count(*) AS n, sum(sample_pct * 12) AS readings FROM local_hourly")
+    assert got[0]["n"] == 49 and round(got[0]["readings"]) == len(rows)
+
+
+def test_rollups_are_idempotent_and_backfill_equals_incremental(db) -> None:
+    locs = {tz: make_location(db, tz, lat=-33.4, lon=-70.6, elev=500.0, kc=0.8)
+            for tz in ("America/Santiago", "Australia/Lord_Howe", "Asia/Kolkata")}
+    start = datetime(2024, 9, 6, tzinfo=UTC)
+    for i, (tz, loc) in enumerate(locs.items()):
+        rows = series(start, start + timedelta(days=4), tair=lambda j, t: 10 + (j % 40) * 0.5,
+                      rh=lambda j, t: 0.4 + (j % 10) * 0.05, wind_speed=lambda j, t: 1.5,
+                      wind_gust=lambda j, t: 4.0, swdw=lambda j, t: 200.0 + j % 300,
+                      precip=lambda j, t: 0.2 if j % 31 == 0 else 0.0,
+                      wind_direction=lambda j, t: (j * 7) % 360)
+        insert_readings(db, f"I{i}", loc, rows[i * 3:])  # uneven coverage per device
+    run_all(db)
+    db.commit()
+    first = {t: _checksum(db, t) for t in TABLES}
+    counts = {t: fetch(db, f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in TABLES}
+    assert all(counts.values())
+    # Run every bucket again, twice, by backfill: identical values.
+    for _ in range(2):
+        jobs.backfill(db, tables=TABLES, start=start - timedelta(days=1),
+                      end=start + timedelta(days=6), devices=None, low_quality_pct=80,
+                      chunk_days=2)
+        assert {t: _checksum(db, t) for t in TABLES} == first
+    # A backfill into empty tables reproduces the incremental result.
+    for t in TABLES:
+        db.execute(f"DELETE FROM {t}")
+    jobs.backfill(db, tables=TABLES, start=start, end=start + timedelta(days=4),
+                  devices=None, low_quality_pct=80, chunk_days=1)
+    assert {t: _checksum(db, t) for t in TABLES} == first
+    assert run_all(db) == 0  # nothing pending: a second run does nothing
+
+
+def test_zone_change_rebuckets_the_location(db) -> None:
+    loc = make_location(db, "UTC", lat=20.0, lon=78.0)
+    start = datetime(2024, 6, 1, tzinfo=UTC)
+    rows = series(start, start + timedelta(days=2), tair=lambda i, t: float(i % 24))
+    insert_readings(db, "TZ1", loc, rows)
+    run_all(db)
+    db.commit()
+    assert {r["m"] for r in fetch(db, "SELECT extract(minute FROM time) AS m"
+                                      " FROM local_hourly")} == {0}
+    db.execute("UPDATE locations SET tz_name = 'Asia/Kolkata' WHERE id = %s", (loc,))
+    n = rollups.mark_location_dirty(db, loc)
+    assert n > 0
+    run_all(db)
+    db.commit()
+    local = fetch(db, "SELECT time, tair, sample_pct FROM local_hourly ORDER BY time")
+    assert {r["time"].minute for r in local} == {30}
+    assert len(local) == 49  # 23:30Z .. 23:30Z, partial at both ends
+    days = [r["time"] for r in fetch(db, "SELECT time FROM daily ORDER BY time")]
+    assert days == [datetime(2024, 5, 31, 18, 30, tzinfo=UTC),
+                    datetime(2024, 6, 1, 18, 30, tzinfo=UTC),
+                    datetime(2024, 6, 2, 18, 30, tzinfo=UTC)]
+    hourly = fetch(db, "SELECT count(*) AS n FROM hourly")[0]["n"]
+    assert hourly == 48  # UTC hours are not affected by the zone
