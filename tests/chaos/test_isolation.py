@@ -33,8 +33,9 @@ def _render(database_url: str) -> str:
 def test_dirty_mark_race(database_url: str, tmp_path: Path, figures: Figures) -> None:
     spec = tmp_path / "dirty_race.spec"
     spec.write_text(_render(database_url))
-    run = subprocess.run([str(ISOLATIONTESTER), database_url], stdin=spec.open(),
-                         capture_output=True, text=True, timeout=120, check=False)
+    with spec.open() as stdin:
+        run = subprocess.run([str(ISOLATIONTESTER), database_url], stdin=stdin,
+                             capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stderr
     out = run.stdout
     checks = []
