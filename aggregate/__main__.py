@@ -24,6 +24,7 @@ from apscheduler.events import (
     JobEvent,
     JobExecutionEvent,
 )
+from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 from psycopg_pool import ConnectionPool
@@ -49,6 +50,7 @@ def build_scheduler(
     """The scheduler with its jobs (UTC, interval triggers) and the error listener."""
     scheduler = BlockingScheduler(
         timezone=UTC,
+        jobstores={"default": MemoryJobStore()},  # jobs live in code, never in a shared store
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": MISFIRE_GRACE},
     )
     interval = max(1, settings.aggregate_interval)

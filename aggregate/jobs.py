@@ -19,6 +19,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from aggregate import rollups
+from aggregate.leader import LeadershipLost
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -99,10 +100,20 @@ def run_job(
 ) -> int:
     """One scheduled run of the `table` rollup, recorded in job_runs and aggregate_runs."""
     runner = runner or runner_name()
-    run_id = _start(pool, table, runner, guard)
+    try:
+        run_id = _start(pool, table, runner, guard)
+    except LeadershipLost as exc:
+        log.warning("job %s not started: %s", table, exc)
+        return 0
     started = datetime.now(UTC)
     try:
         n = drain(pool, table=table, low_quality_pct=settings.low_quality_pct, guard=guard)
+    except LeadershipLost as exc:
+        # Expected when the lock session ended mid-run: the batch rolled back, its marks are
+        # pending again, and the new leader recomputes them.
+        _finish(pool, table, run_id, buckets=0, error=f"LeadershipLost: {exc}")
+        log.warning("job %s rolled back: %s", table, exc)
+        return 0
     except Exception as exc:
         _finish(pool, table, run_id, buckets=0, error=f"{type(exc).__name__}: {exc}")
         raise
