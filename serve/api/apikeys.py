@@ -30,6 +30,9 @@ blp = Blueprint("apikeys", __name__, url_prefix="/api/v2/apikeys",
 READ_ONLY = ("id", "apikey", "created", "updated", "created_by", "last_seen", "user_id",
              "org_id", "digest", "prefix", "last4")
 NAME_MAX = 200
+# PostgreSQL text cannot hold NUL; other control characters have no place in a label either.
+NAME_RULES = [validate.Length(max=NAME_MAX),
+              validate.Regexp(r"^[^\x00-\x1f\x7f]*$", error="must not contain control characters")]
 
 
 class Instant(fields.Field):
@@ -61,7 +64,7 @@ class ApiKeyCreateSchema(Schema):
     """Body of POST /apikeys; unknown and read-only fields are refused."""
 
     scopes = fields.List(fields.String(), required=True)
-    name = fields.String(load_default="", validate=validate.Length(max=NAME_MAX))
+    name = fields.String(load_default="", validate=NAME_RULES)
     exp = Instant(load_default=None, allow_none=True,
                   metadata={"type": "string", "format": "date-time"})
     active = fields.Boolean(load_default=True)
@@ -75,7 +78,7 @@ class ApiKeyUpdateSchema(Schema):
     """Body of PUT /apikeys/{id}: any of scopes, name, exp (null removes it), active."""
 
     scopes = fields.List(fields.String())
-    name = fields.String(validate=validate.Length(max=NAME_MAX))
+    name = fields.String(validate=NAME_RULES)
     exp = Instant(allow_none=True, metadata={"type": "string", "format": "date-time"})
     active = fields.Boolean()
 

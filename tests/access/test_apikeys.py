@@ -75,6 +75,8 @@ def test_bearer_may_create_an_api_key_may_not(client: FlaskClient, world: World)
     ({"scopes": ["data:read"], "exp": 1700000000}, "exp"),
     ({"scopes": ["data:read"], "active": "maybe"}, "active"),
     ({"scopes": ["data:read"], "name": "x" * 201}, "name"),
+    ({"scopes": ["data:read"], "name": "nul\x00byte"}, "name"),
+    ({"scopes": ["data:read\x00"]}, "scopes"),
     ({"scopes": ["data:read"], "colour": "blue"}, "colour"),
     ({"scopes": ["data:read"], "id": "00000000-0000-4000-8000-000000000000"}, "id"),
     ({"scopes": ["data:read"], "apikey": "sdsk_mine"}, "apikey"),
@@ -82,6 +84,7 @@ def test_bearer_may_create_an_api_key_may_not(client: FlaskClient, world: World)
     ({"scopes": ["data:read"], "last_seen": "2030-01-01T00:00:00Z"}, "last_seen"),
 ], ids=["no-scopes", "empty-scopes", "scopes-not-list", "unknown-scope", "scope-not-string",
         "exp-past", "exp-malformed", "exp-number", "active-not-bool", "name-too-long",
+        "name-nul", "scope-nul",
         "unknown-field", "read-only-id", "read-only-apikey", "read-only-created_by",
         "read-only-last_seen"])
 def test_bad_create_bodies_are_400_naming_the_field(client: FlaskClient, world: World,

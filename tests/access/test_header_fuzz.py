@@ -59,3 +59,38 @@ def test_hostile_forms(client: FlaskClient, world: World) -> None:
     r = client.get("/api/v2/devices", headers=[("Authorization", f"Apikey {key}"),
                                                ("Authorization", f"Bearer {token}")])
     assert r.status_code == 400
+
+
+@settings(max_examples=100, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ident=st.text(alphabet=st.characters(blacklist_categories=("Cs",),
+                                            blacklist_characters="/?#%"), min_size=1,
+                     max_size=80))
+def test_fuzzed_ids_are_plain_404s(client: FlaskClient, world: World, ident: str) -> None:
+    """S18: any device name, location id or key id that is not the caller's -> 404 JSON."""
+    from urllib.parse import quote
+
+    headers = {"Authorization": f"Apikey {world.keys['all']}"}
+    if ident in (world.dev_a, world.dev_a_idle, str(world.loc_a), "summary", "scopes"):
+        return
+    for path in (f"/api/v2/devices/{quote(ident)}", f"/api/v2/locations/{quote(ident)}"):
+        r = client.get(path, headers=headers)
+        want = 400 if "\x00" in ident else 404
+        assert r.status_code == want, (path, r.status_code)
+        assert r.get_json()["code"] == want
+    r = client.delete(f"/api/v2/apikeys/{quote(ident)}",
+                      headers={"Authorization": "Basic YTFAYS5leGFtcGxlOmExLWNvcnJlY3QtaG9yc2U="})
+    assert r.status_code in (400, 404, 405), r.status_code
+
+
+def test_nul_bytes_are_refused_not_500(client: FlaskClient) -> None:
+    """PostgreSQL text cannot hold NUL: such input must never reach a query as-is."""
+    nul_email = "Basic " + base64.b64encode(b"a1@a.example\x00:a1-correct-horse").decode()
+    assert client.get("/api/v2/devices", headers={"Authorization": nul_email}).status_code == 401
+    r = client.post("/api/v2/auth/token", json={"email": "a1\x00@a.example", "password": "x"})
+    assert r.status_code == 401
+    r = client.get("/api/v2/data/hourly?device=A000101%00",
+                   headers={"Authorization": "Basic YTFAYS5leGFtcGxlOmExLWNvcnJlY3QtaG9yc2U="})
+    assert r.status_code == 400, r.get_data()[:200]
+    for path in ("/api/v2/devices/A%00", "/api/v2/locations?x=%00", "/api/v2/health?%00=1"):
+        assert client.get(path).status_code == 400
