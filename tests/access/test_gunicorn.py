@@ -1,0 +1,135 @@
+"""Access through the real server: gunicorn with two workers, as deploy/run.sh starts it.
+
+Checks what only a real server shows: throttling shared by both workers (S7), repeated
+Authorization headers as gunicorn delivers them, and the access log free of `?apikey=` keys."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.access.conftest import World, seed
+from tests.support.services import REPO, free_port
+
+
+class Server:
+    """A running gunicorn on 127.0.0.1."""
+
+    def __init__(self, port: int, log_dir: Path) -> None:
+        self.port = port
+        self.log_dir = log_dir
+
+    def request(self, method: str, path: str, headers: list[tuple[str, str]] | None = None,
+                body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
+        """One request on a fresh connection (so successive ones may reach either worker)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.putrequest(method, path)
+            for name, value in headers or []:
+                conn.putheader(name, value)
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def gunicorn_world(module_db: str) -> World:
+    """The seeded world for the server module."""
+    return seed(module_db)
+
+
+@pytest.fixture(scope="module")
+def server(gunicorn_world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app, two workers, this module's database."""
+    port = free_port()
+    log_dir = tmp_path_factory.mktemp("gunicorn-logs")
+    env = {**os.environ, "SDS_DATABASE_URL": gunicorn_world.url,
+           "SDS_HTTP_BIND": f"127.0.0.1:{port}", "SDS_HTTP_WORKERS": "2",
+           "SDS_LOG_DIR": str(log_dir), "SDS_LOGIN_MAX_FAILURES": "4",
+           "SDS_APIKEY_QUERY_ENABLED": "true", "SDS_DB_POOL_MIN": "1"}
+    gunicorn = Path(sys.executable).with_name("gunicorn")
+    with open(log_dir / "err.log", "wb") as err:
+        proc = subprocess.Popen(
+            [str(gunicorn), "-c", str(REPO / "deploy" / "gunicorn.conf.py"), "serve.wsgi:app"],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    srv = Server(port, log_dir)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if srv.request("GET", "/api/v2/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("gunicorn did not start: "
+                                   + (log_dir / "err.log").read_text()[-2000:])
+            time.sleep(0.2)
+        yield srv
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _basic(email: str, password: str) -> tuple[str, str]:
+    return ("Authorization", "Basic " + base64.b64encode(f"{email}:{password}".encode()).decode())
+
+
+def test_api_key_and_challenge_over_http(server: Server, gunicorn_world: World) -> None:
+    status, headers, body = server.request(
+        "GET", "/api/v2/devices", [("Authorization", f"apikey {gunicorn_world.keys['devices']}")])
+    assert status == 200 and b"A000101" in body
+    status, headers, body = server.request("GET", "/api/v2/devices")
+    assert status == 401 and headers["www-authenticate"].startswith("Basic")
+    assert headers["content-type"].startswith("application/json")
+
+
+def test_throttle_holds_across_both_workers(server: Server) -> None:
+    wrong = _basic("a2@a.example", "wrong-password-x")
+    statuses = [server.request("GET", "/api/v2/devices", [wrong])[0] for _ in range(8)]
+    # 4 failures allowed in the window, whichever worker counted them; the rest are 429.
+    assert statuses == [401] * 4 + [429] * 4, statuses
+    status, headers, _ = server.request(
+        "GET", "/api/v2/devices", [_basic("a2@a.example", "a2-battery-staple")])
+    assert status == 429 and int(headers["retry-after"]) > 0
+
+
+def test_repeated_authorization_headers_are_refused(server: Server,
+                                                    gunicorn_world: World) -> None:
+    status, _, body = server.request("GET", "/api/v2/devices", [
+        ("Authorization", f"Apikey {gunicorn_world.keys['devices']}"),
+        ("Authorization", f"Bearer {gunicorn_world.tokens['live']}")])
+    assert status == 400, body
+    assert gunicorn_world.keys["devices"].encode() not in body
+
+
+def test_query_key_works_and_stays_out_of_the_access_log(server: Server,
+                                                        gunicorn_world: World) -> None:
+    key = gunicorn_world.keys["locations"]
+    status, headers, _ = server.request("GET", f"/api/v2/locations/summary?apikey={key}")
+    assert status == 200 and "sunset" in headers and "deprecation" in headers
+    log = server.log_dir / "access.log"
+    deadline = time.monotonic() + 10
+    while "/api/v2/locations/summary" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, "the request never reached the access log"
+        time.sleep(0.1)
+    text = log.read_text() + (server.log_dir / "err.log").read_text()
+    for secret in gunicorn_world.secrets():
+        assert secret not in text
