@@ -221,3 +221,21 @@ def test_summary_honours_unit_parameters(client: FlaskClient, world: World) -> N
 def test_summary_bad_unit_is_400(client: FlaskClient, query: str) -> None:
     r = client.get(f"/api/v2/locations/summary?{query}", headers=A1)
     assert r.status_code == 400 and query.split("=")[0] in r.get_json()["message"]
+
+
+@pytest.mark.parametrize("collection", ["devices", "locations", "locations/summary",
+                                        "apikeys"])
+def test_tenant_filters_in_the_query_are_ignored(client: FlaskClient, world: World,
+                                                 collection: str) -> None:
+    """S3: parameters naming org B's objects change nothing: org A's caller sees org A only."""
+    query = (f"org_id={world.org_b}&organization_id={world.org_b}&user_id={world.b1}"
+             f"&device={world.dev_b}&device_id={world.dev_b}&location={world.loc_b}"
+             f"&location_id={world.loc_b}&id={world.key_ids['b_all']}")
+    plain = client.get(f"/api/v2/{collection}", headers=A1)
+    probed = client.get(f"/api/v2/{collection}?{query}", headers=A1)
+    assert probed.status_code == plain.status_code == 200
+    text = probed.get_data(as_text=True)
+    for theirs in (world.dev_b, str(world.loc_b), str(world.key_ids["b_all"]), str(world.b1)):
+        assert theirs not in text
+    if collection != "locations/summary":  # the summary's conditions move with the clock
+        assert probed.get_json() == plain.get_json()
