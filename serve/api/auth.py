@@ -89,7 +89,7 @@ def load(schema: Schema, body: dict[str, Any]) -> dict[str, Any]:
 
 
 @blp.route("/token", methods=["POST"])
-@blp.doc(requestBody={"required": True, "content": {
+@blp.doc(security=[], requestBody={"required": True, "content": {
     "application/json": {"schema": TokenRequestSchema},
     "application/x-www-form-urlencoded": {"schema": TokenRequestSchema}}})
 @blp.response(200, TokenSchema)

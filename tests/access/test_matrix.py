@@ -257,3 +257,26 @@ def test_api_key_of_another_user_in_same_org_is_404(client: FlaskClient, world: 
         assert r.status_code == 404
     listed = client.get("/api/v2/apikeys", headers=basic("a1@a.example")).get_json()
     assert str(world.key_ids["a2_all"]) not in {k["id"] for k in listed}
+
+
+def test_no_response_exposes_secrets_or_hashes(app: Flask, client: FlaskClient,
+                                               world: World) -> None:
+    """S5: no password hash, digest or stored secret in any answer a caller can get."""
+    texts = []
+    for route in ROUTES:
+        if route.method != "GET" or not _served(app, route):
+            continue
+        with psycopg.connect(world.url) as conn:
+            path = route.path(world, conn)
+        for headers in (basic("a1@a.example"), apikey(world.keys["all"])):
+            texts.append(client.get(path, headers=headers).get_data(as_text=True))
+    text = "\n".join(texts)
+    assert "$argon2" not in text and "password_hash" not in text and "digest" not in text
+    for secret in world.secrets():
+        assert secret not in text
+
+
+def test_login_is_marked_public_in_the_openapi_document(client: FlaskClient) -> None:
+    paths = client.get("/api/v2/openapi.json").get_json()["paths"]
+    assert paths["/api/v2/auth/token"]["post"]["security"] == []
+    assert "security" not in paths["/api/v2/devices"]["get"]  # the global requirement applies
