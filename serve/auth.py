@@ -420,12 +420,13 @@ class Authenticator:
                 raise Unauthorized("invalid bearer token", scheme="Bearer",
                                    error="invalid_token")
             raise Unauthorized("invalid API key", scheme="Apikey", error="invalid_key")
+        if creds.scheme == "basic":
+            email, password = decode_basic(creds.value)
         with self.pool.connection() as conn:
             if creds.scheme == "apikey":
                 return self.apikey(conn, creds.value, via_query=creds.via_query)
             if creds.scheme == "bearer":
                 return self.bearer(conn, creds.value)
-            email, password = decode_basic(creds.value)
             user, org = self.login(conn, email, password, address)
             return Principal(user, org, "basic")
 
