@@ -10,6 +10,7 @@ by eq. 47), short-wave radiation in MJ/m2 (day) or W/m2 (period mean).
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from datetime import UTC, datetime
 
 SOLAR_CONSTANT = 0.0820  # Gsc, MJ m-2 min-1
@@ -108,6 +109,7 @@ def _seasonal_correction(doy: int) -> float:
     return 0.1645 * math.sin(2 * b) - 0.1255 * math.cos(b) - 0.025 * math.sin(b)  # eq. 32
 
 
+@lru_cache(maxsize=65536)
 def period_geometry(
     start: datetime, end: datetime, lat: float, lon: float
 ) -> tuple[float, float]:

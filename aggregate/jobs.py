@@ -145,6 +145,7 @@ def chunks(start: datetime, end: datetime, days: int) -> list[tuple[datetime, da
 def backfill_chunk(
     conn: psycopg.Connection, *, table: str, start: datetime, end: datetime, first: bool,
     last: bool, devices: Sequence[str] | None, low_quality_pct: float,
+    spans: Sequence[rollups.Span] | None = None,
 ) -> int:
     """Recompute the `table` buckets that start in `[start, end)` and hold readings.
 
@@ -152,7 +153,8 @@ def backfill_chunk(
     past `end`; buckets are always recomputed whole. Caller owns the transaction.
     """
     found = rollups.buckets_in_range(conn, table=table, start=start,
-                                     end=end if last else end + LOOKAHEAD, devices=devices)
+                                     end=end if last else end + LOOKAHEAD, devices=devices,
+                                     spans=spans)
     keep = [b for b in found if (first or b.start >= start) and b.start < end]
     return rollups.recompute(conn, table=table, buckets=keep, low_quality_pct=low_quality_pct)
 
@@ -167,12 +169,16 @@ def backfill(
     pending mark only causes one more, identical, recompute."""
     written = 0
     pieces = chunks(start, end, chunk_days)
-    for table in (t for t in rollups.TABLE_ORDER if t in tables):
-        for i, (lo, hi) in enumerate(pieces):
+    for i, (lo, hi) in enumerate(pieces):
+        last = i == len(pieces) - 1
+        # One scan finds the (device, location) spans for all three tables of this piece.
+        spans = rollups.location_spans(conn, start=lo, end=hi if last else hi + LOOKAHEAD,
+                                       devices=devices)
+        for table in (t for t in rollups.TABLE_ORDER if t in tables):
             with conn.transaction():
                 n = backfill_chunk(conn, table=table, start=lo, end=hi, first=i == 0,
-                                   last=i == len(pieces) - 1, devices=devices,
-                                   low_quality_pct=low_quality_pct)
+                                   last=last, devices=devices,
+                                   low_quality_pct=low_quality_pct, spans=spans)
             written += n
             if progress is not None:
                 progress(table, hi, n)

@@ -14,6 +14,7 @@ without a location (device not deployed) roll up into `hourly` only.
 from __future__ import annotations
 
 import logging
+from functools import lru_cache
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -155,7 +156,13 @@ def recompute(
     are deleted. The caller owns the transaction.
     """
     conn.execute(statements.create_stage(table))
+    # The bucket arrays defeat the planner's row estimates (it picked a merge join that
+    # compared 100x more rows than it kept): each bucket is one index range scan on
+    # (device, time), and its groups fit in memory.
+    conn.execute("SET LOCAL work_mem = '64MB'")
     if buckets:
+        conn.execute("SET LOCAL enable_mergejoin = off")
+        conn.execute("SET LOCAL enable_hashjoin = off")
         conn.execute(statements.stage(table, by_location=table in LOCAL_TABLES), {
             "device": [b.device for b in buckets],
             "location": [b.location for b in buckets],
@@ -165,6 +172,8 @@ def recompute(
             "tz": [b.tz for b in buckets],
             "low_quality_pct": low_quality_pct,
         })
+        conn.execute("RESET enable_mergejoin")
+        conn.execute("RESET enable_hashjoin")
         _fill_python_columns(conn, table)
     written = conn.execute(statements.upsert(table)).rowcount
     pairs = sorted({(b.device, b.start) for b in buckets} | set(clear))
@@ -188,6 +197,7 @@ def _col(table: str, rule: Rollup, source: str) -> str:
     raise KeyError(f"{table} has no {rule} of {source}")
 
 
+@lru_cache(maxsize=None)
 def _inputs(table: str) -> dict[str, str]:
     if table == "daily":
         return {"tmax": _col(table, Rollup.MAX, "tair"), "tmin": _col(table, Rollup.MIN, "tair"),
@@ -299,16 +309,15 @@ def zone_buckets(table: str, tz: str | None, start: datetime, end: datetime
     return out
 
 
-def buckets_in_range(
-    conn: psycopg.Connection, *, table: str, start: datetime, end: datetime,
-    devices: Sequence[str] | None = None,
-) -> list[Bucket]:
-    """The buckets of `table` holding readings in `[start, end)` (of `devices`, or all).
+Span = tuple[str, UUID | None, str | None, datetime, datetime]
 
-    Found from the readings' (device, location) spans, so a device that moved gets the buckets
-    of each location's zone for the time it stood there.
-    """
-    rows = conn.execute(
+
+def location_spans(
+    conn: psycopg.Connection, *, start: datetime, end: datetime,
+    devices: Sequence[str] | None = None,
+) -> list[Span]:
+    """(device, location, zone, first, last reading) for readings in `[start, end)`."""
+    return conn.execute(
         "SELECT c.device, c.location, l.tz_name, min(c.time), max(c.time) FROM calibrated c"
         " LEFT JOIN locations l ON l.id = c.location"
         " WHERE c.time >= %(start)s AND c.time < %(end)s"
@@ -316,6 +325,19 @@ def buckets_in_range(
         " GROUP BY c.device, c.location, l.tz_name ORDER BY 1, 4",
         {"start": start, "end": end, "devices": list(devices) if devices else None},
     ).fetchall()
+
+
+def buckets_in_range(
+    conn: psycopg.Connection, *, table: str, start: datetime, end: datetime,
+    devices: Sequence[str] | None = None, spans: Sequence[Span] | None = None,
+) -> list[Bucket]:
+    """The buckets of `table` holding readings in `[start, end)` (of `devices`, or all).
+
+    Found from the readings' (device, location) spans (`location_spans`, or given), so a
+    device that moved gets the buckets of each location's zone for the time it stood there.
+    """
+    rows = spans if spans is not None else location_spans(
+        conn, start=start, end=end, devices=devices)
     cache: dict[tuple[str | None, datetime, datetime], list[tuple[datetime, datetime]]] = {}
     out: list[Bucket] = []
     for device, location, tz, first, last in rows:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from psycopg import sql
+from psycopg.adapt import PyFormat
 
 from shared.columns import TABLES, Column, Rollup, Table
 
@@ -187,8 +188,8 @@ def stage(table: str, *, by_location: bool) -> sql.Composed:
     exprs += [aggregate_expr(c) for c in cols]
     return sql.SQL(
         "INSERT INTO {s} ({names}) SELECT {exprs}"
-        " FROM unnest(%(device)s::text[], %(location)s::uuid[], %(start)s::timestamptz[],"
-        " %(end)s::timestamptz[], %(slots)s::int[], %(tz)s::text[])"
+        " FROM unnest(%(device)b::text[], %(location)b::uuid[], %(start)b::timestamptz[],"
+        " %(end)b::timestamptz[], %(slots)b::int[], %(tz)b::text[])"
         " AS b(device, location, start, \"end\", slots, tz)"
         " JOIN calibrated c ON c.device = b.device AND c.time >= b.start AND c.time < b.end{m}"
         " GROUP BY b.device, b.location, b.start, b.end, b.slots, b.tz").format(
@@ -213,14 +214,15 @@ def stage_update(table: str) -> sql.Composed:
     sets = sql.SQL(", ").join(
         sql.SQL("{n} = v.{n}").format(n=sql.Identifier(c.name)) for c in py)
     arrays = sql.SQL(", ").join(
-        sql.SQL("{}::float8[]").format(sql.Placeholder(c.name)) for c in py)
+        sql.SQL("{}::float8[]").format(sql.Placeholder(c.name, PyFormat.BINARY)) for c in py)
     alias = sql.SQL(", ").join(sql.Identifier(c.name) for c in py)
     return sql.SQL(
-        "UPDATE {s} s SET {sets} FROM unnest(%(device)s::text[], %(time)s::timestamptz[],"
+        "UPDATE {s} s SET {sets} FROM unnest(%(device)b::text[], %(time)b::timestamptz[],"
         " {arrays}) AS v(device, time, {alias}) WHERE s.device = v.device AND s.time = v.time"
     ).format(s=sql.Identifier(stage_name(table)), sets=sets, arrays=arrays, alias=alias)
 
 
+@lru_cache(maxsize=None)
 def python_columns(table: str) -> tuple[Column, ...]:
     """The columns of `table` computed in Python (ET and crop water), in registry order."""
     return tuple(c for c in TABLES[table].columns if c.rollup in PYTHON_RULES)
@@ -253,7 +255,7 @@ def upsert(table: str) -> sql.Composed:
 def delete_empty(table: str) -> sql.Composed:
     """Delete rows of `table` at (%(device)s, %(start)s) pairs that the stage has no row for."""
     return sql.SQL(
-        "DELETE FROM {t} t USING unnest(%(device)s::text[], %(start)s::timestamptz[])"
+        "DELETE FROM {t} t USING unnest(%(device)b::text[], %(start)b::timestamptz[])"
         " AS e(device, start) WHERE t.device = e.device AND t.time = e.start"
         " AND NOT EXISTS (SELECT 1 FROM {s} s WHERE s.device = e.device"
         " AND s.time = e.start)").format(
@@ -282,7 +284,7 @@ CLAIM = sql.SQL(
 
 CANDIDATE_LOCATIONS = sql.SQL(
     "SELECT m.device, m.bucket, l.id, l.tz_name FROM"
-    " unnest(%(device)s::text[], %(bucket)s::timestamptz[]) AS m(device, bucket)"
+    " unnest(%(device)b::text[], %(bucket)b::timestamptz[]) AS m(device, bucket)"
     " CROSS JOIN LATERAL (SELECT DISTINCT c.location FROM calibrated c"
     "  WHERE c.device = m.device AND c.time >= m.bucket AND c.time < m.bucket + %(span)s"
     "  AND c.location IS NOT NULL) AS f"
