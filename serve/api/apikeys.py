@@ -60,13 +60,20 @@ def _check_scopes(value: list[str]) -> None:
                               + ", ".join(credentials.SCOPES))
 
 
+def _scope_list(**kwargs: Any) -> fields.List:
+    # enum and minItems only describe the rule in the OpenAPI document; _check_scopes enforces
+    # it with one message naming every unknown scope.
+    return fields.List(fields.String(metadata={"enum": list(credentials.SCOPES)}),
+                       metadata={"minItems": 1, "uniqueItems": True}, **kwargs)
+
+
 class ApiKeyCreateSchema(Schema):
     """Body of POST /apikeys; unknown and read-only fields are refused."""
 
-    scopes = fields.List(fields.String(), required=True)
+    scopes = _scope_list(required=True)
     name = fields.String(load_default="", validate=NAME_RULES)
-    exp = Instant(load_default=None, allow_none=True,
-                  metadata={"type": "string", "format": "date-time"})
+    exp = Instant(load_default=None, allow_none=True, metadata={
+        "type": "string", "format": "date-time", "description": "must lie in the future"})
     active = fields.Boolean(load_default=True)
 
     @validates("scopes")
@@ -77,9 +84,11 @@ class ApiKeyCreateSchema(Schema):
 class ApiKeyUpdateSchema(Schema):
     """Body of PUT /apikeys/{id}: any of scopes, name, exp (null removes it), active."""
 
-    scopes = fields.List(fields.String())
+    scopes = _scope_list()
     name = fields.String(validate=NAME_RULES)
-    exp = Instant(allow_none=True, metadata={"type": "string", "format": "date-time"})
+    exp = Instant(allow_none=True, metadata={
+        "type": "string", "format": "date-time",
+        "description": "must lie in the future; null removes the expiry"})
     active = fields.Boolean()
 
     @validates("scopes")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import current_app, request
+from flask_smorest.error_handler import ErrorSchema
 from marshmallow import Schema, ValidationError, fields, validate
 from werkzeug.exceptions import UnsupportedMediaType
 
@@ -112,6 +113,8 @@ def create_token() -> Any:
 
 @blp.route("/token", methods=["DELETE"])
 @blp.response(204)
+@blp.alt_response(400, schema=ErrorSchema,
+                  description="Sent with Basic credentials: there is no token to revoke")
 @requires_user()
 def revoke_token() -> Any:
     """Log out: revoke the bearer token this request carries; it answers 401 from now on."""
