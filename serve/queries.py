@@ -14,16 +14,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, tzinfo
+from functools import lru_cache
 from typing import Any
 from uuid import UUID
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg import sql
 
 from serve.pagination import Position
 from shared import units
-from shared.columns import Column, Table
+from shared.columns import TS, Column, Table
 from shared.errors import UnknownDevice, UnknownLocation
 from shared.units import Unit
 
@@ -48,7 +50,7 @@ class Scan:
     after: Position | None = None  # first row of this page (inclusive), from the cursor
     descending: bool = False
     limit: int = 1000
-    text_booleans: bool = False  # CSV: booleans as 'true'/'false'
+    csv: bool = False  # values formatted as CSV text in SQL (for COPY)
     # Location listings: restrict to these devices (the caller's), set only when a device of
     # another organisation was ever deployed at the location (see find_location).
     only_devices: tuple[str, ...] | None = None
@@ -105,8 +107,12 @@ def unit_for(col: Column, chosen: Mapping[str, Unit]) -> Unit | None:
     return chosen.get(units.param_for(col.measure))
 
 
-def column_expr(col: Column, unit: Unit | None, *, text_booleans: bool = False) -> sql.Composable:
-    """SQL for one output column, aliased to its name."""
+def column_expr(col: Column, unit: Unit | None, *, csv: bool = False) -> sql.Composable:
+    """SQL for one output column, aliased to its name.
+
+    csv=True formats the value as CSV text in SQL (for COPY): times as
+    `2019-07-01T00:00:00+0000`, booleans as true/false; numbers print as float8 text.
+    """
     ref = sql.SQL("t.{}").format(sql.Identifier(col.name))
     expr: sql.Composable = ref
     if col.dtype == "real":
@@ -120,8 +126,10 @@ def column_expr(col: Column, unit: Unit | None, *, text_booleans: bool = False) 
                     sql.Literal(units.decimals(col, unit)))
     elif col.dtype == "uuid":
         expr = sql.SQL("{}::text").format(ref)
-    elif col.dtype == "boolean" and text_booleans:
+    elif col.dtype == "boolean" and csv:
         expr = sql.SQL("CASE {} WHEN true THEN 'true' WHEN false THEN 'false' END").format(ref)
+    elif col.dtype == TS and csv:
+        expr = sql.SQL("sds_iso_time({}, interval '0')").format(ref)
     return sql.SQL("{} AS {}").format(expr, sql.Identifier(col.name))
 
 
@@ -139,73 +147,132 @@ def _bounds(scan: Scan) -> tuple[datetime, datetime]:
     return lo, hi
 
 
-def _from_where(scan: Scan) -> tuple[sql.Composable, dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """Everything that decides the text of a statement (values go in parameters)."""
+
+    table: str
+    device: bool
+    location: bool
+    only_devices: bool
+    after_row: bool  # keyset predicate on (time, device); a device listing needs time only
+    start_day: bool
+    end_day: bool
+    descending: bool
+
+
+def _shape(scan: Scan) -> _Shape:
+    return _Shape(
+        scan.table.name, scan.device is not None, scan.location is not None,
+        scan.only_devices is not None and scan.device is None,
+        scan.after is not None and scan.device is None, scan.start_day is not None,
+        scan.end_day is not None, scan.descending)
+
+
+@lru_cache(maxsize=256)
+def _tail_sql(shape: _Shape) -> str:
     """FROM ... WHERE ... ORDER BY ... shared by the page and next-key statements."""
-    lo, hi = _bounds(scan)
-    params: dict[str, Any] = {"lo": lo, "hi": hi}
-    source: sql.Composable = sql.SQL("{} t").format(sql.Identifier(scan.table.name))
+    source: sql.Composable = sql.SQL("{} t").format(sql.Identifier(shape.table))
     where: list[sql.Composable] = [sql.SQL("t.time >= %(lo)s"), sql.SQL("t.time <= %(hi)s")]
-    if scan.device is not None:
-        where.append(sql.SQL("t.device = %(device)s"))
-        params["device"] = scan.device
-    if scan.location is not None:
+    if shape.device:
+        # The tenant check rides along (a one-time filter), so a device page is one statement;
+        # an empty answer is told apart from an unknown device by find_device afterwards.
+        where.append(sql.SQL("t.device = %(device)s AND EXISTS (SELECT 1 FROM devices d"
+                             " WHERE d.name = %(device)s AND d.org_id = %(org)s)"))
+    if shape.location:
         where.append(sql.SQL("t.location = %(location)s"))
-        params["location"] = scan.location
-        if scan.device is None:
-            if scan.only_devices is not None:
-                where.append(sql.SQL("t.device = ANY(%(only_devices)s)"))
-                params["only_devices"] = list(scan.only_devices)
-            if scan.after is not None:
-                cmp = sql.SQL("<=" if scan.descending else ">=")
-                where.append(sql.SQL("(t.time, t.device) {} (%(after_time)s, %(after_device)s)")
-                             .format(cmp))
-                params["after_time"] = scan.after.time
-                params["after_device"] = scan.after.device
-    if scan.start_day is not None or scan.end_day is not None:
+    if shape.only_devices:
+        where.append(sql.SQL("t.device = ANY(%(only_devices)s)"))
+    if shape.after_row:
+        cmp = sql.SQL("<=" if shape.descending else ">=")
+        where.append(sql.SQL("(t.time, t.device) {} (%(after_time)s, %(after_device)s)")
+                     .format(cmp))
+    if shape.start_day or shape.end_day:
         # `daily` rows start at local midnight: a date alone names local days, whatever the
         # zone of the location each row was recorded at.
         source = sql.SQL("{} LEFT JOIN locations z ON z.id = t.location").format(source)
         local_day = sql.SQL("(t.time AT TIME ZONE coalesce(z.tz_name, 'UTC'))::date")
-        if scan.start_day is not None:
+        if shape.start_day:
             where.append(sql.SQL("{} >= %(start_day)s").format(local_day))
-            params["start_day"] = scan.start_day
-        if scan.end_day is not None:
+        if shape.end_day:
             where.append(sql.SQL("{} <= %(end_day)s").format(local_day))
-            params["end_day"] = scan.end_day
-    direction = sql.SQL("DESC" if scan.descending else "ASC")
-    tail = sql.SQL("FROM {} WHERE {} ORDER BY t.time {}, t.device {}").format(
-        source, sql.SQL(" AND ").join(where), direction, direction)
-    return tail, params
+    direction = sql.SQL("DESC" if shape.descending else "ASC")
+    return sql.SQL("FROM {} WHERE {} ORDER BY t.time {}, t.device {}").format(
+        source, sql.SQL(" AND ").join(where), direction, direction).as_string()
 
 
-def page_statement(scan: Scan, *, limit: int | None = None) -> tuple[sql.Composed, dict[str, Any]]:
-    """SELECT of the page's rows: the output columns, then the row key (time, device) as two
-    hidden trailing columns (for local_time and for the next page's key). `limit` overrides
-    scan.limit (a small page reads one row more to learn whether another page follows)."""
-    exprs = [column_expr(c, unit_for(c, scan.units), text_booleans=scan.text_booleans)
-             for c in scan.columns]
-    exprs.append(sql.SQL("t.time AS {}, t.device AS {}").format(
-        sql.Identifier("__time"), sql.Identifier("__device")))
-    tail, params = _from_where(scan)
+def _params(scan: Scan) -> dict[str, Any]:
+    lo, hi = _bounds(scan)
+    params: dict[str, Any] = {"lo": lo, "hi": hi, "device": scan.device,
+                              "location": scan.location, "org": scan.org}
+    if scan.only_devices is not None:
+        params["only_devices"] = list(scan.only_devices)
+    if scan.after is not None:
+        params["after_time"] = scan.after.time
+        params["after_device"] = scan.after.device
+    params["start_day"] = scan.start_day
+    params["end_day"] = scan.end_day
+    return params
+
+
+@lru_cache(maxsize=256)
+def _select_sql(columns: tuple[Column, ...], chosen: tuple[Unit | None, ...], csv: bool,
+                local: str | None) -> str:
+    exprs = [column_expr(c, u, csv=csv) for c, u in zip(columns, chosen, strict=True)]
+    if csv:
+        if local == "zone":
+            exprs.append(sql.SQL("sds_iso_time(t.time, %(local_zone)s::text) AS local_time"))
+        elif local == "flat":
+            exprs.append(sql.SQL(
+                "sds_iso_time(t.time, make_interval(secs => %(local_offset)s)) AS local_time"))
+    else:
+        exprs.append(sql.SQL("t.time AS {}, t.device AS {}").format(
+            sql.Identifier("__time"), sql.Identifier("__device")))
+    return sql.SQL(", ").join(exprs).as_string()
+
+
+def page_statement(
+    scan: Scan, *, limit: int | None = None, local_tz: tzinfo | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """SELECT of a page's rows. JSON (scan.csv false): the output columns, then the row key
+    (time, device) as two hidden trailing columns (for local_time and the next page's key).
+    CSV: the columns formatted as text, then local_time (for `local_tz`) formatted in SQL.
+    `limit` overrides scan.limit. Statement text is cached per shape; values are parameters.
+    """
+    local: str | None = None
+    params = _params(scan)
+    if scan.csv and local_tz is not None:
+        if isinstance(local_tz, ZoneInfo):
+            local, params["local_zone"] = "zone", local_tz.key
+        else:
+            offset = local_tz.utcoffset(None)
+            local, params["local_offset"] = "flat", int(offset.total_seconds()) if offset else 0
+    chosen = tuple(unit_for(c, scan.units) for c in scan.columns)
+    text = (f"SELECT {_select_sql(scan.columns, chosen, scan.csv, local)} "
+            f"{_tail_sql(_shape(scan))} LIMIT %(limit)s")
     params["limit"] = scan.limit if limit is None else limit
-    stmt = sql.SQL("SELECT {} {} LIMIT %(limit)s").format(sql.SQL(", ").join(exprs), tail)
-    return stmt, params
+    return text, params
 
 
-def next_key_statement(scan: Scan) -> tuple[sql.Composed, dict[str, Any]]:
+def copy_statement(scan: Scan, *, local_tz: tzinfo | None = None) -> tuple[str, dict[str, Any]]:
+    """COPY (page as CSV) TO STDOUT: PostgreSQL writes the CSV lines (header excluded)."""
+    text, params = page_statement(scan, local_tz=local_tz)
+    return f"COPY ({text}) TO STDOUT WITH (FORMAT csv)", params
+
+
+def next_key_statement(scan: Scan) -> tuple[str, dict[str, Any]]:
     """SELECT of the key (time, device) of the first row after the page, if any.
 
     The OFFSET here is bounded by the page size (at most 10000 index entries), not by the
     position in the listing, which the keyset predicate already skips.
     """
-    tail, params = _from_where(scan)
+    params = _params(scan)
     params["limit"] = scan.limit
-    stmt = sql.SQL("SELECT t.time, t.device {} OFFSET %(limit)s LIMIT 1").format(tail)
-    return stmt, params
+    return f"SELECT t.time, t.device {_tail_sql(_shape(scan))} OFFSET %(limit)s LIMIT 1", params
 
 
 def next_key(conn: psycopg.Connection, scan: Scan) -> Position | None:
     """Key of the row that starts the next page, or None on the last page."""
     stmt, params = next_key_statement(scan)
-    row = conn.execute(stmt, params).fetchone()
+    row = conn.execute(stmt, params).fetchone()  # type: ignore[call-overload]
     return Position(row[0], row[1]) if row else None

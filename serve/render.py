@@ -1,10 +1,11 @@
 """Streamed JSON and CSV bodies of `/data`, content negotiation, and the X-Units header.
 
-Rows arrive from the database already converted and rounded (serve.queries); this module only
-serialises them, a chunk of rows at a time, so memory stays flat whatever the page size.
-JSON: a bare array of objects, `time` as `2019-07-01T00:00:00Z`. CSV: a header line, then one
-line per row, times as `2019-07-01T00:00:00+0000`, an empty field for null. `local_time`, when
-asked for, is the last key/column: `2019-06-30T20:00:00-0400`.
+Values arrive from the database already converted and rounded (serve.queries), and are sent a
+chunk at a time, so memory stays flat whatever the page size. JSON: a bare array of objects,
+`time` as `2019-07-01T00:00:00Z`, serialised here with orjson. CSV: a header line written
+here, then the lines of a COPY ... TO STDOUT (times as `2019-07-01T00:00:00+0000`, an empty
+field for null, formatted by the SQL functions of migration 0031). `local_time`, when asked
+for, is the last key/column: `2019-06-30T20:00:00-0400`.
 """
 
 from __future__ import annotations
@@ -57,11 +58,6 @@ def format_local(t: datetime, tz: tzinfo) -> str:
     return _offset_without_colon(t.astimezone(tz).isoformat())
 
 
-def format_csv_time(t: datetime) -> str:
-    """A UTC instant as CSV writes it: `2019-07-01T00:00:00+0000`."""
-    return _offset_without_colon(t.isoformat())
-
-
 class JsonRows:
     """Serialises chunks of row tuples into one JSON array, piece by piece.
 
@@ -103,52 +99,6 @@ class JsonRows:
         return b"]"
 
 
-class CsvRows:
-    """Serialises chunks of row tuples (as JsonRows gets them) into CSV lines after a header."""
-
-    content_type = CSV
-
-    def __init__(self, columns: Sequence[Column], local_tz: tzinfo | None) -> None:
-        self.names = [c.name for c in columns]
-        self.width = len(self.names)
-        self.local_tz = local_tz
-        self.times = [i for i, c in enumerate(columns) if c.dtype == TS]
-        self._buf = io.StringIO()
-        self._writer = csv.writer(self._buf, lineterminator="\n")
-
-    def _take(self) -> bytes:
-        text = self._buf.getvalue()
-        self._buf.seek(0)
-        self._buf.truncate()
-        return text.encode()
-
-    def start(self) -> bytes:
-        header = self.names + (["local_time"] if self.local_tz is not None else [])
-        self._writer.writerow(header)
-        return self._take()
-
-    def chunk(self, rows: Sequence[Sequence[Any]]) -> bytes:
-        times, tz, width = self.times, self.local_tz, self.width
-        if not times and tz is None:
-            self._writer.writerows(r[:width] for r in rows)
-            return self._take()
-        out = []
-        for r in rows:
-            line = list(r[:width])
-            for i in times:
-                v = line[i]
-                if v is not None:
-                    line[i] = format_csv_time(v)
-            if tz is not None:
-                line.append(format_local(r[width], tz))
-            out.append(line)
-        self._writer.writerows(out)
-        return self._take()
-
-    def end(self) -> bytes:
-        return b""
-
-
 class RowStream:
     """The WSGI body: writer output over chunks fetched on demand; `close()` frees the source.
 
@@ -157,7 +107,7 @@ class RowStream:
     """
 
     def __init__(
-        self, writer: JsonRows | CsvRows, first: Sequence[Sequence[Any]],
+        self, writer: JsonRows, first: Sequence[Sequence[Any]],
         fetch: Callable[[], Sequence[Sequence[Any]]], chunk_rows: int,
         release: Callable[[], None],
     ) -> None:
@@ -184,6 +134,45 @@ class RowStream:
             # Headers are gone: the client sees a cut-off body (no final chunk), never a
             # well-formed but incomplete page.
             log.exception("error while streaming a page")
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+def csv_header(columns: Sequence[Column], local_time: bool) -> bytes:
+    """The CSV header line: column names, then local_time when asked for."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(
+        [c.name for c in columns] + (["local_time"] if local_time else []))
+    return buf.getvalue().encode()
+
+
+class CopyStream:
+    """The WSGI body of a CSV page: the header, then the blocks of a COPY ... TO STDOUT
+    (PostgreSQL formats every line); `close()` ends the COPY and frees the connection."""
+
+    def __init__(self, header: bytes, first: bytes, read: Callable[[], bytes],
+                 release: Callable[[], None]) -> None:
+        self._pieces: list[bytes] = [header, first]
+        self._read = read
+        self._release: Callable[[], None] | None = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield b"".join(self._pieces)
+            self._pieces = []
+            while True:
+                block = self._read()
+                if not block:
+                    break
+                yield block
+        except Exception:
+            log.exception("error while streaming a CSV page")
             raise
         finally:
             self.close()

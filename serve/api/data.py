@@ -8,8 +8,9 @@ server-side cursor over the page's rows, streamed to the client a chunk at a tim
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -107,6 +108,65 @@ def _window(table: Table, start: TimeArg | None, end: TimeArg | None) -> tuple[d
     return start_at, end_at
 
 
+def _json_page(
+    conn: psycopg.Connection, scan: queries.Scan, tz: Any, resources: list[Any],
+    release: Callable[[], None],
+) -> tuple[pagination.Position | None, render.RowStream]:
+    """Next-page key and body of a JSON page; `conn` is in autocommit.
+
+    One statement reads the first chunk plus one row (with the tenant check of the device).
+    When that answers the whole page (at most CHUNK_ROWS rows, or a listing ending within the
+    chunk) the connection is freed before the body is sent. Otherwise a REPEATABLE READ
+    transaction reads the rest of the page through a server-side cursor, keyset-continued
+    from the first row not yet sent, and the next page's key counted from there: the page
+    holds exactly `limit` rows, none twice. (A row stored behind that point after the first
+    statement is not in this listing, as with any row stored behind a cursor.)
+    """
+    probe = min(scan.limit, CHUNK_ROWS)
+    stmt, params = queries.page_statement(scan, limit=probe + 1)
+    with conn.cursor(binary=True) as cur:
+        first = cur.execute(stmt, params).fetchall()  # type: ignore[call-overload]
+    if not first and scan.device is not None:
+        queries.find_device(conn, org=scan.org, name=scan.device)  # 404 when not the caller's
+    writer = render.JsonRows([c.name for c in scan.columns], tz)
+    if len(first) <= probe or scan.limit <= CHUNK_ROWS:
+        following = None
+        if len(first) > probe:
+            following = pagination.Position(first[probe][-2], first[probe][-1])
+            first = first[:probe]
+        release()
+        return following, render.RowStream(writer, first, list, CHUNK_ROWS, release)
+    rest = dataclasses.replace(scan, after=pagination.Position(first[probe][-2],
+                                                               first[probe][-1]),
+                               limit=scan.limit - probe)
+    conn.autocommit = False
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+    following = queries.next_key(conn, rest)
+    stmt, params = queries.page_statement(rest)
+    cursor = conn.cursor(name="sds_page", binary=True)
+    resources.append(cursor)
+    cursor.execute(stmt, params)  # type: ignore[call-overload]
+    return following, render.RowStream(writer, first[:probe],
+                                       lambda: cursor.fetchmany(CHUNK_ROWS), CHUNK_ROWS, release)
+
+
+def _csv_page(
+    conn: psycopg.Connection, scan: queries.Scan, tz: Any, resources: list[Any],
+    release: Callable[[], None],
+) -> tuple[pagination.Position | None, render.CopyStream]:
+    """Next-page key and body of a CSV page: COPY (page) TO STDOUT, streamed block by block
+    (PostgreSQL formats the lines; the first block is read before the headers go out, so a
+    failing statement is still a JSON error). `conn` is in a REPEATABLE READ transaction."""
+    following = queries.next_key(conn, scan)
+    stmt, params = queries.copy_statement(scan, local_tz=tz)
+    copy_cm = conn.cursor().copy(stmt, params)  # type: ignore[arg-type]
+    copy = copy_cm.__enter__()
+    resources.append(copy_cm)
+    header = render.csv_header(scan.columns, tz is not None)
+    return following, render.CopyStream(header, bytes(copy.read()),
+                                        lambda: bytes(copy.read()), release)
+
+
 @blp.route("/<table>")
 @requires("data:read")
 @blp.arguments(DataArgs, location="query", as_kwargs=False)
@@ -144,10 +204,10 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
     org = current_principal().org_id
     key: bytes = current_app.extensions["cursor_key"]
 
-    small = limit <= CHUNK_ROWS
+    tz = local.tz if local is not None else None
     pool: ConnectionPool = current_app.extensions["db"]
     conn = pool.getconn()
-    cursor: psycopg.ServerCursor | None = None
+    resources: list[Any] = []  # server cursor / COPY context to end before the connection
     released = False
 
     def release() -> None:
@@ -156,26 +216,34 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
             return
         released = True
         try:
-            if cursor is not None and not cursor.closed:
-                cursor.close()
+            for resource in reversed(resources):
+                if isinstance(resource, psycopg.ServerCursor):
+                    resource.close()
+                else:
+                    resource.__exit__(None, None, None)
             conn.rollback()
+            conn.autocommit = False  # as the pool hands connections out
         except psycopg.Error as exc:
-            log.warning("could not close a page cursor cleanly: %s", exc)
+            log.warning("could not end a page's cursor or COPY cleanly: %s", exc)
         finally:
             pool.putconn(conn)
 
     try:
-        if not small:
-            # Two statements (next-page key, then the rows) must see one snapshot.
+        if csv:
+            # Lookups, next-page key and COPY read one snapshot.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        device = queries.find_device(conn, org=org, name=device_ref) if device_ref else None
+            if device_ref is not None:
+                queries.find_device(conn, org=org, name=device_ref)
+        else:
+            # A JSON page usually takes one statement (see _json_page): no transaction.
+            conn.autocommit = True
         location, foreign = (queries.find_location(conn, org=org, ref=location_ref)
                              if location_ref else (None, False))
         only_devices = None
-        if location is not None and device is None and foreign:
+        if location is not None and device_ref is None and foreign:
             only_devices = queries.org_device_names(conn, org=org)
         binding = {
-            "org": org, "table": tbl.name, "device": device, "location": location,
+            "org": org, "table": tbl.name, "device": device_ref, "location": location,
             "order": "desc" if descending else "asc",
             "start_time": _time_key(start_arg), "end_time": _time_key(end_arg),
         }
@@ -185,46 +253,25 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
             state = pagination.decode(token, key=key, binding=binding)
             start, end, after = state.start, state.end, state.position
         scan = queries.Scan(
-            table=tbl, columns=columns, units=chosen, org=org, device=device,
+            table=tbl, columns=columns, units=chosen, org=org, device=device_ref,
             location=location, start=start, end=end,
             start_day=start_arg.day if by_local_day and start_arg is not None else None,
             end_day=end_arg.day if by_local_day and end_arg is not None else None,
-            after=after, descending=descending, limit=limit, text_booleans=csv,
+            after=after, descending=descending, limit=limit, csv=csv,
             only_devices=only_devices)
-        first: Sequence[Sequence[Any]]
-        following: pagination.Position | None
-        if small:
-            # At most CHUNK_ROWS + 1 rows: one statement reads the page and tells whether
-            # another follows; the connection goes back to the pool before the body is sent.
-            stmt, params = queries.page_statement(scan, limit=limit + 1)
-            with conn.cursor(binary=True) as cur:
-                first = cur.execute(stmt, params).fetchall()
-            following = None
-            if len(first) > limit:
-                following = pagination.Position(first[limit][-2], first[limit][-1])
-                first = first[:limit]
-            release()
+        if csv:
+            following, body = _csv_page(conn, scan, tz, resources, release)
         else:
-            following = queries.next_key(conn, scan)
-            stmt, params = queries.page_statement(scan)
-            cursor = conn.cursor(name="sds_page", binary=True)
-            cursor.execute(stmt, params)
-            first = cursor.fetchmany(CHUNK_ROWS)
+            following, body = _json_page(conn, scan, tz, resources, release)
+    except psycopg.errors.InvalidParameterValue as exc:
+        release()
+        # A zone Python knows but this PostgreSQL's time zone data does not.
+        raise BadParameter(f"local_time: {exc.diag.message_primary}",
+                           errors={"local_time": ["unknown to the database"]}) from None
     except BaseException:
         release()
         raise
 
-    page_cursor = cursor
-    writer: render.JsonRows | render.CsvRows
-    tz = local.tz if local is not None else None
-    if csv:
-        writer = render.CsvRows(columns, tz)
-    else:
-        writer = render.JsonRows([c.name for c in columns], tz)
-    body = render.RowStream(
-        writer, first,
-        (lambda: page_cursor.fetchmany(CHUNK_ROWS)) if page_cursor is not None else (lambda: []),
-        CHUNK_ROWS, release)
     response = Response(body, status=200, content_type=(
         "text/csv; charset=utf-8" if csv else "application/json"))
     response.headers["X-Units"] = render.units_header(columns, chosen)

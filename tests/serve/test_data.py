@@ -475,3 +475,34 @@ def test_rows_are_utc_instants(client: FlaskClient, world: World) -> None:
                    select="time"))
     parsed = datetime.fromisoformat(got[0]["time"].replace("Z", "+00:00"))
     assert parsed == T0 and parsed.tzinfo == UTC
+
+
+@pytest.mark.parametrize("local_time", [
+    "America/New_York", "Australia/Lord_Howe", "Asia/Kathmandu", "America/St_Johns", "UTC",
+    "-04:00", "+05:45", "-25200", "3600", "-25201"])
+def test_csv_and_json_agree_on_local_time(client: FlaskClient, world: World,
+                                          local_time: str) -> None:
+    params = dict(device="D3", start_time="2024-11-03", select="time", local_time=local_time)
+    as_json = [r["local_time"] for r in rows(get(client, world, "hourly", **params))]
+    as_csv = [line[1] for line in csv_rows(get(client, world, "hourly", accept="text/csv",
+                                               **params))[1:]]
+    assert as_csv == as_json and len(as_json) == 4
+
+
+def test_csv_values_match_json_values(client: FlaskClient, world: World) -> None:
+    params = dict(device="D1", start_time="2024-07-01", limit=50, temp="f", pres="kp",
+                  ratio="dec")
+    as_json = rows(get(client, world, "calibrated", **params))
+    lines = csv_rows(get(client, world, "calibrated", accept="text/csv", **params))
+    header = lines[0]
+    for obj, line in zip(as_json, lines[1:], strict=True):
+        for name, text in zip(header, line, strict=True):
+            value = obj[name]
+            if value is None:
+                assert text == ""
+            elif isinstance(value, float):
+                assert float(text) == value
+            elif name == "time":
+                assert text == value.replace("Z", "+0000")
+            else:
+                assert text == str(value)

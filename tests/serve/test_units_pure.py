@@ -95,10 +95,6 @@ def test_format_local(t: datetime, tz, expected: str) -> None:  # type: ignore[n
     assert render.format_local(t, tz) == expected
 
 
-def test_format_csv_time() -> None:
-    assert render.format_csv_time(datetime(2019, 7, 1, tzinfo=UTC)) == "2019-07-01T00:00:00+0000"
-
-
 @pytest.mark.parametrize("header,expected", [
     ("", False), ("text/csv", True), ("text/csv;q=0", False), ("application/json", False),
     ("application/json;q=0.9, text/csv", True), ("text/csv;q=0.5, application/json", False),
@@ -131,12 +127,18 @@ def test_json_rows_join_chunks_into_one_array() -> None:
     assert empty.start() + empty.end() == b"[]"
 
 
-def test_csv_rows() -> None:
-    cols = [TABLES["hourly"].column(n) for n in ("time", "tair", "wind_heading", "create_time")]
-    writer = render.CsvRows(cols, ZoneInfo("Europe/Berlin"))
-    text = (writer.start() + writer.chunk([(T, 21.5, "N,E", None, T)]) + writer.end()).decode()
-    assert text == ("time,tair,wind_heading,create_time,local_time\n"
-                    '2024-07-01T12:30:00+0000,21.5,"N,E",,2024-07-01T14:30:00+0200\n')
+def test_csv_header_quotes_like_csv() -> None:
+    cols = [TABLES["hourly"].column(n) for n in ("time", "tair")]
+    assert render.csv_header(cols, True) == b"time,tair,local_time\n"
+
+
+def test_copy_stream_sends_header_then_blocks_and_releases() -> None:
+    blocks, released = [b"b,2\n", b""], []
+    stream = render.CopyStream(b"h\n", b"a,1\n", lambda: blocks.pop(0),
+                               lambda: released.append(1))
+    assert list(stream) == [b"h\na,1\n", b"b,2\n"] and released == [1]
+    stream.close()
+    assert released == [1]
 
 
 def test_row_stream_fetches_lazily_and_releases_once() -> None:

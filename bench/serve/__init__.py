@@ -1,0 +1,1 @@
+"""Benchmark of /data and /schemas serving (run: python -m bench.serve)."""

@@ -1,0 +1,454 @@
+"""`/data` through gunicorn against in-process baselines measured in the same run.
+
+    .venv/bin/python -m bench.serve [--quick] [--big] [--database-url URL] [--repeat N]
+
+Starts a throwaway PostgreSQL (TimescaleDB) unless --database-url names a server whose
+maintenance database may create databases, loads `calibrated` with INSERT ... SELECT
+generate_series (20 devices at one location, 5-minute rows, random values in every column),
+starts gunicorn (deploy/gunicorn.conf.py, 2 sync workers) on a free loopback port and times:
+
+1. a 10,000-row JSON page over HTTP / the same SQL + orjson.dumps of the same rows in-process
+   (goal <= 1.5); flask.jsonify of those rows is the naive peer;
+2. the same page as CSV / COPY (same query) TO STDOUT (goal <= 1.5);
+3. history growth: the same pages after adding 9x older history (default 200k -> 2M rows,
+   --big 1M -> 10M) / before (goal <= 1.25);
+4. the 50th cursor page of a location listing / the first page (goal <= 1.25), both orders;
+5. small requests (one day of hourly rows, API-key auth) requests/s / the constant
+   /api/v2/health on the same server (goal >= 0.25), with p99 latencies.
+
+Times are medians of --repeat runs, subject and baseline interleaved so both see the same
+background load. Prints a table of ratios; exits 0 whatever the ratios (a benchmark, not a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import orjson
+import psycopg
+
+from shared import accounts, migrate, units
+from shared.columns import TABLES
+
+REPO = Path(__file__).resolve().parents[2]
+DEVICES = 20
+STEP = timedelta(minutes=5)
+END = datetime(2026, 1, 1, tzinfo=UTC)  # newest reading; history grows backwards from here
+PAGE = 10000
+CURSOR_PAGE = 1000
+CURSOR_DEPTH = 50
+CURSOR_SECRET = "bench-cursor-secret"
+
+_REAL_COLUMNS = [c for c in TABLES["calibrated"].columns if c.dtype == "real"]
+
+
+def device_name(i: int) -> str:
+    return f"B{i:05d}"
+
+
+# ---- setup -----------------------------------------------------------------------------------
+
+@contextmanager
+def database(url: str | None) -> Iterator[str]:
+    """A fresh migrated database (on a throwaway server unless `url` is given)."""
+    server = None
+    if url is None:
+        from tests.support.services import PostgresServer
+
+        server = PostgresServer().start()
+        url = server.dsn("postgres")
+    name = "bench_serve_" + uuid.uuid4().hex[:8]
+    base = url.rpartition("/")[0]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    db = f"{base}/{name}"
+    try:
+        with psycopg.connect(db, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
+        migrate.upgrade(db)
+        yield db
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        if server is not None:
+            server.stop()
+            server.cleanup()
+
+
+@dataclass
+class World:
+    url: str
+    org: uuid.UUID
+    location: uuid.UUID
+    key: str
+
+
+def seed(url: str) -> World:
+    """Organisation, location, 20 devices deployed there, an API key."""
+    with psycopg.connect(url) as conn:
+        org = accounts.create_org(conn, name="Bench")
+        user = accounts.create_user(conn, org=org, email="bench@example.com",
+                                    password="bench-password")
+        loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+            name="Field", tz_name="America/Chicago"))
+        for i in range(DEVICES):
+            accounts.register_device(conn, org=org, name=device_name(i))
+            accounts.deploy_device(conn, device=device_name(i), location=loc,
+                                   start=datetime(2000, 1, 1, tzinfo=UTC))
+        key = accounts.create_api_key(conn, user=user, scopes=["data:read"])["apikey"]
+        conn.commit()
+    return World(url, org, loc, key)
+
+
+def load_calibrated(world: World, *, first_step: int, steps: int) -> None:
+    """Rows for every device at steps [first_step, first_step + steps) before END."""
+    values = ", ".join(f"(10 + 30 * random())::real" for _ in _REAL_COLUMNS)
+    names = ", ".join(c.name for c in _REAL_COLUMNS)
+    stmt = (
+        f"INSERT INTO calibrated (time, device, location, {names})"
+        f" SELECT %(end)s - (g / {DEVICES}) * interval '5 minutes',"
+        f" 'B' || lpad((g %% {DEVICES})::text, 5, '0'), %(loc)s, {values}"
+        " FROM generate_series(%(lo)s, %(hi)s) g"
+    )
+    with psycopg.connect(world.url, autocommit=True) as conn:
+        conn.execute(stmt, {"end": END, "loc": world.location, "lo": first_step * DEVICES,
+                            "hi": (first_step + steps) * DEVICES - 1})
+        conn.execute("VACUUM ANALYZE calibrated")
+
+
+def load_hourly(world: World, days: int) -> None:
+    """Hourly rows for every device over the last `days` days."""
+    with psycopg.connect(world.url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO hourly (time, device, location, tair, maxt, mint, rh, p, precip,"
+            " wind_speed, sample_pct, low_quality)"
+            " SELECT %(end)s - h * interval '1 hour', 'B' || lpad(d::text, 5, '0'), %(loc)s,"
+            " 20 + random(), 25, 15, random(), 101, 0, 3, 1, false"
+            " FROM generate_series(1, %(hours)s) h, generate_series(0, %(devices)s - 1) d",
+            {"end": END, "loc": world.location, "hours": days * 24, "devices": DEVICES})
+        conn.execute("VACUUM ANALYZE hourly")
+
+
+class Gunicorn:
+    """gunicorn serving serve.wsgi:app on a free loopback port, with the deploy config."""
+
+    def __init__(self, url: str, workers: int = 2) -> None:
+        from tests.support.services import free_port
+
+        self.port = free_port()
+        self.logs = tempfile.mkdtemp(prefix="bench-serve-")
+        env = dict(os.environ, SDS_DATABASE_URL=url, SDS_CURSOR_SECRET=CURSOR_SECRET,
+                   SDS_HTTP_BIND=f"127.0.0.1:{self.port}", SDS_HTTP_WORKERS=str(workers),
+                   SDS_LOG_DIR=self.logs, SDS_LOG_LEVEL="WARNING", SDS_DB_POOL_MIN="1")
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "gunicorn"), "-c",
+             str(REPO / "deploy" / "gunicorn.conf.py"), "serve.wsgi:app"],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(self.logs, "stderr.log"), "wb"))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited; see {self.logs}/stderr.log")
+            try:
+                if get(self.port, "/api/v2/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("gunicorn did not answer within 60 s")
+
+    def worker_peak_rss_kib(self) -> int:
+        """Largest VmHWM (peak resident memory) among the worker processes."""
+        peak = 0
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        for pid in children.read_text().split():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]))
+        return peak
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# ---- measuring -------------------------------------------------------------------------------
+
+def get(port: int, path: str, headers: dict[str, str] | None = None
+        ) -> tuple[int, bytes, dict[str, str]]:
+    """One GET on a new connection (gunicorn's sync workers close after each response)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        body = response.read()
+        return response.status, body, dict(response.getheaders())
+    finally:
+        conn.close()
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def medians(repeat: int, **cases: Callable[[], Any]) -> dict[str, float]:
+    """Median seconds of each case, the cases interleaved round by round (after one warm-up)."""
+    for fn in cases.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(repeat):
+        for name, fn in cases.items():
+            samples[name].append(timed(fn))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def data_path(table: str, **params: Any) -> str:
+    return f"/api/v2/data/{table}?{urlencode(params)}"
+
+
+def scan_for(world: World, *, device: str, start: datetime, end: datetime, csv: bool):  # type: ignore[no-untyped-def]
+    """The serve.queries.Scan the API builds for a 10,000-row page of one device."""
+    from serve import queries
+
+    table = TABLES["calibrated"]
+    return queries.Scan(
+        table=table, columns=table.columns,
+        units={p: units.parse_unit(p, None) for p in units.UNIT_PARAMS}, org=world.org,
+        device=device, location=None, start=start, end=end, limit=PAGE, csv=csv)
+
+
+class InProcess:
+    """The baselines: the API's own SQL run in this process."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True, options="-c TimeZone=UTC")
+
+    def rows(self, scan) -> list[tuple[Any, ...]]:  # type: ignore[no-untyped-def]
+        from serve import queries
+
+        stmt, params = queries.page_statement(scan)
+        with self.conn.cursor(binary=True) as cur:
+            return cur.execute(stmt, params).fetchall()
+
+    def orjson_page(self, scan) -> bytes:  # type: ignore[no-untyped-def]
+        names = [c.name for c in scan.columns]
+        return orjson.dumps([dict(zip(names, r, strict=False)) for r in self.rows(scan)],
+                            option=orjson.OPT_UTC_Z)
+
+    def jsonify_page(self, scan, app) -> bytes:  # type: ignore[no-untyped-def]
+        import flask
+
+        names = [c.name for c in scan.columns]
+        with app.app_context():
+            return flask.jsonify([dict(zip(names, r, strict=False))
+                                  for r in self.rows(scan)]).get_data()
+
+    def copy_csv(self, scan) -> bytes:  # type: ignore[no-untyped-def]
+        from serve import queries
+
+        stmt, params = queries.copy_statement(scan)
+        out = bytearray()
+        with self.conn.cursor() as cur, cur.copy(stmt, params) as copy:
+            for block in copy:
+                out += block
+        return bytes(out)
+
+
+def load_test(port: int, path: str, headers: dict[str, str], seconds: float,
+              threads: int) -> tuple[float, float]:
+    """(requests/s, p99 seconds) of `threads` clients repeating GET path for `seconds`."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+    failures: list[int] = []
+
+    def client() -> None:
+        mine = []
+        while time.monotonic() < stop:
+            start = time.perf_counter()
+            status, _, _ = get(port, path, headers)
+            mine.append(time.perf_counter() - start)
+            if status != 200:
+                failures.append(status)
+        with lock:
+            latencies.extend(mine)
+
+    began = time.monotonic()
+    workers = [threading.Thread(target=client) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    elapsed = time.monotonic() - began
+    if failures:
+        raise RuntimeError(f"{path}: {len(failures)} non-200 answers, e.g. {failures[0]}")
+    latencies.sort()
+    return len(latencies) / elapsed, latencies[min(len(latencies) - 1,
+                                                   int(len(latencies) * 0.99))]
+
+
+# ---- the run -------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.serve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer repeats and shorter load tests (about 1 minute)")
+    parser.add_argument("--big", action="store_true",
+                        help="1M rows growing to 10M (the issue's sizes; several minutes)")
+    parser.add_argument("--database-url", help="use this server instead of a throwaway one")
+    parser.add_argument("--repeat", type=int, help="timed runs per case (default 15; quick 7)")
+    args = parser.parse_args(argv)
+    repeat = args.repeat or (7 if args.quick else 15)
+    load_seconds = 3.0 if args.quick else 8.0
+    small_rows = 1_000_000 if args.big else 200_000
+    steps = small_rows // DEVICES
+
+    results: list[tuple[str, float, str, str]] = []
+    began = time.monotonic()
+    with database(args.database_url) as url:
+        world = seed(url)
+        t = time.monotonic()
+        load_calibrated(world, first_step=0, steps=steps)
+        load_hourly(world, days=7)
+        print(f"loaded {small_rows:,} calibrated rows in {time.monotonic() - t:.1f} s",
+              flush=True)
+        server = Gunicorn(url)
+        base = InProcess(url)
+        try:
+            from serve import create_app
+            from shared.config import Settings
+
+            jsonify_app = create_app(Settings(database_url=url, cursor_secret=CURSOR_SECRET))
+            auth = {"Authorization": f"Apikey {world.key}"}
+            device = device_name(7)
+            page_end = END
+            page_start = END - (PAGE - 1) * STEP  # exactly 10,000 rows of one device
+            json_scan = scan_for(world, device=device, start=page_start, end=page_end, csv=False)
+            csv_scan = scan_for(world, device=device, start=page_start, end=page_end, csv=True)
+            json_path = data_path("calibrated", device=device, limit=PAGE,
+                                  start_time=page_start.isoformat(),
+                                  end_time=page_end.isoformat())
+            loc_path = data_path("calibrated", location=str(world.location), limit=PAGE,
+                                 start_time=(END - (PAGE // DEVICES - 1) * STEP).isoformat(),
+                                 end_time=END.isoformat())
+
+            status, body, _ = get(server.port, json_path, auth)
+            assert status == 200 and len(orjson.loads(body)) == PAGE, (status, body[:300])
+            assert orjson.loads(body) == orjson.loads(base.orjson_page(json_scan))
+            _, csv_body, _ = get(server.port, json_path, {**auth, "Accept": "text/csv"})
+            assert csv_body.count(b"\n") == PAGE + 1
+
+            # 1-2. 10,000-row pages against in-process baselines.
+            m = medians(
+                repeat,
+                http_json=lambda: get(server.port, json_path, auth),
+                orjson=lambda: base.orjson_page(json_scan),
+                jsonify=lambda: base.jsonify_page(json_scan, jsonify_app),
+                http_csv=lambda: get(server.port, json_path, {**auth, "Accept": "text/csv"}),
+                copy=lambda: base.copy_csv(csv_scan),
+            )
+            results += [
+                ("10k JSON page over HTTP / SQL + orjson in-process",
+                 m["http_json"] / m["orjson"], "<= 1.5",
+                 f"{m['http_json'] * 1e3:.0f} ms vs {m['orjson'] * 1e3:.0f} ms"),
+                ("10k CSV page over HTTP / COPY TO STDOUT", m["http_csv"] / m["copy"], "<= 1.5",
+                 f"{m['http_csv'] * 1e3:.0f} ms vs {m['copy'] * 1e3:.0f} ms"),
+                ("SQL + flask.jsonify in-process / 10k JSON page over HTTP",
+                 m["jsonify"] / m["http_json"], "(x faster)",
+                 f"{m['jsonify'] * 1e3:.0f} ms vs {m['http_json'] * 1e3:.0f} ms"),
+            ]
+            print(f"pages measured ({time.monotonic() - began:.0f} s)", flush=True)
+
+            # 3. history growth: the same requests, before and after 9x older history.
+            before = medians(repeat, device=lambda: get(server.port, json_path, auth),
+                             location=lambda: get(server.port, loc_path, auth))
+            t = time.monotonic()
+            load_calibrated(world, first_step=steps, steps=9 * steps)
+            print(f"grew to {10 * small_rows:,} rows in {time.monotonic() - t:.1f} s",
+                  flush=True)
+            after = medians(repeat, device=lambda: get(server.port, json_path, auth),
+                            location=lambda: get(server.port, loc_path, auth))
+            for name in ("device", "location"):
+                results.append((
+                    f"10k {name} page, {10 * small_rows // 10**6}M / "
+                    f"{small_rows / 10**6:g}M rows", after[name] / before[name], "<= 1.25",
+                    f"{after[name] * 1e3:.0f} ms vs {before[name] * 1e3:.0f} ms"))
+
+            # 4. cursor depth: page 50 of a location listing against page 1, both orders.
+            for order in ("asc", "desc"):
+                params = dict(location=str(world.location), limit=CURSOR_PAGE, order=order,
+                              start_time=(END - 10 * steps * STEP).isoformat(),
+                              end_time=END.isoformat(), select="time,device,tair,rh,p")
+                first = data_path("calibrated", **params)
+                path = first
+                for _ in range(CURSOR_DEPTH - 1):
+                    status, _, headers = get(server.port, path, auth)
+                    assert status == 200
+                    path = data_path("calibrated", **params, cursor=headers["X-Cursor-Next"])
+                deep = path
+                m = medians(repeat, first=lambda: get(server.port, first, auth),
+                            deep=lambda: get(server.port, deep, auth))
+                results.append((f"page {CURSOR_DEPTH} / page 1 ({order}, 1000-row pages)",
+                                m["deep"] / m["first"], "<= 1.25",
+                                f"{m['deep'] * 1e3:.1f} ms vs {m['first'] * 1e3:.1f} ms"))
+
+            # 5. small requests against the constant endpoint.
+            day = END - timedelta(days=1)
+            small_path = data_path("hourly", device=device, start_time=day.isoformat(),
+                                   end_time=(END - timedelta(hours=1)).isoformat())
+            status, body, _ = get(server.port, small_path, auth)
+            assert status == 200 and len(orjson.loads(body)) == 24, body[:200]
+            health_rps, health_p99 = load_test(server.port, "/api/v2/health", {}, load_seconds,
+                                               threads=4)
+            data_rps, data_p99 = load_test(server.port, small_path, auth, load_seconds,
+                                           threads=4)
+            results.append(("small requests/s: 1 day hourly (Apikey) / constant endpoint",
+                            data_rps / health_rps, ">= 0.25",
+                            f"{data_rps:.0f}/s (p99 {data_p99 * 1e3:.1f} ms) vs {health_rps:.0f}/s"
+                            f" (p99 {health_p99 * 1e3:.1f} ms)"))
+            peak = server.worker_peak_rss_kib()
+        finally:
+            server.stop()
+            base.conn.close()
+
+    print()
+    print(f"bench.serve ({'big' if args.big else 'quick' if args.quick else 'default'} run, "
+          f"{repeat} repeats, {time.monotonic() - began:.0f} s; load average "
+          f"{os.getloadavg()[0]:.1f})")
+    width = max(len(r[0]) for r in results)
+    for name, ratio, goal, detail in results:
+        verdict = ""
+        if goal.startswith("<="):
+            verdict = "met" if ratio <= float(goal[2:]) else "MISSED"
+        elif goal.startswith(">="):
+            verdict = "met" if ratio >= float(goal[2:]) else "MISSED"
+        print(f"  {name:<{width}}  {ratio:6.2f}  {goal:<10} {verdict:<6}  {detail}")
+    print(f"  peak gunicorn worker RSS: {peak / 1024:.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
