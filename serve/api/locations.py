@@ -53,15 +53,24 @@ PRECIP: Column = TABLES["calibrated"].column("precip")
 ET: Column = TABLES["local_hourly"].column("et")
 
 
+def _codes(param: str) -> list[str]:
+    """The codes of a unit parameter as documented: lower and upper case (both accepted)."""
+    codes = list(units.UNITS[param])
+    return codes + [c.upper() for c in codes]
+
+
 class SummaryArgsSchema(PageArgsSchema):
     """Paging plus the unit parameters temp, ratio and size (case-insensitive codes)."""
 
     class Meta:
         unknown = EXCLUDE
 
-    temp = fields.String(metadata={"description": "c (default) or f"})
-    ratio = fields.String(metadata={"description": "pct (default) or dec"})
-    size = fields.String(metadata={"description": "mm (default) or in"})
+    temp = fields.String(metadata={"description": "c (default) or f, any case",
+                                   "enum": _codes("temp")})
+    ratio = fields.String(metadata={"description": "pct (default) or dec, any case",
+                                    "enum": _codes("ratio")})
+    size = fields.String(metadata={"description": "mm (default) or in, any case",
+                                   "enum": _codes("size")})
 
 
 def location_record(row: dict[str, Any], devices: dict[UUID, dict[str, Any]]
