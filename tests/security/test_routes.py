@@ -1,0 +1,91 @@
+"""Route inventory (reliability plan S15, OWASP API9): what the app serves is what it documents.
+
+The Flask url_map, less the documentation itself (the OpenAPI document, the Swagger UI page and
+its static assets), must equal the OpenAPI document's paths and methods, rule for rule, with
+no undocumented endpoint, no older API version, and no debug, test or admin route.
+"""
+
+from __future__ import annotations
+
+import re
+
+from flask import Flask
+from flask.testing import FlaskClient
+
+# The documentation endpoints: served, public, and not operations of the API.
+DOC_ENDPOINTS = {"static", "api-docs.openapi_json", "api-docs.openapi_swagger_ui"}
+DOC_RULES = {"/api/v2/openapi.json", "/api/v2/doc", "/api/v2/doc/assets/<path:filename>"}
+# Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).
+IMPLICIT = {"HEAD", "OPTIONS"}
+SUSPICIOUS = re.compile(r"debug|test|admin|internal|console|shell|phpinfo|actuator|metrics|"
+                        r"/api/v1|/api/v3|/_", re.IGNORECASE)
+
+
+def served(app: Flask) -> set[tuple[str, str]]:
+    """(OpenAPI-style path, method) of every API rule of the app."""
+    out = set()
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint in DOC_ENDPOINTS:
+            continue
+        path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
+        out |= {(path, m) for m in (rule.methods or set()) - IMPLICIT}
+    return out
+
+
+def documented(client: FlaskClient) -> set[tuple[str, str]]:
+    """(path, method) of every operation in the served OpenAPI document."""
+    doc = client.get("/api/v2/openapi.json").get_json()
+    return {(path, method.upper()) for path, item in doc["paths"].items()
+            for method in item if method in ("get", "put", "post", "delete", "patch", "head",
+                                             "options", "trace")}
+
+
+def test_url_map_equals_the_openapi_operations(app: Flask, client: FlaskClient) -> None:
+    have, doc = served(app), documented(client)
+    assert have - doc == set(), f"served but undocumented: {sorted(have - doc)}"
+    assert doc - have == set(), f"documented but not served: {sorted(doc - have)}"
+    assert len(have) >= 15  # the inventory is not vacuous
+
+
+def test_documentation_endpoints_are_exactly_the_known_ones(app: Flask) -> None:
+    rules = {r.rule for r in app.url_map.iter_rules() if r.endpoint in DOC_ENDPOINTS}
+    assert rules == DOC_RULES
+    docs = [r for r in app.url_map.iter_rules() if r.endpoint in DOC_ENDPOINTS]
+    assert all((r.methods or set()) - IMPLICIT == {"GET"} for r in docs)
+
+
+def test_no_debug_test_or_other_version_routes(app: Flask) -> None:
+    for rule in app.url_map.iter_rules():
+        assert rule.rule.startswith("/api/v2/"), f"route outside /api/v2: {rule.rule}"
+        assert not SUSPICIOUS.search(rule.rule), f"suspicious route {rule.rule}"
+        assert not SUSPICIOUS.search(rule.endpoint), f"suspicious endpoint {rule.endpoint}"
+
+
+def test_inventory_check_catches_an_extra_route(app: Flask, client: FlaskClient) -> None:
+    """Negative control: a route added behind the document's back shows up as a difference."""
+    from tests.access.conftest import close_app, make_app
+
+    extra = make_app(app.extensions["settings"].database_url)
+    try:
+        extra.add_url_rule("/api/v2/debug/<name>", "debug_probe", lambda name: name,
+                           methods=["GET", "POST"])
+        diff = served(extra) - documented(client)
+        assert diff == {("/api/v2/debug/{name}", "GET"), ("/api/v2/debug/{name}", "POST")}
+    finally:
+        close_app(extra)
+
+
+def test_app_is_not_in_debug_or_testing_mode(app: Flask) -> None:
+    assert app.debug is False and app.testing is False
+    assert app.config["PROPAGATE_EXCEPTIONS"] in (None, False)
+    assert app.config.get("MAX_CONTENT_LENGTH"), "request bodies must be bounded"
+
+
+def test_the_deprecated_query_key_is_documented_with_its_sunset() -> None:
+    """S15: deprecated features are listed with their sunset dates (docs/auth.md)."""
+    from pathlib import Path
+
+    from serve.auth import APIKEY_QUERY_SUNSET
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "auth.md").read_text()
+    assert "?apikey=" in text and APIKEY_QUERY_SUNSET.strftime("%Y-%m-%d") in text
