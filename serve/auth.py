@@ -56,6 +56,8 @@ APIKEY_QUERY_SUNSET = datetime(2021, 5, 14, tzinfo=UTC)
 APIKEY_QUERY_DEPRECATED = APIKEY_QUERY_SUNSET
 # last_seen of an API key is written at most this often (per key, across all workers).
 LAST_SEEN_INTERVAL = 60.0
+# Stale failed-login counts are purged at most this often per process (seconds).
+PURGE_INTERVAL = 60.0
 # Bound on remembered basic credentials per process; oldest are dropped first.
 BASIC_CACHE_SIZE = 4096
 
@@ -268,6 +270,7 @@ class Authenticator:
         self.settings = settings
         self.pool = pool
         self.basic_cache = BasicCache(settings.basic_auth_cache_ttl)
+        self._next_purge = 0.0  # monotonic time of the next purge of stale failure counts
 
     # -- throttling ------------------------------------------------------------------------
 
@@ -309,6 +312,18 @@ class Authenticator:
                 "   <= now() THEN now() ELSE f.first_failed END,"
                 " last_failed = now()",
                 {"kind": kind, "subject": subject, "window": self.settings.login_window})
+        if time.monotonic() >= self._next_purge:
+            self.purge_failures(conn)
+
+    def purge_failures(self, conn: psycopg.Connection) -> int:
+        """Drop counts whose window has passed (they throttle nothing); at most once a minute
+        per process, from the failure path, so guessing with ever new emails cannot grow the
+        table without bound. Returns the number of rows removed."""
+        self._next_purge = time.monotonic() + PURGE_INTERVAL
+        cur = conn.execute(
+            "DELETE FROM login_failures WHERE first_failed + make_interval(secs => %s) < now()",
+            (self.settings.login_window,))
+        return cur.rowcount
 
     def clear_account_failures(self, conn: psycopg.Connection, email: str) -> None:
         """A successful login ends the account's back-off (the address's count stays)."""

@@ -348,3 +348,23 @@ def test_forwarded_address_used_only_behind_trusted_proxies(fresh_world: World) 
         assert other.status_code == 200
     finally:
         close_app(app)
+
+
+def test_stale_failure_counts_are_purged(fresh_world: World) -> None:
+    """Guessing with ever new emails must not grow login_failures without bound."""
+    app = make_app(fresh_world.url, login_window=60)
+    try:
+        client = app.test_client()
+        with psycopg.connect(fresh_world.url) as conn:
+            for i in range(20):
+                conn.execute("INSERT INTO login_failures VALUES ('account', %s, 1,"
+                             " now() - interval '2 minutes', now() - interval '2 minutes')",
+                             (bytes([i]) * 32,))
+            conn.commit()
+        r = client.post("/api/v2/auth/token", json={"email": "new@x.example", "password": "no-no"})
+        assert r.status_code == 401
+        with psycopg.connect(fresh_world.url) as conn:
+            left = conn.execute("SELECT kind, failures FROM login_failures ORDER BY kind").fetchall()
+        assert left == [("account", 1), ("address", 1)]  # only the live counts of that attempt
+    finally:
+        close_app(app)
