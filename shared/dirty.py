@@ -38,10 +38,13 @@ def write_marks(conn: psycopg.Connection, marks: Iterable[Mark]) -> int:
     rows = sorted(marks)  # fixed order: concurrent writers take row locks in the same order
     if not rows:
         return 0
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO rollup_dirty (rollup, device, bucket) VALUES (%s, %s, %s)"
-            " ON CONFLICT DO NOTHING",
-            rows,
-        )
+    # One statement for the whole set (an executemany costs a round trip per mark, which was
+    # a tenth of the ingester's batch time); unnest keeps the sorted order.
+    rollups, devices, buckets = (list(col) for col in zip(*rows, strict=True))
+    conn.execute(
+        "INSERT INTO rollup_dirty (rollup, device, bucket)"
+        " SELECT * FROM unnest(%s::text[], %s::text[], %s::timestamptz[])"
+        " ON CONFLICT DO NOTHING",
+        (rollups, devices, buckets),
+    )
     return len(rows)
