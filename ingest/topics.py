@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from shared.errors import InvalidReading
 
@@ -34,6 +35,7 @@ def topic_for(prefix: str, device: str, kind: str = READINGS) -> str:
     return f"{prefix}/{device}/{kind}"
 
 
+@lru_cache(maxsize=65536)  # a handful of topics per device, parsed for every message
 def parse_topic(topic: str, prefix: str) -> DeviceTopic:
     """Split `topic` into device and kind; InvalidReading('bad_topic') for anything else."""
     parts = topic.split("/")

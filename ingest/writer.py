@@ -47,6 +47,7 @@ FULL_PAYLOAD_MAX = 64 * 1024
 
 STAGE = "ingest_stage"
 _DERIVED = ("tdew", "ea", "vpd", "slp")
+_INPUT_NAMES = tuple(c.name for c in READING_INPUTS)
 _CAL_COLUMNS = ("time", "device", "location") + tuple(c.name for c in READING_INPUTS) + _DERIVED
 _HEALTH_COLUMNS = ("time", "device", "location") + tuple(c.name for c in HEALTH_INPUTS)
 assert set(_CAL_COLUMNS) == set(TABLES["calibrated"].column_names)
@@ -218,9 +219,8 @@ def _write_readings(
             tz_of_location[dep.location] = dep.tz_name
         values = reading.values
         derived = derive(values, dep.elev if dep else None)
-        staged[key] = (reading.time, device, location,
-                       *(values.get(c.name) for c in READING_INPUTS),
-                       *(derived[name] for name in _DERIVED))
+        staged[key] = (reading.time, device, location, *map(values.get, _INPUT_NAMES),
+                       derived["tdew"], derived["ea"], derived["vpd"], derived["slp"])
     in_batch_dupes = len(readings) - len(staged)
     cols = sql.SQL(", ").join(map(sql.Identifier, _CAL_COLUMNS))
     with conn.cursor() as cur:
@@ -233,9 +233,11 @@ def _write_readings(
             " ON CONFLICT (device, time) DO NOTHING RETURNING device, time, location"
         ).format(cols=cols, stage=sql.Identifier(STAGE)))
         inserted = cur.fetchall()
-    times: dict[tuple[str, UUID | None], list[datetime]] = defaultdict(list)
+    # Every rollup bucket boundary (UTC hours, local hours and days in any zone, DST changes)
+    # falls on a quarter hour, so one time per quarter hour names the same buckets.
+    times: dict[tuple[str, UUID | None], set[datetime]] = defaultdict(set)
     for device, t, location in inserted:
-        times[(device, location)].append(t)
+        times[(device, location)].add(t.replace(minute=t.minute - t.minute % 15))
     marks: set[dirty.Mark] = set()
     for (device, location), ts in times.items():
         tz = zone(tz_of_location[location]) if location is not None else None
