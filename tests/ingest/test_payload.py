@@ -213,3 +213,18 @@ def test_sea_level_pressure() -> None:
     assert derive.sea_level_pressure(89.88, 1000.0, None) == pytest.approx(101.3, abs=0.5)
     assert derive.derive({"p": 90.0, "tair": 10.0}, None)["slp"] is None  # no elevation
     assert derive.derive({"p": 90.0}, 900.0)["slp"] > 90.0
+
+
+def test_docs_field_table_matches_registry() -> None:
+    from pathlib import Path
+
+    from shared.columns import HEALTH_INPUTS
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "ingest.md").read_text()
+    lines = {line.split("|")[1].strip(): line for line in doc.splitlines()
+             if line.startswith("| `")}
+    for col in READING_INPUTS + HEALTH_INPUTS:
+        line = lines[f"`{col.name}`"]
+        if col.valid_range:
+            lo, hi = col.valid_range
+            assert f"{lo:g} .. {hi:g}" in line, col.name
