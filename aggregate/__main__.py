@@ -31,6 +31,7 @@ from psycopg_pool import ConnectionPool
 
 from aggregate import jobs, rollups
 from aggregate.leader import LeaderLock, LeadershipLost
+from aggregate.metrics import Metrics
 from shared.config import Settings
 from shared.db import make_pool
 from shared.logs import configure_logging
@@ -45,7 +46,8 @@ LOCK_POLL_SECONDS = 1.0
 
 
 def build_scheduler(
-    pool: ConnectionPool, settings: Settings, leader: LeaderLock, runner: str
+    pool: ConnectionPool, settings: Settings, leader: LeaderLock, runner: str,
+    metrics: Metrics | None = None,
 ) -> BlockingScheduler:
     """The scheduler with its jobs (UTC, interval triggers) and the error listener."""
     scheduler = BlockingScheduler(
@@ -60,7 +62,7 @@ def build_scheduler(
             name=f"rollup {table}", replace_existing=True, coalesce=True, max_instances=1,
             misfire_grace_time=MISFIRE_GRACE, next_run_time=datetime.now(UTC),
             kwargs={"pool": pool, "settings": settings, "table": table,
-                    "guard": leader.guard, "runner": runner})
+                    "guard": leader.guard, "runner": runner, "metrics": metrics})
 
     def watchdog() -> None:
         if not leader.alive():
@@ -80,8 +82,12 @@ def build_scheduler(
         elif event.code == EVENT_JOB_MAX_INSTANCES:
             log.warning("job %s still running at its next tick; skipped this one",
                         event.job_id)
+            if metrics is not None:
+                metrics.skipped.labels(event.job_id).inc()
         elif event.code == EVENT_JOB_MISSED:
             log.warning("job %s missed its run time", event.job_id)
+            if metrics is not None:
+                metrics.missed.labels(event.job_id).inc()
 
     scheduler.add_listener(on_event, EVENT_JOB_ERROR | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
     return scheduler
@@ -105,6 +111,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     pool = make_pool(settings, name="sds-aggregate")
+    metrics = Metrics()
+    metrics.serve(settings.aggregate_metrics_port, settings.metrics_bind)
     leader = LeaderLock(settings.database_url)
     log.info("aggregate scheduler %s: waiting for the scheduler lock", runner)
     try:
@@ -113,12 +121,14 @@ def main() -> int:
                 break
             log.info("aggregate scheduler %s is the leader; jobs every %d s", runner,
                      settings.aggregate_interval)
-            scheduler = build_scheduler(pool, settings, leader, runner)
+            metrics.leader.set(1)
+            scheduler = build_scheduler(pool, settings, leader, runner, metrics)
             current[:] = [scheduler]
             if stop.is_set():
                 break
             scheduler.start()  # blocks until the watchdog or a signal shuts it down
             current.clear()
+            metrics.leader.set(0)
             leader.release()
     finally:
         leader.release()

@@ -31,11 +31,13 @@ def sat_vapour_pressure(t: float) -> float:
     return 0.6108 * math.exp(17.27 * t / (t + 237.3))
 
 
-def vapour_slope(t: float) -> float:
-    """Slope of the saturation vapour pressure curve at `t` C, kPa/C (eq. 13)."""
-    return 4098 * sat_vapour_pressure(t) / (t + 237.3) ** 2
+def vapour_slope(t: float, es: float | None = None) -> float:
+    """Slope of the saturation vapour pressure curve at `t` C, kPa/C (eq. 13); `es` is e°(t)
+    when already known."""
+    return 4098 * (sat_vapour_pressure(t) if es is None else es) / (t + 237.3) ** 2
 
 
+@lru_cache(maxsize=1024)
 def pressure_at(elevation: float) -> float:
     """Atmospheric pressure (kPa) at `elevation` m (eq. 7)."""
     return 101.3 * ((293 - 0.0065 * elevation) / 293) ** 5.26
@@ -172,7 +174,7 @@ def period_et(
            * (0.34 - 0.14 * math.sqrt(max(ea, 0.0))) * (1.35 * ratio - 0.35))
     rn = (1 - ALBEDO) * rs - rnl
     g = 0.1 * rn if ra > 0 else 0.5 * rn
-    delta = vapour_slope(tair)
+    delta = vapour_slope(tair, es)
     rate = (0.408 * delta * (rn - g) + gamma * 37 / (tair + 273) * u2 * (es - ea)) / (
         delta + gamma * (1 + 0.34 * u2))
     return max(rate, 0.0) * hours

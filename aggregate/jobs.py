@@ -20,6 +20,7 @@ from psycopg_pool import ConnectionPool
 
 from aggregate import rollups
 from aggregate.leader import LeadershipLost
+from aggregate.metrics import Metrics
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def drain(
 
 def run_job(
     pool: ConnectionPool, settings: Settings, *, table: str, guard: Guard = _no_guard,
-    runner: str | None = None,
+    runner: str | None = None, metrics: Metrics | None = None,
 ) -> int:
     """One scheduled run of the `table` rollup, recorded in job_runs and aggregate_runs."""
     runner = runner or runner_name()
@@ -113,11 +114,22 @@ def run_job(
         # pending again, and the new leader recomputes them.
         _finish(pool, table, run_id, buckets=0, error=f"LeadershipLost: {exc}")
         log.warning("job %s rolled back: %s", table, exc)
+        if metrics is not None:
+            metrics.runs.labels(table, "lost_lock").inc()
         return 0
     except Exception as exc:
         _finish(pool, table, run_id, buckets=0, error=f"{type(exc).__name__}: {exc}")
+        if metrics is not None:
+            metrics.runs.labels(table, "error").inc()
         raise
     _finish(pool, table, run_id, buckets=n, error=None)
+    if metrics is not None:
+        metrics.runs.labels(table, "ok").inc()
+        metrics.buckets.labels(table).inc(n)
+        with pool.connection() as conn:
+            row = conn.execute("SELECT count(*) FROM rollup_dirty WHERE rollup = %s",
+                               (table,)).fetchone()
+        metrics.pending.labels(table).set(row[0] if row else 0)
     log.info("job %s: %d buckets in %.2f s", table, n,
              (datetime.now(UTC) - started).total_seconds())
     return n

@@ -160,6 +160,9 @@ def recompute(
     # compared 100x more rows than it kept): each bucket is one index range scan on
     # (device, time), and its groups fit in memory.
     conn.execute("SET LOCAL work_mem = '64MB'")
+    # JIT compiling the ~40 aggregate expressions cost more than it saved (measured 1.3-1.7 s
+    # vs 0.7-1.1 s for a week of 100 devices' hourly buckets).
+    conn.execute("SET LOCAL jit = off")
     if buckets:
         conn.execute("SET LOCAL enable_mergejoin = off")
         conn.execute("SET LOCAL enable_hashjoin = off")

@@ -152,3 +152,50 @@ def test_two_schedulers_one_leader_and_failover(database_url, tmp_path) -> None:
     for text in logs:
         assert "Traceback" not in text, text[-3000:]
     assert any("scheduler lock lost" in text for text in logs)
+
+
+def test_long_run_is_not_overlapped_and_skips_are_counted(settings, monkeypatch, caplog) -> None:
+    """A run longer than its interval: no second instance, the skipped ticks are logged and
+    counted, and runs never overlap (R32)."""
+    import threading
+
+    from aggregate import jobs
+    from aggregate.metrics import Metrics
+    from shared.db import make_pool
+
+    real_drain = jobs.drain
+
+    def slow_drain(*args, **kwargs):  # type: ignore[no-untyped-def]
+        time.sleep(2.5)
+        return real_drain(*args, **kwargs)
+
+    monkeypatch.setattr(jobs, "drain", slow_drain)
+    pool = make_pool(settings.replace(aggregate_interval=1), name="sds-aggregate-test")
+    leader = LeaderLock(settings.database_url)
+    metrics = Metrics()
+    try:
+        assert leader.try_acquire()
+        scheduler = build_scheduler(pool, settings.replace(aggregate_interval=1), leader,
+                                    "test:1", metrics)
+        thread = threading.Thread(target=scheduler.start, daemon=True)
+        thread.start()
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            _wait(lambda: conn.execute("SELECT count(*) FROM job_runs WHERE job = 'hourly'"
+                                       " AND finished IS NOT NULL").fetchone()[0] >= 2,
+                  20, "two finished hourly runs")
+            scheduler.shutdown(wait=True)
+            thread.join(10)
+            runs = conn.execute("SELECT started, finished FROM job_runs WHERE job = 'hourly'"
+                                " AND finished IS NOT NULL ORDER BY started").fetchall()
+        for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
+            assert start >= end, "two runs of one job overlapped"
+        skipped = metrics.registry.get_sample_value("sds_aggregate_ticks_skipped_total",
+                                                    {"job": "hourly"})
+        assert skipped and skipped >= 1
+        assert "still running at its next tick" in caplog.text
+        ok = metrics.registry.get_sample_value("sds_aggregate_runs_total",
+                                               {"job": "hourly", "outcome": "ok"})
+        assert ok and ok >= 2
+    finally:
+        leader.release()
+        pool.close()
