@@ -24,7 +24,8 @@ from tests.support.figures import Figures
 
 EXAMPLES = 60
 PAYLOADS = [
-    "' OR '1'='1", "' OR 1=1--", "\" OR \"\"=\"", "A000101' --", "A000101'; DROP TABLE calibrated;--",
+    "' OR '1'='1", "' OR 1=1--", "\" OR \"\"=\"", "A000101' --",
+    "A000101'; DROP TABLE calibrated;--",
     "1; SELECT pg_sleep(5)--", "') UNION SELECT password_hash FROM users--", "$$; SELECT 1; $$",
     "%", "_", "%%", "\\", "\\'", "'", "\"", ";", "--", "/*", "*/", "\x00", "A000101\x00",
     "../../../../etc/passwd", "%s%s%s%n", "{0.__class__}", "${jndi:ldap://x}", "<script>",
@@ -52,7 +53,8 @@ def _check(response: Any, sent: str, what: str) -> None:
     _seen["requests"] += 1
     if response.status_code >= 500:
         _seen["server_errors"] += 1
-    assert response.status_code < 500, (what, repr(sent)[:200], response.get_data(as_text=True)[:300])
+    assert response.status_code < 500, (what, repr(sent)[:200],
+                                        response.get_data(as_text=True)[:300])
     if 300 <= response.status_code < 400:
         # werkzeug's trailing-slash redirect (an empty last segment): never off this host.
         location = urlsplit(response.headers["Location"])
