@@ -125,6 +125,17 @@ def test_trace_and_other_methods_are_json_405_on_every_rule(prod_app: Flask,
     assert r.status_code == 404 and r.get_json()["code"] == 404
 
 
+@pytest.mark.parametrize("path", ["/api/v2/auth/token", "/api/v2/apikeys"])
+def test_oversized_bodies_are_a_json_413(prod_app: Flask, prod: FlaskClient, path: str) -> None:
+    """S6: a body over MAX_CONTENT_LENGTH is refused before it is parsed or authenticated."""
+    limit = prod_app.config["MAX_CONTENT_LENGTH"]
+    body = b'{"email": "' + b"x" * (limit + 1) + b'"}'
+    r = prod.post(path, data=body, content_type="application/json",
+                  headers=basic("a1@a.example"))
+    assert r.status_code == 413, r.status_code
+    assert r.mimetype == "application/json" and r.get_json()["code"] == 413
+
+
 def test_cors_default_is_any_origin_without_credentials(prod: FlaskClient) -> None:
     r = prod.get("/api/v2/devices", headers={**basic("a1@a.example"),
                                              "Origin": "https://evil.example"})
