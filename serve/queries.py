@@ -121,9 +121,12 @@ def column_expr(col: Column, unit: Unit | None, *, csv: bool = False) -> sql.Com
         if unit is not None:
             scale, offset = units.factors(col, unit)
             if (scale, offset) != (1.0, 0.0):
-                expr = sql.SQL("round(({} * {} + {})::numeric, {})::float8").format(
-                    shortest, sql.Literal(scale), sql.Literal(offset),
-                    sql.Literal(units.decimals(col, unit)))
+                # Rounded in float8 (round half to even, as Python's round): the quotient of
+                # two exact doubles is the double nearest the decimal, and this is twice as
+                # fast as a numeric round trip.
+                power = sql.Literal(float(10 ** units.decimals(col, unit)))
+                expr = sql.SQL("round(({} * {} + {}) * {}) / {}").format(
+                    shortest, sql.Literal(scale), sql.Literal(offset), power, power)
     elif col.dtype == "uuid":
         expr = sql.SQL("{}::text").format(ref)
     elif col.dtype == "boolean" and csv:

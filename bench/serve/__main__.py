@@ -3,16 +3,19 @@
     .venv/bin/python -m bench.serve [--quick] [--big] [--database-url URL] [--repeat N]
 
 Starts a throwaway PostgreSQL (TimescaleDB) unless --database-url names a server whose
-maintenance database may create databases, loads `calibrated` with INSERT ... SELECT
-generate_series (20 devices at one location, 5-minute rows, random values in every column),
-starts gunicorn (deploy/gunicorn.conf.py, 2 sync workers) on a free loopback port and times:
+maintenance database may create databases, makes two databases and loads `calibrated` with
+INSERT ... SELECT generate_series (20 devices at one location, 5-minute rows, random values in
+every column): the base history (default 200k rows, --big 1M) and, in the second, the same newest
+rows plus 9x older history. It serves each with gunicorn (deploy/gunicorn.conf.py, 2 sync
+workers) on free loopback ports and times:
 
 1. a 10,000-row JSON page over HTTP / the same SQL + orjson.dumps of the same rows in-process
    (goal <= 1.5); flask.jsonify of those rows is the naive peer;
 2. the same page as CSV / COPY (same query) TO STDOUT (goal <= 1.5);
-3. history growth: the same pages after adding 9x older history (default 200k -> 2M rows,
-   --big 1M -> 10M) / before (goal <= 1.25);
-4. the 50th cursor page of a location listing / the first page (goal <= 1.25), both orders;
+3. history growth: the same page requests on the 10x database / on the base one
+   (goal <= 1.25), for a device page and a location page;
+4. the 50th cursor page of a location listing / the first page (goal <= 1.25), both orders,
+   on the 10x database;
 5. small requests (one day of hourly rows, API-key auth) requests/s / the constant
    /api/v2/health on the same server (goal >= 0.25), with p99 latencies.
 
@@ -66,17 +69,27 @@ def device_name(i: int) -> str:
 # ---- setup -----------------------------------------------------------------------------------
 
 @contextmanager
-def database(url: str | None) -> Iterator[str]:
-    """A fresh migrated database (on a throwaway server unless `url` is given)."""
-    server = None
-    if url is None:
-        from tests.support.services import PostgresServer
+def server_url(url: str | None) -> Iterator[str]:
+    """A maintenance URL: of a throwaway PostgreSQL unless `url` is given."""
+    if url is not None:
+        yield url
+        return
+    from tests.support.services import PostgresServer
 
-        server = PostgresServer().start()
-        url = server.dsn("postgres")
+    server = PostgresServer().start()
+    try:
+        yield server.dsn("postgres")
+    finally:
+        server.stop()
+        server.cleanup()
+
+
+@contextmanager
+def database(admin_url: str) -> Iterator[str]:
+    """A fresh migrated database on the server of `admin_url`; dropped afterwards."""
     name = "bench_serve_" + uuid.uuid4().hex[:8]
-    base = url.rpartition("/")[0]
-    with psycopg.connect(url, autocommit=True) as conn:
+    base = admin_url.rpartition("/")[0]
+    with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     db = f"{base}/{name}"
     try:
@@ -85,11 +98,8 @@ def database(url: str | None) -> Iterator[str]:
         migrate.upgrade(db)
         yield db
     finally:
-        with psycopg.connect(url, autocommit=True) as conn:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        if server is not None:
-            server.stop()
-            server.cleanup()
 
 
 @dataclass
@@ -328,14 +338,23 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[tuple[str, float, str, str]] = []
     began = time.monotonic()
-    with database(args.database_url) as url:
+    with server_url(args.database_url) as admin, database(admin) as url, \
+            database(admin) as big_url:
+        # `url`: the base history; `big_url`: the same plus 9x older history. Both are served
+        # side by side and timed interleaved, so background load hits both alike.
         world = seed(url)
+        big_world = seed(big_url)
         t = time.monotonic()
         load_calibrated(world, first_step=0, steps=steps)
         load_hourly(world, days=7)
         print(f"loaded {small_rows:,} calibrated rows in {time.monotonic() - t:.1f} s",
               flush=True)
+        t = time.monotonic()
+        load_calibrated(big_world, first_step=0, steps=10 * steps)
+        print(f"loaded {10 * small_rows:,} calibrated rows in {time.monotonic() - t:.1f} s",
+              flush=True)
         server = Gunicorn(url)
+        big_server = Gunicorn(big_url)
         base = InProcess(url)
         try:
             from serve import create_app
@@ -343,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
 
             jsonify_app = create_app(Settings(database_url=url, cursor_secret=CURSOR_SECRET))
             auth = {"Authorization": f"Apikey {world.key}"}
+            big_auth = {"Authorization": f"Apikey {big_world.key}"}
             device = device_name(7)
             page_end = END
             page_start = END - (PAGE - 1) * STEP  # exactly 10,000 rows of one device
@@ -354,6 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             loc_path = data_path("calibrated", location=str(world.location), limit=PAGE,
                                  start_time=(END - (PAGE // DEVICES - 1) * STEP).isoformat(),
                                  end_time=END.isoformat())
+            big_loc_path = loc_path.replace(str(world.location), str(big_world.location))
 
             status, body, _ = get(server.port, json_path, auth)
             assert status == 200 and len(orjson.loads(body)) == PAGE, (status, body[:300])
@@ -382,35 +403,31 @@ def main(argv: list[str] | None = None) -> int:
             ]
             print(f"pages measured ({time.monotonic() - began:.0f} s)", flush=True)
 
-            # 3. history growth: the same requests, before and after 9x older history.
-            before = medians(repeat, device=lambda: get(server.port, json_path, auth),
-                             location=lambda: get(server.port, loc_path, auth))
-            t = time.monotonic()
-            load_calibrated(world, first_step=steps, steps=9 * steps)
-            print(f"grew to {10 * small_rows:,} rows in {time.monotonic() - t:.1f} s",
-                  flush=True)
-            after = medians(repeat, device=lambda: get(server.port, json_path, auth),
-                            location=lambda: get(server.port, loc_path, auth))
+            # 3. history growth: the same requests on the 10x database and the base one.
+            m = medians(repeat, device=lambda: get(server.port, json_path, auth),
+                        big_device=lambda: get(big_server.port, json_path, big_auth),
+                        location=lambda: get(server.port, loc_path, auth),
+                        big_location=lambda: get(big_server.port, big_loc_path, big_auth))
             for name in ("device", "location"):
                 results.append((
-                    f"10k {name} page, {10 * small_rows // 10**6}M / "
-                    f"{small_rows / 10**6:g}M rows", after[name] / before[name], "<= 1.25",
-                    f"{after[name] * 1e3:.0f} ms vs {before[name] * 1e3:.0f} ms"))
+                    f"10k {name} page, {10 * small_rows / 10**6:g}M / "
+                    f"{small_rows / 10**6:g}M rows", m["big_" + name] / m[name], "<= 1.25",
+                    f"{m['big_' + name] * 1e3:.0f} ms vs {m[name] * 1e3:.0f} ms"))
 
             # 4. cursor depth: page 50 of a location listing against page 1, both orders.
             for order in ("asc", "desc"):
-                params = dict(location=str(world.location), limit=CURSOR_PAGE, order=order,
+                params = dict(location=str(big_world.location), limit=CURSOR_PAGE, order=order,
                               start_time=(END - 10 * steps * STEP).isoformat(),
                               end_time=END.isoformat(), select="time,device,tair,rh,p")
                 first = data_path("calibrated", **params)
                 path = first
                 for _ in range(CURSOR_DEPTH - 1):
-                    status, _, headers = get(server.port, path, auth)
+                    status, _, headers = get(big_server.port, path, big_auth)
                     assert status == 200
                     path = data_path("calibrated", **params, cursor=headers["X-Cursor-Next"])
                 deep = path
-                m = medians(repeat, first=lambda: get(server.port, first, auth),
-                            deep=lambda: get(server.port, deep, auth))
+                m = medians(repeat, first=lambda: get(big_server.port, first, big_auth),
+                            deep=lambda: get(big_server.port, deep, big_auth))
                 results.append((f"page {CURSOR_DEPTH} / page 1 ({order}, 1000-row pages)",
                                 m["deep"] / m["first"], "<= 1.25",
                                 f"{m['deep'] * 1e3:.1f} ms vs {m['first'] * 1e3:.1f} ms"))
@@ -425,14 +442,24 @@ def main(argv: list[str] | None = None) -> int:
                                                threads=4)
             data_rps, data_p99 = load_test(server.port, small_path, auth, load_seconds,
                                            threads=4)
+            # Attribution: the same constant work behind API-key authentication.
+            authed_rps, authed_p99 = load_test(server.port, "/api/v2/schemas", auth,
+                                               load_seconds, threads=4)
             results.append(("small requests/s: 1 day hourly (Apikey) / constant endpoint",
                             data_rps / health_rps, ">= 0.25",
                             f"{data_rps:.0f}/s (p99 {data_p99 * 1e3:.1f} ms) vs {health_rps:.0f}/s"
                             f" (p99 {health_p99 * 1e3:.1f} ms)"))
+            results.append(("  attribution: /schemas (Apikey, constant) / constant endpoint",
+                            authed_rps / health_rps, "(info)",
+                            f"{authed_rps:.0f}/s (p99 {authed_p99 * 1e3:.1f} ms)"))
+            results.append(("  attribution: 1 day hourly / /schemas (both Apikey)",
+                            data_rps / authed_rps, "(info)", ""))
             peak = server.worker_peak_rss_kib()
         finally:
             server.stop()
+            big_server.stop()
             base.conn.close()
+            jsonify_app.extensions["db"].close()
 
     print()
     print(f"bench.serve ({'big' if args.big else 'quick' if args.quick else 'default'} run, "

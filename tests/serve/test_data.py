@@ -506,3 +506,19 @@ def test_csv_values_match_json_values(client: FlaskClient, world: World) -> None
                 assert text == value.replace("Z", "+0000")
             else:
                 assert text == str(value)
+
+
+def test_csv_body_not_read_frees_its_connection(client: FlaskClient, world: World, app) -> None:  # type: ignore[no-untyped-def]
+    """A CSV page whose COPY is abandoned (HEAD, or a client gone) ends the COPY cleanly."""
+    pool = app.extensions["db"]
+    for _ in range(pool.max_size + 2):
+        response = client.head(f"{URL}/calibrated?device=D4&start_time=2024-07-01&limit=10000",
+                               headers=world.headers(Accept="text/csv"), buffered=True)
+        assert response.status_code == 200 and response.data == b""
+    streamed = client.get(f"{URL}/calibrated?device=D4&start_time=2024-07-01&limit=10000",
+                          headers=world.headers(Accept="text/csv"))
+    first = next(streamed.response)  # read one piece, then walk away
+    assert first.startswith(b"time,device,location,")
+    streamed.close()
+    assert len(csv_rows(get(client, world, "calibrated", accept="text/csv", device="D4",
+                            start_time="2024-07-01", limit=10000))) == 2501
