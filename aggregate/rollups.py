@@ -156,14 +156,14 @@ def recompute(
     are deleted. The caller owns the transaction.
     """
     conn.execute(statements.create_stage(table))
-    # The bucket arrays defeat the planner's row estimates (it picked a merge join that
-    # compared 100x more rows than it kept): each bucket is one index range scan on
-    # (device, time), and its groups fit in memory.
-    conn.execute("SET LOCAL work_mem = '64MB'")
+    conn.execute("SET LOCAL work_mem = '64MB'")  # a backfill piece's groups fit in memory
     # JIT compiling the ~40 aggregate expressions cost more than it saved (measured 1.3-1.7 s
     # vs 0.7-1.1 s for a week of 100 devices' hourly buckets).
     conn.execute("SET LOCAL jit = off")
     if buckets:
+        # The bucket arrays defeat the planner's row estimates (it picked a merge join that
+        # compared 100x more rows than it kept): each bucket is one index range scan on
+        # (device, time).
         conn.execute("SET LOCAL enable_mergejoin = off")
         conn.execute("SET LOCAL enable_hashjoin = off")
         conn.execute(statements.stage(table, by_location=table in LOCAL_TABLES), {
@@ -376,7 +376,9 @@ def mark_location_dirty(conn: psycopg.Connection, location: UUID) -> int:
     tz = zone(row[0])
     marks: set[dirty.Mark] = set()
     by_device: dict[str, list[datetime]] = defaultdict(list)
-    with conn.cursor(name="location_readings") as cur:
+    # A server-side cursor streams the readings; it needs a transaction (a savepoint inside
+    # the caller's).
+    with conn.transaction(), conn.cursor(name="location_readings") as cur:
         cur.itersize = 10000
         cur.execute("SELECT device, time FROM calibrated WHERE location = %s", (location,))
         for device, t in cur:
