@@ -316,3 +316,19 @@ def test_other_org_object_takes_as_long_as_a_missing_one(
         costs.append(b)
     gap, cost = statistics.median(diffs), statistics.median(costs)
     assert abs(gap) <= max(0.25 * cost, 0.0005), (name, gap, cost)
+
+
+def test_unrouted_methods_and_preflight(client: FlaskClient) -> None:
+    """TRACE and other unserved methods are 405 JSON (before any credential check); a CORS
+    preflight needs no credentials; an unknown path is a plain 404."""
+    r = client.open("/api/v2/devices", method="TRACE")
+    assert r.status_code == 405 and r.get_json()["code"] == 405
+    r = client.delete("/api/v2/devices", headers=basic("a1@a.example"))
+    assert r.status_code == 405
+    r = client.options("/api/v2/devices", headers={
+        "Origin": "https://example.org", "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Headers": "Authorization"})
+    assert r.status_code == 200 and "Authorization" in r.headers.get(
+        "Access-Control-Allow-Headers", "")
+    r = client.get("/api/v2/nothing-here")
+    assert r.status_code == 404 and r.get_json()["code"] == 404
