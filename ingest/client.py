@@ -39,7 +39,7 @@ from shared.errors import InvalidReading
 
 from ingest import topics, writer
 from ingest.metrics import Metrics
-from ingest.payload import Decoded, Limits, Rejection, decode_payload
+from ingest.payload import INTERNAL_ERROR, Decoded, Limits, Rejection, decode_payload
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +54,13 @@ TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 
 @dataclass(slots=True)
 class _Inbound:
-    """A message as received by paho's thread, before any parsing."""
+    """A received message, decoded, waiting for its batch; `generation` names the connection
+    that delivered it (its ack is valid only there)."""
 
     generation: int
     mid: int
     qos: int
-    topic: str
-    payload: bytes
-    received: float  # time.time()
+    message: writer.Message
     arrived: float  # time.monotonic()
 
 
@@ -195,13 +194,36 @@ class Ingester:
 
     def _on_message(self, _client: mqtt.Client, _userdata: object,
                     msg: mqtt.MQTTMessage) -> None:
-        # No parsing here: paho's thread only queues, the worker decodes and writes.
         try:
             topic = msg.topic
         except UnicodeDecodeError:
             topic = repr(msg._topic)  # mosquitto refuses such topics; kept for the record
-        self._queue.put(_Inbound(self._generation, msg.mid, msg.qos, topic, msg.payload,
-                                 time.time(), time.monotonic()))
+        # Decoding here (pure, see payload.py) overlaps with the worker's wait for the database.
+        self._queue.put(self.inbound(self._generation, msg.mid, msg.qos, topic, msg.payload))
+
+    def inbound(self, generation: int, mid: int, qos: int, topic: str,
+                payload: bytes) -> _Inbound:
+        """A received message, decoded and validated, ready for a batch."""
+        received = datetime.now(UTC)
+        try:
+            message = self._decode(topic, payload, received)
+        except Exception as exc:  # a decoder bug must not kill paho's network thread
+            log.exception("decoding a message on %s failed", topic)
+            message = writer.Message(topic, payload, received, None, None, Decoded(
+                rejections=[Rejection(None, INTERNAL_ERROR, f"decoder failed: {exc!r}")]))
+        return _Inbound(generation, mid, qos, message, time.monotonic())
+
+    def _decode(self, topic: str, payload: bytes, received: datetime) -> writer.Message:
+        try:
+            where = topics.parse_topic(topic, self.settings.topic_prefix)
+        except InvalidReading as exc:
+            return writer.Message(topic, payload, received, None, None,
+                                  Decoded(rejections=[Rejection(None, exc.code, exc.detail)]))
+        decoded = decode_payload(payload, kind=where.kind, device=where.device,
+                                 now=received, limits=self.limits)
+        if decoded.unknown_fields:
+            self.metrics.unknown_fields.inc(decoded.unknown_fields)
+        return writer.Message(topic, payload, received, where.device, where.kind, decoded)
 
     # ---- worker (the thread that called run) -------------------------------------------------
 
@@ -222,7 +244,7 @@ class Ingester:
                 if not batch:
                     deadline = item.arrived + interval
                 batch.append(item)
-                size += len(item.payload)
+                size += len(item.message.payload)
                 if len(batch) >= self.batch_limit or size >= BATCH_BYTES:
                     break
                 # Take what is already waiting before deciding to flush: when the worker falls
@@ -248,24 +270,10 @@ class Ingester:
         for start in range(0, len(batch), self.batch_limit):
             self._flush(batch[start:start + self.batch_limit])
 
-    def _decode(self, item: _Inbound) -> writer.Message:
-        received = datetime.fromtimestamp(item.received, UTC)
-        try:
-            where = topics.parse_topic(item.topic, self.settings.topic_prefix)
-        except InvalidReading as exc:
-            return writer.Message(item.topic, item.payload, received, None, None,
-                                  Decoded(rejections=[Rejection(None, exc.code, exc.detail)]))
-        decoded = decode_payload(item.payload, kind=where.kind, device=where.device,
-                                 now=received, limits=self.limits)
-        if decoded.unknown_fields:
-            self.metrics.unknown_fields.inc(decoded.unknown_fields)
-        return writer.Message(item.topic, item.payload, received, where.device, where.kind,
-                              decoded)
-
     def _flush(self, batch: list[_Inbound]) -> None:
         """Commit one batch (retrying transient database errors), then ack it in order."""
         self.metrics.received.inc(len(batch))
-        messages = [self._decode(item) for item in batch]
+        messages = [item.message for item in batch]
         result = self._commit(messages)
         if result is None:
             # Only when stopping with the database unreachable: nothing is acked, the broker

@@ -44,6 +44,8 @@ WRONG_TYPE = "wrong_type"
 NOT_FINITE = "not_finite"
 OUT_OF_RANGE = "out_of_range"
 NO_VALUES = "no_values"
+BAD_TEXT = "bad_text"
+INTERNAL_ERROR = "internal_error"
 
 REASONS: dict[str, str] = {
     PAYLOAD_TOO_LARGE: "payload larger than SDS_INGEST_MAX_PAYLOAD (checked before parsing)",
@@ -61,7 +63,9 @@ REASONS: dict[str, str] = {
     WRONG_TYPE: "a field has the wrong JSON type (e.g. a string or boolean for a number)",
     NOT_FINITE: "a number is NaN or Infinity",
     OUT_OF_RANGE: "a value is outside the column's plausible range",
+    BAD_TEXT: "a text field (fw) contains control characters",
     NO_VALUES: "a reading carries no measurement at all",
+    INTERNAL_ERROR: "the ingester failed to decode the message (a bug; logged with a traceback)",
     "db_rejected": "the database refused the message (logged); kept here instead of retried",
 }
 
@@ -150,6 +154,9 @@ def _text_check(col: Column) -> Check:
             return WRONG_TYPE, f"{col.name}: expected a string, got {_json_type(value)}"
         if len(value) > MAX_FW_LENGTH:
             return OUT_OF_RANGE, f"{col.name}: longer than {MAX_FW_LENGTH} characters"
+        if not value.isprintable():
+            # Control characters (NUL above all, which PostgreSQL text cannot hold).
+            return BAD_TEXT, f"{col.name}: {value[:20]!r} contains control characters"
         return None
 
     return check

@@ -129,7 +129,7 @@ def seed(url: str) -> World:
 
 def load_calibrated(world: World, *, first_step: int, steps: int) -> None:
     """Rows for every device at steps [first_step, first_step + steps) before END."""
-    values = ", ".join(f"(10 + 30 * random())::real" for _ in _REAL_COLUMNS)
+    values = ", ".join("(10 + 30 * random())::real" for _ in _REAL_COLUMNS)
     names = ", ".join(c.name for c in _REAL_COLUMNS)
     stmt = (
         f"INSERT INTO calibrated (time, device, location, {names})"
@@ -238,7 +238,8 @@ def data_path(table: str, **params: Any) -> str:
     return f"/api/v2/data/{table}?{urlencode(params)}"
 
 
-def scan_for(world: World, *, device: str, start: datetime, end: datetime, csv: bool):  # type: ignore[no-untyped-def]
+def scan_for(world: World, *, device: str, start: datetime, end: datetime,
+             csv: bool) -> Any:
     """The serve.queries.Scan the API builds for a 10,000-row page of one device."""
     from serve import queries
 

@@ -248,8 +248,7 @@ def test_ack_discipline_with_fake_client(
             acks.append(mid)
 
     def inbound(ing: Ingester, mid: int, body: bytes) -> _Inbound:
-        return _Inbound(ing._generation, mid, 1, topic(mqtt_settings), body, time.time(),
-                        time.monotonic())
+        return ing.inbound(ing._generation, mid, 1, topic(mqtt_settings), body)
 
     good = json.dumps({"time": iso(now_slot(10)), "tair": 1.0}).encode()
     ing = Ingester(mqtt_settings)
