@@ -30,6 +30,8 @@ API_PREFIX = "/api/v2"
 DOC_ASSETS = f"{API_PREFIX}/doc/assets"
 # Response headers browser clients must be able to read (X-Cursor-Next drives paging).
 EXPOSED_HEADERS = "X-Cursor-Next, X-Units, Retry-After, WWW-Authenticate, Deprecation, Sunset"
+ALLOWED_HEADERS = "Authorization, Accept, Content-Type"
+ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -89,8 +91,8 @@ def _cors(origin: str):  # type: ignore[no-untyped-def]
         if origin != "*":
             response.vary.add("Origin")
         if request.method == "OPTIONS" and "Access-Control-Request-Method" in request.headers:
-            response.headers["Access-Control-Allow-Headers"] = "Authorization, Accept, Content-Type"
-            response.headers["Access-Control-Allow-Methods"] = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
+            response.headers["Access-Control-Allow-Headers"] = ALLOWED_HEADERS
+            response.headers["Access-Control-Allow-Methods"] = ALLOWED_METHODS
             response.headers["Access-Control-Max-Age"] = "600"
         return response
 

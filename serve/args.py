@@ -40,7 +40,8 @@ class LocalTimeArg:
 
 
 # An unencoded '+' in a query string arrives as a space: `...T12:00:00 02:00` meant +02:00.
-_PLUS_AS_SPACE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?) (\d{2}:?\d{2})$")
+_PLUS_AS_SPACE = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?) (\d{2}:?\d{2})$")
 _OFFSET_AS_SPACE = re.compile(r"^ \d{1,2}:\d{2}$")
 
 

@@ -21,7 +21,7 @@ import orjson
 from werkzeug.datastructures import MIMEAccept
 
 from shared import units
-from shared.columns import TS, Column
+from shared.columns import Column
 from shared.units import Unit
 
 log = logging.getLogger(__name__)

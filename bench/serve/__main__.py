@@ -287,37 +287,49 @@ class InProcess:
         return bytes(out)
 
 
-def load_test(port: int, path: str, headers: dict[str, str], seconds: float,
-              threads: int) -> tuple[float, float]:
-    """(requests/s, p99 seconds) of `threads` clients repeating GET path for `seconds`."""
-    latencies: list[float] = []
-    lock = threading.Lock()
-    stop = time.monotonic() + seconds
-    failures: list[int] = []
+def load_test(port: int, cases: dict[str, tuple[str, dict[str, str]]], seconds: float,
+              threads: int, slice_seconds: float = 1.0) -> dict[str, tuple[float, float]]:
+    """{case: (requests/s, p99 seconds)} of `threads` clients repeating each case's GET.
 
-    def client() -> None:
+    The cases take turns in slices of `slice_seconds` until each had `seconds`, so a change
+    of background load during the run affects them alike.
+    """
+    latencies: dict[str, list[float]] = {name: [] for name in cases}
+    busy: dict[str, float] = {name: 0.0 for name in cases}
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def client(path: str, headers: dict[str, str], stop: float, out: list[float]) -> None:
         mine = []
         while time.monotonic() < stop:
             start = time.perf_counter()
             status, _, _ = get(port, path, headers)
             mine.append(time.perf_counter() - start)
             if status != 200:
-                failures.append(status)
+                failures.append(f"{path}: {status}")
         with lock:
-            latencies.extend(mine)
+            out.extend(mine)
 
-    began = time.monotonic()
-    workers = [threading.Thread(target=client) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    elapsed = time.monotonic() - began
+    for _ in range(max(1, round(seconds / slice_seconds))):
+        for name, (path, headers) in cases.items():
+            began = time.monotonic()
+            stop = began + slice_seconds
+            workers = [threading.Thread(target=client, args=(path, headers, stop,
+                                                             latencies[name]))
+                       for _ in range(threads)]
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            busy[name] += time.monotonic() - began
     if failures:
-        raise RuntimeError(f"{path}: {len(failures)} non-200 answers, e.g. {failures[0]}")
-    latencies.sort()
-    return len(latencies) / elapsed, latencies[min(len(latencies) - 1,
-                                                   int(len(latencies) * 0.99))]
+        raise RuntimeError(f"{len(failures)} non-200 answers, e.g. {failures[0]}")
+    result = {}
+    for name, values in latencies.items():
+        values.sort()
+        result[name] = (len(values) / busy[name],
+                        values[min(len(values) - 1, int(len(values) * 0.99))])
+    return result
 
 
 # ---- the run -------------------------------------------------------------------------------
@@ -439,13 +451,14 @@ def main(argv: list[str] | None = None) -> int:
                                    end_time=(END - timedelta(hours=1)).isoformat())
             status, body, _ = get(server.port, small_path, auth)
             assert status == 200 and len(orjson.loads(body)) == 24, body[:200]
-            health_rps, health_p99 = load_test(server.port, "/api/v2/health", {}, load_seconds,
-                                               threads=4)
-            data_rps, data_p99 = load_test(server.port, small_path, auth, load_seconds,
-                                           threads=4)
-            # Attribution: the same constant work behind API-key authentication.
-            authed_rps, authed_p99 = load_test(server.port, "/api/v2/schemas", auth,
-                                               load_seconds, threads=4)
+            load = load_test(server.port, {
+                "health": ("/api/v2/health", {}),
+                "data": (small_path, auth),
+                # Attribution: the same constant work behind API-key authentication.
+                "schemas": ("/api/v2/schemas", auth),
+            }, load_seconds, threads=4)
+            (health_rps, health_p99), (data_rps, data_p99), (authed_rps, authed_p99) = (
+                load["health"], load["data"], load["schemas"])
             results.append(("small requests/s: 1 day hourly (Apikey) / constant endpoint",
                             data_rps / health_rps, ">= 0.25",
                             f"{data_rps:.0f}/s (p99 {data_p99 * 1e3:.1f} ms) vs {health_rps:.0f}/s"

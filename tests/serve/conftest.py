@@ -4,7 +4,8 @@ Org A: location NY (America/New_York) and LA (America/Los_Angeles); devices D1 a
 NY from T0 - 1 day; D1 moves to LA at T0 + 1 day. Both report every 5 minutes from T0 for two
 days with the same timestamps (shared timestamps across devices at one location). D1 also has
 hourly rows, hourly rows across the New York fall-back night, and daily rows starting at New
-York local midnight. D4 has 2500 readings and no location. Org B: device B1 at location BL, with readings at the same times.
+York local midnight. D4 has 2500 readings and no location. Org B: device B1 at location BL,
+with readings at the same times.
 Callers authenticate with API keys made by shared.accounts.create_api_key.
 """
 
@@ -80,7 +81,8 @@ def seed(url: str) -> World:
         a1 = accounts.create_user(conn, org=org_a, email="a1@a.example", password="a1-password")
         b1 = accounts.create_user(conn, org=org_b, email="b1@b.example", password="b1-password")
         ny = accounts.create_location(
-            conn, org=org_a, loc=accounts.LocationInput(name="NY field", tz_name="America/New_York"))
+            conn, org=org_a,
+            loc=accounts.LocationInput(name="NY field", tz_name="America/New_York"))
         la = accounts.create_location(
             conn, org=org_a,
             loc=accounts.LocationInput(name="LA field", tz_name="America/Los_Angeles"))

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 
 from shared.columns import TABLES
@@ -446,7 +447,8 @@ def test_empty_result(client: FlaskClient, world: World) -> None:
     assert text.get_data(as_text=True) == "time,tair\n"
 
 
-def test_head_request_frees_its_connection(client: FlaskClient, world: World, app) -> None:  # type: ignore[no-untyped-def]
+def test_head_request_frees_its_connection(client: FlaskClient, world: World,
+                                           app: Flask) -> None:
     pool = app.extensions["db"]
     for _ in range(pool.max_size + 2):
         # buffered: the client closes the body as a WSGI server does; nothing is iterated.
@@ -464,7 +466,7 @@ def test_every_table_serves_every_column(client: FlaskClient, world: World) -> N
             assert list(row) == list(table.column_names)
 
 
-def test_statement_timeout_is_set_on_api_connections(app) -> None:  # type: ignore[no-untyped-def]
+def test_statement_timeout_is_set_on_api_connections(app: Flask) -> None:
     with app.extensions["db"].connection() as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "30s"
         assert conn.execute("SHOW TimeZone").fetchone()[0] == "UTC"
@@ -508,7 +510,8 @@ def test_csv_values_match_json_values(client: FlaskClient, world: World) -> None
                 assert text == str(value)
 
 
-def test_csv_body_not_read_frees_its_connection(client: FlaskClient, world: World, app) -> None:  # type: ignore[no-untyped-def]
+def test_csv_body_not_read_frees_its_connection(client: FlaskClient, world: World,
+                                                app: Flask) -> None:
     """A CSV page whose COPY is abandoned (HEAD, or a client gone) ends the COPY cleanly."""
     pool = app.extensions["db"]
     for _ in range(pool.max_size + 2):

@@ -4,6 +4,7 @@ devices, cursors bound to their parameters, garbled or altered cursors refused."
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -150,7 +151,8 @@ def _flip(cursor: str, index: int) -> str:
     lambda c: "A" * 2000,
 ], ids=["garbage", "truncated", "extended", "short", "bad_chars", "time", "fingerprint", "tag",
         "forged", "huge"])
-def test_garbled_or_altered_cursor_is_400(client: FlaskClient, world: World, mangle) -> None:  # type: ignore[no-untyped-def]
+def test_garbled_or_altered_cursor_is_400(client: FlaskClient, world: World,
+                                          mangle: Callable[[str], str]) -> None:
     base = dict(device="D1", start_time="2024-07-01", limit=10)
     cursor = client.get(f"{URL}/calibrated", query_string=base,
                         headers=world.headers()).headers["X-Cursor-Next"]
