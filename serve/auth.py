@@ -285,15 +285,18 @@ class Authenticator:
 
         Runs before any password hash is computed, so a throttled attempt costs one query.
         """
-        window = self.settings.login_window
+        subjects = self._throttle_subjects(email, address)
+        limits = {kind: limit for kind, _subject, limit in subjects}
+        rows = conn.execute(
+            "SELECT kind, failures, extract(epoch FROM first_failed"
+            " + make_interval(secs => %s) - now()) FROM login_failures"
+            " WHERE (kind = %s AND subject = %s) OR (kind = %s AND subject = %s)",
+            (self.settings.login_window, subjects[0][0], subjects[0][1], subjects[1][0],
+             subjects[1][1])).fetchall()
         wait = 0
-        for kind, subject, limit in self._throttle_subjects(email, address):
-            row = conn.execute(
-                "SELECT failures, extract(epoch FROM first_failed + make_interval(secs => %s)"
-                " - now()) FROM login_failures WHERE kind = %s AND subject = %s",
-                (window, kind, subject)).fetchone()
-            if row and row[0] >= limit and row[1] > 0:
-                wait = max(wait, math.ceil(row[1]))
+        for kind, failures, left in rows:
+            if failures >= limits[kind] and left > 0:
+                wait = max(wait, math.ceil(left))
         if wait:
             raise TooManyRequests(
                 f"too many failed logins; try again in {wait} s", retry_after=wait)

@@ -1,9 +1,9 @@
 """`/api/v2/devices` and `/api/v2/devices/{name}`: the caller's devices, page by page.
 
 Records carry every device field public clients read (reference-facts part A), null when
-unknown. Values a device reports (battery, signal, firmware, last contact) fall back to its
-latest stored health report and reading when the devices row has none. Also home of the paged
-envelope and of the record builders that `serve.api.locations` shares.
+unknown. Values a device reports (battery, signal, firmware, last contact) are those the
+ingester keeps on the devices row. Also home of the paged envelope and of the record builders
+that `serve.api.locations` shares.
 """
 
 from __future__ import annotations
@@ -83,23 +83,15 @@ def gps(lon: float | None, lat: float | None) -> list[float] | None:
 
 
 # Where a device stands now: its deployment covering now(), at a location of its own org.
+# last_seen, last_post, battery, signal and firmware are kept on the devices row by the
+# ingester as messages arrive, so listing devices never searches the reading tables.
 _DEVICE_SQL = """
 SELECT d.id, d.name, d.type, d.model, d.state, d.org_id, d.owner_id, d.firmware_id,
-       coalesce(d.reported_fw, h.fw) AS reported_fw,
-       greatest(d.last_seen, c.time, h.time) AS last_seen,
-       greatest(d.last_post, c.time) AS last_post,
-       d.last_deploy, d.sync_interval,
-       coalesce(d.batt_pct, h.batt_pct) AS batt_pct,
-       coalesce(d.batt_volt, h.batt_volt) AS batt_volt,
-       coalesce(d.signal_strength, h.rssi) AS signal_strength,
-       d.has_bridge,
+       d.reported_fw, d.last_seen, d.last_post, d.last_deploy, d.sync_interval,
+       d.batt_pct, d.batt_volt, d.signal_strength, d.has_bridge,
        l.id AS loc_id, l.name AS loc_name, l.lon AS loc_lon, l.lat AS loc_lat,
        l.elev AS loc_elev, l.tz_name AS loc_tz_name, l.start_date AS loc_start_date
 FROM devices d
-LEFT JOIN LATERAL (SELECT time FROM calibrated WHERE device = d.name
-                   ORDER BY time DESC LIMIT 1) c ON true
-LEFT JOIN LATERAL (SELECT time, batt_pct, batt_volt, rssi, fw FROM health WHERE device = d.name
-                   ORDER BY time DESC LIMIT 1) h ON true
 LEFT JOIN LATERAL (SELECT location_id FROM deployments WHERE device_id = d.id
                    AND during @> now() ORDER BY lower(during) DESC LIMIT 1) dep ON true
 LEFT JOIN locations l ON l.id = dep.location_id AND l.org_id = d.org_id

@@ -46,6 +46,10 @@ LEFT JOIN LATERAL (SELECT p.device_id FROM deployments p JOIN devices d ON d.id 
 WHERE l.org_id = %(org)s
 """
 
+# How far back the latest reading is looked for: the 5-minute table's default window. The
+# bound keeps the search to a few chunks (a location without recent readings would otherwise
+# be looked for through the whole history); older conditions are not current anyway.
+LATEST_WITHIN = TABLES["calibrated"].default_window
 # The summary's values and the columns (registry) whose unit and precision they follow.
 TAIR: Column = TABLES["calibrated"].column("tair")
 RH: Column = TABLES["calibrated"].column("rh")
@@ -122,7 +126,8 @@ def list_locations(limit: int, page: int) -> Any:
 
 def _conditions(conn: psycopg.Connection, rows: list[dict[str, Any]], now: datetime
                 ) -> dict[UUID, dict[str, Any]]:
-    """Latest reading and today's totals per location, in stored units.
+    """Latest reading (of the last LATEST_WITHIN) and today's totals per location, in stored
+    units.
 
     "Today" is the location's local day containing `now` ([local midnight, next local
     midnight) in UTC). Precipitation sums the 5-minute readings so far; ET sums the local
@@ -130,6 +135,7 @@ def _conditions(conn: psycopg.Connection, rows: list[dict[str, Any]], now: datet
     """
     if not rows:
         return {}
+    since = now - LATEST_WITHIN
     ids, starts, ends, dates = [], [], [], {}
     for r in rows:
         tz = zone(r["tz_name"])
@@ -148,8 +154,8 @@ def _conditions(conn: psycopg.Connection, rows: list[dict[str, Any]], now: datet
             "   AND h.time >= b.start AND h.time < b.stop) AS et"
             " FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[]) AS b(loc, start, stop)"
             " LEFT JOIN LATERAL (SELECT time, tair, rh FROM calibrated WHERE location = b.loc"
-            "   ORDER BY time DESC LIMIT 1) last ON true",
-            (ids, starts, ends)).fetchall()
+            "   AND time >= %s ORDER BY time DESC LIMIT 1) last ON true",
+            (ids, starts, ends, since)).fetchall()
     return {f["loc"]: {**f, "date": dates[f["loc"]]} for f in found}
 
 

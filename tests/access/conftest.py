@@ -108,6 +108,9 @@ def _readings(conn: psycopg.Connection, device: str, location: UUID, n: int) -> 
             "INSERT INTO calibrated (time, device, location, tair, rh, precip)"
             " VALUES (%s, %s, %s, %s, %s, %s)",
             (start + timedelta(minutes=5 * i), device, location, 20.0 + i, 0.5, 0.2))
+    # The ingester keeps these on the devices row as messages arrive; seeded the same way.
+    conn.execute("UPDATE devices SET last_seen = now(), last_post = now(), batt_pct = 87.5,"
+                 " signal_strength = -71 WHERE name = %s", (device,))
 
 
 def seed(url: str) -> World:

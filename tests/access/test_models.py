@@ -40,6 +40,7 @@ def test_device_records_are_complete(client: FlaskClient, world: World) -> None:
     assert loc["id"] == str(world.loc_a) and loc["gps"] == [-93.6, 41.9]
     assert loc["tz_name"] == "America/Chicago" and loc["elev"] == 290
     assert deployed["last_post"] is not None and deployed["last_deploy"] is not None
+    assert deployed["batt_pct"] == 87.5 and deployed["signal_strength"] == -71
     assert idle["current_location"] is None and idle["last_post"] is None
     one = client.get(f"/api/v2/devices/{world.dev_a}", headers=A1)
     assert one.status_code == 200 and one.get_json() == deployed
@@ -94,10 +95,15 @@ def big_org(world: World) -> str:
 
 
 @pytest.mark.parametrize("collection", ["devices", "locations", "locations/summary"])
-@pytest.mark.parametrize("limit", [1, 7, 24, 30, 10000])
+@pytest.mark.parametrize("limit", [1, 7, 24, 30, 31, 10000])
 def test_pages_cover_everything_once_in_stable_order(
         client: FlaskClient, big_org: str, collection: str, limit: int) -> None:
-    total = 30
+    table = "devices" if collection == "devices" else "locations"
+    with psycopg.connect(big_org) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table} t JOIN organisations o"
+                           " ON o.id = t.org_id WHERE o.name = 'Org P'").fetchone()
+    assert row and row[0] >= 30
+    total = row[0]
     pages = math.ceil(total / limit)
     seen: list[str] = []
     for page in range(1, pages + 1):
@@ -239,3 +245,30 @@ def test_tenant_filters_in_the_query_are_ignored(client: FlaskClient, world: Wor
         assert theirs not in text
     if collection != "locations/summary":  # the summary's conditions move with the clock
         assert probed.get_json() == plain.get_json()
+
+
+def test_summary_conditions_come_from_the_last_seven_days(client: FlaskClient, world: World,
+                                                          big_org: str) -> None:
+    """An old reading is not a current condition; a recent one is."""
+    with psycopg.connect(world.url) as conn:
+        org = accounts.org_id(conn, "Org P")
+        loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+            name="Plot zz", tz_name="UTC"))
+        old = datetime.now(UTC).replace(microsecond=0) - timedelta(days=8)
+        conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES"
+                     " (%s, 'P00000', %s, 11.5)", (old, loc))
+        conn.commit()
+
+    def plot_zz() -> dict[str, Any]:
+        items = client.get("/api/v2/locations/summary?limit=10000",
+                           headers=P1).get_json()["items"]
+        return next(i for i in items if i["name"] == "Plot zz")
+
+    assert plot_zz()["conditions"]["time"] is None
+    with psycopg.connect(world.url) as conn:
+        conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES"
+                     " (%s, 'P00000', %s, 12.5)", (old + timedelta(days=2), loc))
+        conn.commit()
+    conditions = plot_zz()["conditions"]
+    assert conditions["tair"] == 12.5 and conditions["rh"] is None
+    assert conditions["time"] == (old + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
