@@ -80,8 +80,10 @@ def run() -> None:
 @click.option("--to", "end", default=None, help="End (exclusive), ISO date or instant; default now")
 @click.option("--chunk-days", default=7, show_default=True, type=click.IntRange(1, 366),
               help="Days recomputed per transaction")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 3),
+              help="Tables computed side by side (one database connection each)")
 def backfill(tables: tuple[str, ...], devices: tuple[str, ...], start: str, end: str | None,
-             chunk_days: int) -> None:
+             chunk_days: int, workers: int) -> None:
     """Recompute every bucket with readings between --from and --to from the raw rows."""
     settings = _settings()
     lo = _instant(start, "from")
@@ -99,7 +101,10 @@ def backfill(tables: tuple[str, ...], devices: tuple[str, ...], start: str, end:
         written = jobs.backfill(conn, tables=chosen, start=lo, end=hi,
                                 devices=list(devices) or None,
                                 low_quality_pct=settings.low_quality_pct,
-                                chunk_days=chunk_days, progress=progress)
+                                chunk_days=chunk_days, progress=progress, workers=workers,
+                                connect=lambda: psycopg.connect(
+                                    settings.database_url,
+                                    application_name="sds-aggregate-cli"))
     click.echo(f"{written} rows written")
 
 

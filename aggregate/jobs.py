@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -174,24 +176,47 @@ def backfill_chunk(
 def backfill(
     conn: psycopg.Connection, *, tables: Sequence[str], start: datetime, end: datetime,
     devices: Sequence[str] | None, low_quality_pct: float, chunk_days: int = 7,
-    progress: Callable[[str, datetime, int], None] | None = None,
+    progress: Callable[[str, datetime, int], None] | None = None, workers: int = 1,
+    connect: Callable[[], psycopg.Connection] | None = None,
 ) -> int:
     """Recompute every bucket of `tables` with readings in `[start, end)`, one transaction per
-    table and chunk (committed as it goes); returns rows written. Marks are left alone: a
-    pending mark only causes one more, identical, recompute."""
-    written = 0
+    table and piece (committed as it goes); returns rows written. Marks are left alone: a
+    pending mark only causes one more, identical, recompute.
+
+    With `workers` > 1 (and `connect` for their connections) the tables are computed side by
+    side, one table per worker at a time; each table still goes through its pieces in order,
+    so two transactions never write the same table at once.
+    """
     pieces = chunks(start, end, chunk_days)
-    for i, (lo, hi) in enumerate(pieces):
-        last = i == len(pieces) - 1
-        # One scan finds the (device, location) spans for all three tables of this piece.
-        spans = rollups.location_spans(conn, start=lo, end=hi if last else hi + LOOKAHEAD,
-                                       devices=devices)
-        for table in (t for t in rollups.TABLE_ORDER if t in tables):
-            with conn.transaction():
-                n = backfill_chunk(conn, table=table, start=lo, end=hi, first=i == 0,
-                                   last=last, devices=devices,
-                                   low_quality_pct=low_quality_pct, spans=spans)
+    # One scan per piece finds the (device, location) spans used by all three tables.
+    spans = [rollups.location_spans(conn, start=lo,
+                                    end=hi if i == len(pieces) - 1 else hi + LOOKAHEAD,
+                                    devices=devices)
+             for i, (lo, hi) in enumerate(pieces)]
+    conn.commit()
+    chosen = [t for t in rollups.TABLE_ORDER if t in tables]
+    lock = threading.Lock()
+
+    def one_table(c: psycopg.Connection, table: str) -> int:
+        written = 0
+        for i, (lo, hi) in enumerate(pieces):
+            with c.transaction():
+                n = backfill_chunk(c, table=table, start=lo, end=hi, first=i == 0,
+                                   last=i == len(pieces) - 1, devices=devices,
+                                   low_quality_pct=low_quality_pct, spans=spans[i])
             written += n
             if progress is not None:
-                progress(table, hi, n)
-    return written
+                with lock:
+                    progress(table, hi, n)
+        return written
+
+    if workers <= 1 or connect is None or len(chosen) < 2:
+        return sum(one_table(conn, t) for t in chosen)
+
+    def in_worker(table: str) -> int:
+        with connect() as c:
+            return one_table(c, table)
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(chosen)),
+                            thread_name_prefix="backfill") as pool:
+        return sum(pool.map(in_worker, chosen))

@@ -9,7 +9,8 @@ PostgreSQL (or on --database-url's server), then measures in the same run:
 - baseline: one `INSERT ... SELECT time_bucket('1 hour', time), device, avg/min/max/sum ...
   GROUP BY 1, 2` for `hourly` alone, with the hourly columns' plain aggregates;
 - backfill: `aggregate.jobs.backfill` of all three tables over the whole range (what
-  `sds aggregate backfill` runs), ratio = backfill / baseline (goal <= 1.5);
+  `sds aggregate backfill` runs), ratio = backfill / baseline (goal <= 1.5); measured again
+  with `--workers` (default 2) tables side by side;
 - incremental: one new hour for every device, then one run of every rollup job;
 - late reading: one reading 20 days late, the buckets its marks recompute, and the run time.
 """
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--devices", type=int, default=100)
     ap.add_argument("--quick", action="store_true", help="100k rows")
     ap.add_argument("--repeat", type=int, default=2, help="timed repetitions (best is kept)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="workers of the second backfill measurement (tables side by side)")
     ap.add_argument("--database-url", default=None,
                     help="server whose maintenance database may create databases")
     args = ap.parse_args(argv)
@@ -144,20 +147,22 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute(_baseline_sql())
             conn.commit()
 
-        def backfill() -> None:
+        def backfill(workers: int) -> None:
             for t in rollups.TABLE_ORDER:
                 conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(t)))
             conn.commit()
             jobs.backfill(conn, tables=rollups.TABLE_ORDER, start=START, end=end,
-                          devices=None, low_quality_pct=80.0, chunk_days=7)
+                          devices=None, low_quality_pct=80.0, chunk_days=7, workers=workers,
+                          connect=lambda: psycopg.connect(url))
 
         baseline()  # warm the cache for both
-        base_times, fill_times = [], []
+        base_times, fill_times, par_times = [], [], []
         for _ in range(max(1, args.repeat)):
             base_times.append(_timed(baseline))
-            fill_times.append(_timed(backfill))
-            print(f"  baseline {base_times[-1]:.2f} s, backfill {fill_times[-1]:.2f} s",
-                  flush=True)
+            fill_times.append(_timed(lambda: backfill(1)))
+            par_times.append(_timed(lambda: backfill(args.workers)))
+            print(f"  baseline {base_times[-1]:.2f} s, backfill {fill_times[-1]:.2f} s,"
+                  f" backfill --workers {args.workers} {par_times[-1]:.2f} s", flush=True)
         counts = {t: conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
             sql.Identifier(t))).fetchone()[0] for t in rollups.TABLE_ORDER}  # type: ignore[index]
         conn.commit()
@@ -205,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                                                       low_quality_pct=80.0)
         t_late = time.perf_counter() - t0
 
-    base, fill = min(base_times), min(fill_times)
+    base, fill, par = min(base_times), min(fill_times), min(par_times)
     print()
     print("| Measure | Value |")
     print("|---|---:|")
@@ -217,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| backfill of all three tables (best of {len(fill_times)}) | {fill:.2f} s |")
     print(f"| **ratio backfill / baseline (goal <= 1.5)** | **{fill / base:.2f}** |")
     print(f"| median ratio | {statistics.median(fill_times) / statistics.median(base_times):.2f} |")
+    print(f"| backfill with --workers {args.workers} (best of {len(par_times)}) | {par:.2f} s |")
+    print(f"| **ratio backfill --workers {args.workers} / baseline** | **{par / base:.2f}** |")
     print(f"| incremental: {len(names)} devices' latest hour, marks hourly/local/daily |"
           f" {inc['hourly']}/{inc['local_hourly']}/{inc['daily']} |")
     print(f"| incremental run time | {t_inc * 1000:.0f} ms |")

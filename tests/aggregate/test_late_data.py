@@ -184,7 +184,7 @@ def test_two_workers_on_the_same_marks_do_not_double_count(db, database_url) -> 
     assert got[0]["n"] == 49 and round(got[0]["readings"]) == len(rows)
 
 
-def test_rollups_are_idempotent_and_backfill_equals_incremental(db) -> None:
+def test_rollups_are_idempotent_and_backfill_equals_incremental(db, database_url) -> None:
     locs = {tz: make_location(db, tz, lat=-33.4, lon=-70.6, elev=500.0, kc=0.8)
             for tz in ("America/Santiago", "Australia/Lord_Howe", "Asia/Kolkata")}
     start = datetime(2024, 9, 6, tzinfo=UTC)
@@ -206,12 +206,17 @@ def test_rollups_are_idempotent_and_backfill_equals_incremental(db) -> None:
                       end=start + timedelta(days=6), devices=None, low_quality_pct=80,
                       chunk_days=2)
         assert {t: _checksum(db, t) for t in TABLES} == first
-    # A backfill into empty tables reproduces the incremental result.
-    for t in TABLES:
-        db.execute(f"DELETE FROM {t}")
-    jobs.backfill(db, tables=TABLES, start=start, end=start + timedelta(days=4),
-                  devices=None, low_quality_pct=80, chunk_days=1)
-    assert {t: _checksum(db, t) for t in TABLES} == first
+    # A backfill into empty tables reproduces the incremental result, also with the tables
+    # computed side by side on their own connections.
+    for workers in (1, 3):
+        for t in TABLES:
+            db.execute(f"DELETE FROM {t}")
+        db.commit()
+        jobs.backfill(db, tables=TABLES, start=start, end=start + timedelta(days=4),
+                      devices=None, low_quality_pct=80, chunk_days=1, workers=workers,
+                      connect=lambda: psycopg.connect(database_url))
+        db.commit()
+        assert {t: _checksum(db, t) for t in TABLES} == first, workers
     assert run_all(db) == 0  # nothing pending: a second run does nothing
 
 
