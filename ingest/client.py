@@ -320,13 +320,8 @@ class Ingester:
                 self.metrics.db_errors.inc()
                 log.warning("database error, batch of %d not committed, retrying in %.1f s: %s",
                             len(messages), delay, str(exc).strip() or type(exc).__name__)
-                self._drop_db()
-                if self._stopping.is_set():
-                    if time.monotonic() - self._stop_at > STOP_GRACE:
-                        return None
-                    time.sleep(min(delay, 1.0))
-                else:
-                    self._stopping.wait(delay)
+                if not self._back_off(delay):
+                    return None
                 delay = min(delay * 2, DB_BACKOFF_MAX)
             except psycopg.Error as exc:
                 # The database refused the data itself; retrying the same rows would stall the
@@ -359,12 +354,24 @@ class Ingester:
                     counts = writer.quarantine_messages(conn, messages, code=writer.DB_REJECTED,
                                                         detail=detail)
                 return writer.BatchResult(quarantined=counts)
-            except TRANSIENT:
-                self._drop_db()
-                if self._stopping.is_set() and time.monotonic() - self._stop_at > STOP_GRACE:
+            except TRANSIENT as exc:
+                self.metrics.db_errors.inc()
+                log.warning("database error while quarantining, retrying in %.1f s: %s", delay,
+                            str(exc).strip() or type(exc).__name__)
+                if not self._back_off(delay):
                     return None
-                self._stopping.wait(delay) if not self._stopping.is_set() else time.sleep(0.5)
                 delay = min(delay * 2, DB_BACKOFF_MAX)
+
+    def _back_off(self, delay: float) -> bool:
+        """Drop the connection and wait before a retry; False when a stop's grace ran out."""
+        self._drop_db()
+        if not self._stopping.is_set():
+            self._stopping.wait(delay)  # a stop request ends the wait early
+            return True
+        if time.monotonic() - self._stop_at > STOP_GRACE:
+            return False
+        time.sleep(min(delay, 1.0))
+        return True
 
     # ---- database connection -----------------------------------------------------------------
 

@@ -46,18 +46,26 @@ def sea_level_pressure(p: float, elev: float, tair: float | None) -> float:
     return p * (1.0 - LAPSE_RATE * elev / (t_kelvin + LAPSE_RATE * elev)) ** -_HYPSOMETRIC_EXP
 
 
+def derive_row(
+    tair: float | None, rh: float | None, p: float | None, elev: float | None,
+) -> tuple[float | None, float | None, float | None, float | None]:
+    """(tdew, ea, vpd, slp) of one reading; the writer's per-row form of `derive`."""
+    tdew = ea = vpd = slp = None
+    if tair is not None and rh is not None:
+        es = 0.6108 * math.exp(17.27 * tair / (tair + 237.3))  # eq. 11, inlined: hot path
+        ea = es * rh
+        vpd = es - ea
+        tdew = dew_point(ea)
+    if p is not None and elev is not None:
+        slp = sea_level_pressure(p, elev, tair)
+    return tdew, ea, vpd, slp
+
+
 def derive(values: dict[str, float | str | None], elev: float | None) -> dict[str, float | None]:
     """The derived columns (tdew, ea, vpd, slp) of one reading's input `values`."""
-    tair = values.get("tair")
-    rh = values.get("rh")
-    p = values.get("p")
-    out: dict[str, float | None] = {"tdew": None, "ea": None, "vpd": None, "slp": None}
-    if isinstance(tair, float) and isinstance(rh, float):
-        es = saturation_vapour_pressure(tair)
-        ea = es * rh
-        out["ea"] = ea
-        out["vpd"] = es - ea
-        out["tdew"] = dew_point(ea)
-    if isinstance(p, float) and elev is not None:
-        out["slp"] = sea_level_pressure(p, elev, tair if isinstance(tair, float) else None)
-    return out
+    def number(name: str) -> float | None:
+        v = values.get(name)
+        return v if isinstance(v, float) else None
+
+    tdew, ea, vpd, slp = derive_row(number("tair"), number("rh"), number("p"), elev)
+    return {"tdew": tdew, "ea": ea, "vpd": vpd, "slp": slp}

@@ -42,6 +42,7 @@ from ingest.derive import derive
 from shared import accounts, migrate
 from shared.columns import READING_INPUTS
 from shared.config import PREFIX, Settings
+from shared.timeutil import parse_instant
 from tests.support.services import MosquittoBroker, PostgresServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -255,8 +256,8 @@ def scenario_b(bench: Bench, readings: int, batch_rows: int, results: dict[str, 
     ours, rows = bench.ingester_drain("bb", "bench-ingester-b", n)
     log(f"(b) ingester committed {rows} readings in {ours:.1f} s: {n / ours:.0f} readings/s")
     bench.truncate()
-    # Baseline: the same rows (derived values included, computed outside the timing), COPY to
-    # a staging table and upsert, committing every `batch_rows` rows.
+    # Baseline: the same rows (derived values included, computed outside the timing), staged
+    # with the writer's own binary COPY and upserted, committing every `batch_rows` rows.
     rows_ready = []
     with psycopg.connect(bench.url) as c:
         dep = {r[0]: (r[1], r[2]) for r in c.execute(
@@ -267,20 +268,17 @@ def scenario_b(bench: Bench, readings: int, batch_rows: int, results: dict[str, 
         for line in ls:
             r = json.loads(line)
             d = derive(r, elev)
-            rows_ready.append((r["time"], device, loc, *(r.get(c.name) for c in READING_INPUTS),
+            rows_ready.append((parse_instant(r["time"]), device, loc,
+                               *(r.get(c.name) for c in READING_INPUTS),
                                d["tdew"], d["ea"], d["vpd"], d["slp"]))
-    cols = ", ".join(writer._CAL_COLUMNS)
     with psycopg.connect(bench.url, autocommit=True) as c:
         writer.prepare(c)
         start = time.monotonic()
         for i in range(0, len(rows_ready), batch_rows):
             with c.transaction():
                 with c.cursor() as cur:
-                    with cur.copy(f"COPY {writer.STAGE} ({cols}) FROM STDIN") as copy:
-                        for row in rows_ready[i:i + batch_rows]:
-                            copy.write_row(row)
-                    cur.execute(f"INSERT INTO calibrated ({cols}) SELECT {cols} FROM "
-                                f"{writer.STAGE} ON CONFLICT (device, time) DO NOTHING")
+                    writer.stage_rows(cur, rows_ready[i:i + batch_rows])
+                    cur.execute(writer._INSERT_FROM_STAGE)
         base = time.monotonic() - start
     log(f"(b) COPY+upsert straight from Python: {n} rows in {base:.1f} s: {n / base:.0f} rows/s")
     results.update(b_base=n / base, b_ours=n / ours, b_ratio=base / ours, b_n=n)

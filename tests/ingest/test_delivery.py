@@ -165,6 +165,33 @@ def test_graceful_stop_acks_what_committed_and_new_process_gets_the_backlog(
         proc.kill()
 
 
+def test_ingester_db_session_terminated_ledger(
+    conn: psycopg.Connection, database_url: str, proc_settings: Settings, tmp_path: Path,
+) -> None:
+    """R7: the ingester's database session is killed (pg_terminate_backend) several times
+    mid-run: the open batch rolls back, is retried on a new connection, nothing is lost."""
+    make_site(conn)
+    proc = IngesterProcess(proc_settings, tmp_path / "ingest.log").start()
+    proc.wait_subscribed(1)
+    ledger = Ledger(proc_settings.mqtt_host, proc_settings.mqtt_port)
+    terminated = 0
+    try:
+        run = Run(ledger, f"{proc_settings.topic_prefix}/A1/readings", 600, 200).start()
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            while not run.done():
+                terminated += admin.execute(
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))"
+                    " FROM pg_stat_activity WHERE application_name = 'sds-ingest'"
+                ).fetchone()[0]
+                time.sleep(0.4)
+        ledger_check(database_url, run)
+        assert terminated >= 3 and proc.alive()
+        assert "database error" in proc.log()
+    finally:
+        ledger.close()
+        proc.kill()
+
+
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
     broker = MosquittoBroker().start(tmp_path / "mqtt", durable=True)
