@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 import swagger_ui_bundle
 from flask import Flask, Response, request
@@ -69,20 +70,23 @@ def create_app(settings: Settings | None = None) -> Flask:
         options=f"-c statement_timeout={int(settings.statement_timeout_ms)} -c TimeZone=UTC",
     )
     app.extensions["db"] = pool
-    with pool.connection() as conn:
-        app.extensions["cursor_key"] = pagination.load_key(conn, settings.cursor_secret)
-
-    api = Api(app)
-    errors.init_app(app)  # after Api(): replaces smorest's HTTPException handler with ours
-    for blueprint in BLUEPRINTS:
-        api.register_blueprint(blueprint)
-    auth.init_app(app)
-    app.after_request(_cors(settings.cors_origin))
+    try:
+        with pool.connection() as conn:
+            app.extensions["cursor_key"] = pagination.load_key(conn, settings.cursor_secret)
+        api = Api(app)
+        errors.init_app(app)  # after Api(): replaces smorest's HTTPException handler with ours
+        for blueprint in BLUEPRINTS:
+            api.register_blueprint(blueprint)
+        auth.init_app(app)
+        app.after_request(_cors(settings.cors_origin))
+    except BaseException:
+        pool.close()  # no half-built app keeps connections and pool threads
+        raise
     log.info("API app ready (%d blueprints)", len(BLUEPRINTS))
     return app
 
 
-def _cors(origin: str):  # type: ignore[no-untyped-def]
+def _cors(origin: str) -> Callable[[Response], Response]:
     """after_request hook adding CORS headers to every answer, errors included."""
 
     def add_cors(response: Response) -> Response:

@@ -525,3 +525,26 @@ def test_csv_body_not_read_frees_its_connection(client: FlaskClient, world: Worl
     streamed.close()
     assert len(csv_rows(get(client, world, "calibrated", accept="text/csv", device="D4",
                             start_time="2024-07-01", limit=10000))) == 2501
+
+
+@pytest.mark.parametrize("params,accept", [
+    ({"device": "D1", "start_time": "2024-07-01", "limit": 5}, None),
+    ({"device": "D4", "start_time": "2024-07-01", "limit": 2200}, None),
+    ({"device": "D1", "start_time": "2024-07-01", "limit": 5}, "text/csv"),
+    ({"device": "B1"}, None),
+    ({"location": "NY field", "start_time": "2024-07-01", "limit": 5}, None),
+], ids=["small", "large", "csv", "foreign_device", "location_name"])
+def test_connections_go_back_to_the_pool_as_they_came(
+        client: FlaskClient, world: World, app: Flask, params: dict[str, Any],
+        accept: str | None) -> None:
+    """JSON pages run in autocommit; the pool (and the other endpoints) must never see that."""
+    get(client, world, "calibrated", accept=accept, **params).close()
+    pool = app.extensions["db"]
+    conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+    try:
+        for conn in conns:
+            assert conn.autocommit is False
+            assert conn.info.transaction_status == conn.info.transaction_status.IDLE
+    finally:
+        for conn in conns:
+            pool.putconn(conn)
