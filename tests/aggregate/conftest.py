@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -14,7 +14,6 @@ import pytest
 
 from aggregate import rollups
 from shared import accounts, dirty
-from shared.columns import READING_INPUTS
 from shared.timeutil import zone
 
 FIVE = timedelta(minutes=5)
@@ -90,6 +89,3 @@ def db(conn: psycopg.Connection) -> Iterator[psycopg.Connection]:
     """The test's database connection (committed by the tests where other sessions look)."""
     yield conn
 
-
-ALL_INPUTS = [c.name for c in READING_INPUTS]
-UTC_ = UTC
