@@ -20,7 +20,7 @@ from serve.api.auth import load, request_body
 from serve.auth import authenticator, current_principal, requires, requires_user
 from serve.errors import Blueprint
 from shared import accounts, credentials
-from shared.errors import BadParameter, BadRequest, UnknownObject
+from shared.errors import BadParameter, UnknownObject
 from shared.timeutil import parse_instant
 
 blp = Blueprint("apikeys", __name__, url_prefix="/api/v2/apikeys",
@@ -159,13 +159,6 @@ RETURNING id, name, prefix, last4, scopes, exp, active, created, updated, create
 """
 
 
-def _refuse_read_only(body: dict[str, Any]) -> None:
-    named = sorted(k for k in body if k in READ_ONLY)
-    if named:
-        raise BadRequest(f"read-only field(s) cannot be set: {', '.join(named)}",
-                         errors={"json": {k: ["read-only field"] for k in named}})
-
-
 def _key_id(raw: str) -> UUID:
     try:
         return UUID(raw)
@@ -186,15 +179,16 @@ def create_key() -> Any:
     and each scope must exist (GET /apikeys/scopes); `exp` must be a future UTC datetime.
     """
     body = request_body(form=False)
-    _refuse_read_only(body)
-    args = load(ApiKeyCreateSchema(), body)
+    args = load(ApiKeyCreateSchema(), body, read_only=READ_ONLY)
     principal = current_principal()
     auth = authenticator(current_app)
     with auth.pool.connection() as conn:
         record = accounts.create_api_key(
             conn, user=principal.user_id, scopes=args["scopes"], name=args["name"],
             exp=args["exp"], active=args["active"])
-    return key_record(record, value=record["apikey"])
+    # The one answer that holds the key value: no cache along the way may keep it.
+    return key_record(record, value=record["apikey"]), 200, {
+        "Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
 @blp.route("", methods=["GET"])
@@ -226,8 +220,7 @@ def update_key(key_id: str) -> Any:
     """Change a key's `scopes`, `name`, `exp` or `active`; other fields are refused (400)."""
     wanted = _key_id(key_id)
     body = request_body(form=False)
-    _refuse_read_only(body)
-    changes = load(ApiKeyUpdateSchema(), body)
+    changes = load(ApiKeyUpdateSchema(), body, read_only=READ_ONLY)
     principal = current_principal()
     auth = authenticator(current_app)
     with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:

@@ -76,17 +76,21 @@ def _flatten(messages: Any) -> str:
     return str(messages)
 
 
-def load(schema: Schema, body: dict[str, Any]) -> dict[str, Any]:
-    """`body` validated by `schema`; BadRequest naming every rejected field and why."""
+def load(schema: Schema, body: dict[str, Any], *, read_only: tuple[str, ...] = ()
+         ) -> dict[str, Any]:
+    """`body` validated by `schema`; one BadRequest naming every rejected field and why:
+    read-only fields (named in `read_only`), unknown fields and invalid values alike."""
+    messages: dict[str, Any] = {k: ["read-only field"] for k in body if k in read_only}
     try:
-        return dict(schema.load(body))
+        loaded = dict(schema.load({k: v for k, v in body.items() if k not in messages}))
     except ValidationError as exc:
-        messages = _plain(exc.normalized_messages())
-        if not isinstance(messages, dict):
-            messages = {"_schema": messages}
-        text = "; ".join(f"{field}: {_flatten(msgs)}" if field != "_schema" else _flatten(msgs)
-                         for field, msgs in sorted(messages.items()))
-        raise BadRequest(f"invalid body: {text}", errors={"json": messages}) from None
+        found = _plain(exc.normalized_messages())
+        messages.update(found if isinstance(found, dict) else {"_schema": found})
+    if not messages:
+        return loaded
+    text = "; ".join(f"{field}: {_flatten(msgs)}" if field != "_schema" else _flatten(msgs)
+                     for field, msgs in sorted(messages.items()))
+    raise BadRequest(f"invalid body: {text}", errors={"json": messages})
 
 
 @blp.route("/token", methods=["POST"])

@@ -259,3 +259,24 @@ def test_last_seen_written_at_most_once_a_minute(fresh_world: World) -> None:
         close_app(app)
     with psycopg.connect(fresh_world.url) as conn:
         assert conn.execute("SELECT count(*) FROM key_updates").fetchone() == (1,)
+
+
+def test_creation_answer_is_not_cacheable(client: FlaskClient) -> None:
+    r = _create(client, {"scopes": ["data:read"]})
+    assert r.status_code == 200 and r.headers["Cache-Control"] == "no-store"
+
+
+def test_one_400_names_read_only_unknown_and_invalid_fields_together(client: FlaskClient,
+                                                                     world: World) -> None:
+    created = _create(client, {"scopes": ["data:read"], "name": "fixed"}).get_json()
+    before = _row(world.url, created["id"])
+    body = {"id": "x", "created_by": "y", "colour": "blue", "scopes": ["root:all"], "name": "z"}
+    for r in (_create(client, body),
+              client.put(f"/api/v2/apikeys/{created['id']}", headers=A1, json=body)):
+        assert r.status_code == 400
+        named = r.get_json()["errors"]["json"]
+        assert {"id", "created_by", "colour", "scopes"} <= set(named)
+        assert named["id"] == ["read-only field"]
+        for field in ("id", "created_by", "colour", "scopes", "root:all"):
+            assert field in r.get_json()["message"]
+    assert _row(world.url, created["id"]) == before

@@ -99,12 +99,6 @@ def test_put_refuses_each_field_by_name_and_changes_nothing(
         assert after[column] == value, f"{column} changed by a refused body with {field}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "PUT/POST /api/v2/apikeys: a body mixing read-only fields (READ_ONLY in "
-    "serve/api/apikeys.py) with unknown ones is refused by _refuse_read_only() before the "
-    "schema runs, so the 400 names only the read-only fields (e.g. org_id, user_id) and not "
-    "organization_id, key_hash, ... nor a bad scope; expected one 400 naming every rejected "
-    "field"))
 @pytest.mark.parametrize("method", ["PUT", "POST"])
 def test_one_400_names_every_rejected_field(client: FlaskClient, world: World,
                                             method: str) -> None:

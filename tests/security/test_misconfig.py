@@ -182,10 +182,6 @@ def test_token_answer_is_not_cacheable(prod: FlaskClient) -> None:
     assert r.status_code == 200 and "no-store" in r.headers["Cache-Control"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "POST /api/v2/apikeys answers the new key's full value (a secret shown once) without "
-    "'Cache-Control: no-store' (serve/api/apikeys.py create_key; POST /auth/token does send "
-    "it); expected no-store like the token answer"))
 def test_key_creation_answer_is_not_cacheable(prod: FlaskClient) -> None:
     r = prod.post("/api/v2/apikeys", headers=basic("a1@a.example"),
                   json={"scopes": ["data:read"], "name": "cache"})
