@@ -4,7 +4,8 @@ scopes (reference-facts decision 11), failed-login throttling and the deprecated
 `init_app(app)` installs a before_request hook that turns the request's credentials into a
 `Principal` (or refuses them); views declare what they need with `requires(scope)` or
 `requires_user()`, and read the caller with `current_principal()`. Endpoints are closed by
-default: a view becomes reachable without credentials only through `public`.
+default: a view becomes reachable without credentials only through `public`. The operator
+commands `sds access passwd|unlock|logout` live at the end of this module.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-REALM = "sds"
 # reference-facts decision 10: the URL form of API keys passed its sunset on this date.
 APIKEY_QUERY_SUNSET = datetime(2021, 5, 14, tzinfo=UTC)
 # The public material states the sunset but not when the deprecation was announced, so the
