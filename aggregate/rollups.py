@@ -14,11 +14,11 @@ without a location (device not deployed) roll up into `hourly` only.
 from __future__ import annotations
 
 import logging
-from functools import lru_cache
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 from uuid import UUID
 
