@@ -21,7 +21,7 @@ VALUES = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None,
+@settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(scheme=SCHEMES, sep=SEPARATORS, value=VALUES)
 def test_fuzzed_headers_never_5xx(client: FlaskClient, scheme: str, sep: str,
@@ -61,7 +61,7 @@ def test_hostile_forms(client: FlaskClient, world: World) -> None:
     assert r.status_code == 400
 
 
-@settings(max_examples=100, deadline=None,
+@settings(max_examples=100, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ident=st.text(alphabet=st.characters(blacklist_categories=("Cs",),
                                             blacklist_characters="/?#%"), min_size=1,
