@@ -64,7 +64,7 @@ def _scope_list(**kwargs: Any) -> fields.List:
     # enum and minItems only describe the rule in the OpenAPI document; _check_scopes enforces
     # it with one message naming every unknown scope.
     return fields.List(fields.String(metadata={"enum": list(credentials.SCOPES)}),
-                       metadata={"minItems": 1, "uniqueItems": True}, **kwargs)
+                       metadata={"minItems": 1}, **kwargs)
 
 
 class ApiKeyCreateSchema(Schema):
