@@ -115,6 +115,8 @@ class Ingester:
                  self.receive_maximum, self.batch_limit)
         self._client.connect_async(s.mqtt_host, s.mqtt_port, keepalive=s.mqtt_keepalive,
                                    clean_start=False, properties=props)
+        paho_log = logging.getLogger("paho")
+        paho_log.addFilter(self._quiet_when_stopping)
         self._client.loop_start()
         try:
             self._work()
@@ -124,6 +126,7 @@ class Ingester:
                 self._generation += 1
             self._client.disconnect()
             self._client.loop_stop()
+            paho_log.removeFilter(self._quiet_when_stopping)
             if self._conn is not None:
                 self._conn.close()
             log.info("ingester stopped")
@@ -134,9 +137,7 @@ class Ingester:
         s = self.settings
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=s.mqtt_client_id,
                              protocol=mqtt.MQTTv5, manual_ack=True)
-        paho_log = logging.getLogger("paho")
-        paho_log.addFilter(self._quiet_when_stopping)
-        client.enable_logger(paho_log)
+        client.enable_logger(logging.getLogger("paho"))
         if s.mqtt_username:
             client.username_pw_set(s.mqtt_username, s.mqtt_password)
         if s.mqtt_tls_ca:

@@ -182,7 +182,12 @@ def spoil(body: dict[str, Any], kind: str) -> dict[str, Any] | bytes:
 
 def load_sites(settings: Settings, names: tuple[str, ...], limit: int | None) -> list[Site]:
     """Devices with a current deployment, with their location's coordinates and elevation."""
-    with psycopg.connect(settings.database_url) as conn:
+    try:
+        conn = psycopg.connect(settings.database_url, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise click.ClickException(
+            f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
+    with conn:
         rows = conn.execute(
             "SELECT d.name, coalesce(l.lat, 0), coalesce(l.lon, 0), coalesce(l.elev, 0)"
             " FROM devices d JOIN deployments dep ON dep.device_id = d.id"

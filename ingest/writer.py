@@ -22,7 +22,7 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -80,6 +80,16 @@ class Message:
     device: str | None
     kind: str | None
     decoded: Decoded
+    # Quarter hours the readings fall in, computed on creation (in paho's thread, off the
+    # writer's critical path). Every rollup bucket boundary in every zone, DST changes
+    # included, is on a quarter hour, so a quarter's start names the same buckets as any
+    # reading inside it.
+    quarters: set[datetime] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.quarters = ({t.replace(minute=t.minute - t.minute % 15, second=0, microsecond=0)
+                          for t in (r.time for r in self.decoded.readings)}
+                         if self.kind == READINGS else set())
 
 
 @dataclass(slots=True)
@@ -149,7 +159,11 @@ def write_batch(conn: psycopg.Connection, messages: list[Message]) -> BatchResul
                 health.append((msg.device, reading, msg.received))
 
     if readings:
-        stored, dupes = _write_readings(conn, readings, deployments)
+        quarters: dict[str, set[datetime]] = defaultdict(set)
+        for msg in messages:
+            if msg.device in known and msg.quarters:
+                quarters[msg.device] |= msg.quarters
+        stored, dupes = _write_readings(conn, readings, deployments, quarters)
         result.stored, result.duplicates = stored, dupes
     if health:
         result.health_stored = _write_health(conn, health, deployments)
@@ -228,11 +242,16 @@ def _deployment_at(deps: list[_Deployment], t: datetime) -> _Deployment | None:
 
 def _write_readings(
     conn: psycopg.Connection, readings: list[tuple[str, Reading]],
-    deployments: dict[str, list[_Deployment]],
+    deployments: dict[str, list[_Deployment]], quarters: dict[str, set[datetime]],
 ) -> tuple[int, int]:
-    """COPY the batch's readings to staging, insert the new ones, mark their buckets dirty."""
+    """COPY the batch's readings to staging, insert the new ones, mark their buckets dirty.
+
+    Marks cover every accepted reading's buckets, duplicates included: a redelivered batch
+    re-marks buckets that need no recompute, which costs the aggregator a redundant
+    (idempotent) recompute but keeps the insert a plain statement (asking the database which
+    rows were new measured half as fast again).
+    """
     staged: dict[tuple[str, datetime], tuple[Any, ...]] = {}
-    tz_of_location: dict[UUID, str] = {}
     last_device: str | None = None
     deps: list[_Deployment] = []
     dep: _Deployment | None = None
@@ -246,35 +265,36 @@ def _write_readings(
         # Readings of one message mostly share a deployment: check the last one first.
         if dep is None or t < dep.start or (dep.end is not None and t >= dep.end):
             dep = _deployment_at(deps, t)
-            if dep is not None:
-                tz_of_location[dep.location] = dep.tz_name
         values = reading.values
         get = values.get
         staged[key] = (t, device, dep.location if dep else None, *map(get, _INPUT_NAMES),
                        *derive_row(get("tair"), get("rh"), get("p"),  # type: ignore[arg-type]
                                    dep.elev if dep else None))
-    in_batch_dupes = len(readings) - len(staged)
     with conn.cursor() as cur:
         stage_rows(cur, staged.values())
-        # Every rollup bucket boundary (UTC hours, local hours and days in any zone, DST
-        # changes) falls on a quarter hour, so one instant per quarter hour names the same
-        # buckets; the database groups the inserted rows so only those come back.
-        cur.execute(sql.SQL(
-            "WITH ins AS ({insert} RETURNING device, time, location)"
-            " SELECT device, location, date_bin('15 minutes', time, timestamptz '2000-01-01Z'),"
-            " count(*) FROM ins GROUP BY 1, 2, 3").format(insert=_INSERT_FROM_STAGE))
-        quarters = cur.fetchall()
-    times: dict[tuple[str, UUID | None], list[datetime]] = defaultdict(list)
-    inserted = 0
-    for device, location, quarter, n in quarters:
-        times[(device, location)].append(quarter)
-        inserted += n
+        cur.execute(_INSERT_FROM_STAGE)
+        inserted = max(cur.rowcount, 0)
+    dirty.write_marks(conn, _marks(quarters, deployments))
+    return inserted, len(readings) - inserted
+
+
+def _marks(quarters: dict[str, set[datetime]],
+           deployments: dict[str, list[_Deployment]]) -> set[dirty.Mark]:
+    """Dirty marks for readings in these quarter hours, in the zone of every deployment that
+    overlaps each quarter (a quarter cut by a move is marked in both zones)."""
     marks: set[dirty.Mark] = set()
-    for (device, location), ts in times.items():
-        tz = zone(tz_of_location[location]) if location is not None else None
-        marks |= dirty.bucket_marks(device, ts, tz)
-    dirty.write_marks(conn, marks)
-    return inserted, in_batch_dupes + len(staged) - inserted
+    quarter = timedelta(minutes=15)
+    for device, qs in quarters.items():
+        deps = deployments.get(device, [])
+        by_tz: dict[str | None, list[datetime]] = defaultdict(list)
+        for q in qs:
+            hits = [d.tz_name for d in deps if d.start < q + quarter and (
+                d.end is None or q < d.end)]
+            for tz_name in hits or [None]:
+                by_tz[tz_name].append(q)
+        for tz_name, ts in by_tz.items():
+            marks |= dirty.bucket_marks(device, ts, zone(tz_name) if tz_name else None)
+    return marks
 
 
 # ---- health ------------------------------------------------------------------------------------
