@@ -1,0 +1,128 @@
+"""The API as deployed: serve.wsgi:app under gunicorn (deploy/gunicorn.conf.py), pages streamed
+over a real socket, and a client that walks away mid-body leaves nothing open."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.serve.conftest import D4_ROWS, World
+from tests.support.services import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def server(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """gunicorn with 2 workers on a free loopback port; yields the port."""
+    port = free_port()
+    logs = tmp_path_factory.mktemp("gunicorn")
+    env = dict(os.environ, SDS_DATABASE_URL=world.url, SDS_HTTP_BIND=f"127.0.0.1:{port}",
+               SDS_HTTP_WORKERS="2", SDS_LOG_DIR=str(logs), SDS_CURSOR_SECRET="gunicorn-test",
+               SDS_DB_POOL_MIN="1", SDS_DB_POOL_MAX="2")
+    stderr = open(logs / "stderr.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), "-c",
+         str(REPO / "deploy" / "gunicorn.conf.py"), "serve.wsgi:app"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, (logs / "stderr.log").read_text()
+            try:
+                if _get(port, "/api/v2/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "gunicorn did not answer within 60 s"
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        stderr.close()
+
+
+def _get(port: int, path: str, headers: dict[str, str] | None = None
+         ) -> tuple[int, bytes, http.client.HTTPMessage]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, response.read(), response.headers
+    finally:
+        conn.close()
+
+
+PAGE = f"/api/v2/data/calibrated?device=D4&start_time=2024-07-01&limit={D4_ROWS}"
+
+
+def test_json_and_csv_pages_stream_through_gunicorn(server: int, world: World) -> None:
+    status, body, headers = _get(server, PAGE, world.headers())
+    assert status == 200 and headers["Transfer-Encoding"] == "chunked"
+    assert headers["Content-Type"] == "application/json"
+    rows = json.loads(body)
+    assert len(rows) == D4_ROWS and rows[0]["time"] == "2024-07-01T00:00:00Z"
+    status, body, headers = _get(server, PAGE, world.headers(Accept="text/csv"))
+    assert status == 200 and headers["Content-Type"] == "text/csv; charset=utf-8"
+    lines = body.decode().splitlines()
+    assert len(lines) == D4_ROWS + 1 and lines[1].startswith("2024-07-01T00:00:00+0000,D4,")
+
+
+def test_cursor_from_one_worker_is_accepted_by_any(server: int, world: World) -> None:
+    path = "/api/v2/data/hourly?device=D1&start_time=2024-07-01&limit=5&select=time"
+    _, _, headers = _get(server, path, world.headers())
+    cursor = headers["X-Cursor-Next"]
+    for _ in range(6):  # two workers: some of these land on the other one
+        status, body, _ = _get(server, f"{path}&cursor={cursor}", world.headers())
+        assert status == 200 and json.loads(body)[0]["time"] == "2024-07-01T05:00:00Z"
+
+
+def _busy_api_sessions(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as db:
+        return int(db.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'sds-serve'"
+            " AND state <> 'idle' AND datname = current_database()").fetchone()[0])
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("accept", ["application/json", "text/csv"])
+def test_client_leaving_mid_body_leaves_no_open_transaction(server: int, world: World,
+                                                            accept: str) -> None:
+    # A tiny receive window makes gunicorn block mid-body, the page half sent.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", server))
+    headers = "".join(f"{k}: {v}\r\n" for k, v in world.headers(Accept=accept).items())
+    sock.sendall(f"GET {PAGE} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+    try:
+        assert sock.recv(100).startswith(b"HTTP/1.1 200")
+        _wait_for(lambda: _busy_api_sessions(world.url) > 0, 10,
+                  "the page was sent whole; the test needs it blocked mid-body")
+    finally:
+        sock.close()  # walk away with most of the body unread
+    _wait_for(lambda: _busy_api_sessions(world.url) == 0, 30,
+              "the abandoned page kept its transaction or COPY open")
+    status, body, _ = _get(server, PAGE, world.headers(Accept=accept))
+    assert status == 200 and len(body) > 100_000
