@@ -17,10 +17,31 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from shared import accounts
+from shared.columns import TABLES
 from tests.serve.conftest import D4_ROWS, World
 from tests.support.services import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+BIG_ROWS = 10000
+
+
+@pytest.fixture(scope="module")
+def big_device(world: World) -> str:
+    """D5: 10,000 readings with every column set (pages of 2-6 MB, larger than the
+    socket buffers, so a client that stops reading leaves the server blocked mid-body)."""
+    columns = [c.name for c in TABLES["calibrated"].columns if c.dtype == "real"]
+    with psycopg.connect(world.url) as conn:
+        accounts.register_device(conn, org=world.org_a, name="D5")
+        conn.execute(
+            f"INSERT INTO calibrated (time, device, {', '.join(columns)})"
+            " SELECT '2024-07-01'::timestamptz + g * interval '5 minutes', 'D5', "
+            + ", ".join("(random() * 100)::real" for _ in columns)
+            + " FROM generate_series(0, %s - 1) g", (BIG_ROWS,))
+        conn.commit()
+    return "D5"
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +130,15 @@ def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
 
 @pytest.mark.parametrize("accept", ["application/json", "text/csv"])
 def test_client_leaving_mid_body_leaves_no_open_transaction(server: int, world: World,
-                                                            accept: str) -> None:
+                                                            big_device: str, accept: str) -> None:
+    page = (f"/api/v2/data/calibrated?device={big_device}&start_time=2024-07-01"
+            f"&limit={BIG_ROWS}")
     # A tiny receive window makes gunicorn block mid-body, the page half sent.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server))
     headers = "".join(f"{k}: {v}\r\n" for k, v in world.headers(Accept=accept).items())
-    sock.sendall(f"GET {PAGE} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+    sock.sendall(f"GET {page} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
     try:
         assert sock.recv(100).startswith(b"HTTP/1.1 200")
         _wait_for(lambda: _busy_api_sessions(world.url) > 0, 10,
@@ -124,5 +147,5 @@ def test_client_leaving_mid_body_leaves_no_open_transaction(server: int, world: 
         sock.close()  # walk away with most of the body unread
     _wait_for(lambda: _busy_api_sessions(world.url) == 0, 30,
               "the abandoned page kept its transaction or COPY open")
-    status, body, _ = _get(server, PAGE, world.headers(Accept=accept))
-    assert status == 200 and len(body) > 100_000
+    status, body, _ = _get(server, page, world.headers(Accept=accept))
+    assert status == 200 and len(body) > 1_000_000
