@@ -52,7 +52,7 @@ def server(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[i
     env = dict(os.environ, SDS_DATABASE_URL=world.url, SDS_HTTP_BIND=f"127.0.0.1:{port}",
                SDS_HTTP_WORKERS="2", SDS_LOG_DIR=str(logs), SDS_CURSOR_SECRET="gunicorn-test",
                SDS_DB_POOL_MIN="1", SDS_DB_POOL_MAX="2")
-    stderr = open(logs / "stderr.log", "wb")  # noqa: SIM115 - closed below
+    stderr = open(logs / "stderr.log", "wb")  # closed in the finally below
     proc = subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), "-c",
          str(REPO / "deploy" / "gunicorn.conf.py"), "serve.wsgi:app"],
