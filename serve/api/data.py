@@ -1,9 +1,11 @@
 """`/api/v2/data/{table}`: time series rows of one device and/or location, page by page.
 
-Parameters are validated before any database work; the page is then read in one REPEATABLE
-READ, READ ONLY transaction: tenant-checked device/location lookups, the key of the row that
-starts the next page (for `X-Cursor-Next`, which must be known before the body starts), and a
-server-side cursor over the page's rows, streamed to the client a chunk at a time.
+Parameters are validated before any database work. A JSON page then usually takes one
+statement: the first chunk of rows plus one (so `X-Cursor-Next`, which must be known before the
+body starts, is known too), with the device's tenant check inside it; longer pages continue in
+a REPEATABLE READ transaction through a server-side cursor, streamed a chunk at a time. A CSV
+page is a COPY ... TO STDOUT streamed block by block, after the next page's key, in one
+REPEATABLE READ transaction.
 """
 
 from __future__ import annotations
