@@ -97,6 +97,10 @@ def main() -> int:
     """Run the scheduler until SIGTERM/SIGINT."""
     settings = Settings.from_env(os.environ)
     configure_logging(settings)
+    # APScheduler logs every execution at INFO: with the 2 s watchdog that is ~90k lines a day.
+    # Our jobs log their own summaries; keep the scheduler's warnings and errors.
+    logging.getLogger("apscheduler.executors").setLevel(
+        max(logging.WARNING, logging.getLogger().getEffectiveLevel()))
     runner = jobs.runner_name()
     stop = threading.Event()
     current: list[BlockingScheduler] = []
