@@ -35,7 +35,8 @@ _LOCAL_DAY_MARGIN = timedelta(days=1)
 
 @dataclass(frozen=True, slots=True)
 class Scan:
-    """One page of one `/data` listing, fully resolved (validated names, UTC instants)."""
+    """One page of one `/data` listing, resolved to UTC instants. `device` is the name as sent:
+    every statement carries its tenant check; `location` is the caller's, already looked up."""
 
     table: Table
     columns: tuple[Column, ...]  # output columns, in request order

@@ -234,3 +234,33 @@ def test_rows_added_behind_the_cursor_do_not_shift_pages(world: World, client: F
             conn.execute("DELETE FROM hourly WHERE device = 'D3' AND time = "
                          "'2024-11-03T04:30:00Z'")
             conn.commit()
+
+
+def test_foreign_device_deployed_at_a_location_stays_invisible(world: World,
+                                                               client: FlaskClient) -> None:
+    """Should another organisation's device ever be deployed at our location, its rows there
+    are still not ours: the listing keeps to the caller's devices."""
+    import psycopg
+
+    from shared import accounts
+    from tests.serve.conftest import T0
+
+    params = dict(location=str(world.la), select="device", start_time="2024-07-02", limit=10000)
+    before = listing(client, world, "calibrated", **params)
+    with psycopg.connect(world.url) as conn:
+        accounts.deploy_device(conn, device="B1", location=world.la, start=T0.replace(year=2030))
+        conn.execute("UPDATE calibrated SET location = %s WHERE device = 'B1'"
+                     " AND time = '2024-07-02T00:00:00Z'", (world.la,))
+        conn.commit()
+    try:
+        after = listing(client, world, "calibrated", **params)
+        assert after == before and {r["device"] for r in after} == {"D1"}
+        pages = walk(client, world, "calibrated", **dict(params, limit=100))
+        assert [r for p in pages for r in p] == before
+    finally:
+        with psycopg.connect(world.url) as conn:
+            conn.execute("UPDATE calibrated SET location = %s WHERE device = 'B1'"
+                         " AND location = %s", (world.bl, world.la))
+            conn.execute("DELETE FROM deployments WHERE location_id = %s AND device_id ="
+                         " (SELECT id FROM devices WHERE name = 'B1')", (world.la,))
+            conn.commit()
