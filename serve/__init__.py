@@ -42,6 +42,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask(__name__, static_folder=swagger_ui_bundle.swagger_ui_path,
                 static_url_path=DOC_ASSETS)
     app.config.update(
+        # Flask.__init__ reads FLASK_DEBUG from the environment; debug mode would let
+        # exceptions bypass our JSON 500 handler. Configuration comes from Settings only.
+        DEBUG=False,
         API_TITLE="Environmental sensor data service",
         API_VERSION="v2",
         OPENAPI_VERSION="3.0.3",
@@ -79,11 +82,18 @@ def create_app(settings: Settings | None = None) -> Flask:
             api.register_blueprint(blueprint)
         auth.init_app(app)
         app.after_request(_cors(settings.cors_origin))
+        app.after_request(_security_headers)
     except BaseException:
         pool.close()  # no half-built app keeps connections and pool threads
         raise
     log.info("API app ready (%d blueprints)", len(BLUEPRINTS))
     return app
+
+
+def _security_headers(response: Response) -> Response:
+    """after_request hook: bodies that echo caller input must never be content-sniffed."""
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 def _cors(origin: str) -> Callable[[Response], Response]:

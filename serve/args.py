@@ -77,7 +77,10 @@ class UnitCode(fields.String):
 
     def __init__(self, param: str, **kwargs: Any) -> None:
         self.param = param
-        super().__init__(**kwargs)
+        codes = list(units.UNITS[param])
+        # The OpenAPI document lists the codes (lower and upper case; any case is accepted).
+        metadata = {"enum": codes + [c.upper() for c in codes], **kwargs.pop("metadata", {})}
+        super().__init__(metadata=metadata, **kwargs)
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> units.Unit:
         text = super()._deserialize(value, attr, data, **kwargs)
@@ -136,7 +139,8 @@ class DataArgs(_QuerySchema):
     cursor = fields.String(metadata={"description": "X-Cursor-Next of the previous page"})
     order = fields.String(
         validate=validate.OneOf(["asc", "desc"], error="must be asc or desc"),
-        metadata={"description": "Sort direction on time: asc (default) or desc"})
+        metadata={"description": "Sort direction on time: asc (default) or desc",
+                  "enum": ["asc", "desc"]})
     local_time = LocalTime(metadata={
         "description": "Adds a local_time column: an IANA zone (DST-aware, e.g. "
                        "America/New_York), an offset like -04:00, or seconds like -25200 (flat)"})

@@ -88,12 +88,6 @@ def test_unexpected_errors_are_a_generic_json_500(prod: FlaskClient, path: str,
     assert PLANTED[-4:] in caplog.text
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "FLASK_DEBUG=1 in the server's environment switches the production app into debug mode "
-    "(Flask reads it in Flask.__init__; serve/__init__.py create_app does not pin "
-    "DEBUG=False), and in debug mode an unexpected exception propagates past "
-    "serve/errors.py handle_unexpected instead of answering the generic JSON 500; expected: "
-    "debug comes from Settings only"))
 def test_flask_debug_in_the_environment_does_not_enable_debug(
         world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLASK_DEBUG", "1")
@@ -162,10 +156,6 @@ def test_cors_configured_origin_is_never_a_reflection(world: World) -> None:
         close_app(app)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "No 'X-Content-Type-Options: nosniff' on any answer (serve/__init__.py _cors after_request "
-    "adds only CORS headers): JSON and error bodies that echo caller input can be "
-    "content-sniffed by old browsers; expected on every response"))
 def test_every_answer_says_nosniff(prod: FlaskClient) -> None:
     for path, headers in (("/api/v2/devices", basic("a1@a.example")), ("/api/v2/devices", {}),
                           ("/api/v2/nothing", {}), ("/api/v2/doc", {}),
