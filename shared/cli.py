@@ -9,8 +9,9 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
+import subprocess  # nosec B404  runs mosquitto_passwd only
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -193,13 +194,30 @@ def device() -> None:
     """Devices and deployments."""
 
 
-def _set_mqtt_password(passwd_file: Path, username: str, password: str) -> None:
+def _set_mqtt_passwords(passwd_file: Path, passwords: dict[str, str]) -> None:
+    """Add or replace broker users in a mosquitto password file.
+
+    The passwords never appear on a command line (where `ps` shows them): they go into a
+    private plain `user:password` file that `mosquitto_passwd -U` hashes in place, whose lines
+    then replace the users' old lines in `passwd_file`.
+    """
     tool = shutil.which("mosquitto_passwd")
     if tool is None:
         raise click.ClickException("mosquitto_passwd not found (install mosquitto)")
-    flags = ["-b"] if passwd_file.exists() else ["-c", "-b"]
-    subprocess.run([tool, *flags, str(passwd_file), username, password], check=True,
-                   capture_output=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "passwd"
+        plain.touch(mode=0o600)
+        plain.write_text("".join(f"{user}:{pw}\n" for user, pw in passwords.items()))
+        subprocess.run([tool, "-U", str(plain)], check=True, capture_output=True)  # nosec B603  fixed argv, no secret in it
+        hashed = plain.read_text().splitlines()
+    kept = []
+    if passwd_file.exists():
+        kept = [line for line in passwd_file.read_text().splitlines()
+                if line.split(":", 1)[0] not in passwords]
+    else:
+        passwd_file.touch(mode=0o600)
+    # Rewritten in place: owner and mode (the broker's, set by deploy/services.sh) stay.
+    passwd_file.write_text("\n".join(kept + hashed) + "\n")
 
 
 @device.command("register")
@@ -218,7 +236,7 @@ def device_register(obj: _Context, name: str, org_name: str, dev_type: str | Non
                                        type=dev_type, model=model)
         if mqtt_passwd_file:
             password = secrets.token_urlsafe(18)
-            _set_mqtt_password(mqtt_passwd_file, name, password)
+            _set_mqtt_passwords(mqtt_passwd_file, {name: password})
     click.echo(f"device {name} id {did}")
     if mqtt_passwd_file:
         click.echo(f"mqtt username {name} password {password} (reload the broker: SIGHUP)")
@@ -314,8 +332,7 @@ def demo(obj: _Context, credentials_out: Path | None, mqtt_passwd_file: Path | N
             conn, user=uid, name="demo", scopes=["data:read", "devices:read", "locations:read",
                                                  "apikeys:read"])
         if mqtt_passwd_file:
-            for dev, pw in device_passwords.items():
-                _set_mqtt_password(mqtt_passwd_file, dev, pw)
+            _set_mqtt_passwords(mqtt_passwd_file, device_passwords)
     if credentials_out:
         credentials_out.write_text(json.dumps(device_passwords, indent=2))
         credentials_out.chmod(0o600)

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
 from shared.cli import main
+from tests.support.services import MosquittoBroker
 
 
 @pytest.fixture
@@ -157,3 +161,46 @@ def test_demo_creates_everything_once(sds, database_url: str, tmp_path: Path) ->
 def test_config_lists_variables() -> None:
     r = CliRunner().invoke(main, ["config"])
     assert r.exit_code == 0 and "SDS_DATABASE_URL" in r.output and "(secret)" in r.output
+
+
+def test_device_broker_password_works_and_never_touches_argv(
+        sds, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The broker accepts the printed password; other users' lines are kept."""
+    _setup(sds)
+    passwd = tmp_path / "passwd"
+    passwd.write_text("ingester:$7$101$placeholder$placeholder\n")
+    r = sds("device", "register", "A000002", "--org", "Acme", "--mqtt-passwd-file", str(passwd))
+    assert r.exit_code == 0, r.output
+    password = r.output.split("password ")[1].split()[0]
+    lines = passwd.read_text().splitlines()
+    assert lines[0].startswith("ingester:") and lines[1].startswith("A000002:$7$")
+    assert password not in passwd.read_text()
+    broker = MosquittoBroker().start(tmp_path / "mq", durable=False,
+                                     users={"probe": "probe-password"})
+    try:
+        # Install the generated line into the running broker's password file; SIGHUP rereads it.
+        own = broker.base_dir / "passwd"
+        own.write_text(own.read_text() + lines[1] + "\n")
+        broker.signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5  # SIGHUP is asynchronous: poll for the reload
+        while _connect_rc(broker.port, "A000002", password) != 0:
+            assert time.monotonic() < deadline, "broker never accepted the generated password"
+            time.sleep(0.1)
+        assert _connect_rc(broker.port, "A000002", "wrong-password") not in (0, None)
+    finally:
+        broker.stop()
+
+
+def _connect_rc(port: int, user: str, password: str) -> int | None:
+    """The broker's CONNACK reason code for these credentials (None: no answer in 5 s)."""
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    c.username_pw_set(user, password)
+    codes: list[int] = []
+    c.on_connect = lambda cl, u, f, rc, p: codes.append(int(rc.value))
+    c.connect("127.0.0.1", port)
+    for _ in range(50):
+        c.loop(timeout=0.1)
+        if codes:
+            break
+    c.disconnect()
+    return codes[0] if codes else None
