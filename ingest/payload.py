@@ -20,7 +20,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -89,11 +89,12 @@ class Limits:
                    horizon=timedelta(days=settings.ingest_horizon_days))
 
 
-@dataclass(frozen=True, slots=True)
-class Reading:
+class Reading(NamedTuple):
     """One accepted reading (or health report): its time and its fields in stored units.
 
     `index` is the position in a JSON array payload, None for a single-object payload.
+    (A NamedTuple rather than a frozen dataclass: created once per reading, three times
+    cheaper.)
     """
 
     index: int | None
@@ -230,11 +231,13 @@ def parse_time(raw: Any) -> datetime | tuple[str, str]:
         t = datetime.fromisoformat(raw)
     except ValueError:
         return BAD_TIME, f"time: {raw[:40]!r} is not an ISO 8601 date-time"
+    if len(raw) < 16:  # a bare date parses too, but is not a reading time
+        return BAD_TIME, f"time: {raw!r} is a date, not a date-time"
+    if t.tzinfo is UTC:  # `Z` and `+00:00` (the common case)
+        return t
     if t.tzinfo is None or t.utcoffset() is None:
         return BAD_TIME, (f"time: {raw[:40]!r} has no UTC offset; send e.g. "
                           "2024-07-01T12:05:00Z")
-    if len(raw) < 16:  # a bare date parses too, but is not a reading time
-        return BAD_TIME, f"time: {raw!r} is a date, not a date-time"
     return t.astimezone(UTC)
 
 
