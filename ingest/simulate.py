@@ -223,11 +223,23 @@ class _Device:
         self.client.loop_start()
         self.pending: list[mqtt.MQTTMessageInfo] = []
 
+    def wait_connected(self, timeout: float) -> bool:
+        """Wait (bounded) until the broker accepted the connection."""
+        deadline = time.monotonic() + timeout
+        while not self.client.is_connected():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     def _publish(self, kind: str, payload: bytes) -> None:
         info = self.client.publish(topic_for(self.settings.topic_prefix, self.site.device, kind),
                                    payload, qos=1)
+        # While the connection is down paho keeps QoS 1 messages and sends them on reconnect;
+        # only acknowledged ones leave the pending list.
         self.pending.append(info)
-        self.pending = [i for i in self.pending if not i.is_published()]
+        if len(self.pending) > 1000:
+            self.pending = [i for i in self.pending if not _acked(i)]
 
     def _maybe_spoil(self, body: dict[str, Any]) -> dict[str, Any] | bytes:
         if self.bad_ratio and self.rng.random() < self.bad_ratio:
@@ -264,13 +276,8 @@ class _Device:
     def close(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
         for info in self.pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                info.wait_for_publish(left)
-            except (RuntimeError, ValueError):
-                break
+            while not _acked(info) and time.monotonic() < deadline:
+                time.sleep(0.02)
         self.client.disconnect()
         self.client.loop_stop()
 
@@ -310,6 +317,13 @@ def simulate(limit: int | None, names: tuple[str, ...], credentials: Path | None
     counts: Counter[str] = Counter()
     devices = [_Device(s, settings, passwords.get(s.device), rng, bad_ratio, counts)
                for s in sites]
+    late = [d.site.device for d in devices if not d.wait_connected(15.0)]
+    if late:
+        for dev in devices:
+            dev.close(0)
+        raise click.ClickException(
+            f"could not connect to the broker at {settings.mqtt_host}:{settings.mqtt_port} as "
+            + ", ".join(late) + " (credentials? is it running?)")
     began = time.monotonic()
     clock0 = floor_5min(parse_instant(start, name="--start") if start else datetime.now(UTC))
     click.echo(f"simulating {len(devices)} devices from {clock0:%Y-%m-%d %H:%M}Z at x{speed:g}: "
@@ -349,6 +363,13 @@ def simulate(limit: int | None, names: tuple[str, ...], credentials: Path | None
         bad = sum(v for k, v in counts.items() if k.startswith("bad:"))
         click.echo(f"sent {counts['readings']} readings in {counts['messages']} messages, "
                    f"{counts['health']} health reports, {bad} bad readings")
+
+
+def _acked(info: mqtt.MQTTMessageInfo) -> bool:
+    try:
+        return info.is_published()
+    except (RuntimeError, ValueError):  # publish failed while disconnected; paho resends
+        return False
 
 
 def _slots(first: datetime, end: datetime, step: timedelta = FIVE_MINUTES) -> list[datetime]:

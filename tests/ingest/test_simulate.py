@@ -80,3 +80,23 @@ def test_simulate_command_feeds_the_ingester(
     reasons = {r[0] for r in conn.execute("SELECT reason FROM quarantine")}
     # A truncated reading inside a catch-up array arrives as a string: bad_shape.
     assert reasons and reasons <= set(simulate.BAD_KINDS) | {"bad_shape"}
+
+
+def test_simulate_replays_a_past_start_quickly_then_stops_at_now(
+    conn: psycopg.Connection, mqtt_settings: Settings, ingester: RunningIngester,
+) -> None:
+    make_site(conn, device="S1")
+    start = datetime.now(UTC) - timedelta(hours=2)
+    result = CliRunner().invoke(simulate.simulate, [
+        "--device", "S1", "--start", start.strftime("%Y-%m-%dT%H:%M:%SZ"), "--speed", "36000",
+        "--duration", "1.5"], env=_env(mqtt_settings), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+    def rows() -> int:
+        conn.rollback()
+        return conn.execute("SELECT count(*) FROM calibrated").fetchone()[0]
+    # Two hours of 5-minute slots replayed within the 1.5 s run, never beyond now.
+    wait_for(lambda: rows() >= 24, 15, what="replayed readings")
+    newest = conn.execute("SELECT max(time) FROM calibrated").fetchone()[0]
+    assert newest <= datetime.now(UTC)
+    assert conn.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
