@@ -219,15 +219,21 @@ class _Device:
         if settings.mqtt_tls_ca:
             self.client.tls_set(ca_certs=settings.mqtt_tls_ca)
         self.client.reconnect_delay_set(1, 30)
+        self.refused: str | None = None
+        self.client.on_connect = self._on_connect
         self.client.connect_async(settings.mqtt_host, settings.mqtt_port, keepalive=60)
         self.client.loop_start()
         self.pending: list[mqtt.MQTTMessageInfo] = []
 
+    def _on_connect(self, _c: mqtt.Client, _u: object, _f: mqtt.ConnectFlags, reason: Any,
+                    _p: object) -> None:
+        self.refused = str(reason) if reason.is_failure else None
+
     def wait_connected(self, timeout: float) -> bool:
-        """Wait (bounded) until the broker accepted the connection."""
+        """Wait (bounded) until the broker accepted the connection; False when it refused."""
         deadline = time.monotonic() + timeout
         while not self.client.is_connected():
-            if time.monotonic() > deadline:
+            if self.refused or time.monotonic() > deadline:
                 return False
             time.sleep(0.05)
         return True
@@ -317,13 +323,13 @@ def simulate(limit: int | None, names: tuple[str, ...], credentials: Path | None
     counts: Counter[str] = Counter()
     devices = [_Device(s, settings, passwords.get(s.device), rng, bad_ratio, counts)
                for s in sites]
-    late = [d.site.device for d in devices if not d.wait_connected(15.0)]
+    late = [d for d in devices if not d.wait_connected(15.0)]
     if late:
         for dev in devices:
             dev.close(0)
         raise click.ClickException(
             f"could not connect to the broker at {settings.mqtt_host}:{settings.mqtt_port} as "
-            + ", ".join(late) + " (credentials? is it running?)")
+            + ", ".join(f"{d.site.device} ({d.refused or 'no answer'})" for d in late))
     began = time.monotonic()
     clock0 = floor_5min(parse_instant(start, name="--start") if start else datetime.now(UTC))
     click.echo(f"simulating {len(devices)} devices from {clock0:%Y-%m-%d %H:%M}Z at x{speed:g}: "

@@ -100,3 +100,39 @@ def test_simulate_replays_a_past_start_quickly_then_stops_at_now(
     newest = conn.execute("SELECT max(time) FROM calibrated").fetchone()[0]
     assert newest <= datetime.now(UTC)
     assert conn.execute("SELECT count(*) FROM quarantine").fetchone()[0] == 0
+
+
+def test_simulate_with_device_credentials_and_shipped_acl(
+    conn: psycopg.Connection, mqtt_settings: Settings, tmp_path,
+) -> None:
+    """The run command's shape: the broker refuses anonymous clients and applies the shipped
+    ACL; each simulated device logs in as itself, the ingester as `ingester`."""
+    from tests.support.services import MosquittoBroker
+
+    make_site(conn, device="S1")
+    broker = MosquittoBroker().start(tmp_path / "mqtt", users={
+        "ingester": "ingest-pw", "S1": "s1-pw"})
+    s = mqtt_settings.replace(mqtt_port=broker.port, mqtt_username="ingester",
+                              mqtt_password="ingest-pw", topic_prefix="sensors")
+    run = RunningIngester(s).start()
+    try:
+        creds = tmp_path / "devices.json"
+        creds.write_text(json.dumps({"S1": "s1-pw"}))
+        result = CliRunner().invoke(simulate.simulate, [
+            "--credentials", str(creds), "--backfill-days", "0.25", "--duration", "0.5"],
+            env=_env(s), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+        def rows() -> int:
+            conn.rollback()
+            return conn.execute("SELECT count(*) FROM calibrated").fetchone()[0]
+        wait_for(lambda: rows() >= 72, 15, what="readings through the authenticated broker")
+        # Without the password file entry the device is refused, with a clear message.
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({"S1": "wrong"}))
+        result = CliRunner().invoke(simulate.simulate, [
+            "--credentials", str(bad), "--duration", "0.2"], env=_env(s))
+        assert result.exit_code != 0 and "could not connect to the broker" in result.output
+    finally:
+        run.stop()
+        broker.cleanup()
