@@ -10,6 +10,7 @@ from shared.config import Settings
 from shared.logs import configure_logging
 
 from ingest.client import Ingester
+from ingest.leader import LeadershipLost
 
 log = logging.getLogger("ingest")
 
@@ -26,7 +27,11 @@ def main() -> int:
     ingester.install_signals()
     ingester.metrics.serve(settings.metrics_port, settings.metrics_bind)
     log.info("ingester starting: %r", settings)
-    ingester.run()
+    try:
+        ingester.run()
+    except LeadershipLost as exc:
+        log.error("stepping down: %s; nothing more was acknowledged", exc)
+        return 3
     return 0
 
 

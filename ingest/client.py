@@ -38,6 +38,7 @@ from shared.config import Settings
 from shared.errors import InvalidReading
 
 from ingest import topics, writer
+from ingest.leader import Leader
 from ingest.metrics import Metrics
 from ingest.payload import INTERNAL_ERROR, Decoded, Limits, Rejection, decode_payload
 
@@ -45,6 +46,7 @@ log = logging.getLogger(__name__)
 
 FAULT_POINTS = ("after_receive", "after_insert_before_commit", "after_commit_before_ack")
 BATCH_BYTES = 16 * 1024 * 1024  # flush early when a batch holds this much payload
+LEADER_POLL = 1.0  # seconds between a standby's attempts at the leader lock
 STOP_GRACE = 10.0  # seconds a stopping ingester keeps retrying its last commit
 DB_BACKOFF_MAX = 30.0
 # Errors after which the same batch may succeed on a new connection: the server went away, was
@@ -86,6 +88,7 @@ class Ingester:
         self._faults = 0
         self._conn: psycopg.Connection | None = None
         self.ready = threading.Event()  # set once subscribed (tests wait on it)
+        self.leader = Leader(settings.database_url, settings.mqtt_client_id)
         self._client = self._make_client()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -105,7 +108,13 @@ class Ingester:
             self._stopping.set()
 
     def run(self) -> None:
-        """Connect (retrying with back-off) and ingest until stopped."""
+        """Wait to be the leader, connect (retrying with back-off) and ingest until stopped.
+
+        Raises LeadershipLost if another ingester took the lock over (nothing more is acked).
+        """
+        if not self._lead():
+            log.info("stopped while standing by")
+            return
         s = self.settings
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = s.mqtt_session_expiry
@@ -129,7 +138,30 @@ class Ingester:
             paho_log.removeFilter(self._quiet_when_stopping)
             if self._conn is not None:
                 self._conn.close()
+            self.leader.release()
             log.info("ingester stopped")
+
+    def _lead(self) -> bool:
+        """Block until this process holds the leader lock (False if stopped first)."""
+        waiting = False
+        delay = 0.5
+        while not self._stopping.is_set():
+            try:
+                if self.leader.try_acquire():
+                    log.info("holding the leader lock for client id %s",
+                             self.settings.mqtt_client_id)
+                    return True
+                if not waiting:
+                    log.info("standby: another ingester holds the lock for client id %s; "
+                             "taking over when it stops", self.settings.mqtt_client_id)
+                    waiting = True
+                self._stopping.wait(LEADER_POLL)
+            except psycopg.OperationalError as exc:
+                log.warning("cannot reach the database for the leader lock, retrying in %.1f s:"
+                            " %s", delay, str(exc).strip())
+                self._stopping.wait(delay)
+                delay = min(delay * 2, DB_BACKOFF_MAX)
+        return False
 
     # ---- paho callbacks (paho's network thread) ----------------------------------------------
 
@@ -316,6 +348,8 @@ class Ingester:
                 with conn.transaction():
                     result = writer.write_batch(conn, messages)
                     self._fault("after_insert_before_commit")
+                    # As late as possible before the commit that allows the acks.
+                    self.leader.confirm()
                 return result
             except TRANSIENT as exc:
                 self.metrics.db_errors.inc()

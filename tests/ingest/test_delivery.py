@@ -192,6 +192,58 @@ def test_ingester_db_session_terminated_ledger(
         proc.kill()
 
 
+def test_standby_takes_over_when_the_leader_dies(
+    conn: psycopg.Connection, database_url: str, proc_settings: Settings, tmp_path: Path,
+) -> None:
+    """R14: a second ingester with the same client id stands by (no session takeover flapping)
+    and takes over, draining what was queued, when the leader is SIGKILLed."""
+    make_site(conn)
+    leader = IngesterProcess(proc_settings, tmp_path / "leader.log").start()
+    leader.wait_subscribed(1)
+    standby = IngesterProcess(proc_settings.replace(metrics_port=0), tmp_path / "standby.log")
+    standby.start()
+    wait_for(lambda: "standby: another ingester holds the lock" in standby.log(),
+             what="standby waiting")
+    ledger = Ledger(proc_settings.mqtt_host, proc_settings.mqtt_port)
+    try:
+        run = Run(ledger, f"{proc_settings.topic_prefix}/A1/readings", 400, 200).start()
+        time.sleep(0.8)
+        assert "connected;" not in standby.log()  # only the lock holder talks to the broker
+        leader.kill()
+        standby.wait_subscribed(1)
+        wait_for(run.done, 30, what="publishing")
+        ledger_check(database_url, run)
+        assert leader.log().count("connected;") == 1  # no takeover flapping
+        assert "broker resumed the session" in standby.log()
+    finally:
+        ledger.close()
+        leader.kill()
+        standby.kill()
+
+
+def test_leader_steps_down_when_another_took_the_lock(database_url: str) -> None:
+    """A leader whose lock session died while a standby took the lock must not ack: confirm()
+    raises LeadershipLost; while the lock is free it is re-taken silently."""
+    from ingest.leader import Leader, LeadershipLost
+
+    first, second = Leader(database_url, "c1"), Leader(database_url, "c1")
+    try:
+        assert first.try_acquire() and not second.try_acquire()
+        first.confirm()  # alive: nothing to do
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                          " WHERE application_name = 'sds-ingest-lock'")
+        first.confirm()  # its session died, nobody else holds it: re-taken
+        assert not second.try_acquire()
+        first.release()
+        assert second.try_acquire()
+        with pytest.raises(LeadershipLost):
+            first.confirm()
+    finally:
+        first.release()
+        second.release()
+
+
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
     broker = MosquittoBroker().start(tmp_path / "mqtt", durable=True)

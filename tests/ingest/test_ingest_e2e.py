@@ -263,6 +263,7 @@ def test_ack_discipline_with_fake_client(
     ing._flush([stale])
     assert acks == [7, 3, 5] and ing.metrics.ack_skipped._value.get() == 1
     ing._drop_db()
+    ing.leader.release()
 
     # Database unreachable: nothing is acked, neither good nor bad messages.
     monkeypatch.setattr("ingest.client.STOP_GRACE", 0.5)
