@@ -13,6 +13,8 @@ Pure stdlib plus psycopg. Every wait is bounded; a failed start raises with the 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import grp
 import os
 import pwd
@@ -106,7 +108,7 @@ def _ensure_traversable(path: Path, user: str) -> None:
             os.chmod(parent, stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
 
 
-class _Server:
+class _Server(ABC):
     """Directory bookkeeping shared by both servers."""
 
     base_dir: Path
@@ -128,8 +130,9 @@ class _Server:
         if self._owns_dir:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
-    def stop(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the server (each server knows how)."""
 
     def __enter__(self) -> _Server:
         return self
