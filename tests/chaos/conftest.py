@@ -90,6 +90,7 @@ class SysMonitor:
     def __init__(self, port: int) -> None:
         self.latest: dict[str, float] = {}
         self.maximum: dict[str, float] = {}
+        self.rounds = 0  # $SYS publishing rounds seen (uptime is republished every round)
         self._lock = threading.Lock()
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
                                   client_id=f"sys-{uuid.uuid4().hex[:8]}", protocol=mqtt.MQTTv5)
@@ -107,8 +108,16 @@ class SysMonitor:
         except (ValueError, IndexError, UnicodeDecodeError):
             return
         with self._lock:
+            if msg.topic == "$SYS/broker/uptime":
+                self.rounds += 1
             self.latest[msg.topic] = value
             self.maximum[msg.topic] = max(value, self.maximum.get(msg.topic, value))
+
+    def settle(self) -> None:
+        """Wait for two more publishing rounds. mosquitto republishes a counter only when it
+        changed (retained), so after this `value` reflects everything up to the call."""
+        seen = self.rounds
+        wait_for(lambda: self.rounds >= seen + 2, 10, what="two $SYS rounds")
 
     def value(self, name: str) -> float:
         with self._lock:
