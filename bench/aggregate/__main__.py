@@ -21,16 +21,14 @@ import argparse
 import statistics
 import sys
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 from psycopg import sql
 
 from aggregate import jobs, rollups
-from shared import accounts, dirty, migrate
+from bench.common import scratch_database
+from shared import accounts, dirty
 from shared.columns import TABLES, Rollup
 from shared.timeutil import zone
 
@@ -38,32 +36,6 @@ ZONES = ("America/Chicago", "America/Los_Angeles", "Asia/Kolkata", "America/Sant
          "Australia/Sydney", "Asia/Kathmandu", "Australia/Lord_Howe", "Europe/Berlin")
 START = datetime(2024, 3, 1, tzinfo=UTC)  # spans spring-forward in the northern zones
 SLOTS_PER_DAY = 288
-
-
-@contextmanager
-def _database(url: str | None) -> Iterator[str]:
-    """A fresh migrated database (on a throwaway server unless `url` is given)."""
-    server = None
-    if url is None:
-        from tests.support.services import PostgresServer
-
-        server = PostgresServer().start()
-        url = server.dsn("postgres")
-    name = "bench_aggregate_" + uuid.uuid4().hex[:8]
-    base, _, _ = url.rpartition("/")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    db = f"{base}/{name}"
-    try:
-        with psycopg.connect(db, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(db)
-        yield db
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        if server is not None:
-            server.cleanup()
 
 
 def _load(conn: psycopg.Connection, *, devices: int, days: int) -> tuple[list[str], int]:
@@ -131,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = 100_800 if args.quick else args.rows
     days = max(2, round(rows / (args.devices * SLOTS_PER_DAY)))
     end = START + timedelta(days=days)
-    with _database(args.database_url) as url, psycopg.connect(url) as conn:
+    with scratch_database(args.database_url, prefix="bench_aggregate") as url, \
+            psycopg.connect(url) as conn:
         t_load = time.perf_counter()
         names, n = _load(conn, devices=args.devices, days=days)
         conn.autocommit = True

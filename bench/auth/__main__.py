@@ -23,45 +23,18 @@ import base64
 import statistics
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 
-from shared import accounts, credentials, migrate
+from bench.common import scratch_database
+from shared import accounts, credentials
 from shared.config import Settings
 
 PASSWORD = "bench-password-1"  # nosec B105 - a scratch user in a scratch database
 EMAIL = "bench@example.com"
-
-
-@contextmanager
-def _database(url: str | None) -> Iterator[str]:
-    """A fresh migrated database (on a throwaway server unless `url` is given)."""
-    server = None
-    if url is None:
-        from tests.support.services import PostgresServer
-
-        server = PostgresServer().start()
-        url = server.dsn("postgres")
-    name = "bench_auth_" + uuid.uuid4().hex[:8]
-    base, _, _ = url.rpartition("/")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    db = f"{base}/{name}"
-    try:
-        with psycopg.connect(db, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(db)
-        yield db
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        if server is not None:
-            server.cleanup()
 
 
 def _seed(url: str) -> tuple[str, str]:
@@ -133,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="server to create a scratch database on (default: start one)")
     args = parser.parse_args(argv)
     n = args.requests or (300 if args.quick else 3000)
-    with _database(args.database_url) as url:
+    with scratch_database(args.database_url, prefix="bench_auth") as url:
         key, token = _seed(url)
         basic = "Basic " + base64.b64encode(f"{EMAIL}:{PASSWORD}".encode()).decode()
         cached = _app(url)

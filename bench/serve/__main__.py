@@ -36,8 +36,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,7 +46,8 @@ from urllib.parse import urlencode
 import orjson
 import psycopg
 
-from shared import accounts, migrate, units
+from bench.common import database, server_url
+from shared import accounts, units
 from shared.columns import TABLES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,40 +67,6 @@ def device_name(i: int) -> str:
 
 
 # ---- setup -----------------------------------------------------------------------------------
-
-@contextmanager
-def server_url(url: str | None) -> Iterator[str]:
-    """A maintenance URL: of a throwaway PostgreSQL unless `url` is given."""
-    if url is not None:
-        yield url
-        return
-    from tests.support.services import PostgresServer
-
-    server = PostgresServer().start()
-    try:
-        yield server.dsn("postgres")
-    finally:
-        server.stop()
-        server.cleanup()
-
-
-@contextmanager
-def database(admin_url: str) -> Iterator[str]:
-    """A fresh migrated database on the server of `admin_url`; dropped afterwards."""
-    name = "bench_serve_" + uuid.uuid4().hex[:8]
-    base = admin_url.rpartition("/")[0]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    db = f"{base}/{name}"
-    try:
-        with psycopg.connect(db, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(db)
-        yield db
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
 
 @dataclass
 class World:
@@ -351,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
 
     results: list[tuple[str, float, str, str]] = []
     began = time.monotonic()
-    with server_url(args.database_url) as admin, database(admin) as url, \
-            database(admin) as big_url:
+    with server_url(args.database_url) as admin, database(admin, prefix="bench_serve") as url, \
+            database(admin, prefix="bench_serve") as big_url:
         # `url`: the base history; `big_url`: the same plus 9x older history. Both are served
         # side by side and timed interleaved, so background load hits both alike.
         world = seed(url)
@@ -439,8 +405,9 @@ def main(argv: list[str] | None = None) -> int:
                     assert status == 200
                     path = data_path("calibrated", **params, cursor=headers["X-Cursor-Next"])
                 deep = path
-                m = medians(repeat, first=lambda: get(big_server.port, first, big_auth),
-                            deep=lambda: get(big_server.port, deep, big_auth))
+                m = medians(repeat,
+                            first=lambda first=first: get(big_server.port, first, big_auth),
+                            deep=lambda deep=deep: get(big_server.port, deep, big_auth))
                 results.append((f"page {CURSOR_DEPTH} / page 1 ({order}, 1000-row pages)",
                                 m["deep"] / m["first"], "<= 1.25",
                                 f"{m['deep'] * 1e3:.1f} ms vs {m['first'] * 1e3:.1f} ms"))
