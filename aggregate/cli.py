@@ -7,14 +7,13 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from uuid import UUID
 
 import click
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from tqdm import tqdm
-
-from uuid import UUID
 
 from aggregate import jobs, rollups
 from aggregate.leader import LOCK_NAMESPACE, LOCK_SCHEDULER

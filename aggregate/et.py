@@ -10,8 +10,8 @@ by eq. 47), short-wave radiation in MJ/m2 (day) or W/m2 (period mean).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from datetime import UTC, datetime
+from functools import lru_cache
 
 SOLAR_CONSTANT = 0.0820  # Gsc, MJ m-2 min-1
 STEFAN_BOLTZMANN_DAY = 4.903e-9  # MJ K-4 m-2 day-1

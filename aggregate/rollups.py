@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from functools import lru_cache
+from functools import cache
 from typing import Any
 from uuid import UUID
 
@@ -200,7 +200,7 @@ def _col(table: str, rule: Rollup, source: str) -> str:
     raise KeyError(f"{table} has no {rule} of {source}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _inputs(table: str) -> dict[str, str]:
     if table == "daily":
         return {"tmax": _col(table, Rollup.MAX, "tair"), "tmin": _col(table, Rollup.MIN, "tair"),

@@ -14,7 +14,7 @@ names a data column. A recompute runs in four statements inside the caller's tra
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from psycopg import sql
 from psycopg.adapt import PyFormat
@@ -151,7 +151,7 @@ def _value_columns(t: Table) -> list[Column]:
             and c.name not in _KEYS]
 
 
-@lru_cache(maxsize=None)
+@cache
 def create_stage(table: str) -> sql.Composed:
     """CREATE TEMP TABLE IF NOT EXISTS for the stage of `table` (rows vanish at commit)."""
     extra = sql.SQL(", ").join(
@@ -162,7 +162,7 @@ def create_stage(table: str) -> sql.Composed:
         s=sql.Identifier(stage_name(table)), t=sql.Identifier(table), extra=extra)
 
 
-@lru_cache(maxsize=None)
+@cache
 def stage(table: str, *, by_location: bool) -> sql.Composed:
     """Aggregate each bucket of the arrays %(device)s ... %(tz)s into the stage of `table`.
 
@@ -197,7 +197,7 @@ def stage(table: str, *, by_location: bool) -> sql.Composed:
         exprs=sql.SQL(", ").join(exprs), m=match)
 
 
-@lru_cache(maxsize=None)
+@cache
 def stage_inputs(table: str, names: tuple[str, ...]) -> sql.Composed:
     """Rows of the stage with a location: keys, bucket end, zone and the named columns."""
     cols = sql.SQL(", ").join(sql.Identifier(n) for n in names)
@@ -206,7 +206,7 @@ def stage_inputs(table: str, names: tuple[str, ...]) -> sql.Composed:
         " WHERE location IS NOT NULL").format(cols=cols, s=sql.Identifier(stage_name(table)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def stage_update(table: str) -> sql.Composed:
     """Write the Python-computed columns (et, etc, kc, water balance) into the stage."""
     t = TABLES[table]
@@ -222,13 +222,13 @@ def stage_update(table: str) -> sql.Composed:
     ).format(s=sql.Identifier(stage_name(table)), sets=sets, arrays=arrays, alias=alias)
 
 
-@lru_cache(maxsize=None)
+@cache
 def python_columns(table: str) -> tuple[Column, ...]:
     """The columns of `table` computed in Python (ET and crop water), in registry order."""
     return tuple(c for c in TABLES[table].columns if c.rollup in PYTHON_RULES)
 
 
-@lru_cache(maxsize=None)
+@cache
 def upsert(table: str) -> sql.Composed:
     """Insert or update `table` from its stage; one row per (device, time), create_time kept.
 
@@ -251,7 +251,7 @@ def upsert(table: str) -> sql.Composed:
         s=sql.Identifier(stage_name(table)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def delete_empty(table: str) -> sql.Composed:
     """Delete rows of `table` at (%(device)s, %(start)s) pairs that the stage has no row for."""
     return sql.SQL(
@@ -262,13 +262,13 @@ def delete_empty(table: str) -> sql.Composed:
         t=sql.Identifier(table), s=sql.Identifier(stage_name(table)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def truncate_stage(table: str) -> sql.Composed:
     """Empty the stage of `table`."""
     return sql.SQL("TRUNCATE {}").format(sql.Identifier(stage_name(table)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def rows_at_location(table: str) -> sql.Composed:
     """(device, time) of the rows of `table` at one location (%s)."""
     return sql.SQL("SELECT device, time FROM {} WHERE location = %s").format(

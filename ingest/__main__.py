@@ -6,11 +6,10 @@ import logging
 import os
 import sys
 
-from shared.config import Settings
-from shared.logs import configure_logging
-
 from ingest.client import Ingester
 from ingest.leader import LeadershipLost
+from shared.config import Settings
+from shared.logs import configure_logging
 
 log = logging.getLogger("ingest")
 

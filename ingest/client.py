@@ -34,13 +34,12 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from shared.config import Settings
-from shared.errors import InvalidReading
-
 from ingest import topics, writer
 from ingest.leader import Leader
 from ingest.metrics import Metrics
 from ingest.payload import INTERNAL_ERROR, Decoded, Limits, Rejection, decode_payload
+from shared.config import Settings
+from shared.errors import InvalidReading
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,9 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from ingest.topics import HEALTH, READINGS
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, Column
 from shared.timeutil import on_5min_grid
-
-from ingest.topics import HEALTH, READINGS
 
 # Reason codes, in the order a reading's problems are reported (the first one names the row).
 PAYLOAD_TOO_LARGE = "payload_too_large"

@@ -34,12 +34,11 @@ import click
 import paho.mqtt.client as mqtt
 import psycopg
 
+from ingest.derive import saturation_vapour_pressure
+from ingest.topics import HEALTH, READINGS, topic_for
 from shared.columns import HEALTH_INPUTS, READING_INPUTS
 from shared.config import Settings
 from shared.timeutil import FIVE_MINUTES, floor_5min, parse_instant
-
-from ingest.derive import saturation_vapour_pressure
-from ingest.topics import HEALTH, READINGS, topic_for
 
 log = logging.getLogger(__name__)
 

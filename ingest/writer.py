@@ -29,13 +29,12 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
+from ingest.derive import derive_row
+from ingest.payload import Decoded, Reading, Rejection, parse_json
+from ingest.topics import READINGS
 from shared import dirty
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES
 from shared.timeutil import zone
-
-from ingest.derive import derive_row
-from ingest.payload import Decoded, Reading, Rejection, parse_json
-from ingest.topics import HEALTH, READINGS
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The project's shared library: configuration, column registry, units, time windows, database helpers.
+"""The project's shared library: configuration, column registry, units, time windows, database.
 
 `ingest`, `aggregate` and `serve` never import one another; they meet here and in the database.
 """

@@ -373,7 +373,8 @@ def test_stale_failure_counts_are_purged(fresh_world: World) -> None:
         r = client.post("/api/v2/auth/token", json={"email": "new@x.example", "password": "no-no"})
         assert r.status_code == 401
         with psycopg.connect(fresh_world.url) as conn:
-            left = conn.execute("SELECT kind, failures FROM login_failures ORDER BY kind").fetchall()
+            left = conn.execute(
+                "SELECT kind, failures FROM login_failures ORDER BY kind").fetchall()
         assert left == [("account", 1), ("address", 1)]  # only the live counts of that attempt
     finally:
         close_app(app)

@@ -12,7 +12,6 @@ import pytest
 
 from tests.support.tcpproxy import TcpProxy
 
-
 RECEIVED: list[bytes] = []  # what the server got, per connection
 
 

@@ -19,7 +19,6 @@ from tests.ingest.conftest import (
     RunningIngester,
     Site,
     iso,
-    make_site,
     now_slot,
     wait_for,
 )
@@ -118,7 +117,7 @@ def test_bad_inputs_quarantined_good_data_stored_no_stall(
         (topic(s), b"[]", "bad_shape"),
         (topic(s), json.dumps([good(1), {"time": iso(t0), "tair": "hot"}]).encode(),
          "wrong_type"),
-        (topic(s), ('[%s, {"time": "%s", "tair": NaN}]'
+        (topic(s), ('[%s, {"time": "%s", "tair": NaN}]'  # noqa: UP031 - JSON braces
                     % (json.dumps(good(2)), iso(t0 - timedelta(minutes=55)))).encode(),
          "not_finite"),
         (topic(s), json.dumps([good(3), {"time": iso(t0), "rh": 3.0}]).encode(),

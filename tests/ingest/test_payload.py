@@ -109,7 +109,7 @@ def test_reading_rejections_keep_good_neighbours(reading: dict, code: str, fragm
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_numbers_reject_only_their_reading(literal: str) -> None:
-    raw = ('[{"time": "2024-07-01T12:00:00Z", "tair": %s},'
+    raw = ('[{"time": "2024-07-01T12:00:00Z", "tair": %s},'  # noqa: UP031 - JSON braces
            ' {"time": "2024-07-01T11:55:00Z", "tair": 3}]' % literal).encode()
     out = decode(None, raw=raw)
     assert [r.index for r in out.readings] == [1]

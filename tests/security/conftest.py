@@ -28,7 +28,7 @@ from tests.access.conftest import (  # noqa: F401
 
 
 @pytest.fixture
-def fresh_app(fresh_world: World) -> Iterator[Flask]:
+def fresh_app(fresh_world: World) -> Iterator[Flask]:  # noqa: F811 - fixture argument
     """The app on a world of its own (for tests that change rows and compare them)."""
     application = make_app(fresh_world.url, login_max_failures=10_000,
                            login_address_max_failures=10_000)

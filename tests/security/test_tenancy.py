@@ -70,7 +70,7 @@ def test_data_with_mixed_and_repeated_ids(client: FlaskClient, world: World, tab
         f"device=%20{a_dev}%20", f"device={a_dev}%00", f"device[]={a_dev}",
         f"location={a_loc}&location={b_loc}", f"location={b_loc}&location={a_loc}",
         f"location={a_loc},{b_loc}", f"location={a_loc.upper()}", f"location={{{a_loc}}}",
-        f"location=North%20field",  # A's location by name
+        "location=North%20field",  # A's location by name
         f"device={b_dev}&location={a_loc}", f"device={a_dev}&location={b_loc}",
         f"device={b_dev}&org_id={world.org_a}", f"device={b_dev}&device_id={a_dev}",
         f"location={b_loc}&location_id={a_loc}",

@@ -86,7 +86,7 @@ def test_fingerprint_ignores_binding_order_but_not_values() -> None:
     (datetime(2019, 1, 1, tzinfo=UTC), ZoneInfo("America/New_York"), "2018-12-31T19:00:00-0500"),
     (datetime(2019, 1, 1, tzinfo=UTC), timezone(timedelta(hours=-4)), "2018-12-31T20:00:00-0400"),
     (datetime(2019, 1, 1, tzinfo=UTC), ZoneInfo("Asia/Kathmandu"), "2019-01-01T05:45:00+0545"),
-    (datetime(2019, 1, 1, 0, 0, 0, 500000, tzinfo=UTC), timezone.utc,
+    (datetime(2019, 1, 1, 0, 0, 0, 500000, tzinfo=UTC), UTC,
      "2019-01-01T00:00:00.500000+0000"),
     (datetime(2019, 1, 1, tzinfo=UTC), timezone(timedelta(seconds=-25201)),
      "2018-12-31T16:59:59-070001"),

@@ -13,8 +13,6 @@ Pure stdlib plus psycopg. Every wait is bounded; a failed start raises with the 
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import grp
 import os
 import pwd
@@ -27,6 +25,7 @@ import stat
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from types import TracebackType
 
