@@ -1,0 +1,127 @@
+"""A frozen scheduler process (reliability plan R31): SIGSTOP `python -m aggregate` for several
+of its intervals, SIGCONT, and check that each job runs once, coalesced, with no missed-run
+event; the negative control with APScheduler's 1 s grace time reports the missed runs.
+
+Run times come from `job_runs` (one row per execution, stamped by PostgreSQL); the process
+runs on the machine's clock too, so both are compared in wall-clock seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.ingest.conftest import wait_for
+from tests.support.figures import Figures
+
+pytestmark = pytest.mark.chaos
+
+ROOT = Path(__file__).resolve().parents[2]
+INTERVAL = 2  # seconds between runs of each job
+PAUSE_TICKS = 3  # intervals the process stays frozen (at least)
+JOBS = ("hourly", "local_hourly", "daily")
+
+
+def _spawn(url: str, log: Path, grace: int | None = None) -> subprocess.Popen[bytes]:
+    """`python -m aggregate`; `grace` overrides its misfire grace time (negative control)."""
+    env = {**os.environ, "SDS_DATABASE_URL": url, "SDS_AGGREGATE_INTERVAL": str(INTERVAL),
+           "SDS_AGGREGATE_METRICS_PORT": "0", "SDS_LOG_LEVEL": "INFO"}
+    if grace is None:
+        cmd = [sys.executable, "-m", "aggregate"]
+    else:
+        # build_scheduler reads the module constant when it builds the jobs.
+        cmd = [sys.executable, "-c", "import sys, aggregate.__main__ as m; "
+               f"m.MISFIRE_GRACE = {grace}; sys.exit(m.main())"]
+    with log.open("wb") as out:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _starts(conn: psycopg.Connection, job: str) -> list[float]:
+    rows = conn.execute("SELECT started FROM job_runs WHERE job = %s ORDER BY started",
+                        (job,)).fetchall()
+    return [r[0].timestamp() for r in rows]
+
+
+def _freeze(proc: subprocess.Popen[bytes], conn: psycopg.Connection) -> tuple[float, float]:
+    """SIGSTOP for at least PAUSE_TICKS intervals, SIGCONT half way between two ticks (so the
+    coalesced run and the next regular tick are an interval apart); returns (stop, cont)."""
+    wait_for(lambda: all(len(_starts(conn, j)) >= 2 for j in JOBS), 30, 0.1,
+             what="two runs of every job")
+    grid = _starts(conn, "hourly")[0]  # the interval trigger ticks at grid + k * INTERVAL
+    os.kill(proc.pid, signal.SIGSTOP)
+    stopped = time.time()
+    k = int((stopped + PAUSE_TICKS * INTERVAL - grid) // INTERVAL) + 1
+    cont_at = grid + k * INTERVAL + INTERVAL / 2
+    time.sleep(max(0.0, cont_at - time.time()))
+    os.kill(proc.pid, signal.SIGCONT)
+    return stopped, time.time()
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def test_frozen_scheduler_runs_each_job_once_on_resume(
+    database_url: str, tmp_path: Path, figures: Figures,
+) -> None:
+    """R31: after a freeze of several intervals each job runs exactly once at resume (coalesced:
+    the work comes from the dirty marks, one run catches up), then on its normal interval;
+    no EVENT_JOB_MISSED with the shipped grace time."""
+    log = tmp_path / "aggregate.log"
+    proc = _spawn(database_url, log)
+    try:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            stopped, cont = _freeze(proc, conn)
+            wait_for(lambda: all(any(t > cont + 0.9 for t in _starts(conn, j)) for j in JOBS),
+                     15, 0.1, what="runs after the resume")
+            burst = {}
+            for job in JOBS:
+                starts = _starts(conn, job)
+                assert not [t for t in starts if stopped + 0.3 < t < cont - 0.3], \
+                    "a run started while the process was frozen"
+                burst[job] = len([t for t in starts if cont - 0.3 <= t <= cont + INTERVAL / 2
+                                  - 0.1])
+            assert burst == {j: 1 for j in JOBS}, burst
+    finally:
+        _stop(proc)
+    text = log.read_text()
+    assert "missed its run time" not in text, text[-2000:]
+    assert "Traceback" not in text, text[-2000:]
+    figures.record("scheduler.freeze_coalesced",
+                   {"frozen s": round(cont - stopped, 1), "ticks missed": PAUSE_TICKS,
+                    "runs per job at resume": 1, "missed-run events": 0},
+                   section="scheduler",
+                   title="Scheduler process frozen (SIGSTOP) for several intervals, then "
+                         "resumed (R31)",
+                   target="1 coalesced run per job; 0 missed",
+                   source="tests/chaos/test_scheduler_pause.py")
+
+
+def test_short_grace_time_misses_runs_after_a_freeze(database_url: str, tmp_path: Path) -> None:
+    """R31 negative control: with APScheduler's default-like 1 s grace time the same freeze
+    makes the scheduler skip the runs (EVENT_JOB_MISSED), which the shipped 24 h grace avoids."""
+    log = tmp_path / "aggregate.log"
+    proc = _spawn(database_url, log, grace=1)
+    try:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            _freeze(proc, conn)
+            wait_for(lambda: "missed its run time" in log.read_text(), 10, 0.1,
+                     what="the missed-run warning")
+    finally:
+        _stop(proc)
+    assert all(f"job {j} missed its run time" in log.read_text() for j in JOBS)
+
