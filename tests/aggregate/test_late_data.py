@@ -41,7 +41,7 @@ def _stamp(conn: psycopg.Connection) -> dict[tuple[str, datetime], datetime]:
     pytest.param(timedelta(days=2), id="2_days"),
     pytest.param(timedelta(days=40), id="40_days"),
 ])
-def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta) -> None:
+def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta, figures) -> None:
     loc = make_location(db, "America/Chicago", lat=41.9, lon=-87.6, elev=180.0, kc=1.0)
     missing = END - late
     rows = series(END - timedelta(days=41), END, tair=lambda i, t: 20.0 + (i % 12),
@@ -66,6 +66,11 @@ def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta) -> Non
     after = _stamp(db)
     changed = {k for k in after if after[k] != before.get(k)}
     assert changed == {(t, buckets[t][0]) for t in TABLES}
+    figures.record(f"rollup.late_{late.total_seconds() / 3600:g}h", len(changed),
+                   section="rollup",
+                   title=f"Buckets recomputed for one reading {late} late (R22/R23)",
+                   target="3 (hourly, local_hourly, daily)",
+                   source="tests/aggregate/test_late_data.py")
     for t in TABLES:
         row = fetch(db, f"SELECT * FROM {t} WHERE time = %s", buckets[t][0])[0]
         slots = (buckets[t][1] - buckets[t][0]) / timedelta(minutes=5)

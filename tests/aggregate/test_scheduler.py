@@ -98,7 +98,7 @@ def _wait(predicate, timeout: float, what: str) -> None:
 
 
 @pytest.mark.chaos
-def test_two_schedulers_one_leader_and_failover(database_url, tmp_path) -> None:
+def test_two_schedulers_one_leader_and_failover(database_url, tmp_path, figures) -> None:
     procs = [_spawn(database_url, tmp_path / f"s{i}.log") for i in range(2)]
     try:
         with psycopg.connect(database_url, autocommit=True) as conn:
@@ -130,6 +130,14 @@ def test_two_schedulers_one_leader_and_failover(database_url, tmp_path) -> None:
             assert {r[1] for r in after} == {f"{r[1].rsplit(':', 1)[0]}:{survivor.pid}"
                                              for r in after}
             print(f"failover {failover:.1f} s")  # noqa: T201 - shown with -s
+            figures.record("scheduler.runs_per_tick", "1 (one runner, >= 0.5 s between runs of"
+                           " a job, 2 replicas)", section="scheduler",
+                           title="Runs per tick per job across scheduler replicas (R33)",
+                           target="exactly 1", source="tests/aggregate/test_scheduler.py")
+            figures.record("scheduler.failover_s", round(failover, 1), section="scheduler",
+                           title="Scheduler failover after SIGKILL of the leader, s (R33)",
+                           target="<= lock poll + 1 tick",
+                           source="tests/aggregate/test_scheduler.py")
 
             # Ending the leader's lock session stops its jobs; it leads again once the lock
             # is free, and runs resume.

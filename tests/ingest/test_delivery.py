@@ -30,6 +30,7 @@ from tests.ingest.conftest import (
     now_slot,
     wait_for,
 )
+from tests.support.figures import Figures
 from tests.support.services import MosquittoBroker, PostgresServer
 
 pytestmark = pytest.mark.chaos
@@ -88,6 +89,17 @@ def ledger_check(url: str, run: Run, timeout: float = 60.0) -> None:
     assert len(run.acked) == run.n  # the publisher got every message acknowledged
 
 
+def record_ledger(figures: Figures, key: str, title: str, url: str, run: Run,
+                  **extra: object) -> None:
+    """Record a scenario's ledger figure (reliability plan section 6): PUBACKed vs stored."""
+    rows = stored_times(url)
+    figures.record(f"delivery.ledger.{key}",
+                   {"acked": len(run.acked), "missing": len(run.acked - set(rows)),
+                    "extra": len(rows) - len(set(rows) & run.acked), **extra},
+                   section="delivery", title=title, target="missing 0, extra 0",
+                   source="tests/ingest/test_delivery.py")
+
+
 @pytest.fixture
 def proc_settings(mqtt_settings: Settings, tmp_path: Path) -> Settings:
     return mqtt_settings.replace(ingest_batch_size=40, ingest_flush_interval=0.1)
@@ -117,7 +129,7 @@ def supervise(proc: IngesterProcess, run: Run, url: str, *, faulty_starts: int,
 ])
 def test_ingester_sigkill_ledger(
     conn: psycopg.Connection, database_url: str, proc_settings: Settings, tmp_path: Path,
-    point: str, every: int,
+    point: str, every: int, figures: Figures,
 ) -> None:
     """R2/R3: SIGKILL at each fault point, several times, restart: ledger check passes."""
     make_site(conn)
@@ -136,6 +148,9 @@ def test_ingester_sigkill_ledger(
         # Each restart resumed the persistent session (R11): nothing queued was thrown away.
         assert log.count("broker resumed the session") >= 3
         assert "had no session" not in log
+        record_ledger(figures, f"sigkill.{point}",
+                      f"Ingester SIGKILL at {point.replace('_', ' ')}, restarted (R2/R3)",
+                      database_url, run, kills=kills)
     finally:
         ledger.close()
         proc.kill()
@@ -143,6 +158,7 @@ def test_ingester_sigkill_ledger(
 
 def test_graceful_stop_acks_what_committed_and_new_process_gets_the_backlog(
     conn: psycopg.Connection, database_url: str, proc_settings: Settings, tmp_path: Path,
+    figures: Figures,
 ) -> None:
     """R11: messages published while the ingester is down reach the next process; SIGTERM
     exits 0 after flushing."""
@@ -160,6 +176,9 @@ def test_graceful_stop_acks_what_committed_and_new_process_gets_the_backlog(
         assert "broker resumed the session" in proc.log()
         assert proc.terminate() == 0
         assert "ingester stopped" in proc.log()
+        record_ledger(figures, "graceful_stop_backlog",
+                      "Messages published while the ingester was stopped (R11)",
+                      database_url, run)
     finally:
         ledger.close()
         proc.kill()
@@ -167,6 +186,7 @@ def test_graceful_stop_acks_what_committed_and_new_process_gets_the_backlog(
 
 def test_ingester_db_session_terminated_ledger(
     conn: psycopg.Connection, database_url: str, proc_settings: Settings, tmp_path: Path,
+    figures: Figures,
 ) -> None:
     """R7: the ingester's database session is killed (pg_terminate_backend) several times
     mid-run: the open batch rolls back, is retried on a new connection, nothing is lost."""
@@ -187,6 +207,9 @@ def test_ingester_db_session_terminated_ledger(
         ledger_check(database_url, run)
         assert terminated >= 2 and proc.alive()
         assert "database error" in proc.log()
+        record_ledger(figures, "db_session_terminated",
+                      "Ingester's database session terminated mid-batch (R7)", database_url,
+                      run, terminations=terminated)
     finally:
         ledger.close()
         proc.kill()
@@ -194,6 +217,7 @@ def test_ingester_db_session_terminated_ledger(
 
 def test_standby_takes_over_when_the_leader_dies(
     conn: psycopg.Connection, database_url: str, proc_settings: Settings, tmp_path: Path,
+    figures: Figures,
 ) -> None:
     """R14: a second ingester with the same client id stands by (no session takeover flapping)
     and takes over, draining what was queued, when the leader is SIGKILLed."""
@@ -215,6 +239,8 @@ def test_standby_takes_over_when_the_leader_dies(
         ledger_check(database_url, run)
         assert leader.log().count("connected;") == 1  # no takeover flapping
         assert "broker resumed the session" in standby.log()
+        record_ledger(figures, "standby_takeover",
+                      "Leader ingester SIGKILLed, standby takes over (R14)", database_url, run)
     finally:
         ledger.close()
         leader.kill()
@@ -255,7 +281,7 @@ def own_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
 
 def test_broker_sigterm_restarts_ledger(
     conn: psycopg.Connection, database_url: str, proc_settings: Settings, tmp_path: Path,
-    own_broker: MosquittoBroker,
+    own_broker: MosquittoBroker, figures: Figures,
 ) -> None:
     """R8: broker SIGTERM + restart three times during the run: ledger check passes."""
     make_site(conn)
@@ -273,6 +299,8 @@ def test_broker_sigterm_restarts_ledger(
         ledger_check(database_url, run)
         assert proc.alive()
         assert proc.log().count("broker resumed the session") >= 3
+        record_ledger(figures, "broker_sigterm", "Broker SIGTERM + restart x3 (R8)",
+                      database_url, run, restarts=3)
     finally:
         ledger.close()
         proc.kill()
@@ -306,7 +334,7 @@ def _crash(server: PostgresServer) -> None:
 @pytest.mark.parametrize("fault", [_restart, _crash], ids=["restart", "crash"])
 def test_postgres_restart_ledger(
     own_pg: tuple[PostgresServer, str], proc_settings: Settings, tmp_path: Path,
-    fault: Callable[[PostgresServer], None],
+    fault: Callable[[PostgresServer], None], figures: Figures,
 ) -> None:
     """R6/R19: PostgreSQL restarted (fast) or crashed (immediate) twice mid-run: nothing acked
     during the outage is lost, committed rows survive the crash, the ingester recovers."""
@@ -328,6 +356,8 @@ def test_postgres_restart_ledger(
         assert proc.alive()
         log = proc.log()
         assert "database error" in log and "retrying" in log
+        record_ledger(figures, f"postgres_{fault.__name__.strip('_')}",
+                      f"PostgreSQL {fault.__name__.strip('_')} x2 mid-run (R6/R19)", url, run)
     finally:
         ledger.close()
         proc.kill()
