@@ -193,7 +193,7 @@ def test_rollups_are_idempotent_and_backfill_equals_incremental(db, database_url
     locs = {tz: make_location(db, tz, lat=-33.4, lon=-70.6, elev=500.0, kc=0.8)
             for tz in ("America/Santiago", "Australia/Lord_Howe", "Asia/Kolkata")}
     start = datetime(2024, 9, 6, tzinfo=UTC)
-    for i, (tz, loc) in enumerate(locs.items()):
+    for i, (_tz, loc) in enumerate(locs.items()):
         rows = series(start, start + timedelta(days=4), tair=lambda j, t: 10 + (j % 40) * 0.5,
                       rh=lambda j, t: 0.4 + (j % 10) * 0.05, wind_speed=lambda j, t: 1.5,
                       wind_gust=lambda j, t: 4.0, swdw=lambda j, t: 200.0 + j % 300,

@@ -82,7 +82,8 @@ def ledger_check(url: str, run: Run, timeout: float = 60.0) -> None:
                  what="every PUBACKed reading stored")
     except AssertionError:
         missing = sorted(run.acked - set(stored_times(url)))
-        raise AssertionError(f"{len(missing)} PUBACKed readings missing, e.g. {missing[:5]}")
+        raise AssertionError(
+            f"{len(missing)} PUBACKed readings missing, e.g. {missing[:5]}") from None
     rows = stored_times(url)
     assert len(rows) == len(set(rows))  # exactly once
     assert set(rows) <= set(run.times)  # nothing invented
