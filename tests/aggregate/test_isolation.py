@@ -26,8 +26,8 @@ def _literal(conn: psycopg.Connection, query, params: dict) -> str:  # type: ign
     """The statement with its parameters inlined, without braces (they end a spec block)."""
     text = query.as_string(conn).replace(")b", ")s")  # client-side binding: text parameters
     bound = psycopg.ClientCursor(conn).mogrify(text, params)
-    return re.sub(r"'\{(.*?)\}'", lambda m: "string_to_array('%s', ',', 'NULL')"
-                  % m.group(1).replace('"', ""), bound)
+    return re.sub(r"'\{(.*?)\}'", lambda m: "string_to_array('{}', ',', 'NULL')".format(
+        m.group(1).replace('"', "")), bound)
 
 
 def _spec(conn: psycopg.Connection) -> str:
