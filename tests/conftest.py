@@ -10,26 +10,19 @@ role may create databases from); an unreachable one stops the run.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
-from shared import migrate
 from shared.config import Settings
+from tests.support.databases import clone_template, migrate_database, with_dbname
 from tests.support.figures import Figures
 from tests.support.services import MosquittoBroker, PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "sds_template"
-
-
-def _with_db(url: str, dbname: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + dbname))
 
 
 class _External:
@@ -39,7 +32,7 @@ class _External:
         self.url = url
 
     def dsn(self, dbname: str = "postgres") -> str:
-        return _with_db(self.url, dbname)
+        return with_dbname(self.url, dbname)
 
 
 @pytest.fixture(scope="session")
@@ -68,9 +61,7 @@ def template_url(pg_server: PostgresServer | _External) -> str:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
     url = pg_server.dsn(TEMPLATE)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-    migrate.upgrade(url)
+    migrate_database(url)
     with psycopg.connect(admin, autocommit=True) as conn:
         # TimescaleDB's per-database scheduler worker keeps a session open, and CREATE DATABASE
         # ... TEMPLATE refuses a template in use: close the template to new sessions, end them.
@@ -83,15 +74,8 @@ def template_url(pg_server: PostgresServer | _External) -> str:
 @pytest.fixture
 def database_url(pg_server: PostgresServer | _External, template_url: str) -> Iterator[str]:
     """A fresh migrated database for one test; dropped afterwards."""
-    name = "t_" + uuid.uuid4().hex[:12]
-    admin = pg_server.dsn("postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    try:
-        yield pg_server.dsn(name)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with clone_template(pg_server.dsn("postgres"), template_url, prefix="t_") as url:
+        yield url
 
 
 @pytest.fixture

@@ -10,12 +10,10 @@ change it use `fresh_world`.
 from __future__ import annotations
 
 import base64
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 from uuid import UUID
 
 import psycopg
@@ -25,6 +23,7 @@ from flask.testing import FlaskClient
 
 from shared import accounts, credentials
 from shared.config import Settings
+from tests.support.databases import clone_template
 
 PASSWORDS = {"a1@a.example": "a1-correct-horse", "a2@a.example": "a2-battery-staple",
              "b1@b.example": "b1-tr0ub4dor-and"}
@@ -174,16 +173,8 @@ def close_app(app: Flask) -> None:
 @pytest.fixture(scope="module")
 def module_db(pg_server: Any, template_url: str) -> Iterator[str]:
     """A migrated database shared by one test module; dropped afterwards."""
-    name = "acc_" + uuid.uuid4().hex[:12]
-    admin = pg_server.dsn("postgres")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        template = urlsplit(template_url).path.lstrip("/")
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
-    try:
-        yield pg_server.dsn(name)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with clone_template(pg_server.dsn("postgres"), template_url, prefix="acc_") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

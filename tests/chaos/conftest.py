@@ -24,9 +24,9 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from shared import migrate
 from shared.config import Settings
 from tests.ingest.conftest import iso, now_slot, wait_for
+from tests.support.databases import own_postgres
 from tests.support.services import MosquittoBroker, PostgresServer, free_port
 
 # $SYS counters every second instead of every 10 s: test instrumentation only, the durable
@@ -47,15 +47,8 @@ def own_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
 @pytest.fixture
 def own_pg(tmp_path: Path) -> Iterator[tuple[PostgresServer, str]]:
     """A PostgreSQL of this test's own (so it can be stopped) with a migrated database."""
-    server = PostgresServer().start(tmp_path / "pg")
-    try:
-        url = server.create_database("ingest")
-        with psycopg.connect(url, autocommit=True) as c:
-            c.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(url)
-        yield server, url
-    finally:
-        server.cleanup()
+    with own_postgres(tmp_path / "pg", durable=False) as pg:
+        yield pg
 
 
 def chaos_settings(settings: Settings, broker: MosquittoBroker, **changes: object) -> Settings:

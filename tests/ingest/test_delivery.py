@@ -19,7 +19,6 @@ import psycopg
 import pytest
 
 from ingest.client import Ingester
-from shared import migrate
 from shared.config import Settings
 from tests.ingest.conftest import (
     IngesterProcess,
@@ -30,6 +29,7 @@ from tests.ingest.conftest import (
     now_slot,
     wait_for,
 )
+from tests.support.databases import own_postgres
 from tests.support.figures import Figures
 from tests.support.services import MosquittoBroker, PostgresServer
 
@@ -311,15 +311,8 @@ def test_broker_sigterm_restarts_ledger(
 @pytest.fixture
 def own_pg(tmp_path: Path) -> Iterator[tuple[PostgresServer, str]]:
     """A durable PostgreSQL of this test's own (defaults for fsync and synchronous_commit)."""
-    server = PostgresServer().start(tmp_path / "pg", durable=True)
-    try:
-        url = server.create_database("ingest")
-        with psycopg.connect(url, autocommit=True) as c:
-            c.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(url)
-        yield server, url
-    finally:
-        server.cleanup()
+    with own_postgres(tmp_path / "pg", durable=True) as pg:
+        yield pg
 
 
 def _restart(server: PostgresServer) -> None:

@@ -11,12 +11,10 @@ Callers authenticate with API keys made by shared.accounts.create_api_key.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
@@ -28,6 +26,7 @@ from flask.testing import FlaskClient
 from shared import accounts
 from shared.config import Settings
 from shared.timeutil import local_day_start
+from tests.support.databases import clone_template
 
 T0 = datetime(2024, 7, 1, tzinfo=UTC)
 STEPS = 576  # two days of 5-minute readings per device
@@ -152,16 +151,8 @@ def close_app(app: Flask) -> None:
 @pytest.fixture(scope="module")
 def module_db(pg_server: Any, template_url: str) -> Iterator[str]:
     """A migrated database shared by one test module; dropped afterwards."""
-    name = "serve_" + uuid.uuid4().hex[:12]
-    admin = pg_server.dsn("postgres")
-    template = urlsplit(template_url).path.lstrip("/")
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
-    try:
-        yield pg_server.dsn(name)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with clone_template(pg_server.dsn("postgres"), template_url, prefix="serve_") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
