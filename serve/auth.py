@@ -34,6 +34,7 @@ import psycopg
 from flask import Flask, Response, g, request
 from psycopg_pool import ConnectionPool
 
+from serve.ratelimit import RateLimiter
 from shared import credentials
 from shared.config import Settings
 from shared.errors import (
@@ -270,6 +271,7 @@ class Authenticator:
         self.settings = settings
         self.pool = pool
         self.basic_cache = BasicCache(settings.basic_auth_cache_ttl)
+        self.rate_limiter = RateLimiter(settings.api_rate_limit, settings.api_rate_window)
         self._next_purge = 0.0  # monotonic time of the next purge of stale failure counts
 
     # -- throttling ------------------------------------------------------------------------
@@ -442,11 +444,18 @@ class Authenticator:
             email, password = decode_basic(creds.value)
         with self.pool.connection() as conn:
             if creds.scheme == "apikey":
-                return self.apikey(conn, creds.value, via_query=creds.via_query)
-            if creds.scheme == "bearer":
-                return self.bearer(conn, creds.value)
-            user, org = self.login(conn, email, password, address)
-            return Principal(user, org, "basic")
+                principal = self.apikey(conn, creds.value, via_query=creds.via_query)
+            elif creds.scheme == "bearer":
+                principal = self.bearer(conn, creds.value)
+            else:
+                user, org = self.login(conn, email, password, address)
+                principal = Principal(user, org, "basic")
+            # Counted on the same connection and committed with it: one more statement.
+            verdict = self.rate_limiter.hit(conn, principal)
+        if not verdict.allowed:
+            raise TooManyRequests(self.rate_limiter.message(principal, verdict.retry_after),
+                                  retry_after=verdict.retry_after)
+        return principal
 
 
 # ---- Flask wiring ------------------------------------------------------------------------

@@ -89,6 +89,10 @@ class Settings:
     log_level: str = _f("INFO", "Log level of every process")
 
     @classmethod
+    api_rate_limit: int = _f(
+        1200, "Requests each API key, and each user with basic or bearer credentials, may make "
+        "per SDS_API_RATE_WINDOW, counted in the database for all workers (0: no limit)")
+    api_rate_window: int = _f(60, "Window (s) of the per-key and per-user request rate limit")
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Build settings from `SDS_*` variables; unknown values raise ValueError naming them."""
         hints = typing.get_type_hints(cls)

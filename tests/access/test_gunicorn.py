@@ -1,6 +1,7 @@
 """Access through the real server: gunicorn with two workers, as deploy/run.sh starts it.
 
-Checks what only a real server shows: throttling shared by both workers (S7), repeated
+Checks what only a real server shows: throttling and the request rate limit shared by both
+workers (S7, S6), repeated
 Authorization headers as gunicorn delivers them, and the access log free of `?apikey=` keys."""
 
 from __future__ import annotations
@@ -15,18 +16,22 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.access.conftest import World, seed
 from tests.support.services import REPO, free_port
 
+RATE_LIMIT = 20  # requests per API key per window for this module's server
+
 
 class Server:
     """A running gunicorn on 127.0.0.1."""
 
-    def __init__(self, port: int, log_dir: Path) -> None:
+    def __init__(self, port: int, log_dir: Path, pid: int) -> None:
         self.port = port
         self.log_dir = log_dir
+        self.pid = pid  # the gunicorn master
 
     def request(self, method: str, path: str, headers: list[tuple[str, str]] | None = None,
                 body: bytes | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -59,13 +64,14 @@ def server(gunicorn_world: World, tmp_path_factory: pytest.TempPathFactory) -> I
     env = {**os.environ, "SDS_DATABASE_URL": gunicorn_world.url,
            "SDS_HTTP_BIND": f"127.0.0.1:{port}", "SDS_HTTP_WORKERS": "2",
            "SDS_LOG_DIR": str(log_dir), "SDS_LOGIN_MAX_FAILURES": "4",
-           "SDS_APIKEY_QUERY_ENABLED": "true", "SDS_DB_POOL_MIN": "1"}
+           "SDS_APIKEY_QUERY_ENABLED": "true", "SDS_DB_POOL_MIN": "1",
+           "SDS_API_RATE_LIMIT": str(RATE_LIMIT), "SDS_API_RATE_WINDOW": "600"}
     gunicorn = Path(sys.executable).with_name("gunicorn")
     with open(log_dir / "err.log", "wb") as err:
         proc = subprocess.Popen(
             [str(gunicorn), "-c", str(REPO / "deploy" / "gunicorn.conf.py"), "serve.wsgi:app"],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    srv = Server(port, log_dir)
+    srv = Server(port, log_dir, proc.pid)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -133,3 +139,58 @@ def test_query_key_works_and_stays_out_of_the_access_log(server: Server,
     text = log.read_text() + (server.log_dir / "err.log").read_text()
     for secret in gunicorn_world.secrets():
         assert secret not in text
+
+
+def _worker_ports(master: int) -> dict[int, int]:
+    """{local TCP port: gunicorn worker pid} for the workers' open sockets (from /proc: a
+    worker's database connections are told apart by their client port)."""
+    children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+    inodes: dict[str, int] = {}
+    for pid in map(int, children):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue  # closed meanwhile
+            if target.startswith("socket:["):
+                inodes[target[8:-1]] = pid
+    ports: dict[int, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[9] in inodes:
+                ports[int(fields[1].rsplit(":", 1)[1], 16)] = inodes[fields[9]]
+    return ports
+
+
+def _workers_active_since(server: Server, url: str, since: object) -> set[int]:
+    """Worker pids whose database connections ran a statement after `since`."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT client_port FROM pg_stat_activity WHERE application_name = 'sds-serve'"
+            " AND datname = current_database() AND state_change >= %s", (since,)).fetchall()
+    ports = _worker_ports(server.pid)
+    return {ports[port] for (port,) in rows if port in ports}
+
+
+def test_rate_limit_holds_across_both_workers(server: Server, gunicorn_world: World) -> None:
+    """One key's budget is counted in the database, so the two workers together allow exactly
+    RATE_LIMIT requests; requests continue until both workers are seen serving the key."""
+    key = [("Authorization", f"Apikey {gunicorn_world.keys['all']}")]
+    with psycopg.connect(gunicorn_world.url) as conn:
+        since = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
+    results = [server.request("GET", "/api/v2/devices", key) for _ in range(RATE_LIMIT + 5)]
+    workers = _workers_active_since(server, gunicorn_world.url, since)
+    # Bounded: with fresh connections both sync workers take requests within a few tries.
+    while len(workers) < 2 and len(results) < 200:
+        results += [server.request("GET", "/api/v2/devices", key) for _ in range(5)]
+        workers = _workers_active_since(server, gunicorn_world.url, since)
+    assert len(workers) == 2, "only one worker served the key"
+    statuses = [status for status, _, _ in results]
+    assert statuses == [200] * RATE_LIMIT + [429] * (len(results) - RATE_LIMIT), statuses
+    _, headers, body = results[-1]
+    assert 0 < int(headers["retry-after"]) <= 600
+    assert headers["content-type"].startswith("application/json") and b'"code":429' in body
+    # Another key of the same user is unaffected.
+    other = [("Authorization", f"Apikey {gunicorn_world.keys['devices']}")]
+    assert server.request("GET", "/api/v2/devices", other)[0] == 200

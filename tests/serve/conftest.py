@@ -139,7 +139,10 @@ def make_app(url: str, **overrides: Any) -> Flask:
     from serve import create_app
 
     settings = Settings(database_url=url, metrics_port=0, aggregate_metrics_port=0,
-                        db_pool_min=1, db_pool_max=4, cursor_secret="test-cursor-secret")
+                        db_pool_min=1, db_pool_max=4, cursor_secret="test-cursor-secret",
+                        # Counted, but high: tests send many requests with one key
+                        # (tests/access/test_rate_limit.py tests the limit itself).
+                        api_rate_limit=1_000_000)
     return create_app(settings.replace(**overrides))
 
 
