@@ -14,6 +14,14 @@
   client's CONNECT property over max_inflight_messages), so a batch flushes when it reaches
   its size limit or when its oldest message has waited SDS_INGEST_FLUSH_INTERVAL, whichever
   comes first; a batch that waited for more than the window would stall forever.
+- A database write that hangs (a blackholed network path: no error, no reply) is broken by the
+  watchdog after SDS_INGEST_DB_WATCHDOG seconds (ingest/watchdog.py) and retried on a new
+  connection; nothing is acknowledged while it is stuck.
+- Leadership (ingest/leader.py) is a lease confirmed before every commit, by a heartbeat
+  thread, before acknowledging a batch whose confirmation is no longer fresh (the process may
+  have been frozen between its commit and its acks), and before every broker (re)connect: a
+  leader that lost the lock sends no ack and never reconnects, so it cannot take the broker
+  session back from the standby that replaced it.
 """
 
 from __future__ import annotations
@@ -35,15 +43,18 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from ingest import topics, writer
-from ingest.leader import Leader
+from ingest.leader import Leader, LeadershipLost
 from ingest.metrics import Metrics
 from ingest.payload import INTERNAL_ERROR, Decoded, Limits, Rejection, decode_payload
+from ingest.watchdog import Guarded, Watchdog
+from shared import db
 from shared.config import Settings
 from shared.errors import InvalidReading
 
 log = logging.getLogger(__name__)
 
 FAULT_POINTS = ("after_receive", "after_insert_before_commit", "after_commit_before_ack")
+FAULT_SIGNALS = {"KILL": signal.SIGKILL, "STOP": signal.SIGSTOP}
 BATCH_BYTES = 16 * 1024 * 1024  # flush early when a batch holds this much payload
 LEADER_POLL = 1.0  # seconds between a standby's attempts at the leader lock
 STOP_GRACE = 10.0  # seconds a stopping ingester keeps retrying its last commit
@@ -63,6 +74,7 @@ class _Inbound:
     qos: int
     message: writer.Message
     arrived: float  # time.monotonic()
+    dup: bool = False  # the broker flagged it as a redelivery
 
 
 class Ingester:
@@ -72,6 +84,9 @@ class Ingester:
         if settings.fault_at and settings.fault_at not in FAULT_POINTS:
             raise ValueError(f"SDS_FAULT_AT: {settings.fault_at!r} is not one of "
                              + ", ".join(FAULT_POINTS))
+        if settings.fault_signal not in FAULT_SIGNALS:
+            raise ValueError(f"SDS_FAULT_SIGNAL: {settings.fault_signal!r} is not one of "
+                             + ", ".join(FAULT_SIGNALS))
         self.settings = settings
         self.metrics = metrics or Metrics()
         self.limits = Limits.from_settings(settings)
@@ -87,7 +102,11 @@ class Ingester:
         self._faults = 0
         self._conn: psycopg.Connection | None = None
         self.ready = threading.Event()  # set once subscribed (tests wait on it)
-        self.leader = Leader(settings.database_url, settings.mqtt_client_id)
+        self._lost = threading.Event()  # another ingester took the leader lock
+        self._finished = threading.Event()  # run() is over: the heartbeat ends
+        self.leader = Leader(settings.database_url, settings.mqtt_client_id,
+                             lease=settings.ingest_lock_timeout)
+        self.watchdog = Watchdog(settings.ingest_db_watchdog, on_fire=self._watchdog_fired)
         self._client = self._make_client()
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -125,20 +144,31 @@ class Ingester:
                                    clean_start=False, properties=props)
         paho_log = logging.getLogger("paho")
         paho_log.addFilter(self._quiet_when_stopping)
+        self._finished.clear()
+        self.watchdog.start()
+        heartbeat = threading.Thread(target=self._heartbeat, name="leader-heartbeat",
+                                     daemon=True)
+        heartbeat.start()
         self._client.loop_start()
         try:
             self._work()
+            if self._lost.is_set():
+                raise LeadershipLost("another ingester took the leader lock")
         finally:
             with self._lock:
                 self._connected = False
                 self._generation += 1
+            self._finished.set()
             self._client.disconnect()
             self._client.loop_stop()
             paho_log.removeFilter(self._quiet_when_stopping)
+            heartbeat.join(5)
+            self.watchdog.stop()
             if self._conn is not None:
                 self._conn.close()
             self.leader.release()
-            log.info("ingester stopped")
+            log.info("ingester stopped: %d messages acknowledged, %d acks withheld",
+                     self.metrics.acked._value.get(), self.metrics.ack_skipped._value.get())
 
     def _lead(self) -> bool:
         """Block until this process holds the leader lock (False if stopped first)."""
@@ -174,6 +204,7 @@ class Ingester:
         if s.mqtt_tls_ca:
             client.tls_set(ca_certs=s.mqtt_tls_ca)
         client.reconnect_delay_set(min_delay=1, max_delay=30)
+        client.on_pre_connect = self._on_pre_connect
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
@@ -184,6 +215,25 @@ class Ingester:
         # paho 2.2 logs "Client is not connected" at ERROR when its loop ends after our own
         # disconnect; that is the expected end of a graceful stop, not an error.
         return not (self._stopping.is_set() and "not connected" in str(record.msg))
+
+    def _on_pre_connect(self, _client: mqtt.Client, _userdata: object) -> None:
+        # Every (re)connect takes the broker session over from whoever holds it, so only the
+        # lock holder may connect: a leader that was frozen and replaced must not take the
+        # session back from its standby. An OSError makes paho skip this attempt and retry.
+        if self._lost.is_set():
+            raise ConnectionRefusedError("not connecting: another ingester holds the lock")
+        if self.leader.fresh():
+            return
+        try:
+            with self.watchdog.guard("leader check before connecting", self._lock_conns):
+                self.leader.confirm()
+        except LeadershipLost as exc:
+            self._step_down(exc)
+            raise ConnectionRefusedError("not connecting: another ingester holds the lock"
+                                         ) from None
+        except psycopg.OperationalError as exc:
+            raise ConnectionRefusedError(
+                f"not connecting: cannot confirm the leader lock ({str(exc).strip()})") from None
 
     def _on_connect(self, client: mqtt.Client, _userdata: object, flags: mqtt.ConnectFlags,
                     reason_code: ReasonCode, _props: Properties | None) -> None:
@@ -231,7 +281,9 @@ class Ingester:
         except UnicodeDecodeError:
             topic = repr(msg._topic)  # mosquitto refuses such topics; kept for the record
         # Decoding here (pure, see payload.py) overlaps with the worker's wait for the database.
-        self._queue.put(self.inbound(self._generation, msg.mid, msg.qos, topic, msg.payload))
+        item = self.inbound(self._generation, msg.mid, msg.qos, topic, msg.payload)
+        item.dup = bool(msg.dup)
+        self._queue.put(item)
 
     def inbound(self, generation: int, mid: int, qos: int, topic: str,
                 payload: bytes) -> _Inbound:
@@ -313,7 +365,16 @@ class Ingester:
             log.warning("stopping with %d messages not committed (the broker keeps them)",
                         len(batch))
             return
+        redelivered = sum(1 for item in batch if item.dup)
+        if redelivered:
+            self.metrics.redelivered.inc(redelivered)
+            # INFO only here: redeliveries follow a crash or a lost connection, they are rare.
+            log.info("batch of %d with %d redelivered (DUP) messages: %d readings were already "
+                     "stored (duplicates suppressed)", len(batch), redelivered,
+                     result.duplicates)
         self._fault("after_commit_before_ack")
+        if not self._may_ack(len(batch)):
+            return
         acked = skipped = 0
         for item in batch:
             with self._lock:
@@ -339,16 +400,71 @@ class Ingester:
                   len(batch), result.stored, result.duplicates, result.health_stored,
                   dict(result.quarantined) or 0)
 
+    def _may_ack(self, count: int) -> bool:
+        """Confirm leadership before acknowledging when the last confirmation is stale (a long
+        commit, or the process was frozen after its commit). False: do not ack (stopping with
+        the database unreachable; the broker redelivers). Raises LeadershipLost."""
+        delay = 0.5
+        while not self.leader.fresh():
+            try:
+                with self.watchdog.guard("leader check before acking", self._lock_conns):
+                    self.leader.confirm()
+            except LeadershipLost as exc:
+                self.metrics.ack_skipped.inc(count)
+                log.error("leadership lost after a commit: %d acks not sent (the new leader "
+                          "gets these messages again; their rows are stored)", count)
+                self._step_down(exc)
+                raise
+            except TRANSIENT as exc:
+                log.warning("cannot confirm the leader lock before acking, retrying in %.1f s:"
+                            " %s", delay, str(exc).strip() or type(exc).__name__)
+                if not self._back_off(delay):
+                    return False
+                delay = min(delay * 2, DB_BACKOFF_MAX)
+        return True
+
+    def _heartbeat(self) -> None:
+        """Confirm the leader lock several times per lease, so PostgreSQL keeps its session
+        (idle_session_timeout) while this process is alive and responsive; step down at once
+        when another ingester took the lock."""
+        every = max(0.1, self.settings.ingest_lock_timeout / 4)
+        while not self._finished.wait(every):
+            try:
+                with self.watchdog.guard("leader heartbeat", self._lock_conns):
+                    self.leader.confirm()
+            except LeadershipLost as exc:
+                self._step_down(exc)
+                return
+            except TRANSIENT as exc:
+                log.warning("leader heartbeat failed (retrying): %s",
+                            str(exc).strip() or type(exc).__name__)
+
+    def _step_down(self, exc: Exception) -> None:
+        if not self._lost.is_set():
+            self._lost.set()
+            log.error("leadership lost (%s): no more acks, no reconnects; stopping", exc)
+        self.stop()
+
+    def _lock_conns(self) -> list[psycopg.Connection | None]:
+        return [self.leader.connection]
+
+    def _db_conns(self) -> list[psycopg.Connection | None]:
+        return [self._conn, self.leader.connection]
+
+    def _watchdog_fired(self, entry: Guarded, stuck: float) -> None:
+        self.metrics.db_watchdog.inc()
+
     def _commit(self, messages: list[writer.Message]) -> writer.BatchResult | None:
         delay = 0.5
         while True:
             try:
-                conn = self._db()
-                with conn.transaction():
-                    result = writer.write_batch(conn, messages)
-                    self._fault("after_insert_before_commit")
-                    # As late as possible before the commit that allows the acks.
-                    self.leader.confirm()
+                with self.watchdog.guard(f"batch write of {len(messages)}", self._db_conns):
+                    conn = self._db()
+                    with conn.transaction():
+                        result = writer.write_batch(conn, messages)
+                        self._fault("after_insert_before_commit")
+                        # As late as possible before the commit that allows the acks.
+                        self.leader.confirm()
                 return result
             except TRANSIENT as exc:
                 self.metrics.db_errors.inc()
@@ -383,10 +499,13 @@ class Ingester:
         delay = 0.5
         while True:
             try:
-                conn = self._db()
-                with conn.transaction():
-                    counts = writer.quarantine_messages(conn, messages, code=writer.DB_REJECTED,
-                                                        detail=detail)
+                with self.watchdog.guard("quarantine write", self._db_conns):
+                    conn = self._db()
+                    with conn.transaction():
+                        counts = writer.quarantine_messages(conn, messages,
+                                                            code=writer.DB_REJECTED,
+                                                            detail=detail)
+                        self.leader.confirm()
                 return writer.BatchResult(quarantined=counts)
             except TRANSIENT as exc:
                 self.metrics.db_errors.inc()
@@ -411,6 +530,7 @@ class Ingester:
 
     def _db(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
+            lease_ms = max(1, int(self.settings.ingest_lock_timeout * 1000))
             # synchronous_commit=on for this session whatever the server default: an ack
             # promises the row survives a server crash. TCP keepalives and tcp_user_timeout
             # turn a silently vanished server into an error instead of a hang.
@@ -418,8 +538,15 @@ class Ingester:
                 self.settings.database_url, autocommit=True, application_name="sds-ingest",
                 connect_timeout=10, keepalives=1, keepalives_idle=10, keepalives_interval=5,
                 keepalives_count=3, tcp_user_timeout=30000,
-                options="-c synchronous_commit=on -c statement_timeout=60000")
+                options="-c synchronous_commit=on -c statement_timeout=60000"
+                        # A leader frozen mid-transaction must not keep its row locks (and its
+                        # standby's writes waiting) for longer than the lock's lease.
+                        f" -c idle_in_transaction_session_timeout={lease_ms}")
             try:
+                # Least privilege (docs/security.md "Database roles"): insert, never rewrite.
+                role = db.role_for(self.settings, db.ROLE_INGEST)
+                if role:
+                    db.set_role(conn, role)
                 writer.prepare(conn)
             except psycopg.Error:
                 conn.close()
@@ -442,6 +569,12 @@ class Ingester:
             return
         self._faults += 1
         if self._faults % max(1, self.settings.fault_every) == 0:
-            log.warning("fault injection: SIGKILL at %s", point)
-            logging.shutdown()
-            os.kill(os.getpid(), signal.SIGKILL)
+            name = self.settings.fault_signal
+            log.warning("fault injection: SIG%s at %s (%d messages acknowledged so far)", name,
+                        point, self.metrics.acked._value.get())
+            if name == "KILL":
+                logging.shutdown()
+            else:
+                for handler in logging.getLogger().handlers:
+                    handler.flush()
+            os.kill(os.getpid(), FAULT_SIGNALS[name])

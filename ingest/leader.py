@@ -11,11 +11,21 @@ The lock lives on its own connection. Before each commit the leader checks that 
 still alive (a session lock is held exactly as long as its session); if it died (database
 restart, session killed) the leader re-acquires at once, and steps down if a standby got there
 first.
+
+The lock is a lease: its session runs with `idle_session_timeout` = SDS_INGEST_LOCK_TIMEOUT, and
+the ingester confirms it several times per lease. A leader that is frozen (SIGSTOP, a stalled
+VM) or cut off from the database stops confirming, PostgreSQL ends its lock session after the
+lease, and a standby takes over. `confirmed_at` is the monotonic time at which the last
+successful confirmation was sent: while less than a lease has passed since then, the session
+cannot have been ended for idleness. Once another process holds the lock, this one never takes
+it back (`lost`): it steps down for good, and its supervisor starts it again as a standby.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 
 import psycopg
 
@@ -27,50 +37,82 @@ class LeadershipLost(Exception):
 
 
 class Leader:
-    """The advisory lock of one client id, on a dedicated connection."""
+    """The advisory lock of one client id, on a dedicated connection (thread-safe)."""
 
-    def __init__(self, database_url: str, client_id: str) -> None:
+    def __init__(self, database_url: str, client_id: str, *, lease: float = 30.0) -> None:
         self.database_url = database_url
         self.key = f"sds-ingest:{client_id}"
+        self.lease = lease
+        self.confirmed_at = float("-inf")  # time.monotonic() of the last confirmation sent
+        self.lost = False
         self._conn: psycopg.Connection | None = None
+        self._mutex = threading.RLock()
+
+    @property
+    def connection(self) -> psycopg.Connection | None:
+        """The lock's session (for the watchdog to break when a call on it hangs)."""
+        return self._conn
 
     def try_acquire(self) -> bool:
         """Take the lock if it is free; True when this process holds it.
 
         OperationalError (database unreachable) propagates to the caller's retry loop.
         """
-        self.release()
-        conn = psycopg.connect(self.database_url, autocommit=True, connect_timeout=10,
-                               application_name="sds-ingest-lock", keepalives=1,
-                               keepalives_idle=10, keepalives_interval=5, keepalives_count=3)
-        row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                           (self.key,)).fetchone()
-        if row and row[0]:
-            self._conn = conn
-            return True
-        conn.close()
-        return False
+        with self._mutex:
+            self.release()
+            sent = time.monotonic()
+            # idle_session_timeout makes the lock a lease: a holder silent for that long loses
+            # its session, and with it the lock (PostgreSQL 14 or later).
+            conn = psycopg.connect(
+                self.database_url, autocommit=True, connect_timeout=10,
+                application_name="sds-ingest-lock", keepalives=1, keepalives_idle=10,
+                keepalives_interval=5, keepalives_count=3,
+                options=f"-c idle_session_timeout={max(1, int(self.lease * 1000))}")
+            try:
+                row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                                   (self.key,)).fetchone()
+            except psycopg.Error:
+                conn.close()
+                raise
+            if row and row[0]:
+                self._conn = conn
+                self.confirmed_at = sent
+                return True
+            conn.close()
+            return False
 
     def confirm(self) -> None:
         """Check the lock is still held, re-taking it after a lost session.
 
-        Raises LeadershipLost when another process holds it, OperationalError when the
-        database cannot be asked (the caller retries; nothing is acknowledged meanwhile).
+        Raises LeadershipLost when another process holds it (and from then on), OperationalError
+        when the database cannot be asked (the caller retries; nothing is acknowledged
+        meanwhile).
         """
-        if self._conn is not None and not self._conn.closed:
-            try:
-                self._conn.execute("SELECT 1")
-                return
-            except psycopg.OperationalError:
-                log.warning("the leader lock's database session is gone; re-taking the lock")
-        if not self.try_acquire():
-            raise LeadershipLost(f"another ingester holds the lock {self.key!r}")
+        with self._mutex:
+            if self.lost:
+                raise LeadershipLost(f"another ingester took the lock {self.key!r}")
+            if self._conn is not None and not self._conn.closed:
+                sent = time.monotonic()
+                try:
+                    self._conn.execute("SELECT 1")
+                    self.confirmed_at = sent
+                    return
+                except psycopg.OperationalError:
+                    log.warning("the leader lock's database session is gone; re-taking the lock")
+            if not self.try_acquire():
+                self.lost = True
+                raise LeadershipLost(f"another ingester holds the lock {self.key!r}")
+
+    def fresh(self) -> bool:
+        """True while the last confirmation is recent enough (half a lease) to rely on."""
+        return not self.lost and time.monotonic() - self.confirmed_at < self.lease / 2
 
     def release(self) -> None:
         """Drop the lock (closing its session releases it)."""
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg.Error:
-                pass
-            self._conn = None
+        with self._mutex:
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                except psycopg.Error:
+                    pass
+                self._conn = None

@@ -45,6 +45,14 @@ class Metrics:
         self.held = Gauge("sds_ingest_messages_held",
                           "Messages received and not yet committed (at most the window)",
                           registry=r)
+        self.redelivered = Counter(
+            "sds_ingest_messages_redelivered",
+            "Messages the broker sent again with the DUP flag (after a crash or a lost "
+            "connection) and that were committed", registry=r)
+        self.db_watchdog = Counter(
+            "sds_ingest_db_watchdog_fired",
+            "Database calls that hung past SDS_INGEST_DB_WATCHDOG and had their connection "
+            "broken (the batch was retried, nothing acked meanwhile)", registry=r)
         self.db_errors = Counter("sds_ingest_db_errors",
                                  "Failed batch transactions (retried, nothing acked)", registry=r)
         self.connects = Counter("sds_ingest_connects", "Successful broker connections", registry=r)

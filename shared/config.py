@@ -54,10 +54,19 @@ class Settings:
     ingest_receive_maximum: int = _f(
         1000, "MQTT 5 Receive Maximum the ingester asks for: unacknowledged messages the broker "
         "may send it at once (overrides mosquitto's max_inflight_messages for this client)")
+    ingest_db_watchdog: float = _f(
+        30.0, "Longest a batch's database write may hang (s): past it the ingester breaks the "
+        "connection (nothing is acked) and retries the batch on a new one")
+    ingest_lock_timeout: float = _f(
+        30.0, "Leader lock lease (s): PostgreSQL ends the lock session of an ingester that "
+        "stayed silent this long (frozen or cut off), so a standby can take over")
     fault_at: str | None = _f(
         None, "Test-only fault point where the ingester SIGKILLs itself: after_receive, "
         "after_insert_before_commit or after_commit_before_ack (empty: off)")
     fault_every: int = _f(1, "Test-only: the fault fires at every Nth pass of the fault point")
+    fault_signal: str = _f(
+        "KILL", "Test-only: what the fault point does to the process: KILL (SIGKILL) or STOP "
+        "(SIGSTOP, frozen until a SIGCONT)")
     metrics_port: int = _f(9108, "Prometheus metrics port of the ingester (0 disables)")
     metrics_bind: str = _f("127.0.0.1", "Address the metrics endpoints bind to")
 
