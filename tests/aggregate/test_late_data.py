@@ -11,6 +11,8 @@ import psycopg
 import pytest
 
 from aggregate import jobs, rollups
+from shared import dirty
+from shared.timeutil import zone
 from tests.aggregate.conftest import fetch, insert_readings, make_location, run_all, series
 
 END = datetime(2024, 7, 20, 12, 0, tzinfo=UTC)  # "now" of these scenarios
@@ -189,7 +191,169 @@ def test_two_workers_on_the_same_marks_do_not_double_count(db, database_url) -> 
     assert got[0]["n"] == 49 and round(got[0]["readings"]) == len(rows)
 
 
-def test_rollups_are_idempotent_and_backfill_equals_incremental(db, database_url) -> None:
+CONCURRENT_ZONES = ("Australia/Lord_Howe", "Pacific/Chatham", "America/Santiago",
+                    "Asia/Kolkata")
+
+
+def _seed_fall_back(conn: psycopg.Connection, *, skip: int) -> int:
+    """Three days of readings around the 2024-04-07 fall-back of the concurrent zones, one
+    device per zone plus one undeployed, leaving out slots where i % 7 == skip (so a second
+    wave with another `skip` adds late readings into existing buckets)."""
+    start = datetime(2024, 4, 5, 12, 0, tzinfo=UTC)
+    n = 0
+    for i, tz in enumerate((*CONCURRENT_ZONES, None)):
+        loc = None
+        if tz is not None:
+            row = conn.execute("SELECT id FROM locations WHERE tz_name = %s", (tz,)).fetchone()
+            loc = row[0] if row else make_location(conn, tz)
+        rows = [r for j, r in enumerate(series(
+            start, start + timedelta(days=3),
+            tair=lambda k, t, i=i: round(5 + i + (k * 37 % 101) / 10, 2))) if j % 7 != skip]
+        n += insert_readings(conn, f"C{i}", loc, rows)
+    conn.commit()
+    return n
+
+
+def _deadlocks(conn: psycopg.Connection) -> int:
+    return int(conn.execute("SELECT deadlocks FROM pg_stat_database"
+                            " WHERE datname = current_database()").fetchone()[0])
+
+
+def test_concurrent_workers_and_a_lost_lock_match_the_reference(
+        db, database_url, settings, figures) -> None:
+    """R24: two workers on their own connections drain the same dirty set at once (batches of
+    25, opposite table orders); then a leader loses its lock with a claimed batch open while
+    the new leader drains. No mark is processed twice, nothing deadlocks, and after the next
+    run every bucket equals the reference from the raw rows with no mark left."""
+    from aggregate.leader import LeaderLock, LeadershipLost
+    from shared.db import make_pool
+    from tests.aggregate import reference
+
+    _seed_fall_back(db, skip=3)
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        deadlocks_before = _deadlocks(admin)
+    pending = fetch(db, "SELECT count(*) AS n FROM rollup_dirty")[0]["n"]
+    db.commit()
+    pools = [make_pool(settings, name=f"sds-aggregate-w{i}") for i in range(2)]
+    try:
+        # --- phase 1: two free-running workers on one dirty set ----------------------------
+        barrier = threading.Barrier(2)
+        done: dict[int, int] = {}
+        errors: list[BaseException] = []
+
+        def worker(i: int) -> None:
+            try:
+                barrier.wait(10)
+                order = TABLES if i == 0 else tuple(reversed(TABLES))
+                done[i] = sum(jobs.drain(pools[i], table=t, low_quality_pct=80, batch=25)
+                              for t in order)
+            except BaseException as exc:  # reported by the main thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a worker hung (lock wait or deadlock)"
+        assert not errors, errors
+        assert done[0] > 0 and done[1] > 0, done
+        assert done[0] + done[1] == pending, "a mark was processed twice or not at all"
+        assert reference.marks_left(db) == 0
+        assert not reference.mismatches(db)
+        db.commit()
+
+        # --- phase 2: the leader loses its lock mid-run -------------------------------------
+        raw_before = fetch(db, "SELECT count(*) AS n FROM calibrated")[0]["n"]
+        _seed_fall_back(db, skip=5)
+        late = fetch(db, "SELECT count(*) AS n FROM calibrated")[0]["n"] - raw_before
+        assert late > 0
+        old, new = LeaderLock(database_url), LeaderLock(database_url)
+        assert old.try_acquire()
+        calls = {"n": 0}
+        overlap: dict[str, int] = {}
+
+        def losing_guard(conn: psycopg.Connection) -> None:
+            """The real guard; on the pre-commit check of the old leader's second batch its
+            lock session is ended and the new leader drains while that batch is still open."""
+            calls["n"] += 1
+            if calls["n"] == 4:
+                with psycopg.connect(database_url, autocommit=True) as admin:
+                    admin.execute("SELECT pg_terminate_backend(%s)", (old.backend_pid,))
+                deadline = time.monotonic() + 10
+                while not new.try_acquire():
+                    assert time.monotonic() < deadline, "the lock was never freed"
+                    time.sleep(0.05)
+                thread = threading.Thread(target=lambda: overlap.update(
+                    {t: jobs.drain(pools[1], table=t, low_quality_pct=80, guard=new.guard,
+                                   batch=25) for t in TABLES}), daemon=True)
+                thread.start()
+                thread.join(30)
+                assert not thread.is_alive(), "the new leader waited on the old one's batch"
+            old.guard(conn)
+
+        with pytest.raises(LeadershipLost):
+            jobs.drain(pools[0], table="hourly", low_quality_pct=80, guard=losing_guard,
+                       batch=25)
+        # The old leader's open batch rolled back: its 25 marks are pending again, and the
+        # new leader's next run recomputes them.
+        assert fetch(db, "SELECT count(*) AS n FROM rollup_dirty")[0]["n"] == 25
+        db.commit()
+        caught_up = {t: jobs.drain(pools[1], table=t, low_quality_pct=80, guard=new.guard)
+                     for t in TABLES}
+        assert caught_up["hourly"] == 25
+        assert reference.marks_left(db) == 0
+        wrong = reference.mismatches(db)
+        assert not wrong, sorted(wrong.items(), key=str)[:5]
+        buckets = reference.bucket_count(db)
+        old.release()
+        new.release()
+    finally:
+        for p in pools:
+            p.close()
+    # Negative control: the comparison does see a wrong bucket.
+    db.execute("UPDATE hourly SET maxt = maxt + 1 WHERE ctid = (SELECT min(ctid) FROM hourly"
+               " WHERE device = 'C0')")
+    assert len(reference.mismatches(db)) == 1
+    db.rollback()
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        deadlocks = _deadlocks(admin) - deadlocks_before
+    assert deadlocks == 0
+    figures.record("rollup.concurrent_workers",
+                   {"marks (2 workers)": pending, "split": f"{done[0]}/{done[1]}",
+                    "late readings": late, "batches rolled back on lock loss": 1,
+                    "buckets compared": buckets, "mismatched": 0, "marks left": 0,
+                    "deadlocks": deadlocks},
+                   section="rollup",
+                   title="Concurrent rollup workers on one dirty set, and a leader losing its "
+                         "lock with a batch open (R24)",
+                   target="no double counting, no deadlock, tables = reference",
+                   source="tests/aggregate/test_late_data.py")
+
+
+def _mark_everything(conn: psycopg.Connection) -> int:
+    """Write a dirty mark for every bucket of every stored reading; returns marks written."""
+    marks: set = set()
+    for loc, tz_name in fetch_rows(conn, "SELECT DISTINCT c.location, l.tz_name FROM calibrated c"
+                                         " LEFT JOIN locations l ON l.id = c.location"):
+        times: dict[str, list[datetime]] = {}
+        for device, t in fetch_rows(conn, "SELECT device, time FROM calibrated"
+                                          " WHERE location IS NOT DISTINCT FROM %s", loc):
+            times.setdefault(device, []).append(t)
+        for device, ts in times.items():
+            marks |= dirty.bucket_marks(device, ts, zone(tz_name) if tz_name else None)
+    return dirty.write_marks(conn, marks)
+
+
+def fetch_rows(conn: psycopg.Connection, sql: str, *args) -> list[tuple]:  # type: ignore[no-untyped-def]
+    """Rows as tuples."""
+    return conn.execute(sql, args).fetchall()
+
+
+def test_rollups_are_idempotent_and_backfill_equals_incremental(db, database_url,
+                                                                 figures) -> None:
+    """R35: every rollup run twice in a row (from marks, by backfill, into empty tables)
+    leaves identical table checksums."""
     locs = {tz: make_location(db, tz, lat=-33.4, lon=-70.6, elev=500.0, kc=0.8)
             for tz in ("America/Santiago", "Australia/Lord_Howe", "Asia/Kolkata")}
     start = datetime(2024, 9, 6, tzinfo=UTC)
@@ -205,6 +369,15 @@ def test_rollups_are_idempotent_and_backfill_equals_incremental(db, database_url
     first = {t: _checksum(db, t) for t in TABLES}
     counts = {t: fetch(db, f"SELECT count(*) AS n FROM {t}")[0]["n"] for t in TABLES}
     assert all(counts.values())
+    # Run every rollup twice in a row through the scheduler's own path: mark every bucket of
+    # every reading dirty, drain, and compare the checksums after each run.
+    remarked = 0
+    for _ in range(2):
+        remarked = _mark_everything(db)
+        assert run_all(db) == remarked
+        db.commit()
+        assert {t: _checksum(db, t) for t in TABLES} == first
+    assert remarked == sum(counts.values())
     # Run every bucket again, twice, by backfill: identical values.
     for _ in range(2):
         jobs.backfill(db, tables=TABLES, start=start - timedelta(days=1),
@@ -223,6 +396,16 @@ def test_rollups_are_idempotent_and_backfill_equals_incremental(db, database_url
         db.commit()
         assert {t: _checksum(db, t) for t in TABLES} == first, workers
     assert run_all(db) == 0  # nothing pending: a second run does nothing
+    from tests.aggregate import reference
+
+    assert not reference.mismatches(db)
+    figures.record("rollup.idempotence",
+                   {"rows checked": sum(counts.values()), "reruns": "2 from marks, 2 backfills, "
+                    "2 rebuilds", "checksums differing": 0},
+                   section="rollup",
+                   title="Every rollup run twice in a row: md5 of each table's values before "
+                         "and after (R35)",
+                   target="identical", source="tests/aggregate/test_late_data.py")
 
 
 def test_zone_change_rebuckets_the_location(db) -> None:

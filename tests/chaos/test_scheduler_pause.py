@@ -119,8 +119,10 @@ def test_short_grace_time_misses_runs_after_a_freeze(database_url: str, tmp_path
     try:
         with psycopg.connect(database_url, autocommit=True) as conn:
             _freeze(proc, conn)
-            wait_for(lambda: "missed its run time" in log.read_text(), 10, 0.1,
-                     what="the missed-run warning")
+            # Each job's missed-run event is logged by its own executor callback: wait for
+            # all of them, not just the first.
+            wait_for(lambda: all(f"job {j} missed its run time" in log.read_text()
+                                 for j in JOBS), 10, 0.1, what="every job's missed-run warning")
     finally:
         _stop(proc)
     assert all(f"job {j} missed its run time" in log.read_text() for j in JOBS)
