@@ -1,0 +1,157 @@
+"""The existence oracle (reliability plan S2): for every route that names one object, asking
+for another organisation's object and for one that does not exist must answer alike, so a
+caller cannot learn which ids exist elsewhere.
+
+Alike means: the same status, the same headers (names and values) and the same body once the
+requested id, which the 404 message repeats back, is replaced by a placeholder (the probe ids
+have the same length as the real ones, so Content-Length matches too); and the same cost: the
+medians of interleaved timings differ by at most 20%.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.access.conftest import World, apikey, basic, bearer
+
+MISSING_UUID = "00000000-0000-4000-8000-000000000000"
+MISSING_DEVICE = "Z999999"  # same length as the seeded device names
+TIMING_PAIRS = 60
+TIMING_ROUNDS = 3  # a round spoiled by a load burst on the shared machine is measured again
+TIMING_TOLERANCE = 0.20
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One object route: the request for org A's object (sent by org B) and for a missing one."""
+
+    name: str
+    method: str
+    theirs: Callable[[World], str]  # path naming org A's object
+    missing: str  # path naming nothing
+    their_id: Callable[[World], str]
+    missing_id: str
+    body: dict[str, Any] | None = None
+    key_allowed: bool = True  # API keys may call it (else they get 403, not a 404)
+
+
+PROBES = [
+    Probe("device", "GET", lambda w: f"/api/v2/devices/{w.dev_a}",
+          f"/api/v2/devices/{MISSING_DEVICE}", lambda w: w.dev_a, MISSING_DEVICE),
+    Probe("location", "GET", lambda w: f"/api/v2/locations/{w.loc_a}",
+          f"/api/v2/locations/{MISSING_UUID}", lambda w: str(w.loc_a), MISSING_UUID),
+    Probe("data-device", "GET", lambda w: f"/api/v2/data/hourly?device={w.dev_a}",
+          f"/api/v2/data/hourly?device={MISSING_DEVICE}", lambda w: w.dev_a, MISSING_DEVICE),
+    Probe("data-raw-device", "GET", lambda w: f"/api/v2/data/calibrated?device={w.dev_a}",
+          f"/api/v2/data/calibrated?device={MISSING_DEVICE}", lambda w: w.dev_a,
+          MISSING_DEVICE),
+    Probe("data-location", "GET", lambda w: f"/api/v2/data/hourly?location={w.loc_a}",
+          f"/api/v2/data/hourly?location={MISSING_UUID}", lambda w: str(w.loc_a),
+          MISSING_UUID),
+    Probe("apikey-update", "PUT", lambda w: f"/api/v2/apikeys/{w.key_ids['data']}",
+          f"/api/v2/apikeys/{MISSING_UUID}", lambda w: str(w.key_ids["data"]), MISSING_UUID,
+          body={"name": "probe"}, key_allowed=False),
+    Probe("apikey-delete", "DELETE", lambda w: f"/api/v2/apikeys/{w.key_ids['data']}",
+          f"/api/v2/apikeys/{MISSING_UUID}", lambda w: str(w.key_ids["data"]), MISSING_UUID,
+          key_allowed=False),
+]
+
+
+def _callers(world: World, probe: Probe) -> dict[str, dict[str, str]]:
+    """Org B's credentials that may call the route."""
+    callers = {"basic": basic("b1@b.example"), "bearer": bearer(world.tokens["b_live"])}
+    if probe.key_allowed:
+        callers["apikey"] = apikey(world.keys["b_all"])
+    return callers
+
+
+def _answer(client: FlaskClient, probe: Probe, path: str, headers: dict[str, str],
+            req_id: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    r = client.open(path, method=probe.method, headers=headers, json=probe.body)
+    return (r.status_code, sorted(r.headers.items()),
+            r.get_data().replace(req_id.encode(), b"<ID>"))
+
+
+def test_served_object_routes_are_all_probed(app: Flask) -> None:
+    """Every served rule with an object id in its path has a probe (a new one cannot be
+    forgotten); /data names its object in the query and is probed by table."""
+    probed = {p.missing.split("?")[0].rsplit("/", 1)[0] for p in PROBES}
+    for rule in app.url_map.iter_rules():
+        if rule.rule.startswith("/api/v2/") and rule.arguments and \
+                not rule.rule.startswith(("/api/v2/schemas", "/api/v2/doc", "/api/v2/data")):
+            assert rule.rule.rsplit("/", 1)[0] in probed, f"no S2 probe for {rule.rule}"
+
+
+def test_other_orgs_object_answers_byte_identically(client: FlaskClient, world: World,
+                                                    figures: Any) -> None:
+    identical, total, differing = 0, 0, []
+    for probe in PROBES:
+        for who, headers in _callers(world, probe).items():
+            theirs = _answer(client, probe, probe.theirs(world), headers, probe.their_id(world))
+            missing = _answer(client, probe, probe.missing, headers, probe.missing_id)
+            total += 1
+            if theirs[0] == 404 and theirs == missing:
+                identical += 1
+            else:
+                differing.append((probe.name, who, theirs, missing))
+    figures.record("s2_pairs_identical", f"{identical}/{total}", section="security",
+                   title="S2 existence oracle: other org's id vs missing id answered "
+                         "byte-identically (status, headers, body; pairs identical / total)",
+                   target="100%", source="tests/access/test_existence_oracle.py")
+    assert not differing, differing[:2]
+    assert total >= 15
+
+
+def _timed(client: FlaskClient, probe: Probe, path: str, headers: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    client.open(path, method=probe.method, headers=headers, json=probe.body)
+    return time.perf_counter() - t0
+
+
+def _measure(client: FlaskClient, probe: Probe, world: World) -> float:
+    """median(theirs) / median(missing) over interleaved samples (order alternates, so a
+    slow stretch of the machine falls on both sides)."""
+    headers = _callers(world, probe)["bearer"]
+    theirs_path = probe.theirs(world)
+    for _ in range(5):  # warm-up: pool connections, caches, code paths
+        _timed(client, probe, theirs_path, headers)
+        _timed(client, probe, probe.missing, headers)
+    theirs, missing = [], []
+    for i in range(TIMING_PAIRS):
+        if i % 2:
+            theirs.append(_timed(client, probe, theirs_path, headers))
+            missing.append(_timed(client, probe, probe.missing, headers))
+        else:
+            missing.append(_timed(client, probe, probe.missing, headers))
+            theirs.append(_timed(client, probe, theirs_path, headers))
+    return statistics.median(theirs) / statistics.median(missing)
+
+
+def test_other_orgs_object_takes_as_long_as_a_missing_one(client: FlaskClient, world: World,
+                                                          figures: Any) -> None:
+    """Within 20% by median, per route; an extra query, a hash or a larger answer on one path
+    would exceed it. Up to three rounds per route: the best one counts."""
+    ratios: dict[str, float] = {}
+    for probe in PROBES:
+        best = None
+        for _ in range(TIMING_ROUNDS):
+            ratio = _measure(client, probe, world)
+            if best is None or abs(ratio - 1) < abs(best - 1):
+                best = ratio
+            if abs(best - 1) <= TIMING_TOLERANCE:
+                break
+        assert best is not None
+        ratios[probe.name] = round(best, 3)
+    worst = max(ratios.values(), key=lambda r: abs(r - 1))
+    figures.record("s2_timing_ratio", {"worst": worst, **ratios}, section="security",
+                   title="S2 existence oracle: median time other org's id / missing id, "
+                         "per route (interleaved, 60 pairs)",
+                   target="within 0.8-1.2", source="tests/access/test_existence_oracle.py")
+    assert all(abs(r - 1) <= TIMING_TOLERANCE for r in ratios.values()), ratios
