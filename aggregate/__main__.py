@@ -21,8 +21,10 @@ from apscheduler.events import (
     EVENT_JOB_ERROR,
     EVENT_JOB_MAX_INSTANCES,
     EVENT_JOB_MISSED,
+    EVENT_SCHEDULER_STARTED,
     JobEvent,
     JobExecutionEvent,
+    SchedulerEvent,
 )
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.blocking import BlockingScheduler
@@ -90,6 +92,14 @@ def build_scheduler(
                 metrics.missed.labels(event.job_id).inc()
 
     scheduler.add_listener(on_event, EVENT_JOB_ERROR | EVENT_JOB_MAX_INSTANCES | EVENT_JOB_MISSED)
+
+    def on_started(event: SchedulerEvent) -> None:
+        # The job list as the started scheduler holds it: after a restart an operator (and
+        # the R34 test) can see that the jobs came from code, each id once.
+        ids = sorted(job.id for job in scheduler.get_jobs())
+        log.info("scheduler started with %d jobs: %s", len(ids), ", ".join(ids))
+
+    scheduler.add_listener(on_started, EVENT_SCHEDULER_STARTED)
     return scheduler
 
 

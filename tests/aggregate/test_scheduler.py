@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,9 +76,9 @@ def test_guard_rejects_a_process_without_the_lock(database_url) -> None:
         b.release()
 
 
-def _spawn(database_url: str, log: Path) -> subprocess.Popen[bytes]:
+def _spawn(database_url: str, log: Path, metrics_port: int = 0) -> subprocess.Popen[bytes]:
     env = {**os.environ, "SDS_DATABASE_URL": database_url, "SDS_AGGREGATE_INTERVAL": "1",
-           "SDS_AGGREGATE_METRICS_PORT": "0", "SDS_LOG_LEVEL": "INFO"}
+           "SDS_AGGREGATE_METRICS_PORT": str(metrics_port), "SDS_LOG_LEVEL": "INFO"}
     with log.open("wb") as out:
         return subprocess.Popen([sys.executable, "-m", "aggregate"], cwd=ROOT, env=env,
                                 stdout=out, stderr=subprocess.STDOUT)
@@ -162,48 +163,159 @@ def test_two_schedulers_one_leader_and_failover(database_url, tmp_path, figures)
     assert any("scheduler lock lost" in text for text in logs)
 
 
-def test_long_run_is_not_overlapped_and_skips_are_counted(settings, monkeypatch, caplog) -> None:
-    """A run longer than its interval: no second instance, the skipped ticks are logged and
-    counted, and runs never overlap (R32)."""
-    import threading
-
-    from aggregate import jobs
-    from aggregate.metrics import Metrics
-    from shared.db import make_pool
-
-    real_drain = jobs.drain
-
-    def slow_drain(*args, **kwargs):  # type: ignore[no-untyped-def]
-        time.sleep(2.5)
-        return real_drain(*args, **kwargs)
-
-    monkeypatch.setattr(jobs, "drain", slow_drain)
-    pool = make_pool(settings.replace(aggregate_interval=1), name="sds-aggregate-test")
-    leader = LeaderLock(settings.database_url)
-    metrics = Metrics()
+def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
     try:
-        assert leader.try_acquire()
-        scheduler = build_scheduler(pool, settings.replace(aggregate_interval=1), leader,
-                                    "test:1", metrics)
-        thread = threading.Thread(target=scheduler.start, daemon=True)
-        thread.start()
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
-            _wait(lambda: conn.execute("SELECT count(*) FROM job_runs WHERE job = 'hourly'"
-                                       " AND finished IS NOT NULL").fetchone()[0] >= 2,
-                  20, "two finished hourly runs")
-            scheduler.shutdown(wait=True)
-            thread.join(10)
-            runs = conn.execute("SELECT started, finished FROM job_runs WHERE job = 'hourly'"
-                                " AND finished IS NOT NULL ORDER BY started").fetchall()
-        for (_, end), (start, _) in zip(runs, runs[1:], strict=False):
-            assert start >= end, "two runs of one job overlapped"
-        skipped = metrics.registry.get_sample_value("sds_aggregate_ticks_skipped_total",
-                                                    {"job": "hourly"})
-        assert skipped and skipped >= 1
-        assert "still running at its next tick" in caplog.text
-        ok = metrics.registry.get_sample_value("sds_aggregate_runs_total",
-                                               {"job": "hourly", "outcome": "ok"})
-        assert ok and ok >= 2
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+JOB_IDS = ["daily", "hourly", "leader-watchdog", "local_hourly"]
+STARTED = re.compile(r"scheduler started with (\d+) jobs: (.*)$", re.M)
+
+
+def test_no_persistent_or_shared_job_store_anywhere() -> None:
+    """R34 guard: the only APScheduler job store the scheduler code names is the in-memory
+    one, and no setting could point it at a shared store."""
+    sources = {p.name: p.read_text() for p in (ROOT / "aggregate").glob("*.py")}
+    stores = {m for text in sources.values()
+              for m in re.findall(r"apscheduler\.jobstores\.(\w+)", text)}
+    assert stores == {"memory"}, stores
+    assert not any("add_jobstore" in text for text in sources.values())
+    assert not [f for f in Settings.__dataclass_fields__ if "jobstore" in f or "job_store" in f]
+
+
+@pytest.mark.chaos
+def test_restarts_define_the_same_jobs_once(database_url, tmp_path, figures) -> None:
+    """R34: restart `python -m aggregate` 5 times (SIGTERM and SIGKILL alternately). Each
+    start holds the jobs defined in code, each id once, and runs each rollup once per tick."""
+    per_start: list[int] = []
+    duplicates = 0
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for i in range(6):  # the first start and 5 restarts
+            log = tmp_path / f"start{i}.log"
+            proc = _spawn(database_url, log)
+            runner_suffix = f":{proc.pid}"
+            try:
+                _wait(lambda log=log: STARTED.search(log.read_text()), 30, "the job list")
+                _wait(lambda s=runner_suffix: all(
+                    n >= 2 for n in _job_counts(conn, s).values()) and len(
+                    _job_counts(conn, s)) == 3, 30, "two runs of every rollup job")
+            finally:
+                _stop(proc, signal.SIGTERM if i % 2 == 0 else signal.SIGKILL)
+            found = STARTED.findall(log.read_text())
+            assert len(found) == 1, found  # one scheduler start per process
+            count, ids = int(found[0][0]), found[0][1].split(", ")
+            duplicates += len(ids) - len(set(ids))
+            assert (count, ids) == (len(JOB_IDS), JOB_IDS), found
+            per_start.append(count)
+            # One run per tick: a job's runs by this process never start within 0.5 s.
+            for job in ("hourly", "local_hourly", "daily"):
+                starts = [r[0] for r in conn.execute(
+                    "SELECT started FROM job_runs WHERE job = %s AND runner LIKE %s"
+                    " ORDER BY started", (job, f"%{runner_suffix}")).fetchall()]
+                gaps = [(b - a).total_seconds() for a, b in zip(starts, starts[1:],
+                                                               strict=False)]
+                assert min(gaps) > 0.5, (job, gaps)
+            assert "Traceback" not in log.read_text()
+    assert duplicates == 0
+    figures.record("scheduler.restarts",
+                   {"restarts": len(per_start) - 1, "jobs after each start": per_start,
+                    "duplicate jobs": duplicates, "job store": "in-memory (code-defined)"},
+                   section="scheduler",
+                   title="Scheduler process restarted 5 times (SIGTERM/SIGKILL): jobs held "
+                         "after each start (R34)",
+                   target="same 4 jobs each start; 0 duplicates",
+                   source="tests/aggregate/test_scheduler.py")
+
+
+def _job_counts(conn: psycopg.Connection, runner_suffix: str) -> dict[str, int]:
+    return dict(conn.execute(
+        "SELECT job, count(*) FROM job_runs WHERE runner LIKE %s AND finished IS NOT NULL"
+        " GROUP BY job", (f"%{runner_suffix}",)).fetchall())
+
+
+@pytest.mark.chaos
+def test_long_run_is_skipped_counted_and_caught_up(db, database_url, tmp_path, figures) -> None:
+    """R32 with a real long run: a session holding a lock on `hourly` keeps the hourly rollup
+    of `python -m aggregate` (1 s interval) waiting in the database for several intervals.
+    No second instance starts, each skipped tick is logged and counted in the metrics, the
+    other rollups keep running, and once the lock is gone the next runs catch up the marks
+    written meanwhile: no mark left, every bucket equal to the reference from raw rows."""
+    from tests.aggregate import reference
+    from tests.aggregate.conftest import insert_readings, make_location, series
+    from tests.chaos.conftest import scrape
+    from tests.support.services import free_port
+
+    start = datetime(2024, 7, 1, tzinfo=UTC)
+    locs = [make_location(db, tz) for tz in ("UTC", "Asia/Kolkata")]
+    for i, loc in enumerate(locs):
+        insert_readings(db, f"S{i}", loc, series(start, start + timedelta(days=1),
+                                                 tair=lambda k, t, i=i: float(i + k % 13)))
+    db.commit()
+    port = free_port()
+    log = tmp_path / "aggregate.log"
+    holder = psycopg.connect(database_url)
+    holder.execute("LOCK TABLE hourly IN EXCLUSIVE MODE")  # reads pass, writes wait
+    proc = _spawn(database_url, log, metrics_port=port)
+    try:
+        with psycopg.connect(database_url, autocommit=True) as watch:
+
+            def hourly_runs() -> list[tuple[datetime, datetime | None]]:
+                return watch.execute("SELECT started, finished FROM job_runs WHERE job ="
+                                     " 'hourly' ORDER BY started").fetchall()
+
+            def skipped() -> float:
+                return scrape(port).get('sds_aggregate_ticks_skipped_total{job="hourly"}', 0)
+
+            _wait(lambda: watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE"
+                " 'sds-aggregate%%' AND wait_event_type = 'Lock'").fetchone()[0] == 1,
+                30, "the hourly rollup waiting on the lock")
+            _wait(lambda: skipped() >= 3, 30, "three skipped hourly ticks")
+            # Late readings while the long run waits: new marks for the next run.
+            insert_readings(db, "S0", locs[0], series(start + timedelta(days=1),
+                                                      start + timedelta(days=1, hours=6),
+                                                      tair=lambda k, t: 40.0 - k % 7))
+            db.commit()
+            waiting = hourly_runs()
+            assert len(waiting) == 1 and waiting[0][1] is None, waiting
+            others = dict(watch.execute(
+                "SELECT job, count(*) FROM job_runs WHERE job <> 'hourly' AND finished IS NOT"
+                " NULL GROUP BY job").fetchall())
+            assert others.get("local_hourly", 0) >= 2 and others.get("daily", 0) >= 2, others
+            released = datetime.now(UTC)
+            holder.rollback()
+            _wait(lambda: reference.marks_left(watch) == 0 and any(
+                s > released and f is not None for s, f in hourly_runs()), 30,
+                "the catch-up run and no marks left")
+            runs = hourly_runs()
+            ticks_skipped = skipped()
+            ok = scrape(port).get('sds_aggregate_runs_total{job="hourly",outcome="ok"}', 0)
     finally:
-        leader.release()
-        pool.close()
+        holder.close()
+        _stop(proc)
+    assert all(f is not None for _, f in runs)
+    for (_, end), (begin, _) in zip(runs, runs[1:], strict=False):
+        assert begin >= end, "two runs of the hourly job overlapped"
+    longest = max((f - s).total_seconds() for s, f in runs)
+    assert longest > 2, "the first run should have waited several intervals"
+    assert ok >= 2
+    text = log.read_text()
+    assert text.count("job hourly still running at its next tick; skipped this one") >= \
+        ticks_skipped
+    assert "Traceback" not in text
+    assert reference.marks_left(db) == 0
+    wrong = reference.mismatches(db)
+    assert not wrong, sorted(wrong.items(), key=str)[:5]
+    figures.record("scheduler.long_run",
+                   {"interval s": 1, "longest run s": round(longest, 1),
+                    "ticks skipped (metric = log lines)": int(ticks_skipped),
+                    "overlapping runs": 0, "marks left": 0, "mismatched buckets": 0},
+                   section="scheduler",
+                   title="Rollup run longer than its interval, held by a table lock (R32)",
+                   target="no overlap; skips logged and counted; next run catches up",
+                   source="tests/aggregate/test_scheduler.py")
