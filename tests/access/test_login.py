@@ -15,6 +15,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from shared import credentials
+from shared.config import Settings
 from tests.access.conftest import PASSWORDS, World, apikey, basic, bearer, close_app, make_app
 
 A1_LOGIN = {"email": "a1@a.example", "password": PASSWORDS["a1@a.example"]}
@@ -320,11 +321,20 @@ def _login_gap(client: FlaskClient, n: int) -> float:
 
 
 def test_unknown_email_costs_the_same_as_a_wrong_password(
-        client: FlaskClient, monkeypatch: pytest.MonkeyPatch) -> None:
+        client: FlaskClient, monkeypatch: pytest.MonkeyPatch, figures: Any) -> None:
     """S8: median of paired (unknown - wrong) < 25% of one argon2 verify; a negative control
     (no dummy verify for unknown emails) shows the test would see the difference."""
     verify = _one_verify_seconds()
     gap = _login_gap(client, 30)
+    figures.record("s9_argon2_verify_ms", round(verify * 1e3, 1), section="security",
+                   title="S9 argon2id verify time on this machine (ms, median of 5; "
+                         "m=19456, t=2, p=1)",
+                   target="recorded", source="tests/access/test_login.py")
+    figures.record("s8_login_gap_ms", round(gap * 1e3, 2), section="security",
+                   title="S8 login timing gap, unknown email minus wrong password (ms, median "
+                         "of 30 interleaved pairs)",
+                   target=f"< 25% of one verify ({0.25 * verify * 1e3:.1f} ms)",
+                   source="tests/access/test_login.py")
     assert abs(gap) < 0.25 * verify, (gap, verify)
 
     real = credentials.verify_password
@@ -334,7 +344,47 @@ def test_unknown_email_costs_the_same_as_a_wrong_password(
 
     monkeypatch.setattr(credentials, "verify_password", leaky)
     gap = _login_gap(client, 10)
+    figures.record("s8_control_gap_ms", round(gap * 1e3, 2), section="security",
+                   title="S8 negative control: the same gap with the dummy verify removed (ms, "
+                         "median of 10 pairs)",
+                   target="about minus one verify", source="tests/access/test_login.py")
     assert -gap > 0.5 * verify, "negative control: the gap should be visible"
+
+
+def test_attempts_before_back_off_and_cpu_of_refusals(fresh_world: World,
+                                                      figures: Any) -> None:
+    """S7 at the shipped settings: failed logins allowed before 429 (<= 100, NIST), and the
+    process CPU time of 100 refused attempts, which must not pay for argon2."""
+    app = make_app(fresh_world.url)  # default thresholds
+    try:
+        client = app.test_client()
+        wrong = basic("a1@a.example", "guess-guess")
+        allowed = 0
+        while (status := client.get("/api/v2/devices", headers=wrong).status_code) == 401:
+            allowed += 1
+            assert allowed <= 100, "no back-off within 100 failed logins"
+        assert status == 429
+        cpu0 = time.process_time()
+        statuses = {client.get("/api/v2/devices", headers=wrong).status_code
+                    for _ in range(100)}
+        cpu = time.process_time() - cpu0
+    finally:
+        close_app(app)
+    stored = credentials.hash_password("cpu-reference")
+    verify0 = time.process_time()
+    credentials.verify_password(stored, "cpu-reference-wrong")
+    verify_cpu = time.process_time() - verify0
+    figures.record("s7_attempts_before_back_off", allowed, section="security",
+                   title="S7 failed logins allowed per account before 429 (shipped "
+                         "SDS_LOGIN_MAX_FAILURES)",
+                   target="<= 100", source="tests/access/test_login.py")
+    figures.record("s7_cpu_s_per_100_refused", round(cpu, 3), section="security",
+                   title="S7 CPU-seconds (API process) for 100 throttled login attempts "
+                         f"(one argon2 verify: {verify_cpu:.3f} s)",
+                   target="far below 100 verifies", source="tests/access/test_login.py")
+    assert statuses == {429}
+    assert allowed == Settings().login_max_failures
+    assert cpu < 100 * verify_cpu / 10, (cpu, verify_cpu)
 
 
 def test_forwarded_address_used_only_behind_trusted_proxies(fresh_world: World) -> None:
