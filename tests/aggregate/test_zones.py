@@ -187,3 +187,92 @@ def test_deploying_a_device_over_stored_readings_builds_its_local_rows(db) -> No
     assert {h["location"] for h in hours} == {loc}
     assert fetch(db, "SELECT count(*) AS n FROM hourly WHERE location = %s", loc)[0]["n"] == 6
     assert fetch(db, "SELECT count(*) AS n FROM daily")[0]["n"] == 1
+
+
+TABLE_ZONES = ("America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Pacific/Chatham",
+               "Asia/Kolkata", "Asia/Kathmandu", "America/St_Johns", "America/Santiago")
+PLAIN_DATES = (date(2024, 1, 1), date(2025, 6, 15), date(2026, 12, 31))
+EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+
+
+def _transition_dates(tz: ZoneInfo) -> list[date]:
+    """Local dates of 2024-2026 on which `tz` changes its UTC offset (found by scanning)."""
+    out = []
+    t, end = EPOCH, datetime(2027, 1, 1, tzinfo=UTC)
+    while t < end:
+        nxt = t + timedelta(hours=1)
+        if t.astimezone(tz).utcoffset() != nxt.astimezone(tz).utcoffset():
+            u = t
+            while u.astimezone(tz).utcoffset() == t.astimezone(tz).utcoffset():
+                u += FIVE
+            out.append(u.astimezone(tz).date())
+        t = nxt
+    return out
+
+
+def _slot_value(t: datetime) -> float:
+    """A reading's tair: its slot number, so min and max name a bucket's first and last slot."""
+    return float((t - EPOCH) // FIVE)
+
+
+def test_local_day_table_2024_2026(db, figures) -> None:
+    """R25/R26 over the table of the plan: every offset-change date of 2024-2026 in eight
+    zones (plus ordinary dates for the zones without DST), a reading in every 5-minute slot.
+    Each local day starts at its first existing instant and holds day length / 5 min slots;
+    its local hours partition it with no overlap or gap (first and last slot of each hour
+    are its min and max, every hour complete)."""
+    cases: list[tuple[str, date, datetime, datetime]] = []
+    for tz_name in TABLE_ZONES:
+        tz = ZoneInfo(tz_name)
+        dates = _transition_dates(tz) or list(PLAIN_DATES)
+        loc = make_location(db, tz_name)
+        rows: dict[datetime, dict] = {}
+        for day in dates:
+            start, end = _first_instant(day, tz), _first_instant(day + timedelta(days=1), tz)
+            cases.append((tz_name, day, start, end))
+            for r in series(start - timedelta(hours=1), end + timedelta(hours=1),
+                            tair=lambda i, t: _slot_value(t)):
+                rows[r["time"]] = r
+        insert_readings(db, tz_name, loc, rows.values())
+    run_all(db)
+
+    lengths: dict[int, int] = defaultdict(int)
+    for tz_name, day, start, end in cases:
+        tz = ZoneInfo(tz_name)
+        day_slots = (end - start) // FIVE
+        lengths[day_slots] += 1
+        d = fetch(db, "SELECT time, sample_pct, mint, maxt, meant FROM daily"
+                      " WHERE device = %s AND time >= %s AND time < %s",
+                  tz_name, start - timedelta(hours=1), end)
+        assert [x["time"] for x in d] == [start], (tz_name, day)
+        first, last = _slot_value(start), _slot_value(end - FIVE)
+        assert (d[0]["mint"], d[0]["maxt"]) == (first, last), (tz_name, day)
+        assert d[0]["sample_pct"] == pytest.approx(1.0), (tz_name, day)
+        assert d[0]["meant"] == pytest.approx((first + last) / 2, rel=1e-6), (tz_name, day)
+        hours = fetch(db, "SELECT time, sample_pct, mint, maxt FROM local_hourly"
+                          " WHERE device = %s AND time >= %s AND time < %s ORDER BY time",
+                      tz_name, start, end)
+        groups: dict[tuple[datetime, object], list[datetime]] = defaultdict(list)
+        t = start
+        while t < end:
+            local = t.astimezone(tz)
+            groups[(local.replace(minute=0, tzinfo=None), local.utcoffset())].append(t)
+            t += FIVE
+        expected = sorted((min(g), max(g)) for g in groups.values())
+        got = [(h["time"], EPOCH + FIVE * int(h["maxt"])) for h in hours]
+        assert got == expected, (tz_name, day)
+        # Each hour starts where the previous ended: no gap, no overlap, sum = day length.
+        assert all(b[0] == a[1] + FIVE for a, b in zip(got, got[1:], strict=False))
+        assert got[0][0] == start and got[-1][1] == end - FIVE
+        assert all(h["sample_pct"] == pytest.approx(1.0) for h in hours), (tz_name, day)
+        assert all(EPOCH + FIVE * int(h["mint"]) == h["time"] for h in hours)
+    # The table holds the plan's day lengths: 23 h, 23.5 h, 24.5 h and 25 h days, not only 24.
+    assert {276, 282, 288, 294, 300} <= set(lengths), dict(lengths)
+    figures.record("time.zone_date_cases",
+                   {"zone x date cases": len(cases), "zones": len(TABLE_ZONES),
+                    "by day length (slots)": ", ".join(f"{k}: {v}"
+                                                       for k, v in sorted(lengths.items()))},
+                   section="time",
+                   title="Zone x date cases checked for day length, overlaps and gaps "
+                         "(R25-R27; every offset change of 2024-2026)",
+                   target="all pass; cases counted", source="tests/aggregate/test_zones.py")
