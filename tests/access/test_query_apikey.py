@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from shared.config import Settings
 from tests.access.conftest import World, apikey, basic, close_app, make_app
 
 
@@ -86,3 +89,33 @@ def test_query_key_never_logged(enabled_app: Flask, world: World,
     text = caplog.text + "".join(str(r.args) for r in caplog.records)
     for name in ("all", "data", "expired"):
         assert world.keys[name] not in text
+
+
+def test_query_key_use_is_reported_per_key_and_minute(fresh_world: World, figures: Any,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """S13: operators see which keys still use the URL form: one INFO line per key and
+    minute, naming the key by id (never its value), however many requests it makes."""
+    app = make_app(fresh_world.url, apikey_query_enabled=True)
+    key, key_id = fresh_world.keys["locations"], str(fresh_world.key_ids["locations"])
+    try:
+        client = app.test_client()
+        with caplog.at_level(logging.INFO, logger="serve.auth"):
+            statuses = {client.get(f"/api/v2/locations?apikey={key}").status_code
+                        for _ in range(20)}
+            # The header form is not reported.
+            client.get("/api/v2/locations", headers=apikey(fresh_world.keys["all"]))
+    finally:
+        close_app(app)
+    lines = [r.getMessage() for r in caplog.records if "deprecated ?apikey=" in r.getMessage()]
+    sunset = datetime(2021, 5, 14, tzinfo=UTC)
+    figures.record("s13_query_apikey", {
+        "enabled_by_default": Settings().apikey_query_enabled,
+        "usage_lines_for_20_requests_of_one_key": len(lines),
+        "days_since_sunset": (datetime.now(UTC) - sunset).days},
+        section="security",
+        title="S13 ?apikey=: off by default (sunset 2021-05-14 passed); when enabled, use is "
+              "reported per key by id, once a minute",
+        target="disabled; per-key usage visible", source="tests/access/test_query_apikey.py")
+    assert statuses == {200}
+    assert lines == [f"API key {key_id} used the deprecated ?apikey= query form"]
+    assert key not in caplog.text
