@@ -35,7 +35,7 @@ from aggregate import jobs, rollups
 from aggregate.leader import LeaderLock, LeadershipLost
 from aggregate.metrics import Metrics
 from shared.config import Settings
-from shared.db import make_pool
+from shared.db import ROLE_AGGREGATE, make_pool
 from shared.logs import configure_logging
 
 log = logging.getLogger("aggregate")
@@ -124,7 +124,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    pool = make_pool(settings, name="sds-aggregate")
+    pool = make_pool(settings, name="sds-aggregate", role=ROLE_AGGREGATE)
     metrics = Metrics()
     metrics.serve(settings.aggregate_metrics_port, settings.metrics_bind)
     leader = LeaderLock(settings.database_url)

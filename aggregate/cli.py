@@ -18,7 +18,7 @@ from tqdm import tqdm
 from aggregate import jobs, rollups
 from aggregate.leader import LOCK_NAMESPACE, LOCK_SCHEDULER
 from shared.config import Settings
-from shared.db import make_pool
+from shared.db import ROLE_AGGREGATE, make_pool
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
 
@@ -62,7 +62,7 @@ def aggregate() -> None:
 def run() -> None:
     """Process every pending dirty mark now, once (safe beside a running scheduler)."""
     settings = _settings()
-    pool = make_pool(settings, name="sds-aggregate-cli")
+    pool = make_pool(settings, name="sds-aggregate-cli", role=ROLE_AGGREGATE)
     try:
         done = jobs.run_all(pool, settings, runner=f"cli:{jobs.runner_name()}")
     finally:

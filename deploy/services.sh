@@ -123,6 +123,24 @@ pg_bootstrap() {
         say "postgresql: setting a new password for role sds (secrets.env was missing)"
         psql_su -d postgres -v pw="$DB_PW" <<<"ALTER ROLE sds LOGIN PASSWORD :'pw';"
     fi
+    # The processes' NOLOGIN roles (migration 0050, docs/security.md "Database roles"): roles are
+    # cluster-wide and sds has no CREATEROLE, so the superuser makes them and lets sds SET ROLE.
+    psql_su -d postgres <<'SQL'
+DO $$
+DECLARE r text;
+BEGIN
+    FOREACH r IN ARRAY ARRAY['sds_api', 'sds_auth', 'sds_ingest', 'sds_aggregate'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
+            RAISE NOTICE 'creating role %', r;
+            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+        END IF;
+        IF NOT pg_has_role('sds', r, 'MEMBER') THEN
+            EXECUTE format('GRANT %I TO sds', r);
+        END IF;
+    END LOOP;
+END
+$$;
+SQL
     exists=$(psql_su -d postgres -tA -c "SELECT count(*) FROM pg_database WHERE datname = 'sds'")
     if [[ $exists == 0 ]]; then
         say "postgresql: creating database sds"

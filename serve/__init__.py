@@ -15,15 +15,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from typing import Any
 
 import swagger_ui_bundle
-from flask import Flask, Response, request
+from flask import Flask, Response, g, has_request_context, request
 from flask_smorest import Api
 
 from serve import auth, errors, pagination
 from serve.api import BLUEPRINTS
 from shared.config import Settings
-from shared.db import make_pool
+from shared.db import ROLE_API, ROLE_AUTH, make_pool, role_for, set_request_scope
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         settings, name="sds-serve",
         # Every API statement is bounded; timestamps come back in UTC.
         options=f"-c statement_timeout={int(settings.statement_timeout_ms)} -c TimeZone=UTC",
+        role=ROLE_API, checkout=_request_scope(settings),
     )
     app.extensions["db"] = pool
     try:
@@ -88,6 +90,26 @@ def create_app(settings: Settings | None = None) -> Flask:
         raise
     log.info("API app ready (%d blueprints)", len(BLUEPRINTS))
     return app
+
+
+def _request_scope(settings: Settings) -> Callable[[Any], None]:
+    """Pool checkout hook (docs/security.md "Database roles"): a request's connections work as
+    sds_api limited by row-level security to the authenticated caller's organisation; before
+    the caller is known (credential checks, POST /auth/token) they work as sds_auth, which
+    reaches credentials only. Outside a request (start-up) as sds_api with no organisation."""
+    api, auth_role = role_for(settings, ROLE_API), role_for(settings, ROLE_AUTH)
+
+    def scope(conn: Any) -> None:
+        if not has_request_context():
+            set_request_scope(conn, api, None)
+            return
+        principal = g.get("principal")
+        if principal is None:
+            set_request_scope(conn, auth_role, None)
+        else:
+            set_request_scope(conn, api, principal.org_id)
+
+    return scope
 
 
 def _security_headers(response: Response) -> Response:

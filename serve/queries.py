@@ -89,9 +89,10 @@ def find_location(conn: psycopg.Connection, *, org: UUID, ref: str) -> tuple[UUI
     return UUID(str(row[0])), bool(row[1])
 
 
+# The foreign-device check must see other organisations' deployments, which row-level
+# security hides from the API role: migration 0050's narrow SECURITY DEFINER function answers it.
 _LOCATION = sql.SQL(
-    "SELECT l.id, EXISTS (SELECT 1 FROM deployments dp JOIN devices d ON d.id = dp.device_id"
-    " WHERE dp.location_id = l.id AND d.org_id <> l.org_id)"
+    "SELECT l.id, sds_location_has_foreign_devices(l.id)"
     " FROM locations l WHERE l.org_id = %s AND {}")
 
 

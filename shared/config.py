@@ -32,6 +32,9 @@ class Settings:
     db_pool_min: int = _f(1, "Connections each process keeps open")
     db_pool_max: int = _f(8, "Most connections each process opens")
     statement_timeout_ms: int = _f(30000, "Per-statement time limit for API queries (ms)")
+    db_roles: bool = _f(
+        True, "Switch each process to its NOLOGIN database role (sds_api, sds_auth, sds_ingest, "
+        "sds_aggregate; docs/security.md) with SET ROLE; off: everything runs as the login role")
 
     # --- MQTT broker ---
     mqtt_host: str = _f("127.0.0.1", "Broker host")
@@ -86,6 +89,10 @@ class Settings:
     login_window: int = _f(300, "Window (s) for counting failed logins")
     login_address_max_failures: int = _f(
         50, "Failed logins from one client address (any accounts) before throttling")
+    api_rate_limit: int = _f(
+        1200, "Requests each API key, and each user with basic or bearer credentials, may make "
+        "per SDS_API_RATE_WINDOW, counted in the database for all workers (0: no limit)")
+    api_rate_window: int = _f(60, "Window (s) of the per-key and per-user request rate limit")
     trusted_proxy_hops: int = _f(
         0, "Reverse proxies in front of the API whose X-Forwarded-For is trusted for the "
         "client address (0: use the socket peer)")
@@ -98,10 +105,6 @@ class Settings:
     log_level: str = _f("INFO", "Log level of every process")
 
     @classmethod
-    api_rate_limit: int = _f(
-        1200, "Requests each API key, and each user with basic or bearer credentials, may make "
-        "per SDS_API_RATE_WINDOW, counted in the database for all workers (0: no limit)")
-    api_rate_window: int = _f(60, "Window (s) of the per-key and per-user request rate limit")
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """Build settings from `SDS_*` variables; unknown values raise ValueError naming them."""
         hints = typing.get_type_hints(cls)

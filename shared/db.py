@@ -1,10 +1,18 @@
-"""Connections and pools for PostgreSQL via psycopg 3; no queries live here."""
+"""Connections and pools for PostgreSQL via psycopg 3; no queries live here.
+
+Each process works under its own NOLOGIN database role (migration 0050, docs/security.md
+"Database roles"): it connects with the configured URL and `SET ROLE`s on connect, so the
+grants and row-level security policies of that role bound what its queries can reach.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -12,31 +20,116 @@ from shared.config import Settings
 
 DictRow = dict[str, Any]
 
+# The roles of migration 0050, one per kind of work.
+ROLE_API = "sds_api"  # API views: one organisation's rows, chosen by app.org_id
+ROLE_AUTH = "sds_auth"  # API credential checks, before the organisation is known
+ROLE_INGEST = "sds_ingest"  # the MQTT ingester
+ROLE_AGGREGATE = "sds_aggregate"  # the rollup scheduler
+ROLES = (ROLE_API, ROLE_AUTH, ROLE_INGEST, ROLE_AGGREGATE)
 
-def connect(settings: Settings, *, autocommit: bool = False, **kwargs: Any) -> psycopg.Connection:
-    """One connection to the configured database."""
-    return psycopg.connect(settings.database_url, autocommit=autocommit, **kwargs)
+
+def role_for(settings: Settings, role: str | None) -> str | None:
+    """`role` unless the settings turn database roles off (SDS_DB_ROLES=false)."""
+    return role if role and settings.db_roles else None
+
+
+def set_role(conn: psycopg.Connection, role: str) -> None:
+    """Make `role` the session's current role (the connection is left idle)."""
+    conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+    if not conn.autocommit:
+        conn.commit()  # a session-level SET survives the commit; the connection must be idle
+
+
+def set_request_scope(conn: psycopg.Connection, role: str | None, org: UUID | None) -> None:
+    """Switch an idle connection to `role` (None: keep the current one) and the request's
+    organisation (None: none, so tenant policies match no row), in one round trip.
+
+    Session-level settings, committed at once: a view's own transaction then starts with its
+    first statement, as before (e.g. SET TRANSACTION ... READ ONLY must come first).
+    """
+    org_text = str(org) if org is not None else ""
+    was = conn.autocommit
+    conn.autocommit = True
+    try:
+        if role is None:
+            conn.execute("SELECT set_config('app.org_id', %s, false)", (org_text,))
+        else:
+            conn.execute("SELECT set_config('role', %s, false),"
+                         " set_config('app.org_id', %s, false)", (role, org_text))
+    finally:
+        conn.autocommit = was
+
+
+def connect(settings: Settings, *, autocommit: bool = False, role: str | None = None,
+            **kwargs: Any) -> psycopg.Connection:
+    """One connection to the configured database, switched to `role` when given (and
+    database roles are on)."""
+    conn = psycopg.connect(settings.database_url, autocommit=autocommit, **kwargs)
+    wanted = role_for(settings, role)
+    if wanted:
+        try:
+            set_role(conn, wanted)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+class _CheckoutPool(ConnectionPool):
+    """A pool that runs a callback on every connection it hands out."""
+
+    def __init__(self, *args: Any, checkout: Callable[[psycopg.Connection], None],
+                 **kwargs: Any) -> None:
+        self._checkout = checkout
+        super().__init__(*args, **kwargs)
+
+    def getconn(self, timeout: float | None = None) -> psycopg.Connection:
+        """A connection from the pool, prepared by the checkout callback."""
+        conn = super().getconn(timeout=timeout)
+        try:
+            self._checkout(conn)
+        except BaseException:
+            self.putconn(conn)
+            raise
+        return conn
 
 
 def make_pool(
-    settings: Settings, *, name: str, configure: Any = None, **kwargs: Any
+    settings: Settings, *, name: str, configure: Any = None, role: str | None = None,
+    checkout: Callable[[psycopg.Connection], None] | None = None, **kwargs: Any
 ) -> ConnectionPool:
     """A pool opened at once; fails fast when the database is unreachable.
 
     `name` becomes the connections' application_name, so an operator (or a fault test) can
-    find a process's sessions in pg_stat_activity.
+    find a process's sessions in pg_stat_activity. `role`: every new connection `SET ROLE`s to
+    it (unless SDS_DB_ROLES is off). `checkout(conn)` runs on each connection handed out
+    (the API sets the request's role and organisation there).
     """
-    pool = ConnectionPool(
+    wanted = role_for(settings, role)
+
+    def prepare(conn: psycopg.Connection) -> None:
+        if wanted:
+            set_role(conn, wanted)
+        if configure is not None:
+            configure(conn)
+
+    extra: dict[str, Any] = {}
+    pool_class: type[ConnectionPool] = ConnectionPool
+    if checkout is not None:
+        pool_class, extra = _CheckoutPool, {"checkout": checkout}
+    pool = pool_class(
         settings.database_url,
         min_size=settings.db_pool_min,
         max_size=max(settings.db_pool_max, settings.db_pool_min),
         kwargs={"application_name": name, **kwargs},
-        configure=configure,
+        configure=prepare,
         open=False,
         name=name,
+        **extra,
     )
     pool.open(wait=True, timeout=30)
     return pool
 
 
-__all__ = ["DictRow", "connect", "dict_row", "make_pool"]
+__all__ = ["ROLES", "ROLE_AGGREGATE", "ROLE_API", "ROLE_AUTH", "ROLE_INGEST", "DictRow",
+           "connect", "dict_row", "make_pool", "role_for", "set_request_scope", "set_role"]

@@ -25,7 +25,10 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from psycopg import sql
 
+from shared import migrate
+from shared.db import ROLES
 from tests.support.services import (
     DURABLE_CONF,
     REPO,
@@ -508,6 +511,13 @@ def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
             assert conn.execute(
                 "SELECT count(*) FROM pg_extension WHERE extname IN ('timescaledb', 'btree_gist')"
             ).fetchone() == (2,)
+        # The deploy role (no CREATEROLE) migrates, including the roles migration 0050 relies
+        # on services.sh for, and may switch to each process role.
+        migrate.upgrade(secrets["SDS_DATABASE_URL"])
+        with psycopg.connect(secrets["SDS_DATABASE_URL"]) as conn:
+            for role in ROLES:
+                conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
+            assert conn.execute("SELECT current_user").fetchone() == (ROLES[-1],)
         ok: queue.Queue[bool] = queue.Queue()
         client = mqtt.Client(CallbackAPIVersion.VERSION2, protocol=MQTTProtocolVersion.MQTTv5)
         client.username_pw_set(secrets["SDS_MQTT_USERNAME"], secrets["SDS_MQTT_PASSWORD"])

@@ -1,0 +1,256 @@
+"""S20: database least privilege and row-level security as defence in depth.
+
+Against the seeded two-organisation world (tests/access/conftest.py) on a real PostgreSQL:
+the process roles of migration 0050 own nothing, the tenant tables have forced row-level
+security, the API role with `app.org_id` = A sees none of B's rows and changes none of them,
+sees nothing at all without `app.org_id`, the ingester can insert readings but not rewrite them
+or read accounts, and the aggregate role can run the rollups. Seeding and checks run as the
+test superuser (which bypasses RLS); the probes run as the roles, exactly as the services switch
+to them (shared.db.set_request_scope / set_role).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from uuid import UUID
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from aggregate import jobs
+from shared import db
+from shared.config import Settings
+from tests.access.conftest import World
+from tests.support.figures import Figures
+
+# Tenant table -> SQL giving its rows of organisation %(org)s (run as the superuser).
+TENANT_ROWS = {
+    "organisations": "SELECT id::text FROM organisations WHERE id = %(org)s",
+    "users": "SELECT id::text FROM users WHERE org_id = %(org)s",
+    "locations": "SELECT id::text FROM locations WHERE org_id = %(org)s",
+    "crop_coefficients": "SELECT c.location_id::text || c.start_date FROM crop_coefficients c"
+                         " JOIN locations l ON l.id = c.location_id WHERE l.org_id = %(org)s",
+    "devices": "SELECT id::text FROM devices WHERE org_id = %(org)s",
+    "deployments": "SELECT d.id::text FROM deployments d JOIN devices v ON v.id = d.device_id"
+                   " WHERE v.org_id = %(org)s",
+    "api_keys": "SELECT id::text FROM api_keys WHERE org_id = %(org)s",
+    "auth_tokens": "SELECT t.id::text FROM auth_tokens t JOIN users u ON u.id = t.user_id"
+                   " WHERE u.org_id = %(org)s",
+}
+# The same key expression as the role sees it, and a harmless column to UPDATE in place.
+KEY_OF = {
+    "organisations": ("id::text", "name"),
+    "users": ("id::text", "name"),
+    "locations": ("id::text", "name"),
+    "crop_coefficients": ("location_id::text || start_date", "kc"),
+    "devices": ("id::text", "model"),
+    "deployments": ("id::text", "during"),
+    "api_keys": ("id::text", "name"),
+    "auth_tokens": ("id::text", "revoked_at"),
+}
+# What the API role may change at all (grants); RLS must hold on these.
+API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE"}
+
+_tally = {"tables": 0, "forced": 0, "cross_org_visible": 0, "cross_org_changed": 0}
+
+
+@pytest.fixture(scope="module")
+def rls_world(world: World) -> World:
+    """The access world plus a crop coefficient schedule in each organisation."""
+    with psycopg.connect(world.url) as conn:
+        conn.execute("INSERT INTO crop_coefficients (location_id, start_date, kc)"
+                     " VALUES (%s, '2024-04-01', 0.4), (%s, '2024-04-01', 0.6)",
+                     (world.loc_a, world.loc_b))
+    return world
+
+
+@contextmanager
+def as_role(url: str, role: str, org: UUID | None = None) -> Iterator[psycopg.Connection]:
+    """A connection switched to `role` (and organisation) the way the services switch; every
+    change it makes is rolled back."""
+    with psycopg.connect(url) as conn:
+        db.set_request_scope(conn, role, org)
+        try:
+            yield conn
+        finally:
+            conn.rollback()
+
+
+def rows_of(url: str, table: str, org: UUID) -> set[str]:
+    """Keys of `table`'s rows of organisation `org`, seen by the superuser."""
+    with psycopg.connect(url) as conn:
+        return {r[0] for r in conn.execute(TENANT_ROWS[table], {"org": org})}
+
+
+def test_process_roles_own_nothing_and_cannot_log_in(rls_world: World) -> None:
+    with psycopg.connect(rls_world.url) as conn:
+        owned = conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner"
+            " WHERE r.rolname = ANY(%s)", (list(db.ROLES),)).fetchone()
+        funcs = conn.execute(
+            "SELECT count(*) FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner"
+            " WHERE r.rolname = ANY(%s)", (list(db.ROLES),)).fetchone()
+        flags = conn.execute(
+            "SELECT rolname, rolsuper, rolbypassrls, rolcanlogin, rolcreaterole, rolcreatedb"
+            " FROM pg_roles WHERE rolname = ANY(%s) ORDER BY rolname",
+            (list(db.ROLES),)).fetchall()
+    assert owned == (0,) and funcs == (0,)
+    assert [f[0] for f in flags] == sorted(db.ROLES)
+    assert all(not any(f[1:]) for f in flags), flags
+
+
+@pytest.mark.parametrize("table", sorted(TENANT_ROWS))
+def test_tenant_table_has_forced_rls(rls_world: World, table: str) -> None:
+    with psycopg.connect(rls_world.url) as conn:
+        row = conn.execute("SELECT relrowsecurity, relforcerowsecurity FROM pg_class"
+                           " WHERE oid = to_regclass(%s)", (table,)).fetchone()
+    _tally["tables"] += 1
+    _tally["forced"] += int(row == (True, True))
+    assert row == (True, True)
+
+
+@pytest.mark.parametrize("table", sorted(TENANT_ROWS))
+def test_api_role_sees_only_its_organisation(rls_world: World, table: str) -> None:
+    mine = rows_of(rls_world.url, table, rls_world.org_a)
+    theirs = rows_of(rls_world.url, table, rls_world.org_b)
+    assert mine and theirs, "the world must hold rows of both organisations"
+    key, _col = KEY_OF[table]
+    with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn:
+        # No WHERE on the organisation: the query-scoping bug RLS exists to contain.
+        seen = {r[0] for r in conn.execute(f"SELECT {key} FROM {table}")}
+    _tally["cross_org_visible"] += len(seen & theirs)
+    assert seen == mine
+
+
+@pytest.mark.parametrize("table", sorted(TENANT_ROWS))
+def test_api_role_changes_no_row_of_another_organisation(rls_world: World, table: str) -> None:
+    theirs = sorted(rows_of(rls_world.url, table, rls_world.org_b))
+    key, col = KEY_OF[table]
+    allowed = API_WRITABLE.get(table, "")
+    for verb, stmt in (("UPDATE", f"UPDATE {table} SET {col} = {col} WHERE {key} = ANY(%s)"),
+                       ("DELETE", f"DELETE FROM {table} WHERE {key} = ANY(%s)")):
+        with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn:
+            if verb in allowed:
+                changed = conn.execute(stmt, (theirs,)).rowcount
+                _tally["cross_org_changed"] += changed
+                assert changed == 0, f"{verb} {table} reached {changed} rows of org B"
+            else:
+                with pytest.raises(errors.InsufficientPrivilege):
+                    conn.execute(stmt, (theirs,))
+    assert sorted(rows_of(rls_world.url, table, rls_world.org_b)) == theirs
+
+
+def test_api_role_cannot_write_into_another_organisation(rls_world: World) -> None:
+    with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn:
+        with pytest.raises(errors.InsufficientPrivilege):  # WITH CHECK (org_id = app.org_id)
+            conn.execute(
+                "INSERT INTO api_keys (user_id, org_id, prefix, last4, digest, scopes,"
+                " created_by) VALUES (%s, %s, 'x', 'x', 'x', '{}', %s)",
+                (rls_world.b1, rls_world.org_b, rls_world.b1))
+    with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn, \
+            pytest.raises(errors.InsufficientPrivilege):
+        conn.execute("UPDATE api_keys SET org_id = %s WHERE id = %s",
+                     (rls_world.org_b, rls_world.key_ids["a2_all"]))
+
+
+@pytest.mark.parametrize("table", sorted(TENANT_ROWS))
+def test_api_role_without_organisation_sees_nothing(rls_world: World, table: str) -> None:
+    with as_role(rls_world.url, db.ROLE_API, None) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+
+
+def test_auth_role_reaches_credentials_only(rls_world: World) -> None:
+    with as_role(rls_world.url, db.ROLE_AUTH) as conn:
+        # A login looks the email up before the organisation is known.
+        row = conn.execute("SELECT org_id FROM users WHERE lower(email) = 'b1@b.example'")
+        assert row.fetchone() == (rls_world.org_b,)
+    for stmt in ("SELECT name FROM users", "SELECT * FROM devices", "SELECT * FROM locations",
+                 "SELECT * FROM calibrated", "SELECT * FROM organisations",
+                 "DELETE FROM api_keys", "UPDATE api_keys SET scopes = '{}'"):
+        with as_role(rls_world.url, db.ROLE_AUTH) as conn, \
+                pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(stmt)
+
+
+def test_ingest_role_inserts_but_never_rewrites(rls_world: World) -> None:
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    with as_role(rls_world.url, db.ROLE_INGEST) as conn:
+        conn.execute("INSERT INTO calibrated (time, device, location, tair)"
+                     " VALUES (%s, %s, %s, 1.5)", (t, rls_world.dev_a, rls_world.loc_a))
+        conn.execute("INSERT INTO quarantine (topic, reason, detail, payload)"
+                     " VALUES ('sensors/x/readings', 'bad_json', 'probe', '\\x00')")
+        conn.execute("INSERT INTO rollup_dirty (rollup, device, bucket) VALUES"
+                     " ('hourly', %s, %s)", (rls_world.dev_a, t))
+        assert conn.execute("SELECT count(*) FROM devices").fetchone()[0] >= 3
+    refused = ("UPDATE calibrated SET tair = 0", "DELETE FROM calibrated",
+               "TRUNCATE calibrated", "UPDATE health SET rssi = 0", "DELETE FROM quarantine",
+               "SELECT * FROM quarantine", "DELETE FROM rollup_dirty",
+               "UPDATE hourly SET tair = 0", "INSERT INTO daily (time, device) VALUES (now(), 'x')",
+               "SELECT * FROM users", "SELECT * FROM api_keys", "SELECT * FROM auth_tokens",
+               "SELECT * FROM organisations", "SELECT * FROM login_failures",
+               "UPDATE devices SET org_id = org_id", "DELETE FROM devices",
+               "UPDATE locations SET name = name")
+    for stmt in refused:
+        with as_role(rls_world.url, db.ROLE_INGEST) as conn, \
+                pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(stmt)
+
+
+def test_aggregate_role_runs_the_rollups(rls_world: World) -> None:
+    """The rollup jobs, on a pool of the aggregate role, recompute marked buckets."""
+    with psycopg.connect(rls_world.url) as conn:
+        # Marks as the ingester writes them: UTC hour, and local hour and day in the zone.
+        conn.execute(
+            "INSERT INTO rollup_dirty (rollup, device, bucket)"
+            " SELECT r, %(dev)s, CASE WHEN r = 'daily' THEN date_trunc('day', t, %(tz)s)"
+            "  ELSE date_trunc('hour', t) END"
+            " FROM (SELECT min(time) AS t FROM calibrated WHERE device = %(dev)s) c,"
+            "  unnest(ARRAY['hourly', 'local_hourly', 'daily']) r ON CONFLICT DO NOTHING",
+            {"dev": rls_world.dev_a, "tz": "America/Chicago"})
+    settings = Settings(database_url=rls_world.url, metrics_port=0, aggregate_metrics_port=0)
+    pool = db.make_pool(settings, name="rls-aggregate", role=db.ROLE_AGGREGATE)
+    try:
+        with pool.connection() as conn:
+            assert conn.execute("SELECT current_user").fetchone() == (db.ROLE_AGGREGATE,)
+        jobs.run_all(pool, settings, runner="rls-test")
+    finally:
+        pool.close()
+    with psycopg.connect(rls_world.url) as conn:
+        assert conn.execute("SELECT count(*) FROM rollup_dirty").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM hourly WHERE device = %s",
+                            (rls_world.dev_a,)).fetchone()[0] > 0
+        runs = conn.execute("SELECT count(*), bool_and(ok) FROM job_runs"
+                            " WHERE runner = 'rls-test'").fetchone()
+    assert runs == (3, True)
+    with as_role(rls_world.url, db.ROLE_AGGREGATE) as conn, \
+            pytest.raises(errors.InsufficientPrivilege):
+        conn.execute("SELECT * FROM users")
+
+
+def test_pool_role_is_set_on_connect_and_can_be_switched_off(rls_world: World) -> None:
+    on = Settings(database_url=rls_world.url)
+    off = Settings(database_url=rls_world.url, db_roles=False)
+    with db.connect(on, role=db.ROLE_INGEST) as conn:
+        assert conn.execute("SELECT current_user").fetchone() == (db.ROLE_INGEST,)
+    with db.connect(off, role=db.ROLE_INGEST) as conn:
+        assert conn.execute("SELECT current_user").fetchone() != (db.ROLE_INGEST,)
+
+
+def test_record_figures(figures: Figures) -> None:
+    """Runs last in this module: the S20 figures."""
+    if not _tally["tables"]:
+        pytest.skip("run with the tests above to record their totals")
+    figures.record("s20_tenant_tables_forced_rls", f"{_tally['forced']}/{_tally['tables']}",
+                   section="security", title="Tenant tables with ENABLE + FORCE row-level "
+                   "security / tenant tables", target="all",
+                   source="tests/security/test_rls.py")
+    figures.record("s20_cross_org_rows_visible", _tally["cross_org_visible"],
+                   section="security", title="Other organisation's rows visible to the API "
+                   "role (unscoped SELECT, app.org_id = A)", target="0",
+                   source="tests/security/test_rls.py")
+    figures.record("s20_cross_org_rows_changed", _tally["cross_org_changed"],
+                   section="security", title="Other organisation's rows changed by the API "
+                   "role's UPDATE/DELETE", target="0", source="tests/security/test_rls.py")
