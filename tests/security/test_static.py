@@ -5,10 +5,11 @@
   hash, token, key, secret or password value; `hmac.compare_digest` must be what compares them.
   (tests/access/test_secrets_at_rest.py greps serve/auth.py and shared/credentials.py; this one
   covers every module that handles credentials, and proves it can fail.)
-- S17: no live-looking secret is committed. The service's own key and token format (prefix, 43
-  URL-safe characters, CRC32 suffix) is searched for in every tracked text file and any match
-  whose check suffix is valid is a leak; test fixtures must use values with a wrong check. A
-  planted key in a temporary file is found, which tests the scanner itself.
+- S17: no live-looking secret is committed. detect-secrets scans every tracked file with its
+  vendor detectors plus tests/security/secret_plugin.py, which knows the service's own key and
+  token format (prefix, 43 URL-safe characters, CRC32 suffix) and reports only values whose
+  check suffix is valid; test fixtures must use values with a wrong check. Planted secrets in a
+  temporary file are found, which tests the scanner configuration itself.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ NOT_SECRET = re.compile(r"(_id|_ids|_kind|_type|_name|_ttl|_count|_prefix|_schem
                         r"^(token_id|key_id|TOKEN_PREFIX|API_KEY_PREFIX)$", re.IGNORECASE)
 SOURCES = [*sorted((ROOT / "serve").rglob("*.py")), ROOT / "shared" / "credentials.py",
            ROOT / "shared" / "accounts.py"]
-SECRET_FORMAT = re.compile(r"\b(sdsk_|sdst_)([A-Za-z0-9_-]{43})([0-9a-f]{8})\b")
 
 
 def _name(node: ast.AST) -> str | None:
@@ -95,40 +95,59 @@ def _tracked_files() -> list[Path]:
         return [p for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.parts)]
 
 
-def live_secrets(text: str) -> list[str]:
-    """Values in `text` in the service's key/token format whose check suffix is valid."""
-    out = []
-    for match in SECRET_FORMAT.finditer(text):
-        value = match.group(0)
-        prefix = match.group(1)
-        if credentials.well_formed(value, prefix):
-            out.append(value[:9] + "...")
-    return out
+# Generic detectors left out: the keyword and entropy heuristics report the deliberate test
+# passwords and labels (27 findings when last tried, none a secret), and public IP addresses
+# are not secrets. Everything else detect-secrets knows (AWS, GitHub, private keys, JWT, ...)
+# runs, plus the plugin for this service's own keys and tokens.
+GENERIC_DETECTORS = {"Base64HighEntropyString", "HexHighEntropyString", "KeywordDetector",
+                     "IPPublicDetector"}
+PLUGIN = Path(__file__).with_name("secret_plugin.py")
 
 
-def test_no_live_key_or_token_is_committed(figures: Figures) -> None:
-    found = []
-    scanned = 0
-    for path in _tracked_files():
-        if not path.is_file() or path.stat().st_size > 2_000_000:
-            continue
+def detect_secrets_scan(root: Path, names: list[str]) -> list[tuple[str, str, int]]:
+    """(file, secret type, line) for every finding of detect-secrets over `names` (relative
+    to `root`) with this project's plugin set."""
+    from detect_secrets import SecretsCollection
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.settings import transient_settings
+
+    builtin = sorted(c.__name__ for c in get_mapping_from_secret_type_to_class().values()
+                     if c.__module__.startswith("detect_secrets."))
+    plugins: list[dict[str, str]] = [{"name": n} for n in builtin if n not in GENERIC_DETECTORS]
+    plugins.append({"name": "SdsCredentialDetector", "path": f"file://{PLUGIN}"})
+    with transient_settings({"plugins_used": plugins}):
+        get_mapping_from_secret_type_to_class.cache_clear()  # pick up the custom plugin
         try:
-            text = path.read_text()
-        except (UnicodeDecodeError, OSError):
-            continue  # binary
-        scanned += 1
-        found += [f"{path.relative_to(ROOT)}: {v}" for v in live_secrets(text)]
+            found = SecretsCollection(root=str(root))
+            for name in names:
+                found.scan_file(name)
+        finally:
+            get_mapping_from_secret_type_to_class.cache_clear()
+    return sorted((name, secret.type, secret.line_number or 0) for name, secret in found)
+
+
+def test_detect_secrets_finds_nothing_in_tracked_files(figures: Figures) -> None:
+    names = [str(p.relative_to(ROOT)) for p in _tracked_files()
+             if p.is_file() and p.stat().st_size <= 2_000_000]
+    found = detect_secrets_scan(ROOT, names)
     figures.record("s17_secret_findings", len(found), section="security",
-                   title="Live-format keys or tokens in tracked files", target="0",
-                   source="tests/security/test_static.py")
-    assert scanned > 50
+                   title="detect-secrets findings in tracked files (vendor detectors and the "
+                         "plugin for this service's live-format keys and tokens)",
+                   target="0", source="tests/security/test_static.py")
+    assert len(names) > 50
     assert found == [], found
 
 
-def test_the_scanner_finds_a_planted_key(tmp_path: Path) -> None:
+def test_the_scanner_finds_planted_secrets(tmp_path: Path) -> None:
+    """The scanner configuration itself: live keys and tokens (and a vendor secret) are found,
+    a look-alike with a wrong check suffix (the fixture style) is not."""
     planted = credentials.new_api_key().value
     token = credentials.new_token().value
-    fake = "sdsk_" + "A" * 43 + "00000000"  # the fixture style: wrong check suffix
-    (tmp_path / "leak.env").write_text(f"KEY={planted}\nT='{token}'\nFAKE={fake}\n")
-    found = live_secrets((tmp_path / "leak.env").read_text())
-    assert found == [planted[:9] + "...", token[:9] + "..."]
+    fake = "sdsk_" + "A" * 43 + "00000000"  # wrong check suffix
+    aws = "AKIA" + "Q" * 16  # the AWS access key id format
+    (tmp_path / "leak.env").write_text(f"KEY={planted}\nFAKE={fake}\nT='{token}'\n"
+                                       f"AWS={aws}\n")
+    found = detect_secrets_scan(tmp_path, ["leak.env"])
+    assert sorted((line, kind) for _, kind, line in found) == [
+        (1, "SDS API key or bearer token"), (3, "SDS API key or bearer token"),
+        (4, "AWS Access Key")], found
