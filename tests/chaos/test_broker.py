@@ -31,7 +31,8 @@ from tests.chaos.conftest import (
     slots,
     stored_keys,
 )
-from tests.ingest.conftest import IngesterProcess, make_site, wait_for
+from tests.ingest.conftest import IngesterProcess, Ledger, make_site, wait_for
+from tests.ingest.test_delivery import Run, ledger_check, stored_times
 from tests.support.figures import Figures
 from tests.support.services import MosquittoBroker
 
@@ -508,4 +509,77 @@ def test_default_queue_limit_drops_silently(tmp_path: Path, figures: Figures) ->
                    title="Acknowledged then dropped with mosquitto's default "
                          "max_queued_messages 1000 (negative control, R6/R12)",
                    target="> 0 (why the shipped limit is 1,000,000)",
+                   source="tests/chaos/test_broker.py")
+
+
+FREEZE = 90.0  # seconds the broker is stopped (R15: 3 x the keepalive)
+KEEPALIVE = 30
+
+
+class PatientLedger(Ledger):
+    """A device that waits for its PUBACK through a broker freeze (paho keeps the unacked
+    message and resends it after a reconnect) instead of republishing every 2 s."""
+
+    def publish(self, topic: str, body: bytes, qos: int = 1, timeout: float = 5.0) -> bool:
+        return super().publish(topic, body, qos, timeout=max(timeout, FREEZE + 60))
+
+
+@pytest.mark.timeout(300)
+def test_broker_frozen_for_three_keepalives(
+    conn: psycopg.Connection, database_url: str, settings: Settings, tmp_path: Path,
+    own_broker: MosquittoBroker, figures: Figures,
+) -> None:
+    """R15 (broker half): SIGSTOP the broker for 90 s with MQTT keepalive 30 s while a device
+    keeps publishing. The ingester's paho notices the dead peer within two keepalives (during
+    the freeze), reconnects after SIGCONT, and the ledger check passes: nothing lost, nothing
+    invented."""
+    make_site(conn)
+    s = chaos_settings(settings, own_broker, mqtt_keepalive=KEEPALIVE)
+    proc = IngesterProcess(s, tmp_path / "ingest.log").start()
+    proc.wait_subscribed(1)
+    ledger = PatientLedger("127.0.0.1", own_broker.port)
+    try:
+        run = Run(ledger, f"{s.topic_prefix}/A1/readings", 240, 20).start()
+        wait_for(lambda: len(run.acked) >= 60, 30, what="publishing under way")
+        own_broker.signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        try:
+            in_flight = next(t for t in run.times if t not in run.acked)
+            wait_for(lambda: "disconnected from the broker" in proc.log(), FREEZE - 2,
+                     every=0.5, what="the ingester detecting the frozen broker")
+            detected = time.monotonic() - stopped
+            time.sleep(max(0.0, stopped + FREEZE - time.monotonic()))  # the fault itself
+        finally:
+            own_broker.signal(signal.SIGCONT)
+        resumed = time.monotonic()
+        proc.wait_subscribed(2, timeout=60)
+        reconnected = time.monotonic() - resumed
+        wait_for(lambda: in_flight in set(stored_times(database_url)), 60, every=0.2,
+                 what="the reading published into the freeze stored")
+        recovered = time.monotonic() - resumed
+        wait_for(run.done, 60, what="publishing")
+        ledger_check(database_url, run)
+        assert proc.alive(), proc.log()[-3000:]
+        assert "had no session" not in proc.log()
+        assert proc.terminate() == 0
+    finally:
+        ledger.close()
+        proc.kill()
+    rows = stored_times(database_url)
+    assert detected <= 2 * KEEPALIVE + 10  # paho's keepalive: PINGREQ, then give up
+    figures.record("delivery.ledger.broker_sigstop",
+                   {"acked": len(run.acked), "missing": len(run.acked - set(rows)),
+                    "extra": len(set(rows) - run.acked), "frozen s": int(FREEZE),
+                    "keepalive s": KEEPALIVE},
+                   section="delivery",
+                   title="Broker frozen (SIGSTOP) for 3 keepalives while a device publishes "
+                         "(R15)",
+                   target="missing 0, extra 0", source="tests/chaos/test_broker.py")
+    figures.record("delivery.broker_sigstop.timing",
+                   {"dead peer detected after s": round(detected, 1),
+                    "reconnected s after SIGCONT": round(reconnected, 1),
+                    "in-flight reading stored s after SIGCONT": round(recovered, 1)},
+                   section="delivery",
+                   title="Frozen broker: ingester's detection and recovery times (R15)",
+                   target=f"detection <= 2 x keepalive ({2 * KEEPALIVE} s); recovery recorded",
                    source="tests/chaos/test_broker.py")
