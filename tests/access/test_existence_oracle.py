@@ -19,7 +19,7 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.access.conftest import World, apikey, basic, bearer
+from tests.access.conftest import World, apikey, basic, bearer, close_app, make_app
 
 MISSING_UUID = "00000000-0000-4000-8000-000000000000"
 MISSING_DEVICE = "Z999999"  # same length as the seeded device names
@@ -155,3 +155,21 @@ def test_other_orgs_object_takes_as_long_as_a_missing_one(client: FlaskClient, w
                          "per route (interleaved, 60 pairs)",
                    target="within 0.8-1.2", source="tests/access/test_existence_oracle.py")
     assert all(abs(r - 1) <= TIMING_TOLERANCE for r in ratios.values()), ratios
+
+
+def test_timing_check_sees_an_extra_cost_on_one_path(world: World) -> None:
+    """Negative control: an app that spends 3 ms more on org A's device (as an extra query or
+    a hash on the 'exists elsewhere' path would) fails the 20% criterion."""
+    from flask import request
+
+    app = make_app(world.url)
+    try:
+        @app.before_request
+        def slower_for_existing() -> None:
+            if world.dev_a in request.path:
+                time.sleep(0.003)
+
+        ratio = _measure(app.test_client(), PROBES[0], world)
+    finally:
+        close_app(app)
+    assert ratio > 1 + TIMING_TOLERANCE, ratio
