@@ -22,7 +22,11 @@ def main() -> int:
         print(f"bad configuration: {exc}", file=sys.stderr)
         return 2
     configure_logging(settings)
-    ingester = Ingester(settings)
+    try:
+        ingester = Ingester(settings)
+    except ValueError as exc:  # settings that only the ingester checks
+        print(f"bad configuration: {exc}", file=sys.stderr)
+        return 2
     ingester.install_signals()
     ingester.metrics.serve(settings.metrics_port, settings.metrics_bind)
     log.info("ingester starting: %r", settings)

@@ -84,6 +84,9 @@ class Ingester:
         if settings.fault_at and settings.fault_at not in FAULT_POINTS:
             raise ValueError(f"SDS_FAULT_AT: {settings.fault_at!r} is not one of "
                              + ", ".join(FAULT_POINTS))
+        if settings.ingest_db_watchdog <= 0 or settings.ingest_lock_timeout <= 0:
+            raise ValueError("SDS_INGEST_DB_WATCHDOG and SDS_INGEST_LOCK_TIMEOUT must be "
+                             "positive (seconds)")
         if settings.fault_signal not in FAULT_SIGNALS:
             raise ValueError(f"SDS_FAULT_SIGNAL: {settings.fault_signal!r} is not one of "
                              + ", ".join(FAULT_SIGNALS))

@@ -329,9 +329,11 @@ def test_frozen_leader_is_replaced_and_never_acks_after_resuming(
     same as when it froze), never reconnects (the broker sees exactly two CONNECTs) and exits 3;
     the committed batch comes back to the standby as DUP redeliveries, already stored."""
     make_site(conn)
-    keepalive = 3
+    # The lease is short so the test is quick, and still 4 heartbeats long: a loaded machine
+    # must not make the healthy leader lose it before the freeze.
+    keepalive = 4
     s = proc_settings.replace(mqtt_port=own_broker.port, mqtt_keepalive=keepalive,
-                              ingest_lock_timeout=2.0)
+                              ingest_lock_timeout=3.0)
     leader = IngesterProcess(s, tmp_path / "leader.log").start(
         fault_at="after_commit_before_ack", fault_every=5, fault_signal="STOP")
     leader.wait_subscribed(1)

@@ -8,7 +8,9 @@ import time
 import psycopg
 import pytest
 
+from ingest.client import Ingester
 from ingest.watchdog import Guarded, Watchdog, break_connection
+from shared.config import Settings
 
 
 class Clock:
@@ -78,3 +80,9 @@ def test_breaks_a_real_blocked_call_at_once(database_url: str) -> None:
         dog.stop()
         conn.close()
     assert break_connection(None) is False
+
+
+@pytest.mark.parametrize("field", ["ingest_db_watchdog", "ingest_lock_timeout"])
+def test_ingester_refuses_a_limit_that_is_not_positive(field: str) -> None:
+    with pytest.raises(ValueError, match="SDS_INGEST_DB_WATCHDOG and SDS_INGEST_LOCK_TIMEOUT"):
+        Ingester(Settings(**{field: 0}))
