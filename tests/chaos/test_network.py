@@ -191,3 +191,77 @@ def test_database_outage_longer_than_the_default_queue(
                    title="PostgreSQL down while 1500 readings arrive (> default queue of 1000), "
                          "then restarted (R6)",
                    target="missing 0, extra 0, dropped 0", source="tests/chaos/test_network.py")
+
+
+@pytest.mark.timeout(300)
+def test_database_blackhole_fires_the_write_watchdog(
+    conn: psycopg.Connection, database_url: str, settings: Settings, tmp_path: Path,
+    own_broker: MosquittoBroker, proxy_factory: list[TcpProxy], figures: Figures,
+) -> None:
+    """R15 (database half): the PostgreSQL path is blackholed for 60 s while readings keep
+    coming. No error reaches the ingester and the server never sees the statement, so only the
+    client-side watchdog (SDS_INGEST_DB_WATCHDOG, 30 s here as shipped) can end the stuck
+    write: it breaks the connection, nothing is acked during the stall, the batch is retried on
+    new connections, and after the heal everything is stored (ledger check)."""
+    make_site(conn)
+    target = urlsplit(database_url).port
+    assert target is not None
+    proxy = TcpProxy(target).start()
+    proxy_factory.append(proxy)
+    watchdog, outage = 30.0, 60.0
+    s = chaos_settings(settings, own_broker, database_url=_via(database_url, proxy.port),
+                       ingest_db_watchdog=watchdog)
+    proc = IngesterProcess(s, tmp_path / "ingest.log").start()
+    proc.wait_subscribed(1)
+    ledger = Ledger("127.0.0.1", own_broker.port)
+    try:
+        # 20 readings/s for the whole scenario (plan R6's rate): a write is always in flight.
+        run = Run(ledger, f"{s.topic_prefix}/A1/readings", int(20 * (outage + 15)), 20).start()
+        wait_for(lambda: scrape(s.metrics_port).get("sds_ingest_messages_acked_total", 0) > 20,
+                 30, what="steady acks before the fault")
+        proxy.blackhole()
+        cut = time.monotonic()
+        time.sleep(2.0)  # acks of batches committed just before the cut may still go out
+        before = scrape(s.metrics_port)
+        wait_for(lambda: scrape(s.metrics_port).get("sds_ingest_db_watchdog_fired_total", 0),
+                 watchdog + 15, every=0.5, what="the watchdog firing")
+        fired_after = time.monotonic() - cut
+        time.sleep(max(0.0, cut + outage - 1.0 - time.monotonic()))
+        during = scrape(s.metrics_port)
+        assert during["sds_ingest_messages_acked_total"] == before[
+            "sds_ingest_messages_acked_total"], "acks sent while the database was unreachable"
+        assert during["sds_ingest_messages_held"] > 0  # received and waiting, not acked
+        time.sleep(max(0.0, cut + outage - time.monotonic()))
+        proxy.heal()
+        healed = time.monotonic()
+        before_heal = set(run.acked)
+        wait_for(lambda: before_heal <= set(stored_times(database_url)), 90, every=0.2,
+                 what="recovery after the heal")
+        recovery = time.monotonic() - healed
+        wait_for(run.done, 60, what="publishing")
+        ledger_check(database_url, run)
+        assert proc.alive(), proc.log()[-3000:]
+        metrics = scrape(s.metrics_port)
+        assert proc.terminate() == 0
+    finally:
+        ledger.close()
+        proc.kill()
+    log = proc.log()
+    assert "watchdog: batch write" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    # Not before its limit: the watchdog waits SDS_INGEST_DB_WATCHDOG for a slow write.
+    assert fired_after >= watchdog - 1.0
+    rows = stored_times(database_url)
+    figures.record("delivery.db_blackhole_watchdog",
+                   {"missing": len(run.acked - set(rows)), "extra": len(set(rows) - run.acked),
+                    "watchdog fired after s": round(fired_after, 1),
+                    "watchdog firings": int(metrics.get("sds_ingest_db_watchdog_fired_total", 0)),
+                    "acks during the stall": int(during["sds_ingest_messages_acked_total"]
+                                                 - before["sds_ingest_messages_acked_total"]),
+                    "recovery s": round(recovery, 1)},
+                   section="delivery",
+                   title=f"PostgreSQL path blackholed {outage:.0f} s, DB write watchdog "
+                         f"{watchdog:.0f} s, 20 msg/s (R15)",
+                   target="watchdog fires; 0 acks while stuck; missing 0, extra 0; "
+                          "recovery recorded",
+                   source="tests/chaos/test_network.py")
