@@ -24,6 +24,8 @@ import psycopg
 if TYPE_CHECKING:
     from serve.auth import Principal
 
+MAX_LIMIT = 2**31 - 2  # larger limits are this one (no one makes 2 billion requests a window)
+
 # One statement: count this request in the subject's window, or start a new window when the
 # old one has passed. LEAST caps a hammering client's count so the integer cannot overflow.
 _HIT = (
@@ -59,7 +61,8 @@ class RateLimiter:
     """Counts requests per subject in the database; `limit` <= 0 turns the limit off."""
 
     def __init__(self, limit: int, window: int) -> None:
-        self.limit = limit
+        # The count is a PostgreSQL integer and is capped at limit + 1: keep that in range.
+        self.limit = min(limit, MAX_LIMIT)
         self.window = max(1, window)
 
     @property

@@ -124,3 +124,12 @@ def test_subjects_and_disabled_limiter() -> None:
     # Disabled: allowed without touching a connection.
     assert off.hit(None, Principal(user, org, "basic")).allowed  # type: ignore[arg-type]
     assert RateLimiter(5, 0).window == 1
+    assert RateLimiter(10**12, 60).limit == 2**31 - 2  # the capped count stays an integer
+
+
+def test_huge_limit_is_served(fresh_world: World) -> None:
+    app = make_app(fresh_world.url, api_rate_limit=10**12)
+    try:
+        assert _statuses(app.test_client(), apikey(fresh_world.keys["all"]), 3) == [200] * 3
+    finally:
+        close_app(app)
