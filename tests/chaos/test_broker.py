@@ -152,6 +152,14 @@ def test_broker_sigkill_loses_only_the_unsaved_window(
         assert proc.terminate() == 0
     finally:
         proc.kill()
+    figures.record("delivery.ledger.broker_sigkill",
+                   {"acked": len(saved_keys) + len(window_keys), "missing": window_lost,
+                    "missing acked before the last save": 0, "extra": 0, "kills": KILLS},
+                   section="delivery",
+                   title=f"Broker SIGKILL x{KILLS}, shipped config, offline ingester session "
+                         "(R9)",
+                   target="missing <= acknowledged since the last save; extra 0",
+                   source="tests/chaos/test_broker.py")
     figures.record("delivery.broker_sigkill.saved_lost", f"0/{len(saved_keys)}",
                    section="delivery",
                    title=f"Broker SIGKILL x{KILLS}, shipped config: messages lost that were "
