@@ -54,7 +54,11 @@ KEY_OF = {
 # What the API role may change at all (grants); RLS must hold on these.
 API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE"}
 
-_tally = {"tables": 0, "forced": 0, "cross_org_visible": 0, "cross_org_changed": 0}
+# Data hypertables: keyed by device name; a device belongs to one organisation (0051).
+DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
+
+_tally = {"tables": 0, "forced": 0, "data_tables": 0, "data_forced": 0, "cross_org_visible": 0,
+          "cross_org_changed": 0}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +68,11 @@ def rls_world(world: World) -> World:
         conn.execute("INSERT INTO crop_coefficients (location_id, start_date, kc)"
                      " VALUES (%s, '2024-04-01', 0.4), (%s, '2024-04-01', 0.6)",
                      (world.loc_a, world.loc_b))
+        for table in DATA_TABLES:  # calibrated already holds both devices' readings
+            if table != "calibrated":
+                conn.execute(f"INSERT INTO {table} (time, device, location) VALUES"
+                             " ('2024-04-01', %s, %s), ('2024-04-01', %s, %s)",
+                             (world.dev_a, world.loc_a, world.dev_b, world.loc_b))
     return world
 
 
@@ -162,6 +171,33 @@ def test_api_role_without_organisation_sees_nothing(rls_world: World, table: str
         assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
 
 
+@pytest.mark.parametrize("table", DATA_TABLES)
+def test_api_role_reads_only_its_devices_data(rls_world: World, table: str) -> None:
+    with psycopg.connect(rls_world.url) as conn:
+        stored = {r[0] for r in conn.execute(f"SELECT DISTINCT device FROM {table}")}
+    assert {rls_world.dev_a, rls_world.dev_b} <= stored
+    with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn:
+        seen = {r[0] for r in conn.execute(f"SELECT DISTINCT device FROM {table}")}
+        # By location too: another organisation's location gives nothing either.
+        foreign = conn.execute(f"SELECT count(*) FROM {table} WHERE location = %s",
+                               (rls_world.loc_b,)).fetchone()
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(f"DELETE FROM {table}")
+    with as_role(rls_world.url, db.ROLE_API, None) as conn:
+        nothing = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+    _tally["data_tables"] += 1
+    _tally["data_forced"] += int(_forced(rls_world.url, table))
+    _tally["cross_org_visible"] += len(seen - {rls_world.dev_a, rls_world.dev_a_idle})
+    assert seen == {rls_world.dev_a} and foreign == (0,) and nothing == (0,)
+
+
+def _forced(url: str, table: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT relrowsecurity AND relforcerowsecurity FROM pg_class"
+                           " WHERE oid = to_regclass(%s)", (table,)).fetchone()
+    return bool(row and row[0])
+
+
 def test_auth_role_reaches_credentials_only(rls_world: World) -> None:
     with as_role(rls_world.url, db.ROLE_AUTH) as conn:
         # A login looks the email up before the organisation is known.
@@ -247,6 +283,10 @@ def test_record_figures(figures: Figures) -> None:
                    section="security", title="Tenant tables with ENABLE + FORCE row-level "
                    "security / tenant tables", target="all",
                    source="tests/security/test_rls.py")
+    figures.record("s20_data_tables_forced_rls",
+                   f"{_tally['data_forced']}/{_tally['data_tables']}", section="security",
+                   title="Data hypertables with ENABLE + FORCE row-level security / data "
+                   "hypertables", target="all", source="tests/security/test_rls.py")
     figures.record("s20_cross_org_rows_visible", _tally["cross_org_visible"],
                    section="security", title="Other organisation's rows visible to the API "
                    "role (unscoped SELECT, app.org_id = A)", target="0",
