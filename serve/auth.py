@@ -346,9 +346,11 @@ class Authenticator:
         """
         self.check_throttle(conn, email, address)
         # PostgreSQL text cannot hold NUL: such an email names no one (and still costs a verify).
+        # sds_auth_user & co. (migration 0052): one row by the exact credential, the only
+        # read of credentials the pre-authentication database role (sds_auth) may make.
         row = None if "\x00" in email else conn.execute(
-            "SELECT u.id, u.org_id, u.password_hash, u.active FROM users u"
-            " WHERE lower(u.email) = lower(%s)", (email.strip(),)).fetchone()
+            "SELECT id, org_id, password_hash, active FROM sds_auth_user(%s)",
+            (email.strip(),)).fetchone()
         fp = self.basic_cache.fingerprint(email, password)
         if row and row[3] and use_cache and self.basic_cache.get(
                 fp, user_id=row[0], password_hash=row[2]):
@@ -384,11 +386,8 @@ class Authenticator:
         if not credentials.well_formed(token, credentials.TOKEN_PREFIX):
             raise Unauthorized("invalid bearer token", scheme="Bearer", error="invalid_token")
         wanted = credentials.digest(token)
-        row = conn.execute(
-            "SELECT t.id, t.user_id, u.org_id, t.digest,"
-            " (t.revoked_at IS NULL AND t.expires_at > now() AND u.active"
-            "  AND t.created_at >= u.password_changed_at)"
-            " FROM auth_tokens t JOIN users u ON u.id = t.user_id WHERE t.digest = %s",
+        row = conn.execute(  # live: not revoked or expired, user active, after passwd change
+            "SELECT id, user_id, org_id, digest, live FROM sds_auth_token(%s)",
             (wanted,)).fetchone()
         if row is None or not hmac.compare_digest(bytes(row[3]), wanted) or not row[4]:
             raise Unauthorized("invalid, expired or revoked bearer token", scheme="Bearer",
@@ -405,12 +404,9 @@ class Authenticator:
         if not credentials.well_formed(key, credentials.API_KEY_PREFIX):
             raise Unauthorized("invalid API key", scheme="Apikey", error="invalid_key")
         wanted = credentials.digest(key)
-        row = conn.execute(
-            "SELECT k.id, k.user_id, u.org_id, k.digest, k.scopes,"
-            " (k.active AND u.active AND (k.exp IS NULL OR k.exp > now())),"
-            " (k.last_seen IS NULL OR k.last_seen <= now() - make_interval(secs => %s))"
-            " FROM api_keys k JOIN users u ON u.id = k.user_id WHERE k.digest = %s",
-            (LAST_SEEN_INTERVAL, wanted)).fetchone()
+        row = conn.execute(  # live: key and user active, not expired; stale: last_seen old
+            "SELECT id, user_id, org_id, digest, scopes, live, stale"
+            " FROM sds_auth_api_key(%s, %s)", (wanted, LAST_SEEN_INTERVAL)).fetchone()
         if row is None or not hmac.compare_digest(bytes(row[3]), wanted):
             raise Unauthorized("invalid API key", scheme="Apikey", error="invalid_key")
         if not row[5]:

@@ -198,17 +198,29 @@ def _forced(url: str, table: str) -> bool:
     return bool(row and row[0])
 
 
-def test_auth_role_reaches_credentials_only(rls_world: World) -> None:
+def test_auth_role_reaches_one_credential_at_a_time(rls_world: World) -> None:
+    """Before the organisation is known, credentials are looked up one row at a time through
+    migration 0052's functions; the tables themselves give sds_auth ids and last_seen only."""
     with as_role(rls_world.url, db.ROLE_AUTH) as conn:
-        # A login looks the email up before the organisation is known.
-        row = conn.execute("SELECT org_id FROM users WHERE lower(email) = 'b1@b.example'")
-        assert row.fetchone() == (rls_world.org_b,)
-    for stmt in ("SELECT name FROM users", "SELECT * FROM devices", "SELECT * FROM locations",
-                 "SELECT * FROM calibrated", "SELECT * FROM organisations",
-                 "DELETE FROM api_keys", "UPDATE api_keys SET scopes = '{}'"):
+        row = conn.execute("SELECT org_id FROM sds_auth_user('B1@b.example')").fetchone()
+        assert row == (rls_world.org_b,)
+        assert conn.execute("SELECT count(*) FROM sds_auth_user('nobody@b.example')"
+                            ).fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM sds_auth_api_key('\\x00', 60)").fetchone() == (0,)
+    refused = ("SELECT email FROM users", "SELECT password_hash FROM users",
+               "SELECT digest FROM api_keys", "SELECT scopes FROM api_keys",
+               "SELECT * FROM auth_tokens", "SELECT * FROM devices", "SELECT * FROM locations",
+               "SELECT * FROM calibrated", "SELECT * FROM organisations",
+               "DELETE FROM api_keys", "UPDATE api_keys SET scopes = '{}'",
+               "UPDATE users SET email = 'x@y.z'")
+    for stmt in refused:
         with as_role(rls_world.url, db.ROLE_AUTH) as conn, \
                 pytest.raises(errors.InsufficientPrivilege):
             conn.execute(stmt)
+    for role in (db.ROLE_API, db.ROLE_INGEST, db.ROLE_AGGREGATE):  # the lookups are sds_auth's
+        with as_role(rls_world.url, role) as conn, \
+                pytest.raises(errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM sds_auth_user('a1@a.example')")
 
 
 def test_ingest_role_inserts_but_never_rewrites(rls_world: World) -> None:
