@@ -1,1 +1,1 @@
-"""Cost of the database roles and row-level security (see __main__)."""
+"""Benchmark of the database roles and row-level security (run: python -m bench.rls)."""
