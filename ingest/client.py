@@ -133,6 +133,13 @@ class Ingester:
 
         Raises LeadershipLost if another ingester took the lock over (nothing more is acked).
         """
+        self.watchdog.start()  # from the first lock attempt on: a standby must not hang either
+        try:
+            self._run()
+        finally:
+            self.watchdog.stop()
+
+    def _run(self) -> None:
         if not self._lead():
             log.info("stopped while standing by")
             return
@@ -148,7 +155,6 @@ class Ingester:
         paho_log = logging.getLogger("paho")
         paho_log.addFilter(self._quiet_when_stopping)
         self._finished.clear()
-        self.watchdog.start()
         heartbeat = threading.Thread(target=self._heartbeat, name="leader-heartbeat",
                                      daemon=True)
         heartbeat.start()
@@ -166,7 +172,6 @@ class Ingester:
             self._client.loop_stop()
             paho_log.removeFilter(self._quiet_when_stopping)
             heartbeat.join(5)
-            self.watchdog.stop()
             if self._conn is not None:
                 self._conn.close()
             self.leader.release()
@@ -179,7 +184,9 @@ class Ingester:
         delay = 0.5
         while not self._stopping.is_set():
             try:
-                if self.leader.try_acquire():
+                with self.watchdog.guard("leader lock attempt", self._lock_conns):
+                    acquired = self.leader.try_acquire()
+                if acquired:
                     log.info("holding the leader lock for client id %s",
                              self.settings.mqtt_client_id)
                     return True
@@ -449,10 +456,10 @@ class Ingester:
         self.stop()
 
     def _lock_conns(self) -> list[psycopg.Connection | None]:
-        return [self.leader.connection]
+        return self.leader.connections()
 
     def _db_conns(self) -> list[psycopg.Connection | None]:
-        return [self._conn, self.leader.connection]
+        return [self._conn, *self.leader.connections()]
 
     def _watchdog_fired(self, entry: Guarded, stuck: float) -> None:
         self.metrics.db_watchdog.inc()

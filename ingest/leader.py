@@ -46,12 +46,13 @@ class Leader:
         self.confirmed_at = float("-inf")  # time.monotonic() of the last confirmation sent
         self.lost = False
         self._conn: psycopg.Connection | None = None
+        self._pending: psycopg.Connection | None = None  # a lock attempt's new session
         self._mutex = threading.RLock()
 
-    @property
-    def connection(self) -> psycopg.Connection | None:
-        """The lock's session (for the watchdog to break when a call on it hangs)."""
-        return self._conn
+    def connections(self) -> list[psycopg.Connection | None]:
+        """Every session a call of this object may be blocked on (for the watchdog to break):
+        the held lock's, and a lock attempt's while it waits for its answer."""
+        return [self._conn, self._pending]
 
     def try_acquire(self) -> bool:
         """Take the lock if it is free; True when this process holds it.
@@ -68,12 +69,15 @@ class Leader:
                 application_name="sds-ingest-lock", keepalives=1, keepalives_idle=10,
                 keepalives_interval=5, keepalives_count=3,
                 options=f"-c idle_session_timeout={max(1, int(self.lease * 1000))}")
+            self._pending = conn
             try:
                 row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
                                    (self.key,)).fetchone()
             except psycopg.Error:
                 conn.close()
                 raise
+            finally:
+                self._pending = None
             if row and row[0]:
                 self._conn = conn
                 self.confirmed_at = sent
