@@ -42,6 +42,12 @@ PROMISES = """\
   messages for an offline ingester session. A clean stop (SIGTERM) loses nothing. Setting
   `autosave_on_changes true` only narrows that window to the last change (mosquitto sends the
   PUBACK before it saves) and costs 12-70x in publish throughput (measured), so it is not shipped.
+- **Stuck peers.** A database path that stops answering is cut by the ingester's write
+  watchdog after `SDS_INGEST_DB_WATCHDOG` (default 30 s) and the batch retried, with no ack sent
+  while stuck; a frozen broker is detected by MQTT keepalive and reconnected to after it resumes.
+- **One active ingester.** The leader holds a PostgreSQL lock as a lease
+  (`SDS_INGEST_LOCK_TIMEOUT`, default 30 s); a standby takes over when the leader dies or
+  freezes, and a leader that lost its lease sends no further acks and exits.
 - **Queue capacity.** `max_queued_messages` is raised from mosquitto's silent default of 1000 to
   1,000,000, so an ingester outage of a day at 500 devices (144k messages) loses nothing.
 - **Bad input.** Each malformed or implausible message or reading is quarantined with its reason
