@@ -57,6 +57,19 @@ API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
 
+# Tables outside any organisation, and why RLS does not apply to them. With TENANT_ROWS and
+# DATA_TABLES this classifies every table, so a new one cannot skip the review of its grants.
+SERVICE_TABLES = {
+    "quarantine": "bad MQTT input before a device is trusted; the ingester may only INSERT",
+    "rollup_dirty": "per-device bucket marks; written by the ingester, claimed by the rollups",
+    "aggregate_runs": "the rollup jobs' progress; not granted to the API",
+    "job_runs": "the scheduler's run log; not granted to the API",
+    "service_secrets": "the cursor HMAC secret, one row for the whole service",
+    "login_failures": "the login throttle, keyed by a digest of the name tried",
+    "request_rate": "rate-limit counters keyed by credential id",
+    "schema_migrations": "applied migrations and their checksums; owner only",
+}
+
 _tally = {"tables": 0, "forced": 0, "data_tables": 0, "data_forced": 0, "cross_org_visible": 0,
           "cross_org_changed": 0}
 
@@ -92,6 +105,20 @@ def rows_of(url: str, table: str, org: UUID) -> set[str]:
     """Keys of `table`'s rows of organisation `org`, seen by the superuser."""
     with psycopg.connect(url) as conn:
         return {r[0] for r in conn.execute(TENANT_ROWS[table], {"org": org})}
+
+
+def test_every_table_is_classified(rls_world: World) -> None:
+    """A table added later must be placed in one of the three groups above, and tenant and data
+    tables must be the ones with forced RLS (no other table has it)."""
+    with psycopg.connect(rls_world.url) as conn:
+        tables = dict(conn.execute(
+            "SELECT c.relname, c.relrowsecurity AND c.relforcerowsecurity FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p')").fetchall())
+    classified = set(TENANT_ROWS) | set(DATA_TABLES) | set(SERVICE_TABLES)
+    assert set(tables) - classified == set(), "classify these tables (tenant, data or service)"
+    assert classified - set(tables) == set(), "classified tables that no longer exist"
+    assert {t for t, forced in tables.items() if forced} == set(TENANT_ROWS) | set(DATA_TABLES)
 
 
 def test_process_roles_own_nothing_and_cannot_log_in(rls_world: World) -> None:
