@@ -62,6 +62,17 @@ DB_BACKOFF_MAX = 30.0
 # Errors after which the same batch may succeed on a new connection: the server went away, was
 # restarted, cancelled the statement, or chose this transaction as a deadlock victim.
 TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
+# SQLSTATE classes that blame the database's setup, not the rows: privileges and missing objects
+# (28, 3D, 3F, 42), resources (53), object state (55), operator intervention (57), system and
+# configuration errors (58, F0, XX). Quarantining on these would misfile good readings, so the
+# batch waits (unacknowledged) and is retried until an operator fixes the cause.
+SETUP_FAULT_CLASSES = frozenset({"28", "3D", "3F", "42", "53", "55", "57", "58", "F0", "XX"})
+
+
+def retry_later(exc: psycopg.Error) -> bool:
+    """True when the same batch may succeed later (lost connection, or a fault of the database's
+    setup); False when the database refused the data itself."""
+    return isinstance(exc, TRANSIENT) or (exc.sqlstate or "")[:2] in SETUP_FAULT_CLASSES
 
 
 @dataclass(slots=True)
@@ -476,17 +487,19 @@ class Ingester:
                         # As late as possible before the commit that allows the acks.
                         self.leader.confirm()
                 return result
-            except TRANSIENT as exc:
-                self.metrics.db_errors.inc()
-                log.warning("database error, batch of %d not committed, retrying in %.1f s: %s",
-                            len(messages), delay, str(exc).strip() or type(exc).__name__)
-                if not self._back_off(delay):
-                    return None
-                delay = min(delay * 2, DB_BACKOFF_MAX)
             except psycopg.Error as exc:
+                self.metrics.db_errors.inc()
+                if retry_later(exc):
+                    log.log(logging.WARNING if isinstance(exc, TRANSIENT) else logging.ERROR,
+                            "database error (%s), batch of %d not committed, retrying in "
+                            "%.1f s: %s", exc.sqlstate or type(exc).__name__, len(messages),
+                            delay, str(exc).strip() or type(exc).__name__)
+                    if not self._back_off(delay):
+                        return None
+                    delay = min(delay * 2, DB_BACKOFF_MAX)
+                    continue
                 # The database refused the data itself; retrying the same rows would stall the
                 # ingester forever. Split the batch to find the message, keep it in quarantine.
-                self.metrics.db_errors.inc()
                 if len(messages) > 1:
                     log.warning("database refused a batch of %d (%s); retrying one by one",
                                 len(messages), type(exc).__name__)
@@ -517,10 +530,12 @@ class Ingester:
                                                             detail=detail)
                         self.leader.confirm()
                 return writer.BatchResult(quarantined=counts)
-            except TRANSIENT as exc:
+            except psycopg.Error as exc:
+                # Whatever the cause, never ack what is not stored: wait and retry.
                 self.metrics.db_errors.inc()
-                log.warning("database error while quarantining, retrying in %.1f s: %s", delay,
-                            str(exc).strip() or type(exc).__name__)
+                log.log(logging.WARNING if isinstance(exc, TRANSIENT) else logging.ERROR,
+                        "database error while quarantining, retrying in %.1f s: %s", delay,
+                        str(exc).strip() or type(exc).__name__)
                 if not self._back_off(delay):
                     return None
                 delay = min(delay * 2, DB_BACKOFF_MAX)
@@ -558,9 +573,11 @@ class Ingester:
                 if role:
                     db.set_role(conn, role)
                 writer.prepare(conn)
-            except psycopg.Error:
+            except psycopg.Error as exc:
                 conn.close()
-                raise
+                # A session that cannot be set up (role missing, privileges revoked) says
+                # nothing about the rows: retry later rather than quarantine them.
+                raise psycopg.OperationalError(f"database session setup failed: {exc}") from exc
             self._conn = conn
             log.info("connected to the database")
         return self._conn

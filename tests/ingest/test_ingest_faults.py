@@ -11,6 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from ingest.client import retry_later
 from shared import accounts
 from shared.config import Settings
 from tests.ingest.conftest import (
@@ -145,4 +146,46 @@ def test_unknown_extra_fields_counted_not_fatal(
     wait_for(lambda: count(conn, "SELECT count(*) FROM calibrated WHERE device = 'B7'"),
              what="row")
     assert ingester.metric("sds_ingest_unknown_fields_total") == 2
+    assert count(conn, "SELECT count(*) FROM quarantine") == 0
+
+
+@pytest.mark.parametrize(("error", "later"), [
+    (psycopg.errors.InsufficientPrivilege, True),  # a revoked grant: the setup, not the rows
+    (psycopg.errors.UndefinedTable, True),
+    (psycopg.errors.DiskFull, True),
+    (psycopg.errors.AdminShutdown, True),
+    (psycopg.errors.InternalError_, True),
+    (psycopg.errors.NumericValueOutOfRange, False),  # the rows themselves
+    (psycopg.errors.CheckViolation, False),
+    (psycopg.errors.RaiseException, False),  # a trigger refusing a row
+    (psycopg.errors.UntranslatableCharacter, False),
+])
+def test_errors_blaming_the_setup_are_retried_not_quarantined(error: type, later: bool) -> None:
+    assert retry_later(error("probe")) is later
+
+
+def test_revoked_insert_privilege_stalls_without_quarantining_good_readings(
+    conn: psycopg.Connection, site: Site, mqtt_settings: Settings, ingester: RunningIngester,
+    publisher: Ledger,
+) -> None:
+    """An operator's mistake (the ingester role lost INSERT on calibrated) must not send good
+    readings to quarantine or ack them: the batch waits, and is stored once the grant is back."""
+    assert mqtt_settings.db_roles, "the ingester must run as its least-privilege role here"
+    conn.execute("REVOKE INSERT ON calibrated FROM sds_ingest")
+    conn.commit()
+    t0 = now_slot(10)
+    topic = f"{mqtt_settings.topic_prefix}/A1/readings"
+    for i in range(3):
+        assert publisher.publish(topic, json.dumps(
+            {"time": iso(t0 - timedelta(minutes=5 * i)), "tair": 10.0 + i}).encode())
+    wait_for(lambda: ingester.metric("sds_ingest_db_errors_total") >= 2, 30,
+             what="the refused batch retried")
+    assert count(conn, "SELECT count(*) FROM quarantine") == 0
+    assert count(conn, "SELECT count(*) FROM calibrated") == 0
+    assert ingester.metric("sds_ingest_messages_acked_total") == 0
+    conn.execute("GRANT INSERT ON calibrated TO sds_ingest")
+    conn.commit()
+    wait_for(lambda: count(conn, "SELECT count(*) FROM calibrated") == 3, 60,
+             what="the held readings stored after the grant came back")
+    wait_for(lambda: ingester.metric("sds_ingest_messages_acked_total") == 3, what="3 acks")
     assert count(conn, "SELECT count(*) FROM quarantine") == 0
