@@ -13,6 +13,8 @@ import threading
 
 import psycopg
 
+from shared import db
+
 log = logging.getLogger(__name__)
 
 # Two int4 keys: (namespace, lock). pg_locks shows them as classid, objid with objsubid = 2.
@@ -120,10 +122,6 @@ class LeaderLock:
             self._drop()
 
     def _drop(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg.Error:
-                pass
+        db.close_quietly(self._conn)
         self._conn = None
         self._pid = None

@@ -583,12 +583,8 @@ class Ingester:
         return self._conn
 
     def _drop_db(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.close()
-            except psycopg.Error:
-                pass
-            self._conn = None
+        db.close_quietly(self._conn)
+        self._conn = None
 
     def _fault(self, point: str) -> None:
         """Test hook: SIGKILL this process at the configured point (never set in production)."""

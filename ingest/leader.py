@@ -29,6 +29,8 @@ import time
 
 import psycopg
 
+from shared import db
+
 log = logging.getLogger(__name__)
 
 
@@ -114,9 +116,5 @@ class Leader:
     def release(self) -> None:
         """Drop the lock (closing its session releases it)."""
         with self._mutex:
-            if self._conn is not None:
-                try:
-                    self._conn.close()
-                except psycopg.Error:
-                    pass
-                self._conn = None
+            db.close_quietly(self._conn)
+            self._conn = None

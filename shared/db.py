@@ -131,5 +131,15 @@ def make_pool(
     return pool
 
 
+def close_quietly(conn: psycopg.Connection | None) -> None:
+    """Close a connection that may already be broken; the caller is discarding it anyway."""
+    if conn is not None:
+        try:
+            conn.close()
+        except psycopg.Error:
+            pass
+
+
 __all__ = ["ROLES", "ROLE_AGGREGATE", "ROLE_API", "ROLE_AUTH", "ROLE_INGEST", "DictRow",
-           "connect", "dict_row", "make_pool", "role_for", "set_request_scope", "set_role"]
+           "close_quietly", "connect", "dict_row", "make_pool", "role_for", "set_request_scope",
+           "set_role"]
