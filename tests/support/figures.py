@@ -41,7 +41,8 @@ PROMISES = """\
   broker killed with SIGKILL loses at most what was queued since its last save: about 1-2 s of
   messages for an offline ingester session. A clean stop (SIGTERM) loses nothing. Setting
   `autosave_on_changes true` only narrows that window to the last change (mosquitto sends the
-  PUBACK before it saves) and costs 12-70x in publish throughput (measured), so it is not shipped.
+  PUBACK before it saves) and divides publish throughput by 4-70 as the queue grows (measured
+  below), so it is not shipped.
 - **Stuck peers.** A database path that stops answering is cut by the ingester's write
   watchdog after `SDS_INGEST_DB_WATCHDOG` (default 30 s) and the batch retried, with no ack sent
   while stuck; a frozen broker is detected by MQTT keepalive and reconnected to after it resumes.
