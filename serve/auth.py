@@ -34,7 +34,7 @@ import psycopg
 from flask import Flask, Response, g, request
 from psycopg_pool import ConnectionPool
 
-from serve.ratelimit import RateLimiter
+from serve.ratelimit import RateLimiter, Verdict
 from shared import credentials
 from shared.config import Settings
 from shared.errors import (
@@ -426,8 +426,10 @@ class Authenticator:
 
     # -- one request -------------------------------------------------------------------------
 
-    def authenticate(self, creds: Credentials, address: str) -> Principal:
-        """The principal for `creds`, using one pooled connection (committed)."""
+    def authenticate(self, creds: Credentials, address: str,
+                     counted: Callable[[Verdict], None] | None = None) -> Principal:
+        """The principal for `creds`, using one pooled connection (committed). `counted`, when
+        given, receives the rate limiter's verdict (also for a refused request)."""
         prefix = {"apikey": credentials.API_KEY_PREFIX, "bearer": credentials.TOKEN_PREFIX}
         if creds.scheme in prefix and not credentials.well_formed(creds.value,
                                                                   prefix[creds.scheme]):
@@ -448,6 +450,8 @@ class Authenticator:
                 principal = Principal(user, org, "basic")
             # Counted on the same connection and committed with it: one more statement.
             verdict = self.rate_limiter.hit(conn, principal)
+        if counted is not None:
+            counted(verdict)
         if not verdict.allowed:
             raise TooManyRequests(self.rate_limiter.message(principal, verdict.retry_after),
                                   retry_after=verdict.retry_after)
@@ -542,7 +546,8 @@ def _authenticate() -> None:
     if creds is None:
         raise Unauthorized("credentials required: send 'Authorization: Basic', 'Bearer' or "
                            "'Apikey'", scheme="Basic")
-    principal = auth.authenticate(creds, client_address(auth.settings))
+    principal = auth.authenticate(creds, client_address(auth.settings),
+                                  counted=lambda verdict: setattr(g, "rate", verdict))
     g.principal = principal
     view = app.view_functions.get(request.endpoint or "")
     declared = getattr(view, "_sds_access", "")
@@ -552,7 +557,15 @@ def _authenticate() -> None:
         _check_access(needed or USER_ONLY)
 
 
-def _deprecation_headers(response: Response) -> Response:
+def _response_headers(response: Response) -> Response:
+    """Rate-limit headers for every counted request (a 429 too), and the deprecation headers
+    for the deprecated `?apikey=`."""
+    verdict: Verdict | None = g.get("rate")
+    if verdict is not None:
+        from flask import current_app
+
+        app = cast(Flask, current_app._get_current_object())  # type: ignore[attr-defined]
+        response.headers.update(authenticator(app).rate_limiter.headers(verdict))
     principal: Principal | None = g.get("principal")
     if principal is not None and principal.via_query:
         response.headers["Deprecation"] = f"@{int(APIKEY_QUERY_DEPRECATED.timestamp())}"
@@ -563,7 +576,7 @@ def _deprecation_headers(response: Response) -> Response:
 def init_app(app: Flask) -> None:
     """Authenticate every request of `app` before its view runs (closed by default)."""
     app.before_request(_authenticate)
-    app.after_request(_deprecation_headers)
+    app.after_request(_response_headers)
 
 
 # ---- account access operations and their operator commands (`sds access ...`) -------------

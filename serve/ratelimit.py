@@ -55,6 +55,7 @@ class Verdict:
     allowed: bool
     requests: int
     retry_after: int
+    reset: int = 0  # seconds until the window ends (0 when no limit is configured)
 
 
 class RateLimiter:
@@ -78,9 +79,19 @@ class RateLimiter:
                                   "cap": self.limit + 1}).fetchone()
         assert row is not None  # INSERT ... RETURNING always returns the row
         requests, left = int(row[0]), float(row[1])
+        reset = max(1, math.ceil(left))
         if requests <= self.limit:
-            return Verdict(True, requests, 0)
-        return Verdict(False, requests, max(1, math.ceil(left)))
+            return Verdict(True, requests, 0, reset)
+        return Verdict(False, requests, reset, reset)
+
+    def headers(self, verdict: Verdict) -> dict[str, str]:
+        """`RateLimit-Limit`, `-Remaining` and `-Reset` (seconds) for a counted request, so a
+        client can pace itself before it meets a 429; none when no limit is configured."""
+        if not self.enabled or not verdict.reset:
+            return {}
+        return {"RateLimit-Limit": str(self.limit),
+                "RateLimit-Remaining": str(max(0, self.limit - verdict.requests)),
+                "RateLimit-Reset": str(verdict.reset)}
 
     def message(self, principal: Principal, retry_after: int) -> str:
         """The 429 message: which budget ran out and when to retry."""

@@ -2,7 +2,8 @@
 for another organisation's object and for one that does not exist must answer alike, so a
 caller cannot learn which ids exist elsewhere.
 
-Alike means: the same status, the same headers (names and values) and the same body once the
+Alike means: the same status, the same headers (names and values; the caller's remaining
+rate-limit budget by name only, as it moves with every request) and the same body once the
 requested id, which the 404 message repeats back, is replaced by a placeholder (the probe ids
 have the same length as the real ones, so Content-Length matches too); and the same cost: the
 medians of interleaved timings differ by at most 20%.
@@ -72,10 +73,16 @@ def _callers(world: World, probe: Probe) -> dict[str, dict[str, str]]:
     return callers
 
 
+# The caller's own rate-limit budget changes with every request and the clock, never with the
+# id asked for: compared by name only.
+PER_REQUEST = {"RateLimit-Remaining", "RateLimit-Reset"}
+
+
 def _answer(client: FlaskClient, probe: Probe, path: str, headers: dict[str, str],
             req_id: str) -> tuple[int, list[tuple[str, str]], bytes]:
     r = client.open(path, method=probe.method, headers=headers, json=probe.body)
-    return (r.status_code, sorted(r.headers.items()),
+    return (r.status_code,
+            sorted((k, "<per request>" if k in PER_REQUEST else v) for k, v in r.headers.items()),
             r.get_data().replace(req_id.encode(), b"<ID>"))
 
 

@@ -54,6 +54,35 @@ def test_exceeding_the_limit_is_429_with_retry_after(limited: Flask, fresh_world
     assert _statuses(client, key, 3) == [429] * 3
 
 
+def test_every_counted_answer_says_how_much_budget_is_left(limited: Flask,
+                                                          fresh_world: World) -> None:
+    """RateLimit-Limit/-Remaining/-Reset on each answer, a 429 included, so a client can pace
+    itself; none on public routes, which are not counted."""
+    client = limited.test_client()
+    key = apikey(fresh_world.keys["all"])
+    remaining = []
+    for _ in range(LIMIT + 1):
+        r = client.get("/api/v2/devices", headers=key)
+        assert r.headers["RateLimit-Limit"] == str(LIMIT)
+        assert 1 <= int(r.headers["RateLimit-Reset"]) <= 60
+        remaining.append((r.status_code, int(r.headers["RateLimit-Remaining"])))
+    assert remaining == [(200, 4), (200, 3), (200, 2), (200, 1), (200, 0), (429, 0)]
+    assert int(r.headers["RateLimit-Reset"]) == int(r.headers["Retry-After"])
+    # Browser clients may read them (CORS).
+    assert "RateLimit-Remaining" in r.headers["Access-Control-Expose-Headers"]
+    public = client.get("/api/v2/openapi.json")
+    assert public.status_code == 200 and "RateLimit-Limit" not in public.headers
+
+
+def test_no_rate_headers_when_the_limit_is_off(fresh_world: World) -> None:
+    app = make_app(fresh_world.url, api_rate_limit=0)
+    try:
+        r = app.test_client().get("/api/v2/devices", headers=apikey(fresh_world.keys["all"]))
+        assert r.status_code == 200 and "RateLimit-Limit" not in r.headers
+    finally:
+        close_app(app)
+
+
 def test_a_users_tokens_and_basic_share_one_budget(limited: Flask, fresh_world: World) -> None:
     client = limited.test_client()
     token = bearer(fresh_world.tokens["live"])
