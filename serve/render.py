@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
@@ -99,49 +100,66 @@ class JsonRows:
         return b"]"
 
 
-class RowStream:
-    """The WSGI body: writer output over chunks fetched on demand; `close()` frees the source.
+class _BodyStream(ABC):
+    """A WSGI body that holds a database connection until it is consumed or closed.
 
     A class rather than a bare generator, because a generator never started (HEAD, or a client
     gone before the first byte) does not run its `finally` on close(); this does.
     """
+
+    what = "a page"
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release: Callable[[], None] | None = release
+
+    @abstractmethod
+    def _pieces(self) -> Iterator[bytes]:
+        """The body's bytes, in order."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._pieces()
+        except Exception:
+            # Headers are gone: the client sees a cut-off body (no final chunk), never a
+            # well-formed but incomplete page.
+            log.exception("error while streaming %s", self.what)
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Free the connection (once; WSGI servers may call this after iterating too)."""
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+
+
+class RowStream(_BodyStream):
+    """The body of a JSON page: writer output over chunks of rows fetched on demand."""
 
     def __init__(
         self, writer: JsonRows, first: Sequence[Sequence[Any]],
         fetch: Callable[[], Sequence[Sequence[Any]]], chunk_rows: int,
         release: Callable[[], None],
     ) -> None:
+        super().__init__(release)
         self._writer = writer
         self._first = first
         self._fetch = fetch
         self._chunk_rows = chunk_rows
-        self._release: Callable[[], None] | None = release
 
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield self._writer.start()
-            rows = self._first
-            self._first = ()
-            while rows:
-                piece = self._writer.chunk(rows)
-                if piece:
-                    yield piece
-                if len(rows) < self._chunk_rows:
-                    break
-                rows = self._fetch()
-            yield self._writer.end()
-        except Exception:
-            # Headers are gone: the client sees a cut-off body (no final chunk), never a
-            # well-formed but incomplete page.
-            log.exception("error while streaming a page")
-            raise
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
+    def _pieces(self) -> Iterator[bytes]:
+        yield self._writer.start()
+        rows = self._first
+        self._first = ()
+        while rows:
+            piece = self._writer.chunk(rows)
+            if piece:
+                yield piece
+            if len(rows) < self._chunk_rows:
+                break
+            rows = self._fetch()
+        yield self._writer.end()
 
 
 def csv_header(columns: Sequence[Column], local_time: bool) -> bytes:
@@ -152,32 +170,23 @@ def csv_header(columns: Sequence[Column], local_time: bool) -> bytes:
     return buf.getvalue().encode()
 
 
-class CopyStream:
-    """The WSGI body of a CSV page: the header, then the blocks of a COPY ... TO STDOUT
-    (PostgreSQL formats every line); `close()` ends the COPY and frees the connection."""
+class CopyStream(_BodyStream):
+    """The body of a CSV page: the header, then the blocks of a COPY ... TO STDOUT (PostgreSQL
+    formats every line); closing ends the COPY and frees the connection."""
+
+    what = "a CSV page"
 
     def __init__(self, header: bytes, first: bytes, read: Callable[[], bytes],
                  release: Callable[[], None]) -> None:
-        self._pieces: list[bytes] = [header, first]
+        super().__init__(release)
+        self._head = header + first
         self._read = read
-        self._release: Callable[[], None] | None = release
 
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield b"".join(self._pieces)
-            self._pieces = []
-            while True:
-                block = self._read()
-                if not block:
-                    break
-                yield block
-        except Exception:
-            log.exception("error while streaming a CSV page")
-            raise
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        release, self._release = self._release, None
-        if release is not None:
-            release()
+    def _pieces(self) -> Iterator[bytes]:
+        head, self._head = self._head, b""
+        yield head
+        while True:
+            block = self._read()
+            if not block:
+                break
+            yield block
