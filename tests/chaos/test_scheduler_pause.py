@@ -49,16 +49,18 @@ def _starts(conn: psycopg.Connection, job: str) -> list[float]:
     return [r[0].timestamp() for r in rows]
 
 
-def _freeze(proc: subprocess.Popen[bytes], conn: psycopg.Connection) -> tuple[float, float]:
-    """SIGSTOP for at least PAUSE_TICKS intervals, SIGCONT half way between two ticks (so the
-    coalesced run and the next regular tick are an interval apart); returns (stop, cont)."""
+def _freeze(proc: subprocess.Popen[bytes], conn: psycopg.Connection,
+            phase: float = 0.5) -> tuple[float, float]:
+    """SIGSTOP for at least PAUSE_TICKS intervals, SIGCONT `phase` of an interval after a tick
+    (half way by default, so the coalesced run and the next regular tick are an interval
+    apart); returns (stop, cont)."""
     wait_for(lambda: all(len(_starts(conn, j)) >= 2 for j in JOBS), 30, 0.1,
              what="two runs of every job")
     grid = _starts(conn, "hourly")[0]  # the interval trigger ticks at grid + k * INTERVAL
     os.kill(proc.pid, signal.SIGSTOP)
     stopped = time.time()
     k = int((stopped + PAUSE_TICKS * INTERVAL - grid) // INTERVAL) + 1
-    cont_at = grid + k * INTERVAL + INTERVAL / 2
+    cont_at = grid + k * INTERVAL + INTERVAL * phase
     time.sleep(max(0.0, cont_at - time.time()))
     os.kill(proc.pid, signal.SIGCONT)
     return stopped, time.time()
@@ -118,7 +120,9 @@ def test_short_grace_time_misses_runs_after_a_freeze(database_url: str, tmp_path
     proc = _spawn(database_url, log, grace=1)
     try:
         with psycopg.connect(database_url, autocommit=True) as conn:
-            _freeze(proc, conn)
+            # Resume 1.6 s after a tick: even the latest due run is then past the 1 s grace
+            # for every job (half way, 1.0 s, would leave it to a few ms of scheduling lag).
+            _freeze(proc, conn, phase=0.8)
             # Each job's missed-run event is logged by its own executor callback: wait for
             # all of them, not just the first.
             wait_for(lambda: all(f"job {j} missed its run time" in log.read_text()
