@@ -83,6 +83,26 @@ SCENARIOS = {
 }
 
 
+def _heal_and_settle(proxy: TcpProxy, run: Run, proc: IngesterProcess, s: Settings,
+                     database_url: str, *, timeout: float, what: str
+                     ) -> tuple[float, dict[str, float]]:
+    """Heal the proxy, wait until everything acked before the heal is stored (the recovery
+    time), let publishing end, check the ledger and stop the ingester cleanly; returns the
+    recovery seconds and the ingester's last metrics."""
+    proxy.heal()
+    healed = time.monotonic()
+    before_heal = set(run.acked)
+    wait_for(lambda: before_heal <= set(stored_times(database_url)), timeout, every=0.1,
+             what=what)
+    recovery = time.monotonic() - healed
+    wait_for(run.done, 60, what="publishing")
+    ledger_check(database_url, run)
+    assert proc.alive(), proc.log()[-3000:]
+    metrics = scrape(s.metrics_port)
+    assert proc.terminate() == 0
+    return recovery, metrics
+
+
 @pytest.mark.parametrize("path", ["broker", "db"])
 @pytest.mark.parametrize("toxic", list(SCENARIOS))
 def test_toxic_ledger(
@@ -109,17 +129,8 @@ def test_toxic_ledger(
     try:
         run = Run(ledger, f"{s.topic_prefix}/A1/readings", 300, 100).start()
         SCENARIOS[toxic](proxy, run)
-        proxy.heal()
-        healed = time.monotonic()
-        before_heal = set(run.acked)
-        wait_for(lambda: before_heal <= set(stored_times(database_url)), 60, every=0.1,
-                 what=f"recovery after {toxic} on the {path} path")
-        recovery = time.monotonic() - healed
-        wait_for(run.done, 60, what="publishing")
-        ledger_check(database_url, run)
-        assert proc.alive(), proc.log()[-3000:]
-        metrics = scrape(s.metrics_port)
-        assert proc.terminate() == 0
+        recovery, metrics = _heal_and_settle(proxy, run, proc, s, database_url, timeout=60,
+                                             what=f"recovery after {toxic} on the {path} path")
     finally:
         ledger.close()
         proc.kill()
@@ -232,17 +243,8 @@ def test_database_blackhole_fires_the_write_watchdog(
             "sds_ingest_messages_acked_total"], "acks sent while the database was unreachable"
         assert during["sds_ingest_messages_held"] > 0  # received and waiting, not acked
         time.sleep(max(0.0, cut + outage - time.monotonic()))
-        proxy.heal()
-        healed = time.monotonic()
-        before_heal = set(run.acked)
-        wait_for(lambda: before_heal <= set(stored_times(database_url)), 90, every=0.2,
-                 what="recovery after the heal")
-        recovery = time.monotonic() - healed
-        wait_for(run.done, 60, what="publishing")
-        ledger_check(database_url, run)
-        assert proc.alive(), proc.log()[-3000:]
-        metrics = scrape(s.metrics_port)
-        assert proc.terminate() == 0
+        recovery, metrics = _heal_and_settle(proxy, run, proc, s, database_url, timeout=90,
+                                             what="recovery after the heal")
     finally:
         ledger.close()
         proc.kill()
