@@ -21,6 +21,8 @@ flock 9
 # What the service runs on. curl is only for the README's examples; procps gives pgrep/ps.
 RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients python3 python3-venv
     python3-dev build-essential ca-certificates procps curl openssl)
+# What the browser tests drive (tests/support/browser.py): Debian's Chromium and its WebDriver.
+TEST_PKGS=(chromium chromium-driver)
 # What the TimescaleDB build needs; only asked for while the extension is missing.
 BUILD_PKGS=(postgresql-server-dev-15 cmake build-essential libssl-dev dpkg-dev)
 TRIXIE_SRC=/etc/apt/sources.list.d/sds-trixie-src.sources
@@ -75,7 +77,7 @@ apt_install() {
 }
 
 # ---- 1. Debian packages -------------------------------------------------------------------------
-want=("${RUNTIME_PKGS[@]}")
+want=("${RUNTIME_PKGS[@]}" "${TEST_PKGS[@]}")
 [[ -f $TIMESCALEDB_CONTROL ]] || want+=("${BUILD_PKGS[@]}")
 mapfile -t missing < <(missing_pkgs "${want[@]}")
 if ((${#missing[@]})); then
