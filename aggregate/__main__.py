@@ -66,6 +66,20 @@ def build_scheduler(
             kwargs={"pool": pool, "settings": settings, "table": table,
                     "guard": leader.guard, "runner": runner, "metrics": metrics})
 
+    if settings.retention_export_dir:
+        # Raw retention (aggregate.lifecycle): exports, then drops or deletes past the horizons.
+        scheduler.add_job(
+            jobs.run_retention, IntervalTrigger(seconds=max(60, settings.retention_interval),
+                                                timezone=UTC),
+            id=jobs.RETENTION_JOB, name="raw data retention", replace_existing=True,
+            coalesce=True, max_instances=1, misfire_grace_time=MISFIRE_GRACE,
+            next_run_time=datetime.now(UTC),
+            kwargs={"pool": pool, "settings": settings, "guard": leader.guard,
+                    "runner": runner, "metrics": metrics})
+    elif settings.retention_calibrated_days or settings.retention_health_days:
+        log.warning("retention horizons are set but SDS_RETENTION_EXPORT_DIR is not: nothing "
+                    "is removed until it names the directory for the export")
+
     def watchdog() -> None:
         if not leader.alive():
             log.warning("scheduler lock lost: stopping jobs and waiting to lead again")

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from aggregate import rollups
+from aggregate import lifecycle, rollups
 from aggregate.leader import LeadershipLost
 from aggregate.metrics import Metrics
 from shared.config import Settings
@@ -135,6 +135,46 @@ def run_job(
     log.info("job %s: %d buckets in %.2f s", table, n,
              (datetime.now(UTC) - started).total_seconds())
     return n
+
+
+RETENTION_JOB = "retention"
+
+
+def run_retention(
+    pool: ConnectionPool, settings: Settings, *, guard: Guard = _no_guard,
+    runner: str | None = None, metrics: Metrics | None = None,
+) -> int:
+    """One scheduled retention pass (aggregate.lifecycle), recorded in job_runs and
+    aggregate_runs as job `retention` with the rows removed as its count."""
+    runner = runner or runner_name()
+    try:
+        run_id = _start(pool, RETENTION_JOB, runner, guard)
+    except LeadershipLost as exc:
+        log.warning("job %s not started: %s", RETENTION_JOB, exc)
+        return 0
+    try:
+        with pool.connection() as conn:
+            results = lifecycle.run(conn, settings, guard=guard)
+    except LeadershipLost as exc:
+        _finish(pool, RETENTION_JOB, run_id, buckets=0, error=f"LeadershipLost: {exc}")
+        log.warning("job %s rolled back: %s", RETENTION_JOB, exc)
+        return 0
+    except Exception as exc:
+        _finish(pool, RETENTION_JOB, run_id, buckets=0, error=f"{type(exc).__name__}: {exc}")
+        if metrics is not None:
+            metrics.runs.labels(RETENTION_JOB, "error").inc()
+        raise
+    removed = sum(r.rows for r in results)
+    blocked = "; ".join(f"{r.table}: {r.blocked}" for r in results if r.blocked)
+    # A run held back by pending rollups is not an error, but status must say why.
+    _finish(pool, RETENTION_JOB, run_id, buckets=removed,
+            error=f"held back: {blocked}" if blocked else None)
+    if metrics is not None:
+        metrics.runs.labels(RETENTION_JOB, "ok").inc()
+    for r in results:
+        log.info("retention %s: %d rows exported to %s and removed%s", r.table, r.rows,
+                 r.manifest or "-", f" (held back: {r.blocked})" if r.blocked else "")
+    return removed
 
 
 def run_all(

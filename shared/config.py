@@ -32,6 +32,12 @@ class Settings:
     db_pool_min: int = _f(1, "Connections each process keeps open")
     db_pool_max: int = _f(8, "Most connections each process opens")
     statement_timeout_ms: int = _f(30000, "Per-statement time limit for API queries (ms)")
+    database_read_url: str | None = _f(
+        None, "libpq URL of a hot standby the API reads /data pages from (unset: all reads go "
+        "to SDS_DATABASE_URL); writes always go to SDS_DATABASE_URL", secret=True)
+    read_max_staleness: float = _f(
+        10.0, "Most seconds the standby may lag behind the primary for a read to be served from "
+        "it; past this the API reads from the primary and says so in X-Read-Source")
     db_roles: bool = _f(
         True, "Switch each process to its NOLOGIN database role (sds_api, sds_auth, sds_ingest, "
         "sds_aggregate; docs/security.md) with SET ROLE; off: everything runs as the login role")
@@ -77,6 +83,18 @@ class Settings:
     aggregate_interval: int = _f(60, "Seconds between rollup runs")
     low_quality_pct: float = _f(80.0, "sample_pct below this marks a rollup row low_quality")
     aggregate_metrics_port: int = _f(9109, "Prometheus metrics port of the scheduler (0 off)")
+
+    # --- data lifecycle (docs/operations.md "Data lifecycle") ---
+    retention_calibrated_days: int = _f(
+        0, "Raw calibrated readings older than this many days are exported, then dropped "
+        "(0: kept forever); organisations may override it (sds storage policy); rollups are kept")
+    retention_health_days: int = _f(
+        0, "Health reports older than this many days are exported, then dropped (0: kept "
+        "forever); organisations may override it")
+    retention_export_dir: str | None = _f(
+        None, "Directory the CSV.gz export of rows about to be dropped is written to (by device "
+        "and month); retention drops nothing while it is unset")
+    retention_interval: int = _f(3600, "Seconds between retention runs of the scheduler")
 
     # --- HTTP API ---
     http_bind: str = _f("127.0.0.1:8080", "Address gunicorn binds to")
