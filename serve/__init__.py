@@ -1,6 +1,6 @@
 """The HTTP API (`/api/v2`): Flask app factory, served by gunicorn through `serve.wsgi:app`.
 
-`create_app(settings)` wires one pool (`app.extensions["db"]`), the settings
+`create_app(settings)` wires one pool (`serve.pool`), the settings
 (`app.extensions["settings"]`), flask-smorest with the OpenAPI 3 document at
 `/api/v2/openapi.json` and Swagger UI at `/api/v2/doc` (assets from the swagger-ui-bundle
 package, served by this app), the JSON error handlers, CORS headers, the blueprints of
@@ -23,6 +23,7 @@ from flask_smorest import Api
 
 from serve import auth, errors, pagination
 from serve.api import BLUEPRINTS
+from serve.pool import attach
 from shared.config import Settings
 from shared.db import ROLE_API, ROLE_AUTH, make_pool, role_for, set_request_scope
 
@@ -75,7 +76,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         options=f"-c statement_timeout={int(settings.statement_timeout_ms)} -c TimeZone=UTC",
         role=ROLE_API, checkout=_request_scope(settings),
     )
-    app.extensions["db"] = pool
+    attach(app, pool)
     try:
         with pool.connection() as conn:
             app.extensions["cursor_key"] = pagination.load_key(conn, settings.cursor_secret)

@@ -4,8 +4,8 @@ scopes (reference-facts decision 11), failed-login throttling and the deprecated
 `init_app(app)` installs a before_request hook that turns the request's credentials into a
 `Principal` (or refuses them); views declare what they need with `requires(scope)` or
 `requires_user()`, and read the caller with `current_principal()`. Endpoints are closed by
-default: a view becomes reachable without credentials only through `public`. The operator
-commands `sds access passwd|unlock|logout` live at the end of this module.
+default: a view becomes reachable without credentials only through `public`. The caller is a
+`serve.principal.Principal`; account administration (`sds access ...`) is `serve.access`.
 """
 
 from __future__ import annotations
@@ -16,34 +16,32 @@ import hashlib
 import hmac
 import logging
 import math
-import os
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime
 from functools import wraps
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
-import click
 import psycopg
 from flask import Flask, Response, g, request
 from psycopg_pool import ConnectionPool
 
+from serve.pool import pool
+from serve.principal import USER_ONLY, Principal
 from serve.ratelimit import RateLimiter, Verdict
 from shared import credentials
 from shared.config import Settings
 from shared.errors import (
     BadRequest,
     Forbidden,
-    ServiceError,
     TooManyRequests,
     Unauthorized,
-    UnknownObject,
 )
 
 log = logging.getLogger(__name__)
@@ -64,7 +62,6 @@ BASIC_CACHE_SIZE = 4096
 
 # Decision 11 for views that do not declare their own need: the first matching path prefix
 # (and method) gives the scope an API key must hold. USER_ONLY means no API key may call it.
-USER_ONLY = "user"
 _SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("/api/v2/data", None, "data:read"),
     ("/api/v2/schemas", None, "data:read"),
@@ -75,26 +72,6 @@ _SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("/api/v2/apikeys", None, USER_ONLY),
     ("/api/v2/auth", None, USER_ONLY),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: the user, their organisation, how they authenticated and, for an API
-    key, its scopes (basic and bearer callers carry all of the user's rights)."""
-
-    user_id: UUID
-    org_id: UUID
-    kind: str  # 'basic' | 'bearer' | 'apikey'
-    scopes: frozenset[str] = field(default_factory=lambda: frozenset(credentials.SCOPES))
-    token_id: UUID | None = None
-    key_id: UUID | None = None
-    via_query: bool = False  # authenticated with the deprecated ?apikey=
-
-    def allows(self, scope: str) -> bool:
-        """True when this caller may act under `scope` (USER_ONLY: not with an API key)."""
-        if self.kind != "apikey":
-            return True
-        return scope != USER_ONLY and scope in self.scopes
 
 
 # ---- view decorators ---------------------------------------------------------------------
@@ -264,6 +241,14 @@ def _subject(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
+def clear_account_failures(conn: psycopg.Connection, email: str) -> int:
+    """Forget the failed logins counted against an account (its lockout ends; the address's
+    count stays); the number of rows removed."""
+    cur = conn.execute("DELETE FROM login_failures WHERE kind = 'account' AND subject = %s",
+                       (_subject(email.strip().lower()),))
+    return cur.rowcount
+
+
 class Authenticator:
     """Checks credentials against the database; one per app."""
 
@@ -330,11 +315,6 @@ class Authenticator:
             (self.settings.login_window,))
         return cur.rowcount
 
-    def clear_account_failures(self, conn: psycopg.Connection, email: str) -> None:
-        """A successful login ends the account's back-off (the address's count stays)."""
-        conn.execute("DELETE FROM login_failures WHERE kind = 'account' AND subject = %s",
-                     (_subject(email.strip().lower()),))
-
     # -- password login (Basic and POST /auth/token) -----------------------------------------
 
     def login(self, conn: psycopg.Connection, email: str, password: str, address: str,
@@ -365,7 +345,7 @@ class Authenticator:
             # Same password, stronger parameters: not a password change, so tokens stay valid.
             conn.execute("UPDATE users SET password_hash = %s WHERE id = %s", (new_hash, row[0]))
             row = (row[0], row[1], new_hash, row[3])
-        self.clear_account_failures(conn, email)
+        clear_account_failures(conn, email)  # a successful login ends the account's back-off
         if use_cache:
             self.basic_cache.put(fp, user_id=row[0], password_hash=row[2])
         return row[0], row[1]
@@ -472,7 +452,7 @@ def authenticator(app: Flask) -> Authenticator:
     """The app's Authenticator, created on first use (the pool may be opened after init_app)."""
     auth = app.extensions.get("auth")
     if auth is None:
-        auth = Authenticator(_settings_of(app), app.extensions["db"])
+        auth = Authenticator(_settings_of(app), pool(app))
         app.extensions["auth"] = auth
     return cast(Authenticator, auth)
 
@@ -577,89 +557,3 @@ def init_app(app: Flask) -> None:
     """Authenticate every request of `app` before its view runs (closed by default)."""
     app.before_request(_authenticate)
     app.after_request(_response_headers)
-
-
-# ---- account access operations and their operator commands (`sds access ...`) -------------
-
-
-def change_password(conn: psycopg.Connection, *, user: UUID, password: str) -> None:
-    """Set a new password: every bearer token of the user ends (they predate the change),
-    cached Basic logins stop matching the stored hash, and the account's lockout is lifted.
-    API keys stay (docs/auth.md)."""
-    if len(password) < 8:
-        raise BadRequest("password: at least 8 characters")
-    row = conn.execute(
-        "UPDATE users SET password_hash = %s, password_changed_at = clock_timestamp()"
-        " WHERE id = %s RETURNING email", (credentials.hash_password(password), user)).fetchone()
-    if row is None:
-        raise UnknownObject(f"unknown user {user}")
-    conn.execute("UPDATE auth_tokens SET revoked_at = now() WHERE user_id = %s"
-                 " AND revoked_at IS NULL", (user,))
-    unlock(conn, email=row[0])
-
-
-def unlock(conn: psycopg.Connection, *, email: str) -> int:
-    """Forget the failed logins counted against an account; the number of rows removed."""
-    cur = conn.execute("DELETE FROM login_failures WHERE kind = 'account' AND subject = %s",
-                       (_subject(email.strip().lower()),))
-    return cur.rowcount
-
-
-def revoke_tokens(conn: psycopg.Connection, *, user: UUID) -> int:
-    """Revoke every live bearer token of a user (log out everywhere); how many were live."""
-    cur = conn.execute("UPDATE auth_tokens SET revoked_at = now() WHERE user_id = %s"
-                       " AND revoked_at IS NULL AND expires_at > now()", (user,))
-    return cur.rowcount
-
-
-@click.group("access")
-def access_cli() -> None:
-    """Account access: passwords, login lockouts, bearer tokens."""
-
-
-def _cli_settings() -> Settings:
-    try:
-        return Settings.from_env(os.environ)
-    except ValueError as exc:
-        raise click.ClickException(f"bad configuration: {exc}") from None
-
-
-def _cli_user(conn: psycopg.Connection, email: str) -> UUID:
-    row = conn.execute("SELECT id FROM users WHERE lower(email) = lower(%s)",
-                       (email.strip(),)).fetchone()
-    if row is None:
-        raise click.ClickException(f"no user with email {email!r}")
-    return cast(UUID, row[0])
-
-
-@access_cli.command("passwd")
-@click.argument("email")
-def passwd_command(email: str) -> None:
-    """Set a user's password (from SDS_USER_PASSWORD or a prompt, never argv); ends the
-    user's bearer tokens and lifts a login lockout."""
-    password = os.environ.get("SDS_USER_PASSWORD") or click.prompt(
-        "New password", hide_input=True, confirmation_prompt=True)
-    with psycopg.connect(_cli_settings().database_url) as conn:
-        try:
-            change_password(conn, user=_cli_user(conn, email), password=password)
-        except ServiceError as exc:
-            raise click.ClickException(exc.message) from None
-    click.echo(f"password of {email} changed; its bearer tokens are revoked")
-
-
-@access_cli.command("unlock")
-@click.argument("email")
-def unlock_command(email: str) -> None:
-    """Lift the failed-login lockout of an account now instead of at the window's end."""
-    with psycopg.connect(_cli_settings().database_url) as conn:
-        removed = unlock(conn, email=email)
-    click.echo(f"{email}: {'lockout lifted' if removed else 'no failed logins counted'}")
-
-
-@access_cli.command("logout")
-@click.argument("email")
-def logout_command(email: str) -> None:
-    """Revoke every bearer token of a user (API keys are managed with /api/v2/apikeys)."""
-    with psycopg.connect(_cli_settings().database_url) as conn:
-        count = revoke_tokens(conn, user=_cli_user(conn, email))
-    click.echo(f"{email}: {count} bearer token(s) revoked")

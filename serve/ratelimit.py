@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import psycopg
 
-if TYPE_CHECKING:
-    from serve.auth import Principal
+from serve.principal import Principal
 
 MAX_LIMIT = 2**31 - 2  # larger limits are this one (no one makes 2 billion requests a window)
 

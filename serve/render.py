@@ -1,5 +1,8 @@
 """Streamed JSON and CSV bodies of `/data`, content negotiation, and the X-Units header.
 
+Pure formatting: the bodies are generators over what the page object (`serve.api.data`)
+reads; that object owns the connection and frees it when the body ends or is closed.
+
 Values arrive from the database already converted and rounded (serve.queries), and are sent a
 chunk at a time, so memory stays flat whatever the page size. JSON: a bare array of objects,
 `time` as `2019-07-01T00:00:00Z`, serialised here with orjson. CSV: a header line written
@@ -12,8 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import logging
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
@@ -24,8 +25,6 @@ from werkzeug.datastructures import MIMEAccept
 from shared import units
 from shared.columns import Column
 from shared.units import Unit
-
-log = logging.getLogger(__name__)
 
 JSON = "application/json"
 CSV = "text/csv"
@@ -100,66 +99,20 @@ class JsonRows:
         return b"]"
 
 
-class _BodyStream(ABC):
-    """A WSGI body that holds a database connection until it is consumed or closed.
-
-    A class rather than a bare generator, because a generator never started (HEAD, or a client
-    gone before the first byte) does not run its `finally` on close(); this does.
-    """
-
-    what = "a page"
-
-    def __init__(self, release: Callable[[], None]) -> None:
-        self._release: Callable[[], None] | None = release
-
-    @abstractmethod
-    def _pieces(self) -> Iterator[bytes]:
-        """The body's bytes, in order."""
-
-    def __iter__(self) -> Iterator[bytes]:
-        try:
-            yield from self._pieces()
-        except Exception:
-            # Headers are gone: the client sees a cut-off body (no final chunk), never a
-            # well-formed but incomplete page.
-            log.exception("error while streaming %s", self.what)
-            raise
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Free the connection (once; WSGI servers may call this after iterating too)."""
-        release, self._release = self._release, None
-        if release is not None:
-            release()
-
-
-class RowStream(_BodyStream):
-    """The body of a JSON page: writer output over chunks of rows fetched on demand."""
-
-    def __init__(
-        self, writer: JsonRows, first: Sequence[Sequence[Any]],
-        fetch: Callable[[], Sequence[Sequence[Any]]], chunk_rows: int,
-        release: Callable[[], None],
-    ) -> None:
-        super().__init__(release)
-        self._writer = writer
-        self._first = first
-        self._fetch = fetch
-        self._chunk_rows = chunk_rows
-
-    def _pieces(self) -> Iterator[bytes]:
-        yield self._writer.start()
-        rows = self._first
-        self._first = ()
-        while rows:
-            piece = self._writer.chunk(rows)
-            if piece:
-                yield piece
-            if len(rows) < self._chunk_rows:
-                break
-            rows = self._fetch()
-        yield self._writer.end()
+def json_body(writer: JsonRows, first: Sequence[Sequence[Any]],
+              fetch: Callable[[], Sequence[Sequence[Any]]], chunk_rows: int) -> Iterator[bytes]:
+    """The body of a JSON page: `writer` over `first`, then over chunks from `fetch`, fetched
+    only as the previous one has been sent; a chunk shorter than `chunk_rows` is the last."""
+    yield writer.start()
+    rows, first = first, ()  # the page holds only the chunk being sent
+    while rows:
+        piece = writer.chunk(rows)
+        if piece:
+            yield piece
+        if len(rows) < chunk_rows:
+            break
+        rows = fetch()
+    yield writer.end()
 
 
 def csv_header(columns: Sequence[Column], local_time: bool) -> bytes:
@@ -170,23 +123,12 @@ def csv_header(columns: Sequence[Column], local_time: bool) -> bytes:
     return buf.getvalue().encode()
 
 
-class CopyStream(_BodyStream):
-    """The body of a CSV page: the header, then the blocks of a COPY ... TO STDOUT (PostgreSQL
-    formats every line); closing ends the COPY and frees the connection."""
-
-    what = "a CSV page"
-
-    def __init__(self, header: bytes, first: bytes, read: Callable[[], bytes],
-                 release: Callable[[], None]) -> None:
-        super().__init__(release)
-        self._head = header + first
-        self._read = read
-
-    def _pieces(self) -> Iterator[bytes]:
-        head, self._head = self._head, b""
-        yield head
-        while True:
-            block = self._read()
-            if not block:
-                break
-            yield block
+def copy_body(head: bytes, read: Callable[[], bytes]) -> Iterator[bytes]:
+    """The body of a CSV page: `head` (header line and first COPY block), then the blocks
+    `read` returns until an empty one (PostgreSQL formats every line)."""
+    yield head
+    while True:
+        block = read()
+        if not block:
+            break
+        yield block

@@ -12,13 +12,14 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from flask import current_app
 from marshmallow import Schema, ValidationError, fields, validate, validates
 from psycopg.rows import dict_row
 
-from serve.api.auth import load, request_body
-from serve.auth import authenticator, current_principal, requires, requires_user
+from serve.auth import current_principal, requires, requires_user
+from serve.body import load, request_body
 from serve.errors import Blueprint
+from serve.pool import pool
+from serve.records import stamp
 from shared import accounts, credentials
 from shared.errors import BadParameter, UnknownObject
 from shared.timeutil import parse_instant
@@ -111,13 +112,6 @@ class ApiKeySchema(Schema):
     last_seen = fields.String(allow_none=True)
 
 
-def format_stamp(t: datetime | None) -> str | None:
-    """`2021-03-04T12:34:56.123456+00:00`: record times, UTC with microseconds and offset."""
-    if t is None:
-        return None
-    return t.astimezone(UTC).isoformat(timespec="microseconds")
-
-
 def format_exp(t: datetime | None) -> str | None:
     """`2030-01-01T00:00:00Z`: the expiry as an ISO 8601 UTC datetime."""
     if t is None:
@@ -135,10 +129,10 @@ def key_record(row: dict[str, Any], *, value: str | None = None) -> dict[str, An
         "scopes": list(row["scopes"]),
         "exp": format_exp(row["exp"]),
         "active": row["active"],
-        "created": format_stamp(row["created"]),
-        "updated": format_stamp(row["updated"]),
+        "created": stamp(row["created"]),
+        "updated": stamp(row["updated"]),
         "created_by": str(row["created_by"]),
-        "last_seen": format_stamp(row["last_seen"]),
+        "last_seen": stamp(row["last_seen"]),
     }
 
 
@@ -181,8 +175,7 @@ def create_key() -> Any:
     body = request_body(form=False)
     args = load(ApiKeyCreateSchema(), body, read_only=READ_ONLY)
     principal = current_principal()
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn:
+    with pool().connection() as conn:
         record = accounts.create_api_key(
             conn, user=principal.user_id, scopes=args["scopes"], name=args["name"],
             exp=args["exp"], active=args["active"])
@@ -197,8 +190,7 @@ def create_key() -> Any:
 def list_keys() -> Any:
     """The caller's API keys, oldest first, with masked key values."""
     principal = current_principal()
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_LIST_SQL, (principal.user_id,)).fetchall()
     return [key_record(r) for r in rows]
 
@@ -222,8 +214,7 @@ def update_key(key_id: str) -> Any:
     body = request_body(form=False)
     changes = load(ApiKeyUpdateSchema(), body, read_only=READ_ONLY)
     principal = current_principal()
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
             _UPDATE_SQL,
             {"set_scopes": "scopes" in changes,
@@ -243,8 +234,7 @@ def delete_key(key_id: str) -> Any:
     """Delete a key for good; it stops working at once."""
     wanted = _key_id(key_id)
     principal = current_principal()
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn:
+    with pool().connection() as conn:
         cur = conn.execute("DELETE FROM api_keys WHERE id = %s AND user_id = %s",
                            (wanted, principal.user_id))
         if cur.rowcount == 0:

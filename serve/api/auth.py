@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app, request
+from flask import current_app
 from flask_smorest.error_handler import ErrorSchema
-from marshmallow import Schema, ValidationError, fields, validate
-from werkzeug.exceptions import UnsupportedMediaType
+from marshmallow import Schema, fields, validate
 
 from serve.auth import (
     authenticator,
@@ -20,13 +19,13 @@ from serve.auth import (
     public,
     requires_user,
 )
+from serve.body import load, request_body
 from serve.errors import Blueprint
+from serve.pool import pool
 from shared.errors import BadRequest
 
 blp = Blueprint("auth", __name__, url_prefix="/api/v2/auth",
                 description="Bearer tokens: log in with email and password, log out.")
-
-FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
 class TokenRequestSchema(Schema):
@@ -43,56 +42,6 @@ class TokenSchema(Schema):
     user_id = fields.String(required=True)
 
 
-def request_body(*, form: bool) -> dict[str, Any]:
-    """The request's JSON object (or form fields when `form`); 415 for other content types."""
-    mimetype = request.mimetype
-    if mimetype == "application/json" or mimetype.endswith("+json"):
-        body = request.get_json(silent=True)
-        if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
-        return body
-    if form and mimetype in FORM_TYPES:
-        return request.form.to_dict()
-    accepted = "application/json" + (" or application/x-www-form-urlencoded" if form else "")
-    raise UnsupportedMediaType(
-        f"Content-Type {mimetype or '(none)'!r} is not supported; send {accepted}")
-
-
-def _plain(messages: Any) -> Any:
-    """marshmallow messages with every key a string (list errors are keyed by index)."""
-    if isinstance(messages, dict):
-        return {str(k): _plain(v) for k, v in messages.items()}
-    if isinstance(messages, list | tuple):
-        return [_plain(m) for m in messages]
-    return str(messages)
-
-
-def _flatten(messages: Any) -> str:
-    if isinstance(messages, dict):
-        return " ".join(f"[{k}] {_flatten(v)}" if k.isdigit() else _flatten(v)
-                        for k, v in messages.items())
-    if isinstance(messages, list):
-        return " ".join(_flatten(m) for m in messages)
-    return str(messages)
-
-
-def load(schema: Schema, body: dict[str, Any], *, read_only: tuple[str, ...] = ()
-         ) -> dict[str, Any]:
-    """`body` validated by `schema`; one BadRequest naming every rejected field and why:
-    read-only fields (named in `read_only`), unknown fields and invalid values alike."""
-    messages: dict[str, Any] = {k: ["read-only field"] for k in body if k in read_only}
-    try:
-        loaded = dict(schema.load({k: v for k, v in body.items() if k not in messages}))
-    except ValidationError as exc:
-        found = _plain(exc.normalized_messages())
-        messages.update(found if isinstance(found, dict) else {"_schema": found})
-    if not messages:
-        return loaded
-    text = "; ".join(f"{field}: {_flatten(msgs)}" if field != "_schema" else _flatten(msgs)
-                     for field, msgs in sorted(messages.items()))
-    raise BadRequest(f"invalid body: {text}", errors={"json": messages})
-
-
 @blp.route("/token", methods=["POST"])
 @blp.doc(security=[], requestBody={"required": True, "content": {
     "application/json": {"schema": TokenRequestSchema},
@@ -107,7 +56,7 @@ def create_token() -> Any:
     """
     creds = load(TokenRequestSchema(), request_body(form=True))
     auth = authenticator(current_app)
-    with auth.pool.connection() as conn:
+    with pool().connection() as conn:
         user, _org = auth.login(conn, creds["email"], creds["password"],
                                 client_address(auth.settings))
         token = auth.issue_token(conn, user)
@@ -126,8 +75,7 @@ def revoke_token() -> Any:
     if principal.kind != "bearer" or principal.token_id is None:
         raise BadRequest("DELETE /api/v2/auth/token revokes the token it is sent with: send "
                          "'Authorization: Bearer <token>'")
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn:
+    with pool().connection() as conn:
         conn.execute("UPDATE auth_tokens SET revoked_at = now() WHERE id = %s"
                      " AND revoked_at IS NULL", (principal.token_id,))
     return None

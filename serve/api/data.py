@@ -1,20 +1,25 @@
 """`/api/v2/data/{table}`: time series rows of one device and/or location, page by page.
 
-Parameters are validated before any database work. A JSON page then usually takes one
-statement: the first chunk of rows plus one (so `X-Cursor-Next`, which must be known before the
-body starts, is known too), with the device's tenant check inside it; longer pages continue in
-a REPEATABLE READ transaction through a server-side cursor, streamed a chunk at a time. A CSV
-page is a COPY ... TO STDOUT streamed block by block, after the next page's key, in one
-REPEATABLE READ transaction.
+A request goes parse -> plan -> stream. `DataRequest.parse` validates the parameters before
+any database work. `DataPage.plan` takes one pooled connection, which the page owns until its
+body is consumed or closed, and runs the lookups and the first statements: a JSON page usually
+takes one statement, the first chunk of rows plus one (so `X-Cursor-Next`, which must be known
+before the body starts, is known too), with the device's tenant check inside it; longer pages
+continue in a REPEATABLE READ transaction through a server-side cursor, streamed a chunk at a
+time. A CSV page is a COPY ... TO STDOUT streamed block by block, after the next page's key,
+in one REPEATABLE READ transaction. The page is then the response body (`serve.render` formats).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from flask import Response, current_app, request
@@ -25,9 +30,11 @@ from serve.api.schemas import table_or_404
 from serve.args import DataArgs, TimeArg
 from serve.auth import current_principal, requires
 from serve.errors import Blueprint
+from serve.pool import pool
 from shared import units
 from shared.columns import Column, Table
 from shared.errors import BadParameter, BadTimeRange, UnknownColumn
+from shared.units import Unit
 
 log = logging.getLogger(__name__)
 
@@ -110,63 +117,220 @@ def _window(table: Table, start: TimeArg | None, end: TimeArg | None) -> tuple[d
     return start_at, end_at
 
 
-def _json_page(
-    conn: psycopg.Connection, scan: queries.Scan, tz: Any, resources: list[Any],
-    release: Callable[[], None],
-) -> tuple[pagination.Position | None, render.RowStream]:
-    """Next-page key and body of a JSON page; `conn` is in autocommit.
+@dataclass(frozen=True, slots=True)
+class DataRequest:
+    """A `/data` request as parsed: everything that is checked before any database work."""
 
-    One statement reads the first chunk plus one row (with the tenant check of the device).
-    When that answers the whole page (at most CHUNK_ROWS rows, or a listing ending within the
-    chunk) the connection is freed before the body is sent. Otherwise a REPEATABLE READ
-    transaction reads the rest of the page through a server-side cursor, keyset-continued
-    from the first row not yet sent, and the next page's key counted from there: the page
-    holds exactly `limit` rows, none twice. (A row stored behind that point after the first
-    statement is not in this listing, as with any row stored behind a cursor.)
+    table: Table
+    columns: tuple[Column, ...]
+    units: dict[str, Unit]
+    org: UUID
+    device: str | None  # the name as sent
+    location: str | None  # the id or name as sent
+    start_arg: TimeArg | None
+    end_arg: TimeArg | None
+    start: datetime
+    end: datetime
+    descending: bool
+    limit: int
+    csv: bool
+    local_tz: tzinfo | None
+    cursor: str | None
+
+    @classmethod
+    def parse(cls, args: Mapping[str, Any], table: str, *, org: UUID, csv: bool
+              ) -> DataRequest:
+        """Validate one request (404 for the table, then 400s in parameter order)."""
+        tbl = table_or_404(table)
+        local = args.get("local_time")
+        columns = select_columns(tbl, args.get("select"), local_time=local is not None)
+        device, location = args.get("device"), args.get("location")
+        if device is None and location is None:
+            raise BadParameter(
+                "device or location is required (device=<name> and/or location=<id>)",
+                errors={"device": ["device or location is required"],
+                        "location": ["device or location is required"]})
+        chosen = {p: args.get(p) or units.parse_unit(p, None) for p in units.UNIT_PARAMS}
+        start_arg: TimeArg | None = args.get("start_time")
+        end_arg: TimeArg | None = args.get("end_time")
+        start, end = _window(tbl, start_arg, end_arg)
+        return cls(
+            table=tbl, columns=columns, units=chosen, org=org, device=device, location=location,
+            start_arg=start_arg, end_arg=end_arg, start=start, end=end,
+            descending=args.get("order") == "desc", limit=args.get("limit") or tbl.row_cap,
+            csv=csv, local_tz=local.tz if local is not None else None,
+            cursor=args.get("cursor"))
+
+    def binding(self, location: UUID | None) -> dict[str, object]:
+        """What a cursor of this listing is bound to: a cursor fits only the same listing."""
+        return {
+            "org": self.org, "table": self.table.name, "device": self.device,
+            "location": location, "order": "desc" if self.descending else "asc",
+            "start_time": _time_key(self.start_arg), "end_time": _time_key(self.end_arg),
+        }
+
+    def day(self, arg: TimeArg | None) -> date | None:
+        """The local day a date-only bound names, for tables of daily resolution."""
+        if arg is None or self.table.resolution < timedelta(days=1):
+            return None
+        return arg.day
+
+
+class DataPage:
+    """One page of `/data`: owns one pooled connection from `plan()` until its body (this
+    object, a WSGI iterable) is consumed or closed.
+
+    A class rather than a bare generator, because a generator never started (HEAD, or a client
+    gone before the first byte) does not run its `finally` on close(); this does.
     """
-    probe = min(scan.limit, CHUNK_ROWS)
-    stmt, params = queries.page_statement(scan, limit=probe + 1)
-    with conn.cursor(binary=True) as cur:
-        first = cur.execute(stmt, params).fetchall()  # type: ignore[call-overload]
-    if not first and scan.device is not None:
-        queries.find_device(conn, org=scan.org, name=scan.device)  # 404 when not the caller's
-    writer = render.JsonRows([c.name for c in scan.columns], tz)
-    if len(first) <= probe or scan.limit <= CHUNK_ROWS:
-        following = None
-        if len(first) > probe:
-            following = pagination.Position(first[probe][-2], first[probe][-1])
-            first = first[:probe]
-        release()
-        return following, render.RowStream(writer, first, list, CHUNK_ROWS, release)
-    rest = dataclasses.replace(scan, after=pagination.Position(first[probe][-2],
-                                                               first[probe][-1]),
-                               limit=scan.limit - probe)
-    conn.autocommit = False
-    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-    following = queries.next_key(conn, rest)
-    stmt, params = queries.page_statement(rest)
-    cursor = conn.cursor(name="sds_page", binary=True)
-    resources.append(cursor)
-    cursor.execute(stmt, params)  # type: ignore[call-overload]
-    return following, render.RowStream(writer, first[:probe],
-                                       lambda: cursor.fetchmany(CHUNK_ROWS), CHUNK_ROWS, release)
 
+    def __init__(self, req: DataRequest, conn_pool: ConnectionPool, key: bytes) -> None:
+        self.req = req
+        self._pool = conn_pool
+        self._key = key
+        self._conn: psycopg.Connection | None = None
+        self._resources = ExitStack()  # server cursor / COPY: ended before the connection
+        self._body: Iterator[bytes] = iter(())
+        self._binding: dict[str, object] = {}
+        self.start, self.end = req.start, req.end  # a cursor carries its listing's window
+        self.following: pagination.Position | None = None
 
-def _csv_page(
-    conn: psycopg.Connection, scan: queries.Scan, tz: Any, resources: list[Any],
-    release: Callable[[], None],
-) -> tuple[pagination.Position | None, render.CopyStream]:
-    """Next-page key and body of a CSV page: COPY (page) TO STDOUT, streamed block by block
-    (PostgreSQL formats the lines; the first block is read before the headers go out, so a
-    failing statement is still a JSON error). `conn` is in a REPEATABLE READ transaction."""
-    following = queries.next_key(conn, scan)
-    stmt, params = queries.copy_statement(scan, local_tz=tz)
-    copy_cm = conn.cursor().copy(stmt, params)  # type: ignore[arg-type]
-    copy = copy_cm.__enter__()
-    resources.append(copy_cm)
-    header = render.csv_header(scan.columns, tz is not None)
-    return following, render.CopyStream(header, bytes(copy.read()),
-                                        lambda: bytes(copy.read()), release)
+    # -- plan ----------------------------------------------------------------------------------
+
+    def plan(self) -> None:
+        """Look up, read the first rows and the next page's key; errors free the connection."""
+        conn = self._conn = self._pool.getconn()
+        try:
+            scan = self._scan(conn)
+            if self.req.csv:
+                self._plan_csv(conn, scan)
+            else:
+                self._plan_json(conn, scan)
+        except psycopg.errors.InvalidParameterValue as exc:
+            self.close()
+            # A zone Python knows but this PostgreSQL's time zone data does not.
+            raise BadParameter(f"local_time: {exc.diag.message_primary}",
+                               errors={"local_time": ["unknown to the database"]}) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _scan(self, conn: psycopg.Connection) -> queries.Scan:
+        """The tenant-checked lookups and the cursor: what one statement of the page reads."""
+        req, org = self.req, self.req.org
+        if req.csv:
+            # Lookups, next-page key and COPY read one snapshot.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            if req.device is not None:
+                queries.find_device(conn, org=org, name=req.device)
+        else:
+            # A JSON page usually takes one statement (see _plan_json): no transaction.
+            conn.autocommit = True
+        location, foreign = (queries.find_location(conn, org=org, ref=req.location)
+                             if req.location else (None, False))
+        only_devices = None
+        if location is not None and req.device is None and foreign:
+            only_devices = queries.org_device_names(conn, org=org)
+        self._binding = req.binding(location)
+        after = None
+        if req.cursor is not None:
+            state = pagination.decode(req.cursor, key=self._key, binding=self._binding)
+            self.start, self.end, after = state.start, state.end, state.position
+        return queries.Scan(
+            table=req.table, columns=req.columns, units=req.units, org=org, device=req.device,
+            location=location, start=self.start, end=self.end,
+            start_day=req.day(req.start_arg), end_day=req.day(req.end_arg),
+            after=after, descending=req.descending, limit=req.limit, csv=req.csv,
+            only_devices=only_devices)
+
+    def _plan_json(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
+        """Next-page key and body of a JSON page; `conn` is in autocommit.
+
+        One statement reads the first chunk plus one row (with the tenant check of the device).
+        When that answers the whole page (at most CHUNK_ROWS rows, or a listing ending within
+        the chunk) the connection is freed before the body is sent. Otherwise a REPEATABLE READ
+        transaction reads the rest of the page through a server-side cursor, keyset-continued
+        from the first row not yet sent, and the next page's key counted from there: the page
+        holds exactly `limit` rows, none twice. (A row stored behind that point after the first
+        statement is not in this listing, as with any row stored behind a cursor.)
+        """
+        probe = min(scan.limit, CHUNK_ROWS)
+        stmt, params = queries.page_statement(scan, limit=probe + 1)
+        with conn.cursor(binary=True) as cur:
+            first = cur.execute(stmt, params).fetchall()  # type: ignore[call-overload]
+        if not first and scan.device is not None:
+            queries.find_device(conn, org=scan.org, name=scan.device)  # 404 when not the caller's
+        writer = render.JsonRows([c.name for c in scan.columns], self.req.local_tz)
+        if len(first) <= probe or scan.limit <= CHUNK_ROWS:
+            if len(first) > probe:
+                self.following = pagination.Position(first[probe][-2], first[probe][-1])
+                first = first[:probe]
+            self.close()  # the whole page is in memory: the connection goes back now
+            self._body = render.json_body(writer, first, list, CHUNK_ROWS)
+            return
+        rest = dataclasses.replace(scan, after=pagination.Position(first[probe][-2],
+                                                                   first[probe][-1]),
+                                   limit=scan.limit - probe)
+        conn.autocommit = False
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        self.following = queries.next_key(conn, rest)
+        stmt, params = queries.page_statement(rest)
+        cursor = self._resources.enter_context(conn.cursor(name="sds_page", binary=True))
+        cursor.execute(stmt, params)  # type: ignore[call-overload]
+        self._body = render.json_body(writer, first[:probe],
+                                      lambda: cursor.fetchmany(CHUNK_ROWS), CHUNK_ROWS)
+
+    def _plan_csv(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
+        """Next-page key and body of a CSV page: COPY (page) TO STDOUT, streamed block by block
+        (PostgreSQL formats the lines; the first block is read before the headers go out, so a
+        failing statement is still a JSON error). `conn` is in a REPEATABLE READ transaction."""
+        self.following = queries.next_key(conn, scan)
+        stmt, params = queries.copy_statement(scan, local_tz=self.req.local_tz)
+        copy = self._resources.enter_context(
+            conn.cursor().copy(stmt, params))  # type: ignore[arg-type]
+        header = render.csv_header(scan.columns, self.req.local_tz is not None)
+        self._body = render.copy_body(header + bytes(copy.read()), lambda: bytes(copy.read()))
+
+    # -- stream ----------------------------------------------------------------------------
+
+    def response(self) -> Response:
+        """The 200 answer streaming this page, with X-Units and X-Cursor-Next."""
+        req = self.req
+        response = Response(self, status=200, content_type=(
+            "text/csv; charset=utf-8" if req.csv else "application/json"))
+        response.headers["X-Units"] = render.units_header(req.columns, req.units)
+        response.vary.add("Accept")
+        if self.following is not None:
+            response.headers["X-Cursor-Next"] = pagination.encode(
+                pagination.CursorState(self.following, self.start, self.end), key=self._key,
+                binding=self._binding)
+        return response
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self._body
+        except Exception:
+            # Headers are gone: the client sees a cut-off body (no final chunk), never a
+            # well-formed but incomplete page.
+            log.exception("error while streaming %s", "a CSV page" if self.req.csv else "a page")
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """End the cursor or COPY and give the connection back to the pool, as it came (once;
+        WSGI servers may call this after iterating too)."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            self._resources.close()
+            conn.rollback()
+            conn.autocommit = False  # as the pool hands connections out
+        except psycopg.Error as exc:
+            log.warning("could not end a page's cursor or COPY cleanly: %s", exc)
+        finally:
+            self._pool.putconn(conn)
 
 
 @blp.route("/<table>")
@@ -186,99 +350,8 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
     For `daily`, a date alone in start_time/end_time names local days. `Accept: text/csv`
     gives CSV; otherwise JSON.
     """
-    tbl = table_or_404(table)
-    local = args.get("local_time")
-    columns = select_columns(tbl, args.get("select"), local_time=local is not None)
-    device_ref, location_ref = args.get("device"), args.get("location")
-    if device_ref is None and location_ref is None:
-        raise BadParameter(
-            "device or location is required (device=<name> and/or location=<id>)",
-            errors={"device": ["device or location is required"],
-                    "location": ["device or location is required"]})
-    chosen = {p: args.get(p) or units.parse_unit(p, None) for p in units.UNIT_PARAMS}
-    descending = args.get("order") == "desc"
-    limit: int = args.get("limit") or tbl.row_cap
-    start_arg: TimeArg | None = args.get("start_time")
-    end_arg: TimeArg | None = args.get("end_time")
-    by_local_day = tbl.resolution >= timedelta(days=1)
-    start, end = _window(tbl, start_arg, end_arg)
-    csv = render.wants_csv(request.accept_mimetypes)
-    org = current_principal().org_id
-    key: bytes = current_app.extensions["cursor_key"]
-
-    tz = local.tz if local is not None else None
-    pool: ConnectionPool = current_app.extensions["db"]
-    conn = pool.getconn()
-    resources: list[Any] = []  # server cursor / COPY context to end before the connection
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if released:
-            return
-        released = True
-        try:
-            for resource in reversed(resources):
-                if isinstance(resource, psycopg.ServerCursor):
-                    resource.close()
-                else:
-                    resource.__exit__(None, None, None)
-            conn.rollback()
-            conn.autocommit = False  # as the pool hands connections out
-        except psycopg.Error as exc:
-            log.warning("could not end a page's cursor or COPY cleanly: %s", exc)
-        finally:
-            pool.putconn(conn)
-
-    try:
-        if csv:
-            # Lookups, next-page key and COPY read one snapshot.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            if device_ref is not None:
-                queries.find_device(conn, org=org, name=device_ref)
-        else:
-            # A JSON page usually takes one statement (see _json_page): no transaction.
-            conn.autocommit = True
-        location, foreign = (queries.find_location(conn, org=org, ref=location_ref)
-                             if location_ref else (None, False))
-        only_devices = None
-        if location is not None and device_ref is None and foreign:
-            only_devices = queries.org_device_names(conn, org=org)
-        binding = {
-            "org": org, "table": tbl.name, "device": device_ref, "location": location,
-            "order": "desc" if descending else "asc",
-            "start_time": _time_key(start_arg), "end_time": _time_key(end_arg),
-        }
-        after = None
-        token = args.get("cursor")
-        if token is not None:
-            state = pagination.decode(token, key=key, binding=binding)
-            start, end, after = state.start, state.end, state.position
-        scan = queries.Scan(
-            table=tbl, columns=columns, units=chosen, org=org, device=device_ref,
-            location=location, start=start, end=end,
-            start_day=start_arg.day if by_local_day and start_arg is not None else None,
-            end_day=end_arg.day if by_local_day and end_arg is not None else None,
-            after=after, descending=descending, limit=limit, csv=csv,
-            only_devices=only_devices)
-        if csv:
-            following, body = _csv_page(conn, scan, tz, resources, release)
-        else:
-            following, body = _json_page(conn, scan, tz, resources, release)
-    except psycopg.errors.InvalidParameterValue as exc:
-        release()
-        # A zone Python knows but this PostgreSQL's time zone data does not.
-        raise BadParameter(f"local_time: {exc.diag.message_primary}",
-                           errors={"local_time": ["unknown to the database"]}) from None
-    except BaseException:
-        release()
-        raise
-
-    response = Response(body, status=200, content_type=(
-        "text/csv; charset=utf-8" if csv else "application/json"))
-    response.headers["X-Units"] = render.units_header(columns, chosen)
-    response.vary.add("Accept")
-    if following is not None:
-        response.headers["X-Cursor-Next"] = pagination.encode(
-            pagination.CursorState(following, start, end), key=key, binding=binding)
-    return response
+    req = DataRequest.parse(args, table, org=current_principal().org_id,
+                            csv=render.wants_csv(request.accept_mimetypes))
+    page = DataPage(req, pool(), current_app.extensions["cursor_key"])
+    page.plan()
+    return page.response()

@@ -2,85 +2,28 @@
 
 Records carry every device field public clients read (reference-facts part A), null when
 unknown. Values a device reports (battery, signal, firmware, last contact) are those the
-ingester keeps on the devices row. Also home of the paged envelope and of the record builders
-that `serve.api.locations` shares.
+ingester keeps on the devices row. The device record builders are shared with
+`serve.api.locations` (a location shows the device standing there).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from datetime import UTC, date, datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
-from flask import current_app
-from marshmallow import EXCLUDE, Schema, fields, validate
 from psycopg.rows import dict_row
 
-from serve.auth import authenticator, current_principal, requires
+from serve.auth import current_principal, requires
 from serve.errors import Blueprint
-from shared.errors import NotFound, UnknownDevice
+from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
+from serve.pool import pool
+from serve.records import day, gps, stamp
+from shared.errors import UnknownDevice
 
 blp = Blueprint("devices", __name__, url_prefix="/api/v2/devices",
                 description="Devices of the caller's organisation.")
-
-LIMIT_DEFAULT = 24
-LIMIT_MAX = 10000
-PAGE_MAX = 1_000_000_000  # bounds OFFSET arithmetic; any real page lies far below
-
-
-class PageArgsSchema(Schema):
-    """`limit` (1..10000, default 24) and `page` (from 1, default 1); other keys ignored."""
-
-    class Meta:
-        unknown = EXCLUDE
-
-    limit = fields.Integer(load_default=LIMIT_DEFAULT, strict=False,
-                           validate=validate.Range(min=1, max=LIMIT_MAX))
-    page = fields.Integer(load_default=1, strict=False,
-                          validate=validate.Range(min=1, max=PAGE_MAX))
-
-
-class PageSchema(Schema):
-    """The paged envelope of model data (section 2.6)."""
-
-    items = fields.List(fields.Dict())
-    limit = fields.Integer()
-    page = fields.Integer()
-    pages = fields.Integer()
-    total = fields.Integer()
-
-
-def check_page(total: int, limit: int, page: int) -> int:
-    """`pages` for `total` records; NotFound for a page past the last (page 1 always exists)."""
-    pages = math.ceil(total / limit)
-    if page > max(pages, 1):
-        raise NotFound(f"page {page} is past the last page ({pages})")
-    return pages
-
-
-def envelope(items: list[dict[str, Any]], *, total: int, limit: int, page: int,
-             pages: int) -> dict[str, Any]:
-    """The paged envelope around one page of records."""
-    return {"items": items, "limit": limit, "page": page, "pages": pages, "total": total}
-
-
-def stamp(t: datetime | None) -> str | None:
-    """Record times: UTC, microseconds and offset (`2021-03-04T12:34:56.123456+00:00`)."""
-    return None if t is None else t.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-def day(d: date | None) -> str | None:
-    """Dates as `YYYY-MM-DD`."""
-    return None if d is None else d.isoformat()
-
-
-def gps(lon: float | None, lat: float | None) -> list[float] | None:
-    """`[lon, lat]`, or null when either is unknown."""
-    return None if lon is None or lat is None else [lon, lat]
-
 
 # Where a device stands now: its deployment covering now(), at a location of its own org.
 # last_seen, last_post, battery, signal and firmware are kept on the devices row by the
@@ -162,12 +105,11 @@ def list_devices(limit: int, page: int) -> Any:
     `pages` is ceil(total / limit); a page past the last is 404, an empty first page 200.
     """
     org = current_principal().org_id
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn:
+    with pool().connection() as conn:
         row = conn.execute("SELECT count(*) FROM devices WHERE org_id = %s", (org,)).fetchone()
         total = row[0] if row else 0
         pages = check_page(total, limit, page)
-        rows = fetch_devices(conn, org=org, limit=limit, offset=(page - 1) * limit)
+        rows = fetch_devices(conn, org=org, limit=limit, offset=offset(limit, page))
     return envelope([device_record(r) for r in rows], total=total, limit=limit, page=page,
                     pages=pages)
 
@@ -180,8 +122,7 @@ def get_device(name: str) -> Any:
     if "\x00" in name:  # PostgreSQL text cannot hold NUL; no device is called that
         raise UnknownDevice(f"unknown device {name!r}")
     org = current_principal().org_id
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_DEVICE_SQL + " AND d.name = %(name)s",
                           {"org": org, "name": name}).fetchone()
     if row is None:

@@ -12,22 +12,16 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from flask import current_app, request
+from flask import request
 from marshmallow import EXCLUDE, fields
 from psycopg.rows import dict_row
 
-from serve.api.devices import (
-    PageArgsSchema,
-    PageSchema,
-    check_page,
-    day,
-    device_record,
-    envelope,
-    fetch_devices_by_id,
-    gps,
-)
-from serve.auth import authenticator, current_principal, requires
+from serve.api.devices import device_record, fetch_devices_by_id
+from serve.auth import current_principal, requires
 from serve.errors import Blueprint
+from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
+from serve.pool import pool
+from serve.records import day, gps
 from shared import units
 from shared.columns import TABLES, Column
 from shared.errors import UnknownLocation
@@ -104,7 +98,7 @@ def _page(conn: psycopg.Connection, org: UUID, limit: int, page: int
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_LOCATION_SQL + " ORDER BY l.name, l.id LIMIT %(limit)s"
                            " OFFSET %(offset)s",
-                           {"org": org, "limit": limit, "offset": (page - 1) * limit}).fetchall()
+                           {"org": org, "limit": limit, "offset": offset(limit, page)}).fetchall()
     devices = fetch_devices_by_id(
         conn, org=org, ids=[r["device_id"] for r in rows if r["device_id"] is not None])
     return rows, devices, total, pages
@@ -117,8 +111,7 @@ def _page(conn: psycopg.Connection, org: UUID, limit: int, page: int
 def list_locations(limit: int, page: int) -> Any:
     """The caller's locations in the paged envelope, ordered by name."""
     org = current_principal().org_id
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn:
+    with pool().connection() as conn:
         rows, devices, total, pages = _page(conn, org, limit, page)
     return envelope([location_record(r, devices) for r in rows], total=total, limit=limit,
                     page=page, pages=pages)
@@ -179,9 +172,8 @@ def summary(limit: int, page: int, **_units: str) -> Any:
         return units.convert(value, col, chosen[units.param_for(col.measure)])
 
     org = current_principal().org_id
-    auth = authenticator(current_app)
     now = datetime.now(UTC)
-    with auth.pool.connection() as conn:
+    with pool().connection() as conn:
         rows, devices, total, pages = _page(conn, org, limit, page)
         conditions = _conditions(conn, rows, now)
     items = []
@@ -214,8 +206,7 @@ def get_location(location_id: str) -> Any:
     except ValueError:
         raise UnknownLocation(f"unknown location {location_id!r}") from None
     org = current_principal().org_id
-    auth = authenticator(current_app)
-    with auth.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_LOCATION_SQL + " AND l.id = %(id)s",
                           {"org": org, "id": wanted}).fetchone()
         devices = {} if row is None or row["device_id"] is None else fetch_devices_by_id(

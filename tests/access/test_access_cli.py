@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 from click.testing import CliRunner
 
-from serve.auth import access_cli
+from serve.access import access_cli
 from shared.cli import main
 from tests.access.conftest import PASSWORDS, World, apikey, basic, bearer, close_app, make_app
 

@@ -8,14 +8,8 @@ import uuid
 
 import pytest
 
-from serve.auth import (
-    USER_ONLY,
-    BasicCache,
-    Principal,
-    decode_basic,
-    parse_authorization,
-    scope_for,
-)
+from serve.auth import BasicCache, decode_basic, parse_authorization, scope_for
+from serve.principal import USER_ONLY, Principal
 from shared import credentials
 from shared.errors import Unauthorized
 

@@ -20,7 +20,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from serve.auth import USER_ONLY
+from serve.principal import USER_ONLY
 from tests.access.conftest import (
     PASSWORDS,
     World,

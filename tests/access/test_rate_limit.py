@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from serve.auth import Principal
+from serve.principal import Principal
 from serve.ratelimit import RateLimiter, subject_of
 from tests.access.conftest import World, apikey, basic, bearer, close_app, make_app
 

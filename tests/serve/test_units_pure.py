@@ -132,41 +132,34 @@ def test_csv_header_quotes_like_csv() -> None:
     assert render.csv_header(cols, True) == b"time,tair,local_time\n"
 
 
-def test_copy_stream_sends_header_then_blocks_and_releases() -> None:
-    blocks, released = [b"b,2\n", b""], []
-    stream = render.CopyStream(b"h\n", b"a,1\n", lambda: blocks.pop(0),
-                               lambda: released.append(1))
-    assert list(stream) == [b"h\na,1\n", b"b,2\n"] and released == [1]
-    stream.close()
-    assert released == [1]
+def test_copy_body_sends_head_then_blocks_until_an_empty_one() -> None:
+    blocks = [b"b,2\n", b"", b"never read\n"]
+    assert list(render.copy_body(b"h\na,1\n", lambda: blocks.pop(0))) == [b"h\na,1\n", b"b,2\n"]
+    assert blocks == [b"never read\n"]
 
 
-def test_row_stream_fetches_lazily_and_releases_once() -> None:
-    fetched, released = [], []
+def test_json_body_fetches_lazily() -> None:
+    fetched = []
     chunks = [[(T, float(i))] * 2 for i in range(1, 4)] + [[]]
 
     def fetch():  # type: ignore[no-untyped-def]
         fetched.append(1)
         return chunks[len(fetched)]
 
-    stream = render.RowStream(render.JsonRows(["time", "v"], None), chunks[0], fetch, 2,
-                              lambda: released.append(1))
-    it = iter(stream)
+    it = render.json_body(render.JsonRows(["time", "v"], None), chunks[0], fetch, 2)
     assert next(it) == b"["
     next(it)
     assert fetched == []  # the second chunk is read only when the first has been sent
     rest = b"".join(it)
-    assert len(fetched) == 3 and released == [1] and rest.endswith(b"]")
-    stream.close()
-    assert released == [1]
+    assert len(fetched) == 3 and rest.endswith(b"]")
 
 
-def test_row_stream_never_iterated_still_releases() -> None:
-    released = []
-    stream = render.RowStream(render.JsonRows(["v"], None), [], lambda: [], 10,
-                              lambda: released.append(1))
-    stream.close()
-    assert released == [1]
+def test_json_body_short_chunk_is_the_last() -> None:
+    def fetch():  # type: ignore[no-untyped-def]
+        raise AssertionError("a chunk shorter than chunk_rows ends the page")
+
+    body = b"".join(render.json_body(render.JsonRows(["v"], None), [(1.0,)], fetch, 10))
+    assert json.loads(body) == [{"v": 1.0}]
 
 
 # ---- arguments -------------------------------------------------------------------------------
