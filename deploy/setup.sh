@@ -131,7 +131,7 @@ say "TimescaleDB $tsdb_version: $tsdb_step"
 # top-level packages exist (setuptools' editable finder maps only the packages present at install).
 install_hash() {
     {
-        cat "$REPO/constraints.txt" "$REPO/pyproject.toml"
+        cat "$REPO/constraints.txt" "$REPO/pyproject.toml" "$REPO/client/pyproject.toml"
         (cd "$REPO" && ls -d -- */__init__.py 2>/dev/null || true)
     } | sha256sum | cut -d' ' -f1
 }
@@ -146,8 +146,11 @@ else
         /usr/bin/python3 -m venv "$VENV" || die "could not create the venv in $VENV"
     fi
     pip_log=$LOGS/pip-install.log
-    say "pip install -c constraints.txt -e '.[test]' (log: $pip_log)"
-    (cd "$REPO" && "$VENV/bin/pip" install --disable-pip-version-check -c constraints.txt -e '.[test]') \
+    # The service with its test tools, and the Python client (client/, its own package) with
+    # its pandas and parquet extras, which its tests in tests/client use.
+    say "pip install -c constraints.txt -e '.[test]' -e './client[pandas,parquet]' (log: $pip_log)"
+    (cd "$REPO" && "$VENV/bin/pip" install --disable-pip-version-check -c constraints.txt \
+        -e '.[test]' -e './client[pandas,parquet]') \
         >"$pip_log" 2>&1 || { log_tail "$pip_log" 40; die "pip install failed (full log: $pip_log)"; }
     echo "$want_hash" >"$stamp"
     venv_step="installed"

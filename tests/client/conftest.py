@@ -1,0 +1,21 @@
+"""The Python client (client/, package sds_client) against the real API: gunicorn over a real
+socket on the seeded world of tests/serve/conftest.py (org A: D1, D2 at NY, D4 with 2500
+readings; org B: B1)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.serve.conftest import World, module_db, world  # noqa: F401  fixtures used here
+from tests.support.apiserver import gunicorn_api
+
+PASSWORD_A1 = ("a1@a.example", "a1-password")
+
+
+@pytest.fixture(scope="module")
+def api_url(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811
+    """Base URL of gunicorn serving the module's world."""
+    with gunicorn_api(world.url, tmp_path_factory.mktemp("api")) as base:
+        yield base
