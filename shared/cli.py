@@ -1,5 +1,6 @@
-"""The operator CLI, `sds`: database migrations, organisations, users, locations, devices,
-deployments, API keys and the demo. `ingest` and `aggregate` add their own command groups
+"""The operator CLI, `sds`: database migrations, organisations, users, locations, devices and
+their life cycle (add, list, show, retire, password rotation, test publish), deployments, API
+keys and the demo. `ingest` and `aggregate` add their own command groups
 (`simulate`, `aggregate`) through the `sds.commands` entry point, so this module imports
 neither."""
 
@@ -9,16 +10,21 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess  # nosec B404  runs mosquitto_passwd only
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import click
+import paho.mqtt.client as mqtt
 import psycopg
 
 from shared import accounts, config, migrate
@@ -242,24 +248,365 @@ def device_register(obj: _Context, name: str, org_name: str, dev_type: str | Non
         click.echo(f"mqtt username {name} password {password} (reload the broker: SIGHUP)")
 
 
+def _instant_or_now(value: str, name: str) -> datetime:
+    """An ISO 8601 option value, or the word `now` (said on purpose, never assumed)."""
+    if value.strip().lower() == "now":
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        return parse_instant(value, name=name)
+    except ServiceError as exc:
+        raise click.ClickException(exc.message) from None
+
+
+_FROM_HELP = ("ISO 8601 start of the deployment, or `now`. Required: readings are attributed "
+              "to the location from this instant, so a device installed last week needs last "
+              "week's date.")
+
+
 @device.command("deploy")
 @click.argument("name")
 @click.option("--location", "loc", required=True, help="Location id or name.")
-@click.option("--from", "start", default=None, help="ISO 8601 start (default now).")
+@click.option("--from", "start", required=True, help=_FROM_HELP)
 @click.option("--to", "end", default=None, help="ISO 8601 end (default open-ended).")
 @pass_ctx
-def device_deploy(obj: _Context, name: str, loc: str, start: str | None, end: str | None) -> None:
+def device_deploy(obj: _Context, name: str, loc: str, start: str, end: str | None) -> None:
     """Deploy device NAME at a location from a time (ends its current deployment there)."""
+    t0 = _instant_or_now(start, "--from")
+    t1 = _instant_or_now(end, "--to") if end else None
     with obj.conn() as conn:
-        try:
-            t0 = parse_instant(start, name="--from") if start else datetime.now(UTC)
-            t1 = parse_instant(end, name="--to") if end else None
-        except ServiceError as exc:
-            raise click.ClickException(exc.message) from None
         dep = accounts.deploy_device(conn, device=name, location=accounts.location_id(conn, loc),
                                      start=t0, end=t1)
     click.echo(f"deployment {dep}: {name} at {loc} from {t0.isoformat()}"
                + (f" to {t1.isoformat()}" if t1 else ""))
+
+
+def _reload_broker(passwd_file: Path, pid_file: Path | None) -> str:
+    """SIGHUP the mosquitto that uses `passwd_file`, so it rereads it; what was done, in words.
+
+    The pid comes from `pid_file`, by default `mosquitto.pid` beside the password file (the
+    layout of deploy/services.sh). The process must be a mosquitto: a stale pid file must not
+    make us signal whatever reuses the number.
+    """
+    pid_path = pid_file or passwd_file.parent / "mosquitto.pid"
+    try:
+        pid = int(pid_path.read_text().strip())
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except (OSError, ValueError):
+        return (f"broker not reloaded: no running broker found through {pid_path}; it reads "
+                "the password file when it starts (or run deploy/services.sh reload-broker)")
+    if comm != "mosquitto":
+        return f"broker not reloaded: pid {pid} in {pid_path} is {comm!r}, not mosquitto"
+    os.kill(pid, signal.SIGHUP)
+    return f"broker reloaded (SIGHUP to mosquitto pid {pid})"
+
+
+def _remove_mqtt_user(passwd_file: Path, user: str) -> bool:
+    """Drop `user`'s line from a mosquitto password file; whether it was there."""
+    if not passwd_file.exists():
+        return False
+    lines = passwd_file.read_text().splitlines()
+    kept = [line for line in lines if line.split(":", 1)[0] != user]
+    if len(kept) == len(lines):
+        return False
+    passwd_file.write_text("".join(f"{line}\n" for line in kept))
+    return True
+
+
+_PASSWD_HELP = "mosquitto password file of the broker (deploy layout: .state/mosquitto/passwd)."
+_PID_HELP = "Broker pid file (default: mosquitto.pid beside the password file)."
+
+
+@device.command("add")
+@click.argument("name")
+@click.option("--org", "org_name", required=True, help="Organisation name or id.")
+@click.option("--location", "loc", required=True, help="Location id or name.")
+@click.option("--from", "start", required=True, help=_FROM_HELP)
+@click.option("--type", "dev_type", default=None)
+@click.option("--model", default=None)
+@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), required=True,
+              help=_PASSWD_HELP)
+@click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
+              help=_PID_HELP)
+@pass_ctx
+def device_add(obj: _Context, name: str, org_name: str, loc: str, start: str,
+               dev_type: str | None, model: str | None, mqtt_passwd_file: Path,
+               broker_pid_file: Path | None) -> None:
+    """Add device NAME in one step: register it, deploy it at a location, give it a broker
+    password and reload the broker. Prints the password (shown only this once)."""
+    t0 = _instant_or_now(start, "--from")
+    password = secrets.token_urlsafe(18)
+    with obj.conn() as conn:
+        org_id = accounts.org_id(conn, org_name)
+        did = accounts.register_device(conn, org=org_id, name=name, type=dev_type, model=model)
+        dep = accounts.deploy_device(conn, device=name,
+                                     location=accounts.location_id(conn, loc, org=org_id),
+                                     start=t0)
+        # Last inside the transaction: a refused deployment leaves no password behind, and
+        # a failing password file leaves no device.
+        _set_mqtt_passwords(mqtt_passwd_file, {name: password})
+    click.echo(f"device {name} id {did}, deployment {dep} at {loc} from {t0.isoformat()}")
+    click.echo(f"mqtt username {name} password {password}")
+    click.echo(_reload_broker(mqtt_passwd_file, broker_pid_file))
+    click.echo(f"the device publishes to {obj.settings.topic_prefix}/{name}/readings; check "
+               f"with: sds device publish-test {name}")
+
+
+@device.command("list")
+@click.option("--org", "org_name", default=None, help="Only this organisation (name or id).")
+@click.option("--state", type=click.Choice(["New", "Active", "Inactive", "Retired"]),
+              default=None)
+@pass_ctx
+def device_list(obj: _Context, org_name: str | None, state: str | None) -> None:
+    """List devices: name, organisation, state, where it stands now, last reading."""
+    with obj.conn() as conn:
+        org_filter = accounts.org_id(conn, org_name) if org_name else None
+        rows = conn.execute(_DEVICE_LIST, (org_filter, org_filter, state, state)).fetchall()
+    click.echo(f"{'device':20} {'organisation':20} {'state':9} {'location':24} last reading")
+    for name, org_label, dev_state, loc_name, last in rows:
+        click.echo(f"{name:20} {org_label[:20]:20} {dev_state:9} {(loc_name or '-')[:24]:24} "
+                   f"{last.isoformat() if last else '-'}")
+    click.echo(f"{len(rows)} device(s)")
+
+
+_DEVICE_LIST = """
+SELECT d.name, o.name, d.state, l.name,
+       (SELECT max(c.time) FROM calibrated c WHERE c.device = d.name)
+FROM devices d JOIN organisations o ON o.id = d.org_id
+LEFT JOIN deployments dp ON dp.device_id = d.id AND dp.during @> now()
+LEFT JOIN locations l ON l.id = dp.location_id
+WHERE (%s::uuid IS NULL OR d.org_id = %s::uuid) AND (%s::text IS NULL OR d.state = %s)
+ORDER BY o.name, d.name
+"""
+
+
+@device.command("show")
+@click.argument("name")
+@pass_ctx
+def device_show(obj: _Context, name: str) -> None:
+    """A device's record, deployments, latest reading and health, and recent quarantine."""
+    with obj.conn() as conn:
+        row = conn.execute(
+            "SELECT d.name, o.name, d.state, d.type, d.model, d.created_at, d.last_seen"
+            " FROM devices d JOIN organisations o ON o.id = d.org_id WHERE d.name = %s",
+            (name,)).fetchone()
+        if row is None:
+            raise click.ClickException(f"unknown device {name!r}")
+        deployments = conn.execute(
+            "SELECT l.name, l.tz_name, lower(dp.during), upper(dp.during) FROM deployments dp"
+            " JOIN devices d ON d.id = dp.device_id JOIN locations l ON l.id = dp.location_id"
+            " WHERE d.name = %s ORDER BY lower(dp.during)", (name,)).fetchall()
+        last = conn.execute("SELECT max(time), count(*) FILTER (WHERE time > now() - interval"
+                            " '1 day') FROM calibrated WHERE device = %s", (name,)).fetchone()
+        health = conn.execute("SELECT time, batt_pct, rssi, fw FROM health WHERE device = %s"
+                              " ORDER BY time DESC LIMIT 1", (name,)).fetchone()
+        quarantined = conn.execute(
+            "SELECT reason, count(*), max(received_at) FROM quarantine WHERE device = %s"
+            " AND received_at > now() - interval '7 days' GROUP BY reason ORDER BY 2 DESC",
+            (name,)).fetchall()
+    dev, org_label, state, dev_type, model, created, seen = row
+    click.echo(f"device:        {dev}\norganisation:  {org_label}\nstate:         {state}")
+    click.echo(f"type / model:  {dev_type or '-'} / {model or '-'}")
+    click.echo(f"registered:    {created.isoformat()}")
+    click.echo(f"last seen:     {seen.isoformat() if seen else '-'}")
+    click.echo("deployments:" + ("" if deployments else "   none (readings get no location)"))
+    for loc_name, tz_name, lo, hi in deployments:
+        click.echo(f"  {loc_name} ({tz_name}) from {lo.isoformat()} "
+                   f"{'to ' + hi.isoformat() if hi else '(current)'}")
+    assert last is not None
+    click.echo(f"last reading:  {last[0].isoformat() if last[0] else '-'} "
+               f"({last[1]} in the last 24 h)")
+    if health:
+        click.echo(f"last health:   {health[0].isoformat()} battery {health[1]} rssi "
+                   f"{health[2]} fw {health[3]}")
+    click.echo("quarantine, last 7 days:" + ("" if quarantined else " none"))
+    for reason, count, latest in quarantined:
+        click.echo(f"  {reason}: {count} (latest {latest.isoformat()})")
+
+
+@device.command("retire")
+@click.argument("name")
+@click.option("--at", "at", required=True, help="ISO 8601 instant the device stopped, or `now`.")
+@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
+              help="Also remove its broker password from this file and reload the broker.")
+@click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
+              help=_PID_HELP)
+@pass_ctx
+def device_retire(obj: _Context, name: str, at: str, mqtt_passwd_file: Path | None,
+                  broker_pid_file: Path | None) -> None:
+    """Retire device NAME: state Retired, its open deployment ended at --at, and (with
+    --mqtt-passwd-file) its broker login removed. Its data stays."""
+    t_end = _instant_or_now(at, "--at")
+    with obj.conn() as conn:
+        dev = conn.execute("SELECT id, state FROM devices WHERE name = %s", (name,)).fetchone()
+        if dev is None:
+            raise click.ClickException(f"unknown device {name!r}")
+        if dev[1] == "Retired":
+            raise click.ClickException(f"device {name!r} is already retired")
+        later = conn.execute(
+            "SELECT lower(during) FROM deployments WHERE device_id = %s AND lower(during) >= %s",
+            (dev[0], t_end)).fetchone()
+        if later:
+            raise click.ClickException(
+                f"--at {t_end.isoformat()} is not after the start of a deployment "
+                f"({later[0].isoformat()}); choose a later instant")
+        ended = conn.execute(
+            "UPDATE deployments SET during = tstzrange(lower(during), %s, '[)')"
+            " WHERE device_id = %s AND (upper_inf(during) OR upper(during) > %s)",
+            (t_end, dev[0], t_end)).rowcount
+        conn.execute("UPDATE devices SET state = 'Retired' WHERE id = %s", (dev[0],))
+        removed = _remove_mqtt_user(mqtt_passwd_file, name) if mqtt_passwd_file else False
+    click.echo(f"device {name} retired at {t_end.isoformat()}"
+               + (", its deployment ended" if ended else ", it had no deployment to end"))
+    if mqtt_passwd_file:
+        if removed:
+            click.echo("broker password removed; " + _reload_broker(mqtt_passwd_file,
+                                                                    broker_pid_file))
+        else:
+            click.echo(f"no broker password for {name} in {mqtt_passwd_file}")
+
+
+@device.command("rotate-password")
+@click.argument("name")
+@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), required=True,
+              help=_PASSWD_HELP)
+@click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
+              help=_PID_HELP)
+@pass_ctx
+def device_rotate_password(obj: _Context, name: str, mqtt_passwd_file: Path,
+                           broker_pid_file: Path | None) -> None:
+    """Give device NAME a new broker password (the old one stops working at the reload)."""
+    with obj.conn() as conn:
+        dev = conn.execute("SELECT state FROM devices WHERE name = %s", (name,)).fetchone()
+    if dev is None:
+        raise click.ClickException(f"unknown device {name!r}")
+    if dev[0] == "Retired":
+        raise click.ClickException(f"device {name!r} is retired")
+    password = secrets.token_urlsafe(18)
+    _set_mqtt_passwords(mqtt_passwd_file, {name: password})
+    click.echo(f"mqtt username {name} password {password}")
+    click.echo(_reload_broker(mqtt_passwd_file, broker_pid_file))
+
+
+@device.command("publish-test")
+@click.argument("name")
+@click.option("--reading", default=None,
+              help="Send this JSON reading to the readings topic instead of a health report "
+                   "(it is stored like any reading: use a real one).")
+@click.option("--timeout", type=float, default=15.0, show_default=True,
+              help="Seconds to wait for the message to land.")
+@pass_ctx
+def device_publish_test(obj: _Context, name: str, reading: str | None, timeout: float) -> None:
+    """Publish as device NAME and show where the message landed: the stored row, or the
+    quarantine reason. The device's broker password comes from SDS_DEVICE_PASSWORD or a
+    prompt. By default it sends a health report stamped now, with the firmware version the
+    device last reported (health times need not be on the 5-minute grid, so no reading slot
+    is taken)."""
+    password = os.environ.get("SDS_DEVICE_PASSWORD") or click.prompt(
+        f"MQTT password of {name}", hide_input=True)
+    settings = obj.settings
+    sent_at = datetime.now(UTC).replace(microsecond=0)
+    with obj.conn() as conn:
+        since = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        known = conn.execute("SELECT reported_fw FROM devices WHERE name = %s",
+                             (name,)).fetchone()
+    if known is None:
+        raise click.ClickException(f"unknown device {name!r}")
+    if reading is None:
+        # A health report needs one field: the firmware the device last reported, which
+        # changes nothing (or a marker until the device reports its own).
+        kind, body = "health", json.dumps({"time": sent_at.isoformat().replace("+00:00", "Z"),
+                                           "fw": known[0] or "publish-test"})
+    else:
+        kind, body = "readings", reading
+    topic = f"{settings.topic_prefix}/{name}/{kind}"
+    _publish_as_device(settings, name, password, topic, body.encode())
+    click.echo(f"published to {topic}: {body}")
+    deadline = time.monotonic() + timeout
+    while True:
+        with obj.conn() as conn:
+            landed = _where_it_landed(conn, name, kind, body, since)
+        if landed:
+            for line in landed:
+                click.echo(line)
+            return
+        if time.monotonic() > deadline:
+            raise click.ClickException(
+                f"nothing stored or quarantined within {timeout:.0f} s: is the ingester "
+                "running and connected (sds aggregate status, .state/logs/ingest.log)?")
+        time.sleep(0.25)
+
+
+def _publish_as_device(settings: Settings, name: str, password: str, topic: str,
+                       body: bytes) -> None:
+    """Publish once with QoS 1 as the device; ClickException when the broker refuses."""
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{name}-publish-test",
+                         protocol=mqtt.MQTTv5)
+    client.username_pw_set(name, password)
+    if settings.mqtt_tls_ca:
+        client.tls_set(ca_certs=settings.mqtt_tls_ca)
+    outcome: dict[str, Any] = {}
+    connected = threading.Event()
+
+    def on_connect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
+        outcome["reason"] = reason
+        connected.set()
+
+    client.on_connect = on_connect
+    try:
+        client.connect(settings.mqtt_host, settings.mqtt_port, keepalive=30)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot reach the broker at {settings.mqtt_host}:{settings.mqtt_port}: {exc}"
+        ) from None
+    client.loop_start()
+    try:
+        if not connected.wait(10):
+            raise click.ClickException("the broker did not answer the connection within 10 s")
+        if outcome["reason"].is_failure:
+            raise click.ClickException(
+                f"the broker refused {name}: {outcome['reason']} (wrong password, or the "
+                "device has no broker login: sds device rotate-password)")
+        info = client.publish(topic, body, qos=1)
+        info.wait_for_publish(10)
+        if not info.is_published():
+            raise click.ClickException("the broker did not acknowledge the message within 10 s")
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def _where_it_landed(conn: psycopg.Connection, name: str, kind: str, body: str,
+                     since: datetime) -> list[str]:
+    """Lines describing the row(s) or quarantine entries the published message made."""
+    lines = []
+    for reason, detail in conn.execute(
+            "SELECT reason, detail FROM quarantine WHERE device = %s AND received_at >= %s"
+            " AND payload = %s ORDER BY id", (name, since, body.encode())):
+        lines.append(f"quarantined: {reason}: {detail}")
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = None
+    items = parsed if isinstance(parsed, list) else [parsed]
+    times = []
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("time"), str):
+            try:
+                times.append(parse_instant(item["time"], name="time"))
+            except ServiceError:
+                pass
+    table = "health" if kind == "health" else "calibrated"
+    if times:
+        for t, loc in conn.execute(
+                f"SELECT time, location FROM {table} WHERE device = %s"  # noqa: S608  fixed names
+                " AND time = ANY(%s) ORDER BY time", (name, times)):
+            where = "no location (not deployed at that time)"
+            if loc is not None:
+                found = conn.execute("SELECT name FROM locations WHERE id = %s",
+                                     (loc,)).fetchone()
+                where = f"location {found[0] if found else loc}"
+            lines.append(f"stored: {table} row {name} {t.isoformat()} at {where}")
+    return lines
 
 
 @main.group()

@@ -130,9 +130,10 @@ def _deployments(url: str) -> list[tuple[str | None, str | None]]:
 def test_bad_input_messages(sds) -> None:  # type: ignore[no-untyped-def]
     _setup(sds)
     assert "unknown organisation 'Nope'" in sds("device", "register", "B1", "--org", "Nope").output
-    assert "unknown device 'ZZZ'" in sds("device", "deploy", "ZZZ", "--location", "North").output
+    assert "unknown device 'ZZZ'" in sds("device", "deploy", "ZZZ", "--location", "North",
+                                         "--from", "now").output
     assert "unknown location 'Nowhere'" in sds("device", "deploy", "A000001", "--location",
-                                               "Nowhere").output
+                                               "Nowhere", "--from", "now").output
     r = sds("device", "deploy", "A000001", "--location", "North", "--from", "soon")
     assert r.exit_code == 1 and "--from" in r.output
     r = sds("device", "register", "bad name!", "--org", "Acme")
