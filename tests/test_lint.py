@@ -14,6 +14,6 @@ def test_ruff_finds_nothing() -> None:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     assert ruff, "ruff is part of the test extra (deploy/setup.sh installs it)"
     run = subprocess.run([ruff, "check", "--output-format", "concise", "shared", "ingest",
-                          "aggregate", "serve", "bench", "tests"],
+                          "aggregate", "serve", "bench", "tests", "client"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
