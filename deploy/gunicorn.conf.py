@@ -1,18 +1,20 @@
 """Gunicorn settings for the HTTP API (`gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app`).
 
-Used by deploy/run.sh, the systemd unit and the container. Reads SDS_HTTP_BIND (default
-127.0.0.1:8080), SDS_HTTP_WORKERS (default 2) and SDS_LOG_DIR (default <repo>/.state/logs; "-"
-sends the access log to stdout, for systemd's journal or a container). Gunicorn's own messages go
-to stderr, which run.sh collects in .state/logs/serve.log together with the app's log.
+Used by deploy/run.sh (once per API instance, behind the nginx edge), the systemd unit and the
+container. Reads SDS_HTTP_BIND (default 127.0.0.1:8081), SDS_HTTP_WORKERS (default 2) and
+SDS_LOG_DIR (default <repo>/.state/logs; "-" sends the access log to stdout, for systemd's journal
+or a container). Gunicorn's own messages go to stderr, which run.sh collects in
+.state/logs/serve-<k>.log together with the app's log.
 """
 
 import os
+import sys
 from pathlib import Path
 
 _repo = Path(__file__).resolve().parent.parent
 _log_dir = os.environ.get("SDS_LOG_DIR") or str(_repo / ".state" / "logs")
 
-bind = [os.environ.get("SDS_HTTP_BIND") or "127.0.0.1:8080"]
+bind = [os.environ.get("SDS_HTTP_BIND") or "127.0.0.1:8081"]
 workers = int(os.environ.get("SDS_HTTP_WORKERS") or "2")
 proc_name = "sds-serve"
 timeout = 60
@@ -20,6 +22,16 @@ graceful_timeout = 20
 # Gunicorn 25+ opens a control socket in $HOME/.gunicorn by default; we do not use it, and two
 # instances on one host (or a home-less service user) would trip over it.
 control_socket_disable = True
+
+# gunicorn's own error answers (400/414/431 before the app sees a request) in the API's JSON
+# error body, and access-log values with control characters escaped (serve/gunicorn_hooks.py).
+# The config runs in the master before it forks, so the workers inherit both.
+if str(_repo) not in sys.path:
+    sys.path.insert(0, str(_repo))
+from serve import gunicorn_hooks  # noqa: E402
+
+gunicorn_hooks.install()
+logger_class = "serve.gunicorn_hooks.AccessLogger"
 
 errorlog = "-"
 accesslog = "-" if _log_dir == "-" else os.path.join(_log_dir, "access.log")

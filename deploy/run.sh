@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # deploy/run.sh [start|stop|status]: README command 1, install and run the whole service locally.
 #   start (default)  setup.sh, services.sh start, `sds db upgrade`, the demo data (first run only),
-#                    then the ingester, the scheduler, the API (gunicorn) and the device simulator
-#                    in the background. Anything already running is left alone, so a rerun
-#                    changes nothing and takes seconds.
-#   stop             stops the four processes, then PostgreSQL and mosquitto
+#                    then the ingester, the scheduler, SDS_API_INSTANCES API instances (gunicorn),
+#                    the edge in front of them (nginx) and the device simulator in the background.
+#                    Anything already running is left alone, so a rerun changes nothing and takes
+#                    seconds; a changed instance count starts or stops instances and reloads the
+#                    edge without dropping a request.
+#   stop             stops the processes (the edge first, gracefully), then PostgreSQL and mosquitto
 #   status           what is running
 # Run as root. State, logs and pids live under <repo>/.state (docs/operations.md).
 set -euo pipefail
@@ -18,21 +20,51 @@ DEMO_STAMP=$STATE/demo.done
 DEMO_OUT=$STATE/demo-credentials.txt
 DEMO_DEVICES=$STATE/demo-devices.json
 MQ_PASSWD=$STATE/mosquitto/passwd
-PROCS=(ingest aggregate serve simulate)
+EDGE_DIR=$STATE/nginx
+EDGE_CONF=$EDGE_DIR/nginx.conf
+
+# The API layout, from the settings (shared/config.py documents them): clients talk to the edge
+# on SDS_EDGE_BIND; API instance k (1..SDS_API_INSTANCES) listens on SDS_HTTP_BIND's port + k - 1.
+api_layout() {
+    EDGE_BIND=${SDS_EDGE_BIND:-127.0.0.1:8080}
+    local bind=${SDS_HTTP_BIND:-127.0.0.1:8081}
+    API_HOST=${bind%:*}
+    API_PORT0=${bind##*:}
+    API_INSTANCES=${SDS_API_INSTANCES:-1}
+    [[ $API_INSTANCES =~ ^[1-9][0-9]*$ ]] || die "SDS_API_INSTANCES must be a positive integer, not '$API_INSTANCES'"
+    [[ $API_PORT0 =~ ^[0-9]+$ ]] || die "SDS_HTTP_BIND must be host:port, not '$bind'"
+    PROCS=(ingest aggregate)
+    local k
+    for ((k = 1; k <= API_INSTANCES; k++)); do PROCS+=("serve-$k"); done
+    PROCS+=(edge simulate)
+}
 
 # The command line of each background process, into ARGV. They run from the repo root.
 proc_argv() {
     case $1 in
     ingest) ARGV=("$VENV/bin/python" -m ingest) ;;
     aggregate) ARGV=("$VENV/bin/python" -m aggregate) ;;
-    serve) ARGV=("$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py serve.wsgi:app) ;;
+    # env execs gunicorn, so the pid is gunicorn's master. Behind the edge, the API trusts one
+    # proxy hop of X-Forwarded-For for the client address (login throttling, rate limits).
+    serve-*) ARGV=(env "SDS_HTTP_BIND=$API_HOST:$((API_PORT0 + ${1#serve-} - 1))"
+        "SDS_TRUSTED_PROXY_HOPS=${SDS_TRUSTED_PROXY_HOPS:-1}"
+        "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py serve.wsgi:app) ;;
+    edge) ARGV=(nginx -c "$EDGE_CONF" -e "$EDGE_DIR/error.log") ;;
     simulate) ARGV=("$VENV/bin/sds" simulate --credentials "$DEMO_DEVICES" --backfill-days 3) ;;
     esac
 }
 
-# Pid files hold the process's own pid; liveness also checks the command line mentions our venv,
-# so a pid recycled after a reboot is not mistaken for ours.
-proc_alive() { pid_alive "$PIDS/$1.pid" "$VENV/bin/"; }
+# What a live process's command line contains (besides its pid file): guards against a pid
+# recycled after a reboot being mistaken for ours.
+proc_marker() {
+    case $1 in
+    edge) echo "$EDGE_CONF" ;;
+    *) echo "$VENV/bin/" ;;
+    esac
+}
+
+# Pid files hold the process's own pid; liveness also checks the command line (proc_marker).
+proc_alive() { pid_alive "$PIDS/$1.pid" "$(proc_marker "$1")"; }
 
 STARTED=0
 start_proc() {
@@ -51,17 +83,40 @@ start_proc() {
     say "$name: started (pid $!, log $log)"
 }
 
+# API instances that have a pid file, in order (those of an earlier, larger SDS_API_INSTANCES too).
+serve_pidfiles() {
+    local f
+    for f in "$PIDS"/serve-*.pid; do
+        [[ -e $f ]] && basename "$f" .pid
+    done | sort -t- -k2 -n
+}
+
 stop_all() {
     local name
-    # Producers first, so the ingester can drain what is already queued before it stops.
-    for name in simulate serve ingest aggregate; do
-        if stop_pidfile "$PIDS/$name.pid" "$VENV/bin/" 20; then
-            say "$name: stopped"
-        else
-            say "$name: not running"
-        fi
+    stop_one simulate 20
+    # The edge first, with SIGQUIT: it stops accepting and finishes the requests in flight.
+    if stop_pidfile "$PIDS/edge.pid" "$EDGE_CONF" 30 QUIT; then
+        say "edge: stopped (drained)"
+    else
+        say "edge: not running"
+    fi
+    # gunicorn's SIGTERM is graceful too: workers finish their request (up to 20 s).
+    # "serve" is the single instance of versions before the edge.
+    for name in $(serve_pidfiles) serve; do
+        [[ $name == serve && ! -e $PIDS/serve.pid ]] && continue
+        stop_one "$name" 30
     done
+    stop_one ingest 20
+    stop_one aggregate 20
     bash "$REPO/deploy/services.sh" stop
+}
+
+stop_one() {
+    if stop_pidfile "$PIDS/$1.pid" "$(proc_marker "$1")" "$2"; then
+        say "$1: stopped"
+    else
+        say "$1: not running"
+    fi
 }
 
 status_all() {
@@ -84,6 +139,36 @@ demo_key() { sed -n 's/^api key: *\([^ ]*\).*/\1/p' "$DEMO_OUT" 2>/dev/null | he
 demo_device() {
     "$VENV/bin/python" -c 'import json, sys; print(next(iter(json.load(open(sys.argv[1])))))' \
         "$DEMO_DEVICES" 2>/dev/null || echo "A000101"
+}
+
+# Render the edge's config from deploy/nginx/nginx.conf into $EDGE_CONF; EDGE_CHANGED is set
+# when the file changed. The workers (www-data) write request bodies and large answers to tmp/.
+edge_config() {
+    local servers="" k
+    for ((k = 1; k <= API_INSTANCES; k++)); do
+        # A refused or reset connection marks an instance down for 5 s; its requests go on to
+        # the next one meanwhile (proxy_next_upstream).
+        servers+="        server $API_HOST:$((API_PORT0 + k - 1)) max_fails=1 fail_timeout=5s;"$'\n'
+    done
+    mkdir -p "$EDGE_DIR/tmp"
+    local conf
+    conf=$(<"$REPO/deploy/nginx/nginx.conf")
+    conf=${conf//@DIR@/$EDGE_DIR}
+    conf=${conf//@LISTEN@/$EDGE_BIND}
+    conf=${conf//@UPSTREAMS@/${servers%$'\n'}}
+    EDGE_CHANGED=$(printf '%s\n' "$conf" | write_if_changed "$EDGE_CONF" 644)
+    ensure_traversable www-data "$EDGE_DIR/tmp"
+    nginx -t -q -c "$EDGE_CONF" -e "$EDGE_DIR/error.log" 2>>"$LOGS/edge.log" \
+        || { log_tail "$LOGS/edge.log"; die "the edge's config $EDGE_CONF does not pass nginx -t"; }
+}
+
+# A running edge rereads a changed config on SIGHUP: new workers take new connections, the old
+# ones finish theirs. Nothing is dropped.
+edge_reload_if_changed() {
+    if [[ -n $EDGE_CHANGED ]] && proc_alive edge; then
+        kill -HUP "$(<"$PIDS/edge.pid")"
+        say "edge: config changed, reloaded (SIGHUP)"
+    fi
 }
 
 start_all() {
@@ -114,9 +199,21 @@ start_all() {
         bash "$REPO/deploy/services.sh" reload-broker
     fi
 
+    api_layout
+    # Before the edge, one gunicorn ("serve") held the edge's port: replace it.
+    if proc_alive serve; then
+        stop_one serve 30
+    fi
+    edge_config
     local name
     for name in "${PROCS[@]}"; do
+        [[ $name == edge ]] && edge_reload_if_changed
         start_proc "$name"
+    done
+    # Instances beyond a lowered SDS_API_INSTANCES: the reloaded edge no longer sends them
+    # requests; stop them gracefully now.
+    for name in $(serve_pidfiles); do
+        if ((${name#serve-} > API_INSTANCES)); then stop_one "$name" 30; fi
     done
     # A process that dies at once (bad config, import error) should be reported now, not found
     # later in a log.
@@ -133,18 +230,18 @@ start_all() {
     local key device bind
     key=$(demo_key)
     device=$(demo_device)
-    bind=${SDS_HTTP_BIND:-127.0.0.1:8080}
+    bind=$EDGE_BIND
     local headline="Sensor data service is running."
     ((failed == 0)) || headline="Sensor data service started, but some processes exited (see above)."
     cat <<EOF
 
 $headline
-  API           http://$bind/api/v2/   (docs: /api/v2/doc)
+  API           http://$bind/api/v2/   (docs: /api/v2/doc; nginx edge in front of $API_INSTANCES API instance(s) from $API_HOST:$API_PORT0)
   PostgreSQL    127.0.0.1:${SDS_PG_PORT:-55432}, database sds   (superuser shell: deploy/services.sh psql)
   MQTT broker   127.0.0.1:$SDS_MQTT_PORT
   secrets       $SECRETS
   demo login    $DEMO_OUT
-  logs          $LOGS/{ingest,aggregate,serve,simulate,access}.log, $STATE/pg/postgres.log, $STATE/mosquitto/mosquitto.log
+  logs          $LOGS/{ingest,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $STATE/mosquitto/mosquitto.log
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 
@@ -161,7 +258,7 @@ EOF
 case ${1:-start} in
 start) start_all ;;
 stop) need_root; stop_all ;;
-status) need_root; status_all ;;
+status) need_root; api_layout; status_all ;;
 *)
     echo "usage: $0 [start|stop|status]" >&2
     exit 2

@@ -19,8 +19,10 @@ exec 9>"$STATE/setup.lock"
 flock 9
 
 # What the service runs on. curl is only for the README's examples; procps gives pgrep/ps.
+# nginx-light is the edge in front of the API (deploy/nginx/nginx.conf; started by run.sh with
+# its own config, never Debian's default site: the policy below keeps its service from starting).
 RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients python3 python3-venv
-    python3-dev build-essential ca-certificates procps curl openssl)
+    python3-dev build-essential ca-certificates procps curl openssl nginx-light)
 # What the browser tests drive (tests/support/browser.py): Debian's Chromium and its WebDriver.
 TEST_PKGS=(chromium chromium-driver)
 # What the TimescaleDB build needs; only asked for while the extension is missing.

@@ -97,8 +97,15 @@ class Settings:
     retention_interval: int = _f(3600, "Seconds between retention runs of the scheduler")
 
     # --- HTTP API ---
-    http_bind: str = _f("127.0.0.1:8080", "Address gunicorn binds to")
-    http_workers: int = _f(2, "gunicorn worker processes")
+    edge_bind: str = _f(
+        "127.0.0.1:8080", "Address the edge (nginx, deploy/nginx/nginx.conf) listens on for "
+        "clients; deploy/run.sh starts it in front of the API instances")
+    api_instances: int = _f(
+        1, "API instances (gunicorn) deploy/run.sh starts behind the edge, which balances them")
+    http_bind: str = _f(
+        "127.0.0.1:8081", "Address gunicorn binds to; deploy/run.sh gives API instance k this "
+        "port + k - 1")
+    http_workers: int = _f(2, "gunicorn worker processes (of each API instance)")
     token_ttl: int = _f(24 * 3600, "Bearer token lifetime (s)")
     apikey_query_enabled: bool = _f(
         False, "Accept the deprecated ?apikey= query form (sunset 2021-05-14)")

@@ -57,21 +57,22 @@ pid_alive() {
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pattern"
 }
 
-# Send SIGTERM to the process in a pid file, wait up to $3 seconds, then SIGKILL. Removes the file.
+# Send SIGTERM (or signal $4, e.g. QUIT for nginx's graceful stop) to the process in a pid file,
+# wait up to $3 seconds, then SIGKILL. Removes the file.
 stop_pidfile() {
-    local pidfile=$1 pattern=$2 timeout=${3:-20} pid i
+    local pidfile=$1 pattern=$2 timeout=${3:-20} sig=${4:-TERM} pid i
     if ! pid_alive "$pidfile" "$pattern"; then
         rm -f "$pidfile"
         return 1
     fi
     pid=$(<"$pidfile")
-    kill -TERM "$pid" 2>/dev/null || true
+    kill -"$sig" "$pid" 2>/dev/null || true
     for ((i = 0; i < timeout * 10; i++)); do
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
     if kill -0 "$pid" 2>/dev/null; then
-        warn "pid $pid ($pattern) ignored SIGTERM for ${timeout}s; sending SIGKILL"
+        warn "pid $pid ($pattern) ignored SIG$sig for ${timeout}s; sending SIGKILL"
         kill -KILL "$pid" 2>/dev/null || true
     fi
     rm -f "$pidfile"

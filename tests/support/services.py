@@ -14,6 +14,7 @@ Pure stdlib plus psycopg. Every wait is bounded; a failed start raises with the 
 from __future__ import annotations
 
 import grp
+import http.client
 import os
 import pwd
 import re
@@ -23,6 +24,7 @@ import signal as _signal
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -539,3 +541,200 @@ class MosquittoBroker(_Server):
         except OSError:
             return False
         return re.search(r"mosquitto version \S+ running", text) is not None
+
+
+SHIPPED_NGINX_CONF = REPO / "deploy" / "nginx" / "nginx.conf"
+GUNICORN_CONF = REPO / "deploy" / "gunicorn.conf.py"
+
+
+def render_nginx_conf(directory: Path, listen: str, upstreams: list[str]) -> str:
+    """deploy/nginx/nginx.conf with its placeholders filled as deploy/run.sh fills them."""
+    servers = "\n".join(
+        f"        server {u} max_fails=1 fail_timeout=5s;" for u in upstreams)
+    return (SHIPPED_NGINX_CONF.read_text().replace("@DIR@", str(directory))
+            .replace("@LISTEN@", listen).replace("@UPSTREAMS@", servers))
+
+
+class GunicornServer(_Server):
+    """The API as deployed (gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app) on a free port.
+
+    `env` adds SDS_* settings (SDS_DATABASE_URL at least); the access log goes to base_dir.
+    """
+
+    def __init__(self) -> None:
+        self._port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, env: dict[str, str], base_dir: Path | None = None, *, workers: int = 2,
+              port: int | None = None) -> GunicornServer:
+        """Start and wait until /api/v2/health answers 200; returns self."""
+        base = self._prepare_dir(base_dir, "sds-gunicorn-")
+        self._port = port or free_port()
+        self.stderr_path = base / "stderr.log"
+        self.access_log = base / "access.log"
+        self._env = {**os.environ, "SDS_HTTP_BIND": f"127.0.0.1:{self._port}",
+                     "SDS_HTTP_WORKERS": str(workers), "SDS_LOG_DIR": str(base),
+                     "SDS_DB_POOL_MIN": "1", "SDS_DB_POOL_MAX": "2", **env}
+        self._launch()
+        return self
+
+    def _launch(self) -> None:
+        gunicorn = Path(sys.executable).with_name("gunicorn")
+        with open(self.stderr_path, "ab") as err:
+            self._proc = subprocess.Popen(
+                [str(gunicorn), "-c", str(GUNICORN_CONF), "serve.wsgi:app"],
+                cwd=REPO, env=self._env, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not _http_ok(self.port, "/api/v2/health"):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise ServiceError(f"gunicorn did not answer\n{_tail(self.stderr_path)}")
+            time.sleep(0.1)
+
+    def restart(self) -> None:
+        """Start again (after kill or stop) with the same port and settings."""
+        self.stop()
+        self._launch()
+
+    def stop(self) -> None:
+        """SIGTERM (graceful: in-flight requests finish) and wait."""
+        if self.is_running():
+            proc = self._require_proc()
+            proc.terminate()
+            try:
+                proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_TIMEOUT)
+
+    def kill(self) -> None:
+        """SIGKILL the master and its workers (a crash: in-flight connections are reset)."""
+        if self._proc is not None and self._proc.poll() is None:
+            workers = _children(self._proc.pid)
+            self._proc.kill()
+            for pid in workers:
+                try:
+                    os.kill(pid, _signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self._proc.wait(timeout=STOP_TIMEOUT)
+
+    def is_running(self) -> bool:
+        """Whether the master is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError("GunicornServer not started")
+        return self._port
+
+    @property
+    def pid(self) -> int:
+        return self._require_proc().pid
+
+    def _require_proc(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise ServiceError("GunicornServer not started")
+        return self._proc
+
+
+class NginxEdge(_Server):
+    """The shipped edge (deploy/nginx/nginx.conf) on a free port in front of given upstreams,
+    in the foreground with its own directory for config, pid, logs and temp files."""
+
+    def __init__(self) -> None:
+        self._port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, upstreams: list[str], base_dir: Path | None = None, *,
+              port: int | None = None) -> NginxEdge:
+        """Render the config for `upstreams` ("127.0.0.1:port"), start, wait for the port."""
+        base = self._prepare_dir(base_dir, "sds-nginx-")
+        self._port = port or free_port()
+        (base / "tmp").mkdir(exist_ok=True)
+        self.conf_path = base / "nginx.conf"
+        self.access_log = base / "access.log"
+        self.error_log = base / "error.log"
+        self.conf_path.write_text(
+            render_nginx_conf(base, f"127.0.0.1:{self._port}", upstreams))
+        # The workers run as www-data and write request bodies and big answers under tmp/.
+        _ensure_traversable(base, "www-data")
+        self._launch()
+        return self
+
+    def _launch(self) -> None:
+        with open(self.error_log, "ab") as err:
+            self._proc = subprocess.Popen(
+                ["nginx", "-c", str(self.conf_path), "-e", str(self.error_log)],
+                stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not port_open(self.port):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise ServiceError(f"nginx did not start\n{_tail(self.error_log)}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        """SIGQUIT: graceful shutdown (stops accepting, finishes in-flight requests), then wait."""
+        if self.is_running():
+            proc = self._require_proc()
+            proc.send_signal(_signal.SIGQUIT)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL the master; its workers exit when they notice (they watch the master)."""
+        if self._proc is not None and self._proc.poll() is None:
+            workers = _children(self._proc.pid)
+            self._proc.kill()
+            for pid in workers:
+                try:
+                    os.kill(pid, _signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self._proc.wait(timeout=STOP_TIMEOUT)
+
+    def is_running(self) -> bool:
+        """Whether the master is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError("NginxEdge not started")
+        return self._port
+
+    def _require_proc(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise ServiceError("NginxEdge not started")
+        return self._proc
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid` (from /proc), e.g. gunicorn's or nginx's workers."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(stat_fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _http_ok(port: int, path: str) -> bool:
+    """Whether GET path on 127.0.0.1:port answers 200 within a second."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
