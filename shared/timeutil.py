@@ -137,22 +137,33 @@ def slots(start: datetime, end: datetime) -> int:
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
+# The instants a user may name (API parameters, CLI options). Python's datetime stops at years 1
+# and 9999, and a window, margin or offset added to an instant near either end overflows
+# (0001-01-01 minus the default window; 9999-12-31T23:55-01:00 in UTC): a 500 before this bound.
+# Sensor data lies well inside it.
+INSTANT_MIN = datetime(1900, 1, 1, tzinfo=UTC)
+INSTANT_MAX = datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)
+INSTANT_RANGE = "1900-01-01T00:00:00Z to 2999-12-31T23:59:59Z"
+
 
 def parse_instant(raw: str, *, name: str = "time") -> datetime:
     """Parse an ISO 8601 date or datetime into an aware UTC datetime.
 
     A date alone means 00:00 UTC that day; a datetime without an offset is taken as UTC;
-    `Z`, `+00:00`, `+0000` and fractional seconds are accepted.
+    `Z`, `+00:00`, `+0000` and fractional seconds are accepted. Instants outside
+    [INSTANT_MIN, INSTANT_MAX] are a BadParameter that states the accepted range.
     """
     text = raw.strip()
     if not text:
         raise BadParameter(f"{name}: empty value", errors={name: ["must be an ISO 8601 time"]})
     try:
         if _DATE_ONLY.match(text):
-            return datetime.combine(date.fromisoformat(text), time(0), tzinfo=UTC)
-        if text.endswith(("z", "Z")):
-            text = text[:-1] + "+00:00"
-        value = datetime.fromisoformat(text.replace(" ", "T", 1) if "T" not in text else text)
+            value = datetime.combine(date.fromisoformat(text), time(0), tzinfo=UTC)
+        else:
+            if text.endswith(("z", "Z")):
+                text = text[:-1] + "+00:00"
+            value = datetime.fromisoformat(
+                text.replace(" ", "T", 1) if "T" not in text else text)
     except ValueError:
         raise BadParameter(
             f"{name}: {raw!r} is not an ISO 8601 date or datetime (e.g. 2019-07-01 or "
@@ -161,7 +172,17 @@ def parse_instant(raw: str, *, name: str = "time") -> datetime:
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    utc: datetime | None
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:55:00-01:00 is in year 10000 in UTC
+        utc = None
+    if utc is None or not INSTANT_MIN <= utc <= INSTANT_MAX:
+        raise BadParameter(
+            f"{name}: {raw!r} is outside the accepted range {INSTANT_RANGE}",
+            errors={name: [f"must lie from {INSTANT_RANGE}"]},
+        )
+    return utc
 
 
 _OFFSET = re.compile(r"^([+-])(\d{1,2}):?(\d{2})$")

@@ -22,7 +22,7 @@ from serve.pool import pool
 from serve.records import stamp
 from shared import accounts, credentials
 from shared.errors import BadParameter, UnknownObject
-from shared.timeutil import parse_instant
+from shared.timeutil import INSTANT_RANGE, parse_instant
 
 blp = Blueprint("apikeys", __name__, url_prefix="/api/v2/apikeys",
                 description="API keys of the calling user, and the scopes a key can hold.")
@@ -44,7 +44,9 @@ class Instant(fields.Field):
             raise ValidationError("must be an ISO 8601 datetime string")
         try:
             when = parse_instant(value, name=attr or "exp")
-        except BadParameter:
+        except BadParameter as exc:
+            if INSTANT_RANGE in exc.message:
+                raise ValidationError(f"must lie from {INSTANT_RANGE}") from None
             raise ValidationError(
                 "must be an ISO 8601 datetime, e.g. 2030-01-01T00:00:00Z") from None
         if when <= datetime.now(UTC):

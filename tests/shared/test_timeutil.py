@@ -105,6 +105,28 @@ def test_parse_instant_rejects(raw: str) -> None:
         parse_instant(raw, name="start_time")
 
 
+@pytest.mark.parametrize("raw", [
+    "0001-01-01", "0001-01-01T00:00:00+01:00", "9999-12-31T23:55:00-01:00", "9999-12-31",
+    "1899-12-31T23:59:59Z", "3000-01-01", "2999-12-31T23:59:59-00:01", "0001-01-01T00:00:00Z",
+])
+def test_parse_instant_outside_the_range_names_the_range(raw: str) -> None:
+    """Well-formed but extreme instants (issue 11, finding 5): a BadParameter stating the
+    accepted range, never an OverflowError (a 500 in the API)."""
+    with pytest.raises(BadParameter, match="start_time: .* outside the accepted range "
+                       "1900-01-01T00:00:00Z to 2999-12-31T23:59:59Z"):
+        parse_instant(raw, name="start_time")
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("1900-01-01", datetime(1900, 1, 1, tzinfo=UTC)),
+    ("1900-01-01T01:00:00+01:00", datetime(1900, 1, 1, tzinfo=UTC)),
+    ("2999-12-31T23:59:59Z", datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)),
+    ("3000-01-01T00:59:59+01:00", datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)),
+])
+def test_parse_instant_range_ends_are_accepted(raw: str, expected: datetime) -> None:
+    assert parse_instant(raw) == expected
+
+
 def test_local_time_forms() -> None:
     t = datetime(2019, 7, 1, 0, 0, tzinfo=UTC)
     assert format_offset_time(t.astimezone(parse_local_time("America/New_York"))) == \
