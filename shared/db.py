@@ -7,7 +7,7 @@ grants and row-level security policies of that role bound what its queries can r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -60,12 +60,38 @@ def set_request_scope(conn: psycopg.Connection, role: str | None, org: UUID | No
         conn.autocommit = was
 
 
-def connect(settings: Settings, *, autocommit: bool = False, role: str | None = None,
-            **kwargs: Any) -> psycopg.Connection:
-    """One connection to the configured database, switched to `role` when given (and
-    database roles are on)."""
-    conn = psycopg.connect(settings.database_url, autocommit=autocommit, **kwargs)
-    wanted = role_for(settings, role)
+# TCP keepalive probing for long-lived sessions: a silently dead network path turns into an
+# error after about idle + probes x interval seconds instead of the kernel's two hours.
+KEEPALIVE_IDLE = 10
+KEEPALIVE_INTERVAL = 5
+
+
+def session_options(settings: Mapping[str, object]) -> str:
+    """libpq `options` setting server parameters for the session: `-c name=value ...`."""
+    return " ".join(f"-c {name}={value}" for name, value in settings.items())
+
+
+def connect(target: Settings | str, *, name: str | None = None, autocommit: bool = False,
+            role: str | None = None, server: Mapping[str, object] | None = None,
+            keepalive_probes: int | None = None, **kwargs: Any) -> psycopg.Connection:
+    """One connection to the configured database (`target`: the settings, or a conninfo URL):
+    the one way every process and command opens a connection outside a pool.
+
+    `name` becomes application_name (operators and fault tests find sessions by it);
+    `role`: SET ROLE on connect (with settings: unless SDS_DB_ROLES is off); `server`: server
+    parameters for the session (statement_timeout, ...); `keepalive_probes`: TCP keepalives
+    on (idle 10 s, every 5 s, this many probes). Other keywords go to psycopg.connect.
+    """
+    url = target.database_url if isinstance(target, Settings) else target
+    if name is not None:
+        kwargs["application_name"] = name
+    if server:
+        kwargs["options"] = session_options(server)
+    if keepalive_probes is not None:
+        kwargs.update(keepalives=1, keepalives_idle=KEEPALIVE_IDLE,
+                      keepalives_interval=KEEPALIVE_INTERVAL, keepalives_count=keepalive_probes)
+    conn = psycopg.connect(url, autocommit=autocommit, **kwargs)
+    wanted = role_for(target, role) if isinstance(target, Settings) else role
     if wanted:
         try:
             set_role(conn, wanted)
@@ -141,5 +167,5 @@ def close_quietly(conn: psycopg.Connection | None) -> None:
 
 
 __all__ = ["ROLES", "ROLE_AGGREGATE", "ROLE_API", "ROLE_AUTH", "ROLE_INGEST", "DictRow",
-           "close_quietly", "connect", "dict_row", "make_pool", "role_for", "set_request_scope",
-           "set_role"]
+           "close_quietly", "connect", "dict_row", "make_pool", "role_for", "session_options",
+           "set_request_scope", "set_role"]
