@@ -3,9 +3,7 @@ re-bucketing a location after its time zone changed)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from uuid import UUID
 
@@ -16,32 +14,19 @@ from psycopg.rows import dict_row
 from tqdm import tqdm
 
 from aggregate import jobs, rollups
-from aggregate.leader import LOCK_NAMESPACE, LOCK_SCHEDULER
+from aggregate.leader import LOCK_NAME
+from shared import clitools, db, locks
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
 
-
-def _settings() -> Settings:
-    try:
-        return Settings.from_env(os.environ)
-    except ValueError as exc:
-        raise click.ClickException(f"bad configuration: {exc}") from None
+_settings = clitools.settings_from_env
+CLI_NAME = "sds-aggregate-cli"  # application_name of the command's sessions
 
 
-@contextmanager
-def _connect(settings: Settings) -> Iterator[psycopg.Connection]:
-    try:
-        conn = psycopg.connect(settings.database_url, application_name="sds-aggregate-cli")
-    except psycopg.OperationalError as exc:
-        raise click.ClickException(
-            f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
-    try:
-        with conn:
-            yield conn
-    finally:
-        conn.close()
+def _connect(settings: Settings) -> AbstractContextManager[psycopg.Connection]:
+    return clitools.connection(settings, name=CLI_NAME)
 
 
 def _instant(value: str | None, name: str) -> datetime | None:
@@ -101,9 +86,7 @@ def backfill(tables: tuple[str, ...], devices: tuple[str, ...], start: str, end:
                                 devices=list(devices) or None,
                                 low_quality_pct=settings.low_quality_pct,
                                 chunk_days=chunk_days, progress=progress, workers=workers,
-                                connect=lambda: psycopg.connect(
-                                    settings.database_url,
-                                    application_name="sds-aggregate-cli"))
+                                connect=lambda: db.connect(settings, name=CLI_NAME))
     click.echo(f"{written} rows written")
 
 
@@ -151,10 +134,8 @@ def status_report(conn: psycopg.Connection) -> dict[str, list[dict[str, object]]
             " ORDER BY job, started DESC")
         last = cur.fetchall()
         cur.execute(
-            "SELECT a.pid, a.client_addr::text AS client, a.backend_start FROM pg_locks l"
-            " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
-            " AND l.classid = %s AND l.objid = %s AND l.objsubid = 2 AND l.granted",
-            (LOCK_NAMESPACE, LOCK_SCHEDULER))
+            "SELECT pid, client_addr::text AS client, backend_start FROM pg_stat_activity"
+            " WHERE pid = ANY(%s)", (locks.holders(conn, LOCK_NAME),))
         leader = cur.fetchall()
     return {"tables": tables, "jobs": runs, "last_runs": last, "leader": leader}
 

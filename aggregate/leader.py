@@ -14,12 +14,13 @@ import threading
 import psycopg
 
 from shared import db
+from shared.locks import SessionLock
 
 log = logging.getLogger(__name__)
 
-# Two int4 keys: (namespace, lock). pg_locks shows them as classid, objid with objsubid = 2.
-LOCK_NAMESPACE = 0x5D5  # "sds"
-LOCK_SCHEDULER = 1
+# The lock's name (shared.locks turns it into the advisory key; `sds aggregate status` finds
+# the leader by it).
+LOCK_NAME = "sds-aggregate-scheduler"
 
 
 class LeadershipLost(RuntimeError):
@@ -30,10 +31,12 @@ class LeaderLock:
     """The scheduler lock on its own autocommit connection."""
 
     def __init__(self, url: str, *, name: str = "sds-aggregate-leader",
-                 key: tuple[int, int] = (LOCK_NAMESPACE, LOCK_SCHEDULER)) -> None:
+                 lock: str = LOCK_NAME) -> None:
         self.url = url
         self.name = name
-        self.key = key
+        # Keepalives: a silently dead network path ends the session (and frees the lock) in
+        # about 20 s instead of the kernel's two hours.
+        self.lock = SessionLock(url, lock, application_name=name, keepalive_probes=2)
         self._conn: psycopg.Connection | None = None
         self._pid: int | None = None
         self._mutex = threading.Lock()
@@ -43,13 +46,6 @@ class LeaderLock:
         """Server pid of the lock session while this process is leader."""
         return self._pid
 
-    def _connect(self) -> psycopg.Connection:
-        # Keepalives: a silently dead network path ends the session (and frees the lock) in
-        # about 20 s instead of the kernel's two hours.
-        return psycopg.connect(
-            self.url, autocommit=True, application_name=self.name, connect_timeout=10,
-            keepalives=1, keepalives_idle=10, keepalives_interval=5, keepalives_count=2)
-
     def try_acquire(self) -> bool:
         """Take the lock if free; True when this process is (now) the leader."""
         with self._mutex:
@@ -57,16 +53,14 @@ class LeaderLock:
                 return True
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = self._connect()
-                row = self._conn.execute("SELECT pg_try_advisory_lock(%s, %s), pg_backend_pid()",
-                                         self.key).fetchone()
+                    self._conn = self.lock.connect()
+                pid = self.lock.try_lock(self._conn)
             except psycopg.OperationalError as exc:
                 log.warning("leader lock: cannot reach the database: %s", exc)
                 self._drop()
                 return False
-            assert row is not None
-            if row[0]:
-                self._pid = row[1]
+            if pid is not None:
+                self._pid = pid
                 log.info("leader lock taken (backend pid %s)", self._pid)
                 return True
             return False
@@ -85,15 +79,12 @@ class LeaderLock:
             if self._conn is None or self._pid is None:
                 return False
             try:
-                row = self._conn.execute(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
-                    " AND objid = %s AND objsubid = 2 AND granted AND pid = pg_backend_pid()",
-                    self.key).fetchone()
+                held = self.lock.held_by(self._conn)
             except psycopg.Error as exc:
                 log.warning("leader lock session lost: %s", exc)
                 self._drop()
                 return False
-            if not row or not row[0]:
+            if not held:
                 self._drop()
                 return False
             return True
@@ -104,11 +95,7 @@ class LeaderLock:
         pid = self._pid
         if pid is None:
             raise LeadershipLost("not the leader")
-        row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
-            " AND objid = %s AND objsubid = 2 AND granted AND pid = %s",
-            (*self.key, pid)).fetchone()
-        if not row or not row[0]:
+        if not self.lock.held_by(conn, pid):
             raise LeadershipLost("scheduler lock no longer held by this process")
 
     def release(self) -> None:
@@ -116,7 +103,7 @@ class LeaderLock:
         with self._mutex:
             if self._conn is not None and not self._conn.closed and self._pid is not None:
                 try:
-                    self._conn.execute("SELECT pg_advisory_unlock(%s, %s)", self.key)
+                    self.lock.unlock(self._conn)
                 except psycopg.Error:
                     pass
             self._drop()

@@ -4,9 +4,7 @@ SDS_RETENTION_INTERVAL seconds; this command runs it now."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import click
@@ -14,34 +12,15 @@ import psycopg
 from psycopg import sql
 
 from aggregate import lifecycle, storage
-from shared import accounts
+from shared import accounts, clitools
 from shared.config import Settings
-from shared.errors import ServiceError
+
+_settings = clitools.settings_from_env
 
 
-def _settings() -> Settings:
-    try:
-        return Settings.from_env(os.environ)
-    except ValueError as exc:
-        raise click.ClickException(f"bad configuration: {exc}") from None
-
-
-@contextmanager
-def _connect(settings: Settings) -> Iterator[psycopg.Connection]:
-    try:
-        conn = psycopg.connect(settings.database_url, application_name="sds-storage-cli")
-    except psycopg.OperationalError as exc:
-        raise click.ClickException(
-            f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
-    try:
-        with conn:
-            yield conn
-    except lifecycle.RetentionError as exc:
-        raise click.ClickException(str(exc)) from None
-    except ServiceError as exc:
-        raise click.ClickException(exc.message) from None
-    finally:
-        conn.close()
+def _connect(settings: Settings) -> AbstractContextManager[psycopg.Connection]:
+    return clitools.connection(settings, name="sds-storage-cli",
+                               errors=(lifecycle.RetentionError,))
 
 
 @click.group("storage")

@@ -559,14 +559,13 @@ class Ingester:
             # synchronous_commit=on for this session whatever the server default: an ack
             # promises the row survives a server crash. TCP keepalives and tcp_user_timeout
             # turn a silently vanished server into an error instead of a hang.
-            conn = psycopg.connect(
-                self.settings.database_url, autocommit=True, application_name="sds-ingest",
-                connect_timeout=10, keepalives=1, keepalives_idle=10, keepalives_interval=5,
-                keepalives_count=3, tcp_user_timeout=30000,
-                options="-c synchronous_commit=on -c statement_timeout=60000"
+            conn = db.connect(
+                self.settings, name="sds-ingest", autocommit=True, connect_timeout=10,
+                keepalive_probes=3, tcp_user_timeout=30000,
+                server={"synchronous_commit": "on", "statement_timeout": 60000,
                         # A leader frozen mid-transaction must not keep its row locks (and its
                         # standby's writes waiting) for longer than the lock's lease.
-                        f" -c idle_in_transaction_session_timeout={lease_ms}")
+                        "idle_in_transaction_session_timeout": lease_ms})
             try:
                 # Least privilege (docs/security.md "Database roles"): insert, never rewrite.
                 role = db.role_for(self.settings, db.ROLE_INGEST)

@@ -30,6 +30,7 @@ import time
 import psycopg
 
 from shared import db
+from shared.locks import SessionLock
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,10 @@ class Leader:
         self.database_url = database_url
         self.key = f"sds-ingest:{client_id}"
         self.lease = lease
+        # idle_session_timeout = lease makes the lock a lease: a holder silent for that long
+        # loses its session, and with it the lock.
+        self.lock = SessionLock(database_url, self.key, application_name="sds-ingest-lock",
+                                lease=lease, keepalive_probes=3)
         self.confirmed_at = float("-inf")  # time.monotonic() of the last confirmation sent
         self.lost = False
         self._conn: psycopg.Connection | None = None
@@ -64,23 +69,16 @@ class Leader:
         with self._mutex:
             self.release()
             sent = time.monotonic()
-            # idle_session_timeout makes the lock a lease: a holder silent for that long loses
-            # its session, and with it the lock (PostgreSQL 14 or later).
-            conn = psycopg.connect(
-                self.database_url, autocommit=True, connect_timeout=10,
-                application_name="sds-ingest-lock", keepalives=1, keepalives_idle=10,
-                keepalives_interval=5, keepalives_count=3,
-                options=f"-c idle_session_timeout={max(1, int(self.lease * 1000))}")
+            conn = self.lock.connect()
             self._pending = conn
             try:
-                row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                                   (self.key,)).fetchone()
+                taken = self.lock.try_lock(conn) is not None
             except psycopg.Error:
                 conn.close()
                 raise
             finally:
                 self._pending = None
-            if row and row[0]:
+            if taken:
                 self._conn = conn
                 self.confirmed_at = sent
                 return True

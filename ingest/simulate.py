@@ -36,6 +36,7 @@ import psycopg
 
 from ingest.derive import saturation_vapour_pressure
 from ingest.topics import HEALTH, READINGS, topic_for
+from shared import db
 from shared.columns import HEALTH_INPUTS, READING_INPUTS
 from shared.config import Settings
 from shared.timeutil import FIVE_MINUTES, floor_5min, parse_instant
@@ -182,7 +183,7 @@ def spoil(body: dict[str, Any], kind: str) -> dict[str, Any] | bytes:
 def load_sites(settings: Settings, names: tuple[str, ...], limit: int | None) -> list[Site]:
     """Devices with a current deployment, with their location's coordinates and elevation."""
     try:
-        conn = psycopg.connect(settings.database_url, connect_timeout=10)
+        conn = db.connect(settings, connect_timeout=10)
     except psycopg.OperationalError as exc:
         raise click.ClickException(
             f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None

@@ -14,8 +14,7 @@ import click
 import psycopg
 
 from serve.auth import clear_account_failures
-from shared import credentials
-from shared.config import Settings
+from shared import clitools, credentials, db
 from shared.errors import BadRequest, ServiceError, UnknownObject
 
 
@@ -52,13 +51,6 @@ def access_cli() -> None:
     """Account access: passwords, login lockouts, bearer tokens."""
 
 
-def _cli_settings() -> Settings:
-    try:
-        return Settings.from_env(os.environ)
-    except ValueError as exc:
-        raise click.ClickException(f"bad configuration: {exc}") from None
-
-
 def _cli_user(conn: psycopg.Connection, email: str) -> UUID:
     row = conn.execute("SELECT id FROM users WHERE lower(email) = lower(%s)",
                        (email.strip(),)).fetchone()
@@ -74,7 +66,7 @@ def passwd_command(email: str) -> None:
     user's bearer tokens and lifts a login lockout."""
     password = os.environ.get("SDS_USER_PASSWORD") or click.prompt(
         "New password", hide_input=True, confirmation_prompt=True)
-    with psycopg.connect(_cli_settings().database_url) as conn:
+    with db.connect(clitools.settings_from_env()) as conn:
         try:
             change_password(conn, user=_cli_user(conn, email), password=password)
         except ServiceError as exc:
@@ -86,7 +78,7 @@ def passwd_command(email: str) -> None:
 @click.argument("email")
 def unlock_command(email: str) -> None:
     """Lift the failed-login lockout of an account now instead of at the window's end."""
-    with psycopg.connect(_cli_settings().database_url) as conn:
+    with db.connect(clitools.settings_from_env()) as conn:
         removed = unlock(conn, email=email)
     click.echo(f"{email}: {'lockout lifted' if removed else 'no failed logins counted'}")
 
@@ -95,6 +87,6 @@ def unlock_command(email: str) -> None:
 @click.argument("email")
 def logout_command(email: str) -> None:
     """Revoke every bearer token of a user (API keys are managed with /api/v2/apikeys)."""
-    with psycopg.connect(_cli_settings().database_url) as conn:
+    with db.connect(clitools.settings_from_env()) as conn:
         count = revoke_tokens(conn, user=_cli_user(conn, email))
     click.echo(f"{email}: {count} bearer token(s) revoked")

@@ -16,8 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -27,7 +26,7 @@ import click
 import paho.mqtt.client as mqtt
 import psycopg
 
-from shared import accounts, config, migrate
+from shared import accounts, clitools, config, migrate
 from shared.config import Settings
 from shared.errors import ServiceError
 from shared.logs import configure_logging
@@ -36,26 +35,11 @@ from shared.timeutil import parse_instant
 
 class _Context:
     def __init__(self) -> None:
-        try:
-            self.settings = Settings.from_env(os.environ)
-        except ValueError as exc:
-            raise click.ClickException(f"bad configuration: {exc}") from None
+        self.settings = clitools.settings_from_env()
 
-    @contextmanager
-    def conn(self) -> Iterator[psycopg.Connection]:
+    def conn(self) -> AbstractContextManager[psycopg.Connection]:
         """A connection whose work is committed on success, rolled back on error."""
-        try:
-            conn = psycopg.connect(self.settings.database_url)
-        except psycopg.OperationalError as exc:
-            raise click.ClickException(
-                f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
-        try:
-            with conn:
-                yield conn
-        except ServiceError as exc:
-            raise click.ClickException(exc.message) from None
-        finally:
-            conn.close()
+        return clitools.connection(self.settings)
 
 
 pass_ctx = click.make_pass_decorator(_Context, ensure=True)

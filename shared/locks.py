@@ -19,10 +19,10 @@ import psycopg
 from shared import db
 from shared.config import Settings
 
-# Rows of pg_locks for the bigint advisory key %(key)s (a bigint key shows as classid = high
-# half, objid = low half, objsubid = 1); for queries that join or filter further.
-HOLDERS_WHERE = ("l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted"
-                 " AND ((l.classid::bigint << 32) | l.objid::bigint) = %(key)s")
+# Backends holding the bigint advisory key %(key)s: pg_locks shows such a key as classid =
+# high half, objid = low half (both unsigned), objsubid = 1; the shift puts the sign back.
+_HOLDERS = ("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
+            " AND ((classid::bigint << 32) | objid::bigint) = %(key)s")
 
 
 def lock_key(name: str) -> int:
@@ -70,8 +70,11 @@ class SessionLock:
     def held_by(self, conn: psycopg.Connection, pid: int | None = None) -> bool:
         """True when backend `pid` (default: `conn`'s own session) holds the lock; asked on
         `conn`, so a job can check inside its own transaction."""
-        row = conn.execute(
-            f"SELECT count(*) FROM pg_locks l WHERE {HOLDERS_WHERE}"  # nosec B608  constant
-            " AND l.pid = coalesce(%(pid)s, pg_backend_pid())",
-            {"key": self.key, "pid": pid}).fetchone()
-        return bool(row and row[0])
+        if pid is None:
+            pid = conn.info.backend_pid
+        return pid in holders(conn, self.name)
+
+
+def holders(conn: psycopg.Connection, name: str) -> list[int]:
+    """Server pids of the sessions holding the lock `name` (at most one)."""
+    return [row[0] for row in conn.execute(_HOLDERS, {"key": lock_key(name)}).fetchall()]

@@ -11,10 +11,14 @@ from importlib import resources
 
 import psycopg
 
+from shared import db
+from shared.locks import SessionLock
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_LOCK_KEY = 0x5D5_0001  # advisory lock: one migrator at a time
+# One migrator at a time (shared.locks; the lock is taken on the migrating session itself).
+_LOCK_NAME = "sds-migrate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +71,9 @@ def applied(conn: psycopg.Connection) -> dict[int, tuple[str, str]]:
 def upgrade(conninfo: str) -> list[Migration]:
     """Apply every pending migration; return those applied (empty when up to date)."""
     done: list[Migration] = []
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute("SELECT pg_advisory_lock(%s)", (_LOCK_KEY,))
+    lock = SessionLock(conninfo, _LOCK_NAME, application_name="sds-migrate")
+    with db.connect(conninfo, autocommit=True) as conn:
+        lock.lock(conn)
         try:
             _ensure_table(conn)
             have = applied(conn)
@@ -94,7 +99,7 @@ def upgrade(conninfo: str) -> list[Migration]:
                         f"migration {mig.version:04d}_{mig.name} failed: {exc}") from exc
                 done.append(mig)
         finally:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (_LOCK_KEY,))
+            lock.unlock(conn)
     return done
 
 

@@ -1,0 +1,44 @@
+"""What every `sds` command group shares: settings from the environment and a database
+connection for one command, with operator-readable errors instead of tracebacks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+import psycopg
+
+from shared import db
+from shared.config import Settings
+from shared.errors import ServiceError
+
+
+def settings_from_env() -> Settings:
+    """The SDS_* settings; a bad value is a ClickException naming it."""
+    try:
+        return Settings.from_env(os.environ)
+    except ValueError as exc:
+        raise click.ClickException(f"bad configuration: {exc}") from None
+
+
+@contextmanager
+def connection(settings: Settings, *, name: str | None = None,
+               errors: tuple[type[Exception], ...] = ()) -> Iterator[psycopg.Connection]:
+    """A connection whose work is committed on success, rolled back on error. An unreachable
+    database, a ServiceError and any of `errors` become a ClickException (exit status 1)."""
+    try:
+        conn = db.connect(settings, name=name)
+    except psycopg.OperationalError as exc:
+        raise click.ClickException(
+            f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
+    try:
+        with conn:
+            yield conn
+    except ServiceError as exc:
+        raise click.ClickException(exc.message) from None
+    except errors as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        conn.close()
