@@ -5,6 +5,10 @@
 soil heat flux rules (G = 0.1 Rn by day, 0.5 Rn at night). Inputs are in the units the rollups
 store: C, relative humidity as a fraction 0..1, wind in m/s at `height` metres (adjusted to 2 m
 by eq. 47), short-wave radiation in MJ/m2 (day) or W/m2 (period mean).
+
+This is the reference implementation: the rollups compute the same equations in SQL
+(migration 0060, `sds_fao56_period_et` and `sds_fao56_daily_et`), held equal to these functions
+within 0.001 mm by tests/aggregate/test_et_sql.py.
 """
 
 from __future__ import annotations
@@ -12,6 +16,15 @@ from __future__ import annotations
 import math
 from datetime import UTC, datetime
 from functools import lru_cache
+
+# The humidity and atmosphere equations are shared with ingest (one home: shared/fao56.py).
+from shared.fao56 import (  # noqa: F401  (re-exported: et.sat_vapour_pressure etc.)
+    pressure_at,
+    psychrometric,
+    sat_vapour_pressure,
+    vapour_slope,
+    wind_at_2m,
+)
 
 SOLAR_CONSTANT = 0.0820  # Gsc, MJ m-2 min-1
 STEFAN_BOLTZMANN_DAY = 4.903e-9  # MJ K-4 m-2 day-1
@@ -24,35 +37,6 @@ NIGHT_RS_RSO = 0.8
 # Below this solar elevation (rad) Rs/Rso is unreliable (ASCE-EWRI 2005); use NIGHT_RS_RSO.
 MIN_SUN_ELEVATION = 0.3
 W_TO_MJ_PER_HOUR = 3600 / 1e6
-
-
-def sat_vapour_pressure(t: float) -> float:
-    """e°(T) in kPa at air temperature `t` C (eq. 11)."""
-    return 0.6108 * math.exp(17.27 * t / (t + 237.3))
-
-
-def vapour_slope(t: float, es: float | None = None) -> float:
-    """Slope of the saturation vapour pressure curve at `t` C, kPa/C (eq. 13); `es` is e°(t)
-    when already known."""
-    return 4098 * (sat_vapour_pressure(t) if es is None else es) / (t + 237.3) ** 2
-
-
-@lru_cache(maxsize=1024)
-def pressure_at(elevation: float) -> float:
-    """Atmospheric pressure (kPa) at `elevation` m (eq. 7)."""
-    return 101.3 * ((293 - 0.0065 * elevation) / 293) ** 5.26
-
-
-def psychrometric(pressure: float) -> float:
-    """Psychrometric constant gamma (kPa/C) at `pressure` kPa (eq. 8)."""
-    return 0.665e-3 * pressure
-
-
-def wind_at_2m(speed: float, height: float) -> float:
-    """Wind speed at 2 m from `speed` measured at `height` m (eq. 47)."""
-    if abs(height - 2.0) < 1e-9:
-        return speed
-    return speed * 4.87 / math.log(67.8 * height - 5.42)
 
 
 def _inverse_distance(doy: int) -> float:

@@ -15,33 +15,28 @@ from __future__ import annotations
 
 import math
 
+from shared.fao56 import ES_A, ES_B, ES_C, dew_point, pressure_at, sat_vapour_pressure
+
 LAPSE_RATE = 0.0065  # K/m, standard atmosphere
 _HYPSOMETRIC_EXP = 5.257  # g / (R_d x lapse rate)
 
 
-def saturation_vapour_pressure(tair: float) -> float:
-    """e°(T) in kPa for air temperature `tair` in C (FAO-56 eq. 11)."""
-    return 0.6108 * math.exp(17.27 * tair / (tair + 237.3))
+# FAO-56 eq. 11 and its inverse live in shared/fao56.py (also used by aggregate/et.py).
+saturation_vapour_pressure = sat_vapour_pressure
+__all__ = ["dew_point", "saturation_vapour_pressure", "actual_vapour_pressure", "derive",
+           "derive_row", "sea_level_pressure"]
 
 
 def actual_vapour_pressure(tair: float, rh: float) -> float:
     """ea in kPa from air temperature (C) and relative humidity as a fraction 0..1."""
-    return saturation_vapour_pressure(tair) * rh
-
-
-def dew_point(ea: float) -> float | None:
-    """Dew point in C at which e°(Tdew) = ea (FAO-56 eq. 14 inverted); None when ea <= 0."""
-    if ea <= 0:
-        return None
-    x = math.log(ea / 0.6108)
-    return 237.3 * x / (17.27 - x)
+    return sat_vapour_pressure(tair) * rh
 
 
 def sea_level_pressure(p: float, elev: float, tair: float | None) -> float:
     """Station pressure `p` (kPa) at elevation `elev` (m) reduced to sea level (kPa)."""
     if tair is None:
-        # FAO-56 eq. 7: P(z) = P0 ((293 - 0.0065 z) / 293)^5.26, so P0 = P / that ratio.
-        return p / ((293.0 - LAPSE_RATE * elev) / 293.0) ** 5.26
+        # FAO-56 eq. 7: P(z) = 101.3 ((293 - 0.0065 z) / 293)^5.26, so P0 = P x 101.3 / P(z).
+        return p * 101.3 / pressure_at(elev)
     t_kelvin = tair + 273.15
     return p * (1.0 - LAPSE_RATE * elev / (t_kelvin + LAPSE_RATE * elev)) ** -_HYPSOMETRIC_EXP
 
@@ -52,7 +47,7 @@ def derive_row(
     """(tdew, ea, vpd, slp) of one reading; the writer's per-row form of `derive`."""
     tdew = ea = vpd = slp = None
     if tair is not None and rh is not None:
-        es = 0.6108 * math.exp(17.27 * tair / (tair + 237.3))  # eq. 11, inlined: hot path
+        es = ES_A * math.exp(ES_B * tair / (tair + ES_C))  # shared.fao56 eq. 11, inlined: hot path
         ea = es * rh
         vpd = es - ea
         tdew = dew_point(ea)
