@@ -7,7 +7,7 @@ store: C, relative humidity as a fraction 0..1, wind in m/s at `height` metres (
 by eq. 47), short-wave radiation in MJ/m2 (day) or W/m2 (period mean).
 
 This is the reference implementation: the rollups compute the same equations in SQL
-(migration 0060, `sds_fao56_period_et` and `sds_fao56_daily_et`), held equal to these functions
+(migration 0061, `sds_fao56_period_et` and `sds_fao56_daily_et`), held equal to these functions
 within 0.001 mm by tests/aggregate/test_et_sql.py.
 """
 

@@ -2,7 +2,7 @@
 
 Ingest derives dew point, vapour pressure and VPD with them (ingest/derive.py), the rollups'
 reference evapotranspiration builds on them (aggregate/et.py), and the SQL twin of that
-(migration 0060) is held equal to aggregate/et.py by a property test. Units as stored: C, kPa,
+(migration 0061) is held equal to aggregate/et.py by a property test. Units as stored: C, kPa,
 relative humidity as a fraction 0..1, m/s, metres.
 """
 

@@ -1,4 +1,4 @@
-"""The SQL FAO-56 functions (migration 0060) against the reference in aggregate/et.py: equal
+"""The SQL FAO-56 functions (migration 0061) against the reference in aggregate/et.py: equal
 within 0.001 mm over random inputs, and on FAO-56 Examples 18 and 19."""
 
 from __future__ import annotations
