@@ -546,3 +546,50 @@ def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
         stopped = run("stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert run("status").returncode == 3
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
+def test_services_sh_standby_streams_synchronously_and_promotes(tmp_path: Path) -> None:
+    """standby-init makes a synchronous hot standby through a replication slot; the URLs in
+    secrets.env reach the primary (writes) and the standby (reads); promote makes it the
+    primary behind the same SDS_DATABASE_URL and retires the old one for good."""
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    env = {**os.environ, "SDS_PG_PORT": str(free_port()),
+           "SDS_PG_STANDBY_PORT": str(free_port()), "SDS_MQTT_PORT": str(free_port())}
+    script = str(tmp_path / "deploy" / "services.sh")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", script, *args], env=env, capture_output=True, text=True,
+                              timeout=180, stdin=subprocess.DEVNULL)
+
+    def secrets() -> dict[str, str]:
+        return dict(line.split("=", 1)
+                    for line in (tmp_path / ".state" / "secrets.env").read_text().splitlines()
+                    if line and not line.startswith("#"))
+
+    try:
+        assert (r := run("start")).returncode == 0, r.stdout + r.stderr
+        assert "SDS_DATABASE_READ_URL" not in secrets()
+        assert (r := run("standby-init")).returncode == 0, r.stdout + r.stderr
+        s = secrets()
+        with psycopg.connect(s["SDS_DATABASE_URL"], autocommit=True) as conn:
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (False,)
+            conn.execute("CREATE TABLE drill (x int)")
+            conn.execute("INSERT INTO drill VALUES (1)")  # synchronous: on the standby now
+        with psycopg.connect(s["SDS_DATABASE_READ_URL"]) as conn:
+            assert conn.execute("SELECT pg_is_in_recovery(), count(*) FROM drill"
+                                ).fetchone() == (True, 1)
+        ps = run("psql", "-tA", "-c", "SELECT application_name, sync_state FROM "
+                 "pg_stat_replication")
+        assert ps.stdout.strip() == "sds_standby|sync", ps.stdout + ps.stderr
+        assert (r := run("promote")).returncode == 0, r.stdout + r.stderr
+        with psycopg.connect(s["SDS_DATABASE_URL"], autocommit=True) as conn:
+            assert conn.execute("SELECT pg_is_in_recovery(), inet_server_port()").fetchone() == (
+                False, int(env["SDS_PG_STANDBY_PORT"]))
+            conn.execute("INSERT INTO drill VALUES (2)")
+        again = run("start")
+        assert again.returncode == 0 and "retired by a promotion" in again.stderr, again.stderr
+        assert "promoted: the primary" in run("status").stdout
+    finally:
+        stopped = run("stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr

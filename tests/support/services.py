@@ -206,6 +206,59 @@ class PostgresServer(_Server):
         self._pg_ctl_start()
         return self
 
+    def start_standby(
+        self,
+        primary: PostgresServer,
+        base_dir: Path | None = None,
+        *,
+        slot: str = "sds_standby",
+        durable: bool = True,
+        port: int | None = None,
+    ) -> PostgresServer:
+        """A hot standby of `primary` (Debian's own streaming replication, as
+        deploy/standby.sh sets one up): pg_basebackup through a new physical replication slot,
+        standby.signal, primary_conninfo with application_name = `slot` (the name
+        synchronous_standby_names refers to); then started like any server. Returns self."""
+        base = self._prepare_dir(base_dir, "sds-pg-standby-")
+        self.durable = durable
+        self.timescaledb = primary.timescaledb
+        self._port = port or free_port()
+        self.data_dir = base / "data"
+        self.socket_dir = base / "run"
+        self.log_path = base / "postgres.log"
+        self.socket_dir.mkdir(exist_ok=True)
+        _chown_tree(base, "postgres")
+        _ensure_traversable(base, "postgres")
+        conninfo = (f"host=127.0.0.1 port={primary.port} user=postgres "
+                    f"application_name={slot}")
+        self._run(
+            [
+                str(PG_BIN / "pg_basebackup"),
+                "-d",
+                conninfo,
+                "-D",
+                str(self.data_dir),
+                "-X",
+                "stream",
+                "-C",
+                "-S",
+                slot,
+                "-R",
+                "--no-sync",
+            ],
+            what="pg_basebackup",
+        )
+        self._pg_ctl_start()
+        return self
+
+    def promote(self) -> None:
+        """pg_ctl promote -w: the standby leaves recovery and accepts writes."""
+        self._run(
+            [str(PG_BIN / "pg_ctl"), "-D", str(self.data_dir), "-w", "-t",
+             str(int(START_TIMEOUT)), "promote"],
+            what="pg_ctl promote",
+        )
+
     def stop(self, mode: str = "fast") -> None:
         """pg_ctl stop -m mode (fast: roll back sessions, checkpoint; immediate: a crash)."""
         if self.is_running():
@@ -285,6 +338,9 @@ class PostgresServer(_Server):
             "-c",
             f"unix_socket_directories={self.socket_dir}",
         ]
+        # A standby answers reads while it replays (hot_standby is the default) and tells the
+        # primary which rows its queries still need, so vacuum there does not cancel them.
+        opts += ["-c", "hot_standby_feedback=on"]
         if self.timescaledb:
             opts += [
                 "-c",
