@@ -245,6 +245,9 @@ class PostgresServer(_Server):
                 slot,
                 "-R",
                 "--no-sync",
+                # Start at once: the default spread checkpoint can take minutes on a durable
+                # primary (checkpoint_completion_target of checkpoint_timeout).
+                "--checkpoint=fast",
             ],
             what="pg_basebackup",
         )
