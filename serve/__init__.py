@@ -20,10 +20,11 @@ from typing import Any
 import swagger_ui_bundle
 from flask import Flask, Response, g, has_request_context, request
 from flask_smorest import Api
+from psycopg_pool import ConnectionPool
 
 from serve import auth, errors, pagination
 from serve.api import BLUEPRINTS
-from serve.pool import attach
+from serve.pool import ReadRouter, attach, attach_reads
 from shared.config import Settings
 from shared.db import ROLE_API, ROLE_AUTH, make_pool, role_for, set_request_scope
 
@@ -33,7 +34,7 @@ API_PREFIX = "/api/v2"
 DOC_ASSETS = f"{API_PREFIX}/doc/assets"
 # Response headers browser clients must be able to read (X-Cursor-Next drives paging).
 EXPOSED_HEADERS = ("X-Cursor-Next, X-Units, Retry-After, WWW-Authenticate, Deprecation, Sunset,"
-                   " RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset")
+                   " RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Read-Source")
 ALLOWED_HEADERS = "Authorization, Accept, Content-Type"
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 
@@ -77,7 +78,20 @@ def create_app(settings: Settings | None = None) -> Flask:
         role=ROLE_API, checkout=_request_scope(settings),
     )
     attach(app, pool)
+    standby = None
     try:
+        if settings.database_read_url:
+            # /data pages read here while the standby is current enough (serve.pool.ReadRouter).
+            # Not waited for: a standby that is down sends reads to the primary, it does not
+            # stop the API; each connection is checked as it is handed out, so one broken by a
+            # standby restart is replaced rather than failing a request.
+            standby = make_pool(
+                settings, name="sds-serve-read", url=settings.database_read_url, wait=False,
+                check=ConnectionPool.check_connection,
+                options=f"-c statement_timeout={int(settings.statement_timeout_ms)}"
+                        " -c TimeZone=UTC",
+                role=ROLE_API, checkout=_request_scope(settings))
+            attach_reads(app, ReadRouter(pool, standby, settings.read_max_staleness))
         with pool.connection() as conn:
             app.extensions["cursor_key"] = pagination.load_key(conn, settings.cursor_secret)
         api = Api(app)
@@ -89,6 +103,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         app.after_request(_security_headers)
     except BaseException:
         pool.close()  # no half-built app keeps connections and pool threads
+        if standby is not None:
+            standby.close()
         raise
     log.info("API app ready (%d blueprints)", len(BLUEPRINTS))
     return app

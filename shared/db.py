@@ -122,9 +122,14 @@ class _CheckoutPool(ConnectionPool):
 
 def make_pool(
     settings: Settings, *, name: str, configure: Any = None, role: str | None = None,
-    checkout: Callable[[psycopg.Connection], None] | None = None, **kwargs: Any
+    checkout: Callable[[psycopg.Connection], None] | None = None, url: str | None = None,
+    wait: bool = True, check: Callable[[psycopg.Connection], None] | None = None, **kwargs: Any
 ) -> ConnectionPool:
     """A pool opened at once; fails fast when the database is unreachable.
+
+    `url` overrides SDS_DATABASE_URL (the API's standby pool). `wait=False` opens without
+    waiting for the first connection (a server that may be down does not stop the process);
+    `check` runs on each connection before it is handed out (psycopg_pool's check).
 
     `name` becomes the connections' application_name, so an operator (or a fault test) can
     find a process's sessions in pg_stat_activity. `role`: every new connection `SET ROLE`s to
@@ -143,8 +148,10 @@ def make_pool(
     pool_class: type[ConnectionPool] = ConnectionPool
     if checkout is not None:
         pool_class, extra = _CheckoutPool, {"checkout": checkout}
+    if check is not None:
+        extra["check"] = check
     pool = pool_class(
-        settings.database_url,
+        url or settings.database_url,
         min_size=settings.db_pool_min,
         max_size=max(settings.db_pool_max, settings.db_pool_min),
         kwargs={"application_name": name, **kwargs},
@@ -153,7 +160,7 @@ def make_pool(
         name=name,
         **extra,
     )
-    pool.open(wait=True, timeout=30)
+    pool.open(wait=wait, timeout=30)
     return pool
 
 

@@ -30,7 +30,7 @@ from serve.api.schemas import table_or_404
 from serve.args import DataArgs, TimeArg
 from serve.auth import current_principal, requires
 from serve.errors import Blueprint
-from serve.pool import pool
+from serve.pool import read_pool
 from shared import units
 from shared.columns import Column, Table
 from shared.errors import BadParameter, BadTimeRange, UnknownColumn
@@ -352,6 +352,12 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
     """
     req = DataRequest.parse(args, table, org=current_principal().org_id,
                             csv=render.wants_csv(request.accept_mimetypes))
-    page = DataPage(req, pool(), current_app.extensions["cursor_key"])
+    # Reads go to the hot standby while it is current enough (SDS_DATABASE_READ_URL); the
+    # credential check and rate counting before this view used the primary.
+    source = read_pool()
+    page = DataPage(req, source.pool, current_app.extensions["cursor_key"])
     page.plan()
-    return page.response()
+    response = page.response()
+    if source.header is not None:
+        response.headers["X-Read-Source"] = source.header
+    return response

@@ -1,0 +1,164 @@
+"""Reads through a hot standby (SDS_DATABASE_READ_URL): `/data` pages come from the standby
+while it is at most SDS_READ_MAX_STALENESS seconds behind and from the primary past that, and
+`X-Read-Source` says which and why; credential bookkeeping always writes to the primary. A
+real primary and a real standby fed by streaming replication (tests/support/services.py)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+
+from serve.pool import READ_EXTENSION, ReadRouter
+from shared import accounts
+from shared.config import Settings
+from tests.support.databases import migrate_database
+from tests.support.services import PostgresServer
+
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+BOUND = 2.0  # seconds of staleness allowed in these tests
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[tuple[PostgresServer, PostgresServer, str]]:
+    """A primary with a seeded database and its hot standby; yields both and the API key."""
+    base = tmp_path_factory.mktemp("replica")
+    primary = PostgresServer().start(base / "primary")
+    standby = PostgresServer()
+    try:
+        url = primary.create_database("api")
+        migrate_database(url)
+        with psycopg.connect(url) as c:
+            org = accounts.create_org(c, name="Replica Org")
+            uid = accounts.create_user(c, org=org, email="r@example.org",
+                                       password="replica-password-1")
+            key = accounts.create_api_key(c, user=uid, scopes=["data:read"])["apikey"]
+            accounts.register_device(c, org=org, name="R1")
+            c.commit()
+        standby.start_standby(primary, base / "standby")
+        with psycopg.connect(url) as c:  # replayed by the standby
+            c.execute("INSERT INTO calibrated (time, device, tair) SELECT %s + g * interval"
+                      " '5 minutes', 'R1', 20 FROM generate_series(0, 99) g", (T0,))
+        yield primary, standby, key
+    finally:
+        standby.cleanup()
+        primary.cleanup()
+
+
+@pytest.fixture
+def app(pair: tuple[PostgresServer, PostgresServer, str]) -> Iterator[Flask]:
+    from serve import create_app
+
+    primary, standby, _key = pair
+    application = create_app(Settings(
+        database_url=primary.dsn("api"), database_read_url=standby.dsn("api"),
+        read_max_staleness=BOUND, metrics_port=0, aggregate_metrics_port=0, db_pool_min=1,
+        db_pool_max=2, cursor_secret="replica", api_rate_limit=1000))
+    try:
+        yield application
+    finally:
+        application.extensions["db"].close()
+        application.extensions[READ_EXTENSION].standby.close()
+
+
+def _replay(standby: PostgresServer, pause: bool) -> None:
+    with psycopg.connect(standby.dsn("api"), autocommit=True) as c:
+        c.execute("SELECT pg_wal_replay_pause()" if pause else "SELECT pg_wal_replay_resume()")
+
+
+def _caught_up(primary: PostgresServer, standby: PostgresServer) -> None:
+    with psycopg.connect(primary.dsn("api"), autocommit=True) as c:
+        lsn = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with psycopg.connect(standby.dsn("api"), autocommit=True) as c:
+            if c.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
+                return
+        time.sleep(0.05)
+    raise AssertionError("the standby did not catch up")
+
+
+def _get(app: Flask, key: str) -> tuple[str, int, Any]:
+    """(X-Read-Source, rows, last time) of a /data page of R1 from T0."""
+    r = app.test_client().get(
+        "/api/v2/data/calibrated?device=R1&limit=1000&start_time=2025-03-01T00:00:00Z"
+        "&end_time=2025-03-03T00:00:00Z", headers={"Authorization": f"Apikey {key}"})
+    assert r.status_code == 200, r.get_data(as_text=True)
+    body = r.get_json()
+    assert "X-Read-Source" in r.headers["Access-Control-Expose-Headers"]
+    return r.headers["X-Read-Source"], len(body), body[-1]["time"] if body else None
+
+
+def test_reads_come_from_the_standby_and_fall_back_past_the_staleness_bound(
+    app: Flask, pair: tuple[PostgresServer, PostgresServer, str],
+) -> None:
+    primary, standby, key = pair
+    _caught_up(primary, standby)
+    source, rows, _last = _get(app, key)
+    assert source.startswith("standby; lag=") and rows == 100
+
+    # Replay paused, then a new reading on the primary: still within the bound the standby
+    # answers, without it (the proof the page was read there).
+    _replay(standby, pause=True)
+    try:
+        with psycopg.connect(primary.dsn("api")) as c:
+            c.execute("INSERT INTO calibrated (time, device, tair) VALUES (%s, 'R1', 21)",
+                      (T0 + timedelta(days=1),))
+        app.extensions[READ_EXTENSION]._measured_at = None  # measure now, not in up to 1 s
+        source, rows, _last = _get(app, key)
+        assert source.startswith("standby") and rows == 100, source
+
+        # Past the bound the primary answers, with the new row, and the header says why.
+        time.sleep(BOUND + 0.5)
+        source, rows, last = _get(app, key)
+        assert source.startswith('primary; reason="standby ') and "behind, limit 2 s" in source
+        assert rows == 101 and last == "2025-03-02T00:00:00Z"
+    finally:
+        _replay(standby, pause=False)
+    _caught_up(primary, standby)
+    time.sleep(1.1)  # the last measurement is reused for up to a second
+    source, rows, _last = _get(app, key)
+    assert source.startswith("standby") and rows == 101, source
+
+
+def test_an_idle_primary_does_not_make_a_current_standby_look_stale(
+    app: Flask, pair: tuple[PostgresServer, PostgresServer, str],
+) -> None:
+    """The replay timestamp ages on an idle primary although nothing is missing: the check
+    compares WAL positions, so after twice the bound of quiet the standby still answers (each
+    request's own last_seen write included)."""
+    primary, standby, key = pair
+    _caught_up(primary, standby)
+    time.sleep(2 * BOUND + 1.1)
+    with psycopg.connect(standby.dsn("api")) as c:
+        idle = c.execute("SELECT extract(epoch FROM now() - pg_last_xact_replay_timestamp())"
+                         ).fetchone()[0]
+    assert idle > BOUND  # what a timestamp-only check would have called stale
+    for _ in range(3):
+        source, _rows, _last = _get(app, key)
+        assert source.startswith("standby"), source
+        time.sleep(1.1)
+
+
+def test_writes_go_to_the_primary_and_a_lost_standby_falls_back(
+    app: Flask, pair: tuple[PostgresServer, PostgresServer, str],
+) -> None:
+    primary, standby, key = pair
+    _get(app, key)
+    with psycopg.connect(primary.dsn("api")) as c:
+        seen = c.execute("SELECT last_seen FROM api_keys").fetchone()[0]
+    assert seen is not None  # the credential check wrote to the primary (a standby refuses)
+    router: ReadRouter = app.extensions[READ_EXTENSION]
+    standby.stop()
+    try:
+        router._measured_at = None
+        source, rows, _last = _get(app, key)
+        assert source == 'primary; reason="standby unreachable"' and rows >= 100
+    finally:
+        standby.restart()
