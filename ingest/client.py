@@ -3,7 +3,12 @@
 - paho 2.x, `CallbackAPIVersion.VERSION2`, MQTT 5, a fixed client id, `clean_start=False` and a
   SessionExpiryInterval: the broker keeps the session and queues QoS 1 messages while the
   ingester is away (paho's default Clean Start would discard them on every restart).
-- Subscriptions are made in `on_connect`, so every reconnect renews them.
+- Subscriptions are made in `on_connect`, so every reconnect renews them. They cover all of
+  `{prefix}/#` (a device's message on a topic the ingester does not accept is quarantined as
+  `bad_topic`, not left without a subscriber) with Retain Handling 2: the broker never sends
+  a stored retained message on (re)subscribing. A retained publish still reaches the ingester
+  once, as it is published (or queued in the session while the ingester is away), so a
+  reconnect can neither re-ingest nor re-quarantine it.
 - `manual_ack=True`: a message is acknowledged only after the transaction holding its rows (or
   its quarantine row) committed, in receive order. A database error acknowledges nothing; the
   batch is retried on a new connection until it commits. A message is therefore stored and
@@ -275,7 +280,7 @@ class Ingester:
                       "ingester while it was away may be lost", self.settings.mqtt_client_id)
         else:
             log.info("connected; new session (first start, or the broker lost the old one)")
-        opts = SubscribeOptions(qos=1)
+        opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
         client.subscribe([(t, opts) for t in topics.subscriptions(self.settings.topic_prefix)])
 
     def _on_subscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
@@ -322,7 +327,8 @@ class Ingester:
         try:
             where = topics.parse_topic(topic, self.settings.topic_prefix)
         except InvalidReading as exc:
-            return writer.Message(topic, payload, received, None, None,
+            return writer.Message(topic, payload, received,
+                                  topics.topic_device(topic, self.settings.topic_prefix), None,
                                   Decoded(rejections=[Rejection(None, exc.code, exc.detail)]))
         decoded = decode_payload(payload, kind=where.kind, device=where.device,
                                  now=received, limits=self.limits)
@@ -415,6 +421,10 @@ class Ingester:
         m.duplicates.inc(result.duplicates)
         for reason, n in result.quarantined.items():
             m.quarantined.labels(reason).inc(n)
+        for device, n in result.quarantine_rows.items():
+            m.quarantine_rows.labels(device).inc(n)
+        for device, n in result.quarantine_bytes.items():
+            m.quarantine_bytes.labels(device).inc(n)
         m.batch_messages.observe(len(batch))
         m.batch_seconds.observe(time.monotonic() - batch[0].arrived)
         log.debug("batch of %d messages: %d stored, %d duplicates, %d health, %s quarantined",
@@ -508,10 +518,7 @@ class Ingester:
                         one = self._commit([msg])
                         if one is None:
                             return None
-                        total.stored += one.stored
-                        total.duplicates += one.duplicates
-                        total.health_stored += one.health_stored
-                        total.quarantined.update(one.quarantined)
+                        total.add(one)
                     return total
                 log.exception("database refused message on %s; quarantined", messages[0].topic)
                 return self._quarantine_refused(messages, exc)
@@ -525,11 +532,11 @@ class Ingester:
                 with self.watchdog.guard("quarantine write", self._db_conns):
                     conn = self._db()
                     with conn.transaction():
-                        counts = writer.quarantine_messages(conn, messages,
+                        result = writer.quarantine_messages(conn, messages,
                                                             code=writer.DB_REJECTED,
                                                             detail=detail)
                         self.leader.confirm()
-                return writer.BatchResult(quarantined=counts)
+                return result
             except psycopg.Error as exc:
                 # Whatever the cause, never ack what is not stored: wait and retry.
                 self.metrics.db_errors.inc()

@@ -32,8 +32,19 @@ class Metrics:
             "sds_ingest_duplicates",
             "Readings whose (device, time) was already stored or repeated in the batch "
             "(first write wins)", registry=r)
-        self.quarantined = Counter("sds_ingest_quarantined",
-                                   "Quarantine rows written, by reason", ["reason"], registry=r)
+        self.quarantined = Counter(
+            "sds_ingest_quarantined",
+            "Rejected messages and readings, by reason (those summarised past the per-message "
+            "row cap included)", ["reason"], registry=r)
+        # Label: the device name for registered devices only (their number is bounded by the
+        # registry); anything else shares the one label "(unregistered)".
+        self.quarantine_rows = Counter(
+            "sds_ingest_quarantine_rows", "Quarantine rows written, by device", ["device"],
+            registry=r)
+        self.quarantine_bytes = Counter(
+            "sds_ingest_quarantine_bytes",
+            "Bytes of payload and detail written to quarantine, by device", ["device"],
+            registry=r)
         self.unknown_fields = Counter("sds_ingest_unknown_fields",
                                       "Unknown payload fields ignored", registry=r)
         self.batch_seconds = Histogram(

@@ -8,6 +8,17 @@ Whole-message problems (too large, not UTF-8, not JSON, wrong shape) reject the 
 of one reading reject only that reading, so good readings beside it are stored. Every rejection
 carries a short reason code (the quarantine `reason`) and a readable detail.
 
+Per-element isolation: whatever one element of an array holds (a time outside datetime's range,
+nesting deeper than any parser allows, an integer of thousands of digits, bytes that are not
+UTF-8, repeated keys), only that element is rejected. orjson parses the common case; when it
+refuses a payload, or when the payload may repeat a key (which orjson would silently resolve to
+the last value), the array is split into its elements at the byte level and each element is
+parsed on its own by the standard library, which reports repeated keys.
+
+Bounded output: at most `Limits.max_rejections` rejections are kept in full per message; the
+rest are only counted by reason (`Decoded.summarised`), so a 2 MB array of a million bad
+elements costs a bounded number of quarantine rows and a bounded amount of memory.
+
 The validators are compiled from the registry rather than built as marshmallow schemas: with all
 sixteen reading fields, marshmallow's `Schema.load` measured 42 us per reading here against 2.4 us
 for these checks, and decoding is on the ingester's critical path (benchmark bench/ingest).
@@ -17,6 +28,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -44,6 +57,8 @@ NOT_FINITE = "not_finite"
 OUT_OF_RANGE = "out_of_range"
 NO_VALUES = "no_values"
 BAD_TEXT = "bad_text"
+DUPLICATE_KEY = "duplicate_key"
+SUMMARISED = "rejections_summarised"
 INTERNAL_ERROR = "internal_error"
 
 REASONS: dict[str, str] = {
@@ -52,6 +67,7 @@ REASONS: dict[str, str] = {
     BAD_JSON: "payload is not JSON",
     BAD_SHAPE: "JSON is not an object or a non-empty array of objects",
     "bad_topic": "topic is not {prefix}/{device}/readings|health",
+    DUPLICATE_KEY: "a reading repeats a JSON key (which value was meant is unknowable)",
     "unknown_device": "no registered device has the topic's name",
     DEVICE_MISMATCH: "the reading's `device` differs from the topic's device",
     MISSING_TIME: "the reading has no `time`",
@@ -64,12 +80,21 @@ REASONS: dict[str, str] = {
     OUT_OF_RANGE: "a value is outside the column's plausible range",
     BAD_TEXT: "a text field (fw) contains control characters",
     NO_VALUES: "a reading carries no measurement at all",
+    SUMMARISED: "rejections of one message beyond SDS_INGEST_QUARANTINE_ROWS_PER_MESSAGE, "
+                "counted by reason in one row",
     INTERNAL_ERROR: "the ingester failed to decode the message (a bug; logged with a traceback)",
     "db_rejected": "the database refused the message (logged); kept here instead of retried",
 }
 
 _ORDER = {code: i for i, code in enumerate(REASONS)}
 MAX_FW_LENGTH = 64
+# Integers longer than this are not converted (Python refuses > 4300 digits, and no measurement
+# needs more than a few): they become a marker that the range check rejects.
+MAX_INT_DIGITS = 400
+# What a JSON key looks like in the bytes: a string's closing quote, optional blanks, a colon.
+# Every key matches once; a `"` escaped inside a string may add a match, never remove one.
+_KEY_TOKEN = re.compile(rb'"[ \t\r\n]*:')
+_JSON_BLANKS = b" \t\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +104,15 @@ class Limits:
     max_payload: int = 2 * 1024 * 1024
     max_future: timedelta = timedelta(seconds=300)
     horizon: timedelta = timedelta(days=400)
+    max_rejections: int = 100  # rejections kept one by one per message; the rest are counted
 
     @classmethod
     def from_settings(cls, settings: Any) -> Limits:
         """Limits of a `Settings` object."""
         return cls(max_payload=settings.ingest_max_payload,
                    max_future=timedelta(seconds=settings.ingest_max_future),
-                   horizon=timedelta(days=settings.ingest_horizon_days))
+                   horizon=timedelta(days=settings.ingest_horizon_days),
+                   max_rejections=max(1, settings.ingest_quarantine_rows_per_message))
 
 
 class Reading(NamedTuple):
@@ -108,19 +135,50 @@ class Rejection:
     index: int | None
     code: str
     detail: str
+    # The rejected array element's JSON (its raw bytes when the careful path cut it out): the
+    # quarantine row stores it instead of repeating the whole message (ingest/writer.py).
+    element: bytes | None = None
 
 
 @dataclass(slots=True)
 class Decoded:
-    """The outcome of decoding one payload."""
+    """The outcome of decoding one payload.
+
+    `summarised` counts, by reason, the rejections beyond `Limits.max_rejections` (not kept
+    one by one).
+    """
 
     readings: list[Reading] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     unknown_fields: int = 0
+    summarised: Counter[str] = field(default_factory=Counter)
+
+    def reject(self, rejection: Rejection, limit: int) -> None:
+        """Keep `rejection`, or only count it once `limit` rejections are kept."""
+        if len(self.rejections) < limit:
+            self.rejections.append(rejection)
+        else:
+            self.summarised[rejection.code] += 1
+
+    @property
+    def rejected(self) -> int:
+        """All rejections, kept and summarised."""
+        return len(self.rejections) + sum(self.summarised.values())
 
 
 class _NonFinite(str):
     """Marker for NaN/Infinity literals, which Python's json accepts and JSON does not."""
+
+
+class _HugeInt(str):
+    """Marker for an integer literal longer than MAX_INT_DIGITS (kept as its text)."""
+
+
+class _Unparsed(NamedTuple):
+    """An array element that could not be parsed on its own: its reason and detail."""
+
+    code: str
+    detail: str
 
 
 Check = Callable[[Any], tuple[str, str] | None]
@@ -139,10 +197,13 @@ def _number_check(col: Column) -> Check:
             pass
         elif kind is _NonFinite:
             return NOT_FINITE, f"{col.name}: {value} is not a finite number"
+        elif kind is _HugeInt:
+            return OUT_OF_RANGE, (f"{col.name}: an integer of {len(value.lstrip('-'))} digits "
+                                  f"is outside {lo:g}..{hi:g}{unit}")
         else:
             return WRONG_TYPE, f"{col.name}: expected a number, got {_json_type(value)}"
         if not lo <= value <= hi:
-            return OUT_OF_RANGE, f"{col.name}: {value!r} is outside {lo:g}..{hi:g}{unit}"
+            return OUT_OF_RANGE, f"{col.name}: {_number(value)} is outside {lo:g}..{hi:g}{unit}"
         return None
 
     return check
@@ -180,6 +241,13 @@ def fields_of(kind: str) -> tuple[str, ...]:
     return tuple(_CHECKS[kind])
 
 
+def _number(value: float) -> str:
+    """A number for a detail text; huge integers by their size (their repr could fail)."""
+    if type(value) is int and abs(value) >= 10 ** 18:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return repr(value)
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -198,28 +266,165 @@ def parse_json(payload: bytes, max_payload: int) -> tuple[Any, Rejection | None]
     """The JSON value of `payload`, or a message-level rejection.
 
     The size is checked before any parsing, so an oversized payload costs no memory beyond its
-    bytes. orjson parses the common case; anything it refuses is re-read with the standard
-    library to tell non-UTF-8 from bad JSON and to let NaN/Infinity reach the per-reading checks
-    (so one bad number rejects one reading, not the whole catch-up array).
+    bytes. The value of an array whose elements could not all be parsed holds an `_Unparsed`
+    in place of each such element (see `decode_payload`).
     """
+    value, rejected, _dups, _raws = _parse(payload, max_payload)
+    return value, rejected
+
+
+_Parsed = tuple[Any, Rejection | None, dict[int | None, list[str]], list[bytes] | None]
+
+
+def _parse(payload: bytes, max_payload: int) -> _Parsed:
+    """(value, whole-message rejection, repeated keys by element index (None: the top-level
+    object), each array element's raw bytes when the careful path split them)."""
     if len(payload) > max_payload:
         return None, Rejection(None, PAYLOAD_TOO_LARGE,
-                               f"payload is {len(payload)} bytes; the limit is {max_payload}")
+                               f"payload is {len(payload)} bytes; the limit is {max_payload}"
+                               ), {}, None
     try:
-        return orjson.loads(payload), None
+        value = orjson.loads(payload)
     except orjson.JSONDecodeError:
-        pass
+        return _parse_exact(payload)
+    if isinstance(value, (dict, list)) and _may_repeat_keys(payload, value):
+        return _parse_exact(payload)
+    return value, None, {}, None
+
+
+def _may_repeat_keys(payload: bytes, value: dict[str, Any] | list[Any]) -> bool:
+    """False when no object in `value` can have lost a repeated key to orjson.
+
+    Every key in the bytes matches `_KEY_TOKEN` once (escaped quotes in strings may add
+    matches); the parsed value holds one key per distinct key. Equal counts: nothing repeated.
+    """
+    return len(_KEY_TOKEN.findall(payload)) != _count_keys(payload, value)
+
+
+def _count_keys(payload: bytes, value: dict[str, Any] | list[Any]) -> int:
+    top = [value] if isinstance(value, dict) else value
+    dicts = [d for d in top if type(d) is dict]
+    # Common case, checked in C: no object or array below the top level (the count of brackets
+    # in the bytes can only exceed the number of containers, through brackets in strings).
+    if payload.count(b"{") == len(dicts) and payload.count(b"[") == (
+            1 if isinstance(value, list) else 0):
+        return sum(map(len, dicts))
+    count = 0
+    stack: list[Any] = [value]  # iterative: values may nest a thousand levels deep
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            count += len(item)
+            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+        elif isinstance(item, list):
+            stack.extend(v for v in item if isinstance(v, (dict, list)))
+    return count
+
+
+def _parse_exact(payload: bytes) -> _Parsed:
+    """The careful path: an array is parsed element by element, so one element that is not
+    JSON, not UTF-8 or too deep rejects that element only; repeated keys are reported."""
+    elements = _split_array(payload)
+    if elements is None:  # not an array (or not a well-formed one): one value or nothing
+        value, dups = _parse_one(payload)
+        if isinstance(value, _Unparsed):
+            return None, Rejection(None, value.code, "payload " + value.detail), {}, None
+        return value, None, ({None: dups} if dups else {}), None
+    out: list[Any] = []
+    repeated: dict[int | None, list[str]] = {}
+    for index, raw in enumerate(elements):
+        try:  # orjson first (fast), the standard library where it refuses or keys may repeat
+            value, dups = orjson.loads(raw), []
+            if isinstance(value, (dict, list)) and _may_repeat_keys(raw, value):
+                value, dups = _parse_one(raw)
+        except orjson.JSONDecodeError:
+            value, dups = _parse_one(raw)
+        out.append(value)
+        if dups:
+            repeated[index] = dups
+    return out, None, repeated, elements
+
+
+def _parse_one(raw: bytes) -> tuple[Any, list[str]]:
+    """One JSON text with the standard library: (value or `_Unparsed`, repeated keys)."""
     try:
-        text = payload.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, Rejection(None, NOT_UTF8, f"payload is not UTF-8: byte {exc.start} "
-                               f"({payload[exc.start:exc.start + 1]!r}) {exc.reason}")
+        return _Unparsed(NOT_UTF8, f"is not UTF-8: byte {exc.start} "
+                         f"({raw[exc.start:exc.start + 1]!r}) {exc.reason}"), []
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(items)
+        if len(obj) != len(items):
+            seen: set[str] = set()
+            repeated.extend(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        return obj
+
     try:
-        return json.loads(text, parse_constant=_NonFinite), None
-    except (json.JSONDecodeError, RecursionError) as exc:
-        detail = (f"payload is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-                  if isinstance(exc, json.JSONDecodeError) else "payload is not JSON: too deep")
-        return None, Rejection(None, BAD_JSON, detail)
+        value = json.loads(text, parse_constant=_NonFinite, parse_int=_parse_int,
+                           object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        return _Unparsed(BAD_JSON, f"is not JSON: {exc.msg} at line {exc.lineno} column "
+                         f"{exc.colno}"), []
+    except RecursionError:
+        return _Unparsed(BAD_JSON, "is not JSON this service accepts: nested too deeply"), []
+    return value, repeated
+
+
+def _parse_int(text: str) -> int | _HugeInt:
+    return int(text) if len(text) <= MAX_INT_DIGITS else _HugeInt(text)
+
+
+_STRUCTURE = re.compile(rb'[\[\]{},"]')
+_STRING_END = re.compile(rb'["\\]')
+
+
+def _split_array(payload: bytes) -> list[bytes] | None:
+    """The raw bytes of each element of a top-level JSON array, or None when `payload` is not
+    a well-framed array (a string-aware bracket scan; elements are not validated here).
+
+    Works on bytes: JSON's structural characters are ASCII, which never occurs inside a UTF-8
+    multi-byte sequence, so an element that is not UTF-8 is still cut out correctly.
+    """
+    body = payload.strip(_JSON_BLANKS)
+    if not body.startswith(b"["):
+        return None
+    parts: list[bytes] = []
+    depth, start, pos = 0, 1, 0
+    while True:
+        m = _STRUCTURE.search(body, pos)
+        if m is None:
+            return None  # unterminated
+        i = m.start()
+        c = body[i]
+        if c == 0x22:  # a string: skip to its closing quote, over escapes
+            j = i + 1
+            while True:
+                e = _STRING_END.search(body, j)
+                if e is None:
+                    return None
+                if body[e.start()] == 0x5C:  # backslash: skip the escaped character
+                    j = e.start() + 2
+                    continue
+                pos = e.start() + 1
+                break
+            continue
+        pos = i + 1
+        if c in b"[{":
+            depth += 1
+        elif c in b"]}":
+            depth -= 1
+            if depth == 0:
+                if c != 0x5D or body[i + 1:].strip(_JSON_BLANKS):
+                    return None  # the array closed with '}' or is followed by more
+                last = body[start:i]
+                if parts or last.strip(_JSON_BLANKS):
+                    parts.append(last)
+                return parts
+        elif depth == 1:  # a comma between top-level elements
+            parts.append(body[start:i])
+            start = i + 1
 
 
 def parse_time(raw: Any) -> datetime | tuple[str, str]:
@@ -237,22 +442,26 @@ def parse_time(raw: Any) -> datetime | tuple[str, str]:
     if t.tzinfo is None or t.utcoffset() is None:
         return BAD_TIME, (f"time: {raw[:40]!r} has no UTC offset; send e.g. "
                           "2024-07-01T12:05:00Z")
-    return t.astimezone(UTC)
+    try:
+        return t.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        return BAD_TIME, (f"time: {raw[:40]!r} is outside the representable range "
+                          "(years 1-9999 in UTC)")
 
 
 def decode_payload(
     payload: bytes, *, kind: str, device: str, now: datetime, limits: Limits,
 ) -> Decoded:
     """Decode and validate the payload of a `kind` message published by `device` at `now`."""
-    value, rejected = parse_json(payload, limits.max_payload)
+    value, rejected, repeated, raws = _parse(payload, limits.max_payload)
     out = Decoded()
     if rejected is not None:
         out.rejections.append(rejected)
         return out
     if isinstance(value, dict):
-        items: list[tuple[int | None, Any]] = [(None, value)]
+        items: list[tuple[int | None, Any]] | enumerate[Any] = [(None, value)]
     elif isinstance(value, list) and value:
-        items = list(enumerate(value))
+        items = enumerate(value)
     else:
         what = "an empty array" if isinstance(value, list) else _json_type(value)
         out.rejections.append(Rejection(
@@ -262,18 +471,50 @@ def decode_payload(
     bounds = _BOUNDS[kind]
     newest = now + limits.max_future
     oldest = now - limits.horizon
+    keep = limits.max_rejections
     for index, item in items:
-        reading, problems, unknown = _validate(item, kind, checks, bounds, device, newest,
-                                               oldest)
-        out.unknown_fields += unknown
+        if type(item) is not dict and len(out.rejections) >= keep:
+            # Past the cap (e.g. a million-element [1,1,...]): count without building a detail.
+            out.summarised[item.code if type(item) is _Unparsed else BAD_SHAPE] += 1
+            continue
+        where = "" if index is None else f"reading {index}: "
+        if type(item) is _Unparsed:
+            out.reject(Rejection(index, item.code, f"{where}element {item.detail}",
+                                 None if raws is None else raws[index]), keep)
+            continue
+        if index in repeated:
+            keys = ", ".join(repr(k[:40]) for k in dict.fromkeys(repeated[index]))
+            problems: list[tuple[str, str]] = [(DUPLICATE_KEY, f"repeated key(s) {keys[:200]}")]
+            reading = None
+        else:
+            reading, problems, unknown = _validate(item, kind, checks, bounds, device, newest,
+                                                   oldest)
+            out.unknown_fields += unknown
         if problems:
+            if len(out.rejections) >= keep:  # past the cap: count only, build nothing
+                out.summarised[_first(problems)] += 1
+                continue
             problems.sort(key=lambda p: _ORDER.get(p[0], len(_ORDER)))
-            where = "" if index is None else f"reading {index}: "
+            element = None if index is None else (
+                raws[index] if raws is not None else _element_json(item))
             out.rejections.append(Rejection(
-                index, problems[0][0], where + "; ".join(d for _, d in problems)))
+                index, problems[0][0], where + "; ".join(d for _, d in problems), element))
         elif reading is not None:
             out.readings.append(Reading(index, reading[0], reading[1]))
     return out
+
+
+def _first(problems: list[tuple[str, str]]) -> str:
+    return min(problems, key=lambda p: _ORDER.get(p[0], len(_ORDER)))[0]
+
+
+def _element_json(item: Any) -> bytes:
+    """An element's JSON for its quarantine row (re-encoded; a description if it cannot be)."""
+    try:
+        return orjson.dumps(item, default=str)
+    except (TypeError, orjson.JSONEncodeError):  # e.g. nested deeper than orjson writes
+        return orjson.dumps(f"(element not re-encoded: {_json_type(item)} nested too deeply;"
+                            " the whole message is on the message's first quarantine row)")
 
 
 def _validate(
@@ -285,7 +526,8 @@ def _validate(
     problems: list[tuple[str, str]] = []
     sent = item.get("device")
     if sent is not None and sent != device:
-        problems.append((DEVICE_MISMATCH, f"device: payload names {str(sent)[:64]!r} but the "
+        named = repr(sent[:64]) if isinstance(sent, str) else _json_type(sent)
+        problems.append((DEVICE_MISMATCH, f"device: payload names {named} but the "
                          f"topic is device {device!r}"))
     t: datetime | None = None
     if "time" not in item:

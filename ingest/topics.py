@@ -1,4 +1,10 @@
-"""MQTT topic names: `{prefix}/{device}/readings` and `{prefix}/{device}/health`; pure."""
+"""MQTT topic names: `{prefix}/{device}/readings` and `{prefix}/{device}/health`; pure.
+
+The ingester subscribes to everything under `{prefix}/`, not only to these two kinds: the
+broker lets a device publish anywhere under its own `{prefix}/{device}/` (deploy/mosquitto/acl),
+and a message on any other topic there must reach quarantine as `bad_topic` rather than vanish
+for want of a subscriber.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +32,20 @@ class DeviceTopic:
 
 
 def subscriptions(prefix: str) -> list[str]:
-    """The topic filters the ingester subscribes to."""
-    return [f"{prefix}/+/{kind}" for kind in KINDS]
+    """The topic filters the ingester subscribes to: all of `{prefix}/`."""
+    return [f"{prefix}/#"]
+
+
+def topic_device(topic: str, prefix: str) -> str | None:
+    """The device a topic under `{prefix}/` belongs to (its second level, when that is a valid
+    device name), even when the topic itself is not one the ingester accepts; else None.
+
+    The broker's ACL lets only device D publish under `{prefix}/D/`, so this names the sender.
+    """
+    parts = topic.split("/", 2)
+    if len(parts) >= 2 and parts[0] == prefix and _DEVICE_NAME.match(parts[1]):
+        return parts[1]
+    return None
 
 
 def topic_for(prefix: str, device: str, kind: str = READINGS) -> str:

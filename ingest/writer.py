@@ -30,7 +30,7 @@ import psycopg
 from psycopg import sql
 
 from ingest.derive import derive_row
-from ingest.payload import Decoded, Reading, Rejection, parse_json
+from ingest.payload import SUMMARISED, Decoded, Reading, Rejection
 from ingest.topics import READINGS
 from shared import dirty
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES
@@ -40,10 +40,10 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_DEVICE = "unknown_device"
 DB_REJECTED = "db_rejected"
-# Quarantine rows carry the raw message. A catch-up array with many bad readings would repeat a
-# large payload once per bad reading, so beyond this size only the first rejected reading of a
-# message carries the whole message and the others carry their own reading's JSON.
-FULL_PAYLOAD_MAX = 64 * 1024
+# The metric label of quarantine rows whose device is not registered (or not known at all):
+# one label for all of them, so a flood of made-up names cannot grow the label set. Not a
+# possible device name (parentheses), so it never collides with one.
+UNREGISTERED = "(unregistered)"
 
 STAGE = "ingest_stage"
 _DERIVED = ("tdew", "ea", "vpd", "slp")
@@ -98,7 +98,18 @@ class BatchResult:
     stored: int = 0
     duplicates: int = 0
     health_stored: int = 0
-    quarantined: Counter[str] = field(default_factory=Counter)
+    quarantined: Counter[str] = field(default_factory=Counter)  # rejections by reason
+    quarantine_rows: Counter[str] = field(default_factory=Counter)  # rows by device label
+    quarantine_bytes: Counter[str] = field(default_factory=Counter)  # bytes by device label
+
+    def add(self, other: BatchResult) -> None:
+        """Add another result's counts to this one."""
+        self.stored += other.stored
+        self.duplicates += other.duplicates
+        self.health_stored += other.health_stored
+        self.quarantined.update(other.quarantined)
+        self.quarantine_rows.update(other.quarantine_rows)
+        self.quarantine_bytes.update(other.quarantine_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,16 +177,22 @@ def write_batch(conn: psycopg.Connection, messages: list[Message]) -> BatchResul
         result.stored, result.duplicates = stored, dupes
     if health:
         result.health_stored = _write_health(conn, health, deployments)
-    if quarantine:
-        result.quarantined = _write_quarantine(conn, quarantine)
+    if quarantine or any(msg.decoded.summarised for msg in messages):
+        _write_quarantine(conn, quarantine, messages, set(known), result)
     return result
 
 
 def quarantine_messages(
     conn: psycopg.Connection, messages: list[Message], *, code: str, detail: str,
-) -> Counter[str]:
+) -> BatchResult:
     """Quarantine whole messages with one reason (e.g. refused by the database)."""
-    return _write_quarantine(conn, [(m, Rejection(None, code, detail)) for m in messages])
+    names = sorted({m.device for m in messages if m.device})
+    known = {r[0] for r in conn.execute(
+        "SELECT name FROM devices WHERE name = ANY(%s)", (names,))} if names else set()
+    result = BatchResult()
+    _write_quarantine(conn, [(m, Rejection(None, code, detail)) for m in messages], [], known,
+                      result)
+    return result
 
 
 # ---- devices and deployments -------------------------------------------------------------------
@@ -345,34 +362,58 @@ def _write_health(
 # ---- quarantine --------------------------------------------------------------------------------
 
 def _write_quarantine(
-    conn: psycopg.Connection, rows: list[tuple[Message, Rejection]],
-) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    parsed: dict[int, Any] = {}  # id(message) -> its JSON value, once it carried its payload
+    conn: psycopg.Connection, rows: list[tuple[Message, Rejection]], messages: list[Message],
+    known: set[str], result: BatchResult,
+) -> None:
+    """COPY the rejections to `quarantine`, plus one summary row per message whose rejections
+    went past the cap; counts go into `result`.
+
+    A row carries the raw message, except the second and later rejected elements of an array:
+    they carry their own element, so a message costs about its size once plus its rejected
+    elements, however many rows it makes.
+    """
+    carried: set[int] = set()  # id() of messages whose whole payload is already on a row
+    quarantined, rows_by, bytes_by = result.quarantined, result.quarantine_rows, \
+        result.quarantine_bytes
     with conn.cursor() as cur:
         with cur.copy("COPY quarantine (received_at, topic, device, reason, detail,"
                       " reading_index, payload) FROM STDIN") as copy:
+
+            def put(msg: Message, code: str, detail: str, index: int | None,
+                    payload: bytes) -> None:
+                copy.write_row((msg.received, msg.topic, msg.device, code, detail, index,
+                                payload))
+                label = msg.device if msg.device in known else UNREGISTERED
+                rows_by[label] += 1
+                bytes_by[label] += len(payload) + len(detail)
+
             for msg, rej in rows:
                 payload = msg.payload
                 detail = rej.detail
-                if rej.index is not None and len(payload) > FULL_PAYLOAD_MAX:
-                    if id(msg) in parsed:
-                        payload = _element_json(parsed[id(msg)], rej.index)
-                        detail += (f" (payload: this reading only; the whole {len(msg.payload)}"
-                                   "-byte message is on its first quarantined reading)")
+                if rej.index is not None and rej.element is not None:
+                    if id(msg) in carried:
+                        payload = rej.element
+                        detail += (" (payload: this reading only; the whole message is on its"
+                                   " first quarantined reading)")
                     else:
-                        parsed[id(msg)] = parse_json(msg.payload, len(msg.payload))[0]
-                copy.write_row((msg.received, msg.topic, msg.device, rej.code, detail,
-                                rej.index, payload))
-                counts[rej.code] += 1
+                        carried.add(id(msg))
+                put(msg, rej.code, detail, rej.index, payload)
+                quarantined[rej.code] += 1
+            for msg in messages:
+                if not msg.decoded.summarised:
+                    continue
+                counts = msg.decoded.summarised
+                total = sum(counts.values())
+                by_reason = ", ".join(f"{code} {n}" for code, n in counts.most_common())
+                put(msg, SUMMARISED, f"{total} more rejected readings, not stored one row each "
+                    f"(SDS_INGEST_QUARANTINE_ROWS_PER_MESSAGE = {len(msg.decoded.rejections)}):"
+                    f" {by_reason}; the whole message is on its first quarantined reading",
+                    None, b"")
+                quarantined.update(counts)
     for (code, device), n in Counter((r.code, m.device) for m, r in rows).items():
         log.warning("quarantined %d from %s: %s", n, device, code)
-    return counts
-
-
-def _element_json(value: Any, index: int) -> bytes:
-    """The JSON text of element `index` of a parsed JSON array (re-encoded)."""
-    try:
-        return json.dumps(value[index]).encode()
-    except (TypeError, IndexError, KeyError, ValueError):
-        return repr(value).encode()[:FULL_PAYLOAD_MAX]
+    for msg in messages:
+        if msg.decoded.summarised:
+            log.warning("quarantined %d more from %s, summarised in one row: %s",
+                        sum(msg.decoded.summarised.values()), msg.device,
+                        dict(msg.decoded.summarised))

@@ -60,6 +60,12 @@ class Settings:
     ingest_max_payload: int = _f(2 * 1024 * 1024, "Largest accepted payload (bytes)")
     ingest_max_future: int = _f(300, "How far in the future a reading may be (s)")
     ingest_horizon_days: int = _f(400, "Oldest accepted reading (days before now)")
+    ingest_quarantine_rows_per_message: int = _f(
+        100, "Most quarantine rows one message may create; further rejected readings of it "
+        "are counted by reason in one summary row")
+    quarantine_retention_days: int = _f(
+        30, "Quarantine rows older than this are deleted by the ingester, hourly (0: kept "
+        "until `sds quarantine purge`)")
     ingest_receive_maximum: int = _f(
         1000, "MQTT 5 Receive Maximum the ingester asks for: unacknowledged messages the broker "
         "may send it at once (overrides mosquitto's max_inflight_messages for this client)")

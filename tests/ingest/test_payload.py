@@ -33,7 +33,11 @@ def test_topics_parse_and_reject() -> None:
         with pytest.raises(InvalidReading) as exc:
             topics.parse_topic(bad, "sensors")
         assert exc.value.code == "bad_topic"
-    assert topics.subscriptions("p") == ["p/+/readings", "p/+/health"]
+    # Everything under the prefix, so a device's stray topic is quarantined, not unheard.
+    assert topics.subscriptions("p") == ["p/#"]
+    assert topics.topic_device("sensors/A1/other/x", "sensors") == "A1"
+    assert topics.topic_device("sensors/A 1/readings", "sensors") is None
+    assert topics.topic_device("other/A1/readings", "sensors") is None
 
 
 def test_single_object_accepted_with_int_and_null_values() -> None:
