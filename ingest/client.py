@@ -22,6 +22,8 @@
 - A database write that hangs (a blackholed network path: no error, no reply) is broken by the
   watchdog after SDS_INGEST_DB_WATCHDOG seconds (ingest/watchdog.py) and retried on a new
   connection; nothing is acknowledged while it is stuck.
+- While it leads, the ingester also applies the quarantine retention hourly
+  (ingest/quarantine.py).
 - Leadership (ingest/leader.py) is a lease confirmed before every commit, by a heartbeat
   thread, before acknowledging a batch whose confirmation is no longer fresh (the process may
   have been frozen between its commit and its acks), and before every broker (re)connect: a
@@ -51,6 +53,7 @@ from ingest import topics, writer
 from ingest.leader import Leader, LeadershipLost
 from ingest.metrics import Metrics
 from ingest.payload import INTERNAL_ERROR, Decoded, Limits, Rejection, decode_payload
+from ingest.quarantine import Retention
 from ingest.watchdog import Guarded, Watchdog
 from shared import db
 from shared.config import Settings
@@ -174,6 +177,9 @@ class Ingester:
         heartbeat = threading.Thread(target=self._heartbeat, name="leader-heartbeat",
                                      daemon=True)
         heartbeat.start()
+        retention = Retention(s, stopped=self._finished,
+                              on_deleted=self.metrics.quarantine_purged.inc)
+        retention.start()
         self._client.loop_start()
         try:
             self._work()
@@ -188,6 +194,7 @@ class Ingester:
             self._client.loop_stop()
             paho_log.removeFilter(self._quiet_when_stopping)
             heartbeat.join(5)
+            retention.join(5)
             if self._conn is not None:
                 self._conn.close()
             self.leader.release()

@@ -45,6 +45,10 @@ class Metrics:
             "sds_ingest_quarantine_bytes",
             "Bytes of payload and detail written to quarantine, by device", ["device"],
             registry=r)
+        self.quarantine_purged = Counter(
+            "sds_ingest_quarantine_purged",
+            "Quarantine rows deleted by the retention (SDS_QUARANTINE_RETENTION_DAYS)",
+            registry=r)
         self.unknown_fields = Counter("sds_ingest_unknown_fields",
                                       "Unknown payload fields ignored", registry=r)
         self.batch_seconds = Histogram(

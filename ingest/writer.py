@@ -17,7 +17,6 @@ outside the transaction could label readings with a location the device has just
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable

@@ -3,6 +3,7 @@ the operator CLI, the demo and the API. Functions take `conn` first and never co
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -127,11 +128,21 @@ def location_id(conn: psycopg.Connection, name_or_id: str, *, org: UUID | None =
     return row[0]
 
 
+# A device's name is its broker user name and, on the shipped broker, its MQTT client id
+# (use_username_as_clientid). These names belong to the ingester's broker accounts (one per
+# shard: ingester, ingester-1, ...), so no device may ever have one: its password entry would
+# replace the ingester's, and its session would be the ingester's.
+RESERVED_DEVICE_NAMES = re.compile(r"^ingester(-[0-9]+)?$")
+
+
 def register_device(
     conn: psycopg.Connection, *, org: UUID, name: str, type: str | None = None,
     model: str | None = None,
 ) -> UUID:
-    """A new device in state New; DuplicateName when the name is taken."""
+    """A new device in state New; DuplicateName when the name is taken, BadParameter when it is
+    reserved for the ingester's broker accounts."""
+    if RESERVED_DEVICE_NAMES.match(name):
+        raise BadParameter(f"device name {name!r} is reserved for the ingester's broker account")
     try:
         with conn.transaction():
             row = conn.execute(

@@ -47,7 +47,9 @@ class Settings:
     mqtt_port: int = _f(1883, "Broker port")
     mqtt_username: str | None = _f("ingester", "Broker user name of the ingester")
     mqtt_password: str | None = _f(None, "Broker password of the ingester", secret=True)
-    mqtt_client_id: str = _f("sds-ingester", "Fixed client id: the broker keeps its session")
+    mqtt_client_id: str = _f(
+        "ingester", "Fixed client id: the broker keeps its session (the shipped broker uses the "
+        "user name as client id, so keep it equal to SDS_MQTT_USERNAME)")
     mqtt_tls_ca: str | None = _f(None, "CA file; when set the ingester connects with TLS")
     mqtt_keepalive: int = _f(30, "MQTT keepalive (s)")
     mqtt_session_expiry: int = _f(

@@ -287,6 +287,7 @@ def test_shipped_mosquitto_settings() -> None:
     template = conf_settings(SHIPPED_CONF.read_text())
     assert template["allow_anonymous"] == "false"
     assert template["listener"] == "@PORT@ @BIND@"
+    assert template["use_username_as_clientid"] == "true"  # broker identity (issue 11)
     assert {"password_file", "acl_file", "persistence_location"} <= template.keys()
     acl = SHIPPED_ACL.read_text()
     assert "pattern write sensors/%u/#" in acl
