@@ -76,10 +76,10 @@ def stats(conn: psycopg.Connection) -> list[tuple[str | None, str, int, int, dat
 class Retention:
     """The ingester's hourly retention pass, in a daemon thread, while it leads."""
 
-    def __init__(self, settings: Settings, *, stopped: threading.Event,
+    def __init__(self, settings: Settings, *, stopped: threading.Event | None = None,
                  on_deleted: Callable[[int], None] | None = None) -> None:
         self.settings = settings
-        self._stopped = stopped
+        self._stopped = stopped or threading.Event()
         self._on_deleted = on_deleted
         self._thread: threading.Thread | None = None
 

@@ -192,10 +192,13 @@ class IngesterProcess:
 class Ledger:
     """A QoS 1 publisher that records which messages the broker acknowledged (PUBACK)."""
 
-    def __init__(self, host: str, port: int, client_id: str | None = None) -> None:
+    def __init__(self, host: str, port: int, client_id: str | None = None, *,
+                 username: str | None = None, password: str | None = None) -> None:
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
                                   client_id=client_id or f"pub-{uuid.uuid4().hex[:8]}",
                                   protocol=mqtt.MQTTv5)
+        if username is not None:
+            self.client.username_pw_set(username, password)
         self.client.reconnect_delay_set(0.1, 1)
         self.acked: set[tuple[str, datetime]] = set()
         self.host, self.port = host, port

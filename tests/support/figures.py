@@ -53,6 +53,16 @@ PROMISES = """\
   1,000,000, so an ingester outage of a day at 500 devices (144k messages) loses nothing.
 - **Bad input.** Each malformed or implausible message or reading is quarantined with its reason
   and acknowledged; good readings beside it are stored; bad input never stalls the pipeline.
+  Whatever one element of an array holds, only that element is quarantined (the hostile-element
+  property below: 0 `internal_error`). One message writes at most 100 quarantine rows plus a
+  summary row (`SDS_INGEST_QUARANTINE_ROWS_PER_MESSAGE`), and three 2 MB `[1,1,...]` messages
+  keep the ingester under 200 MB of memory; quarantine rows are deleted after
+  `SDS_QUARANTINE_RETENTION_DAYS` (30).
+- **Broker identity.** On the shipped broker a client's id is its user name: a device cannot
+  take the ingester's session or knock another device off (0 acknowledged readings missing while
+  a device connects with the ingester's client id). Whatever a device publishes under its own
+  topic is stored or quarantined, and a retained message is ingested once, not on every
+  reconnect.
 - **Lateness horizon.** Readings up to `SDS_INGEST_HORIZON_DAYS` (default 400) days old are
   accepted and their hourly, local-hourly and daily buckets recomputed; older ones are
   quarantined with reason `too_old`.
