@@ -113,7 +113,8 @@ def column_expr(col: Column, unit: Unit | None, *, csv: bool = False) -> sql.Com
     """SQL for one output column, aliased to its name.
 
     csv=True formats the value as CSV text in SQL (for COPY): times as
-    `2019-07-01T00:00:00+0000`, booleans as true/false; numbers print as float8 text.
+    `2019-07-01T00:00:00+0000`, booleans as true/false; numbers print as float8 text; text
+    that would start a spreadsheet formula gets a leading `'`.
     """
     ref = sql.SQL("t.{}").format(sql.Identifier(col.name))
     expr: sql.Composable = ref
@@ -135,6 +136,12 @@ def column_expr(col: Column, unit: Unit | None, *, csv: bool = False) -> sql.Com
         expr = sql.SQL("CASE {} WHEN true THEN 'true' WHEN false THEN 'false' END").format(ref)
     elif col.dtype == TS and csv:
         expr = sql.SQL("sds_iso_time({}, interval '0')").format(ref)
+    elif col.dtype == "text" and csv:
+        # A device-set text (fw, a device name) starting like a formula would run as one when
+        # the CSV is opened in a spreadsheet: prefix it with ' (OWASP "CSV injection"). Only
+        # text columns: numbers, negative ones included, stay numbers.
+        expr = sql.SQL("CASE WHEN left({0}, 1) IN ('=', '+', '-', '@', E'\\t', E'\\r') "
+                       "THEN '''' || {0} ELSE {0} END").format(ref)
     return sql.SQL("{} AS {}").format(expr, sql.Identifier(col.name))
 
 

@@ -39,3 +39,52 @@ def test_the_range_ends_are_served(client: FlaskClient, world: World, value: str
                                                            "local_time": "+14:00"},
                       headers=world.headers())
     assert resp.status_code == 200
+
+
+# ---- CSV injection (OWASP): text cells that would start a formula ------------------------------
+
+FORMULAS = ["=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx",
+            "1.2.3", "a=b"]
+
+
+@pytest.fixture(scope="module")
+def formula_device(world: World) -> str:
+    """D6: health reports whose firmware text looks like formulas, with negative numbers."""
+    import psycopg
+
+    from shared import accounts
+    from tests.serve.conftest import T0
+
+    with psycopg.connect(world.url) as conn:
+        accounts.register_device(conn, org=world.org_a, name="D6")
+        for i, fw in enumerate(FORMULAS):
+            conn.execute("INSERT INTO health (time, device, batt_pct, fw) VALUES"
+                         " (%s + %s * interval '5 minutes', 'D6', %s, %s)",
+                         (T0, i, -5.5 - i, fw))
+        conn.commit()
+    return "D6"
+
+
+def test_csv_text_cells_cannot_start_a_formula(client: FlaskClient, world: World,
+                                               formula_device: str) -> None:
+    import csv
+    import io
+
+    query = {"device": formula_device, "start_time": "2024-07-01", "select": "fw,batt_pct"}
+    resp = client.get("/api/v2/data/health", query_string=query,
+                      headers=world.headers(Accept="text/csv"))
+    assert resp.status_code == 200
+    rows = list(csv.reader(io.StringIO(resp.get_data(as_text=True), newline="")))
+    assert rows[0] == ["fw", "batt_pct"]
+    cells = [r[0] for r in rows[1:]]
+    for cell, original in zip(cells, FORMULAS, strict=True):
+        if original[0] in "=+-@\t\r":
+            assert cell == "'" + original, (cell, original)
+        else:
+            assert cell == original
+        assert cell[0] not in "=+-@\t\r"
+    # Numbers, negative ones included, are left as numbers.
+    assert [r[1] for r in rows[1:]] == [f"{-5.5 - i:g}" for i in range(len(FORMULAS))]
+    # JSON is not a spreadsheet format: values are served as stored.
+    resp = client.get("/api/v2/data/health", query_string=query, headers=world.headers())
+    assert [r["fw"] for r in resp.get_json()] == FORMULAS
