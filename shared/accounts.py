@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import psycopg
@@ -24,6 +24,9 @@ from shared.errors import (
     UnknownObject,
 )
 from shared.timeutil import zone
+
+if TYPE_CHECKING:
+    from shared.sealing import Sealer
 
 
 def create_org(conn: psycopg.Connection, *, name: str) -> UUID:
@@ -213,9 +216,11 @@ def deploy_device(
 
 def create_api_key(
     conn: psycopg.Connection, *, user: UUID, scopes: list[str], name: str = "",
-    exp: datetime | None = None, active: bool = True,
+    exp: datetime | None = None, active: bool = True, sealer: Sealer | None = None,
 ) -> dict[str, Any]:
-    """A new API key for `user`; the returned record holds the key value (shown once)."""
+    """A new API key for `user`; the returned record holds the key value. With a `sealer`
+    its sealed copy is stored too, so the owner can read it again (shared.sealing); without,
+    the value is shown this once."""
     unknown = sorted(set(scopes) - set(credentials.SCOPES))
     if not scopes:
         raise BadParameter("scopes: at least one scope is required")
@@ -227,12 +232,13 @@ def create_api_key(
     secret = credentials.new_api_key()
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
-            "INSERT INTO api_keys (user_id, org_id, name, prefix, last4, digest, scopes, exp,"
-            " active, created_by) SELECT u.id, u.org_id, %s, %s, %s, %s, %s, %s, %s, u.id"
-            " FROM users u WHERE u.id = %s"
+            "INSERT INTO api_keys (user_id, org_id, name, prefix, last4, digest, sealed, scopes,"
+            " exp, active, created_by) SELECT u.id, u.org_id, %s, %s, %s, %s, %s, %s, %s, %s,"
+            " u.id FROM users u WHERE u.id = %s"
             " RETURNING id, name, scopes, exp, active, created, updated, created_by, last_seen",
-            (name, secret.prefix, secret.last4, secret.digest, sorted(set(scopes)), exp, active,
-             user))
+            (name, secret.prefix, secret.last4, secret.digest,
+             sealer.seal(secret.value) if sealer is not None else None, sorted(set(scopes)),
+             exp, active, user))
         record = cur.fetchone()
     if record is None:
         raise UnknownObject(f"unknown user {user}")

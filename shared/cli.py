@@ -26,7 +26,7 @@ import click
 import paho.mqtt.client as mqtt
 import psycopg
 
-from shared import accounts, clitools, config, migrate
+from shared import accounts, clitools, config, migrate, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
 from shared.logs import configure_logging
@@ -614,8 +614,56 @@ def apikey_create(obj: _Context, email: str, scopes: tuple[str, ...], name: str,
         except ServiceError as exc:
             raise click.ClickException(exc.message) from None
         rec = accounts.create_api_key(conn, user=accounts.user_id(conn, email),
-                                      scopes=list(scopes), name=name, exp=expiry)
+                                      scopes=list(scopes), name=name, exp=expiry,
+                                      sealer=_sealer(obj.settings))
     click.echo(f"apikey {rec['apikey']} id {rec['id']} scopes {','.join(rec['scopes'])}")
+
+
+def _sealer(settings: Settings) -> sealing.Sealer | None:
+    try:
+        return sealing.from_settings(settings)
+    except sealing.SealError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@apikey.command("new-seal-key")
+def apikey_new_seal_key() -> None:
+    """Print a new key for SDS_APIKEY_SEAL_KEYS (rotation: put it first, then `reseal`)."""
+    click.echo(sealing.new_key())
+
+
+@apikey.command("reseal")
+@pass_ctx
+def apikey_reseal(obj: _Context) -> None:
+    """Seal every retrievable API key again with the first key of SDS_APIKEY_SEAL_KEYS.
+
+    Run after putting a new key first in the list; afterwards the older keys can be removed.
+    Keys no seal key opens are reported (their owners see them masked; they still work).
+    """
+    sealer = _sealer(obj.settings)
+    if sealer is None:
+        raise click.ClickException(
+            "key retrieval is off (SDS_APIKEY_RETRIEVABLE=false or no SDS_APIKEY_SEAL_KEYS)")
+    done = current = lost = 0
+    with obj.conn() as conn:
+        rows = conn.execute(
+            "SELECT id, sealed FROM api_keys WHERE sealed IS NOT NULL FOR UPDATE").fetchall()
+        for key_id, sealed in rows:
+            if not sealer.needs_reseal(sealed):
+                current += 1
+                continue
+            if sealer.open(sealed) is None:
+                lost += 1
+                continue
+            conn.execute("UPDATE api_keys SET sealed = %s WHERE id = %s",
+                         (sealer.reseal(sealed), key_id))
+            done += 1
+    click.echo(f"resealed {done}, already under the first key {current}, "
+               f"opened by no key {lost}")
+    if lost:
+        raise click.ClickException(
+            f"{lost} sealed key(s) open with none of SDS_APIKEY_SEAL_KEYS: was a key removed "
+            "before resealing? Put it back (after the first) and run reseal again")
 
 
 DEMO_ORG = "Demo Farms"
@@ -661,7 +709,7 @@ def demo(obj: _Context, credentials_out: Path | None, mqtt_passwd_file: Path | N
             device_passwords[dev] = secrets.token_urlsafe(18)
         key = accounts.create_api_key(
             conn, user=uid, name="demo", scopes=["data:read", "devices:read", "locations:read",
-                                                 "apikeys:read"])
+                                                 "apikeys:read"], sealer=_sealer(obj.settings))
         if mqtt_passwd_file:
             _set_mqtt_passwords(mqtt_passwd_file, device_passwords)
     if credentials_out:

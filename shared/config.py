@@ -117,6 +117,13 @@ class Settings:
     token_ttl: int = _f(24 * 3600, "Bearer token lifetime (s)")
     apikey_query_enabled: bool = _f(
         False, "Accept the deprecated ?apikey= query form (sunset 2021-05-14)")
+    apikey_retrievable: bool = _f(
+        True, "Owners (basic or bearer) read their API keys' values in GET /apikeys and PUT "
+        "answers, as the interface spec says; needs SDS_APIKEY_SEAL_KEYS. false: keys are "
+        "shown once, at creation, and listed masked")
+    apikey_seal_keys: str | None = _f(
+        None, "Comma-separated Fernet keys sealing the stored copy of each API key: the first "
+        "seals, all open (rotation: docs/auth.md); unset: keys are shown once", secret=True)
     basic_auth_cache_ttl: int = _f(60, "Seconds a verified basic credential is remembered")
     login_max_failures: int = _f(10, "Failed logins per account (any address) before throttling")
     login_window: int = _f(300, "Window (s) for counting failed logins")

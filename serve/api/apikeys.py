@@ -1,9 +1,12 @@
 """`/api/v2/apikeys`: create, list, change and delete the caller's API keys; the scope map.
 
-Keys are stored as SHA-256 digests; the key value is in the creation response only, listings
-show a masked value (reference-facts decision 9). Creating, changing and deleting keys needs
-basic or bearer credentials; listing needs `apikeys:read` from an API key (decision 11).
-Another user's key id answers exactly like a missing one (404).
+Keys are looked up by their SHA-256 digest. As the interface spec says (2.7, 3, 4.8), the key
+value is in the creation answer and, for the owner with basic or bearer credentials, in the
+listing and in PUT answers, deactivated keys included: the database keeps a copy sealed with
+SDS_APIKEY_SEAL_KEYS (shared.sealing). With SDS_APIKEY_RETRIEVABLE=false (or no seal key) keys
+are show-once: listings show a masked value (reference-facts decision 9). A listing made with an
+API key (`apikeys:read`, decision 11) is always masked. Creating, changing and deleting keys
+needs basic or bearer credentials. Another user's key id answers exactly like a missing one (404).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from flask import current_app
 from marshmallow import Schema, ValidationError, fields, validate, validates
 from psycopg.rows import dict_row
 
@@ -20,7 +24,7 @@ from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
 from serve.records import stamp
-from shared import accounts, credentials
+from shared import accounts, credentials, sealing
 from shared.errors import BadParameter, UnknownObject
 from shared.timeutil import INSTANT_RANGE, parse_instant
 
@@ -100,10 +104,13 @@ class ApiKeyUpdateSchema(Schema):
 
 
 class ApiKeySchema(Schema):
-    """An API key record (section 2.7); `apikey` is the full value only when just created."""
+    """An API key record (section 2.7)."""
 
     id = fields.String()
-    apikey = fields.String()
+    apikey = fields.String(metadata={"description": (
+        "The key value: at creation, and for its owner with basic or bearer credentials in "
+        "listings and PUT answers (unless the service runs with show-once keys); otherwise "
+        "masked as prefix...last4")})
     name = fields.String()
     scopes = fields.List(fields.String())
     exp = fields.String(allow_none=True)
@@ -123,7 +130,7 @@ def format_exp(t: datetime | None) -> str | None:
 
 
 def key_record(row: dict[str, Any], *, value: str | None = None) -> dict[str, Any]:
-    """The served record of a key row; the full value only when given (at creation)."""
+    """The served record of a key row; the full value when given, else the masked one."""
     return {
         "id": str(row["id"]),
         "apikey": value if value is not None else credentials.mask(row["prefix"], row["last4"]),
@@ -139,7 +146,8 @@ def key_record(row: dict[str, Any], *, value: str | None = None) -> dict[str, An
 
 
 _LIST_SQL = """
-SELECT id, name, prefix, last4, scopes, exp, active, created, updated, created_by, last_seen
+SELECT id, name, prefix, last4, sealed, scopes, exp, active, created, updated, created_by,
+       last_seen
 FROM api_keys WHERE user_id = %s ORDER BY created, id
 """
 # Only the four changeable fields; a field not sent keeps its value (exp: null clears it).
@@ -151,8 +159,29 @@ UPDATE api_keys SET
     active = coalesce(%(active)s, active),
     updated = CASE WHEN %(changed)s THEN now() ELSE updated END
 WHERE id = %(id)s AND user_id = %(user)s
-RETURNING id, name, prefix, last4, scopes, exp, active, created, updated, created_by, last_seen
+RETURNING id, name, prefix, last4, sealed, scopes, exp, active, created, updated, created_by,
+          last_seen
 """
+# Answers that may hold key values: no cache along the way may keep them.
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+def _sealer() -> sealing.Sealer | None:
+    """This app's Sealer (None: show-once keys), made once from its settings."""
+    ext = current_app.extensions
+    if "apikey_sealer" not in ext:
+        ext["apikey_sealer"] = sealing.from_settings(ext["settings"])
+    found: sealing.Sealer | None = ext["apikey_sealer"]
+    return found
+
+
+def _owner_value(row: dict[str, Any]) -> str | None:
+    """The key value for its owner calling with basic or bearer credentials, when the key has
+    a sealed copy that opens; None (masked) otherwise."""
+    sealer = _sealer()
+    if sealer is None or current_principal().kind == "apikey":
+        return None
+    return sealer.open(row["sealed"])
 
 
 def _key_id(raw: str) -> UUID:
@@ -169,7 +198,7 @@ def _key_id(raw: str) -> UUID:
 @blp.response(200, ApiKeySchema)
 @requires_user()
 def create_key() -> Any:
-    """Create an API key; the response holds the key value, shown this once.
+    """Create an API key; the response holds the key value.
 
     Needs basic or bearer credentials (an API key cannot create keys). `scopes` is required
     and each scope must exist (GET /apikeys/scopes); `exp` must be a future UTC datetime.
@@ -180,21 +209,21 @@ def create_key() -> Any:
     with pool().connection() as conn:
         record = accounts.create_api_key(
             conn, user=principal.user_id, scopes=args["scopes"], name=args["name"],
-            exp=args["exp"], active=args["active"])
-    # The one answer that holds the key value: no cache along the way may keep it.
-    return key_record(record, value=record["apikey"]), 200, {
-        "Cache-Control": "no-store", "Pragma": "no-cache"}
+            exp=args["exp"], active=args["active"], sealer=_sealer())
+    return key_record(record, value=record["apikey"]), 200, NO_STORE
 
 
 @blp.route("", methods=["GET"])
 @blp.response(200, ApiKeySchema(many=True))
 @requires("apikeys:read")
 def list_keys() -> Any:
-    """The caller's API keys, oldest first, with masked key values."""
+    """The caller's API keys, oldest first. With basic or bearer credentials each key's value
+    (deactivated keys included), unless the service runs with show-once keys; with an API key,
+    masked values."""
     principal = current_principal()
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_LIST_SQL, (principal.user_id,)).fetchall()
-    return [key_record(r) for r in rows]
+    return [key_record(r, value=_owner_value(r)) for r in rows], 200, NO_STORE
 
 
 @blp.route("/scopes", methods=["GET"])
@@ -226,7 +255,7 @@ def update_key(key_id: str) -> Any:
              "changed": bool(changes), "id": wanted, "user": principal.user_id}).fetchone()
     if row is None:
         raise UnknownObject(f"unknown API key {key_id!r}")
-    return key_record(row)
+    return key_record(row, value=_owner_value(row)), 200, NO_STORE
 
 
 @blp.route("/<key_id>", methods=["DELETE"])

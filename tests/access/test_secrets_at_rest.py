@@ -1,7 +1,8 @@
 """No raw password, token or API key in the database or the logs (reliability plan S9-S11).
 
 Every kind of credential is exercised through the API (logins, token, key creation, use,
-failures, throttling, logout) with logs captured at DEBUG; then a pg_dump of the whole database
+failures, throttling, retrieval of a key by its owner, logout) with logs captured at DEBUG and
+key retrieval on (keys kept sealed); then a pg_dump of the whole database
 and the captured log text are searched for each raw secret."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared import credentials
+from shared import credentials, sealing
 from tests.access.conftest import PASSWORDS, World, apikey, basic, bearer, close_app, make_app
 
 PG_DUMP = Path("/usr/lib/postgresql/15/bin/pg_dump")
@@ -41,7 +42,8 @@ def _dump(url: str) -> str:
 
 def test_no_raw_secret_in_database_or_logs(fresh_world: World,
                                            caplog: pytest.LogCaptureFixture) -> None:
-    app = make_app(fresh_world.url, login_max_failures=3)
+    # Key retrieval on (as deploy/run.sh runs it): keys are kept sealed, never raw.
+    app = make_app(fresh_world.url, login_max_failures=3, apikey_seal_keys=sealing.new_key())
     made: list[str] = []
     try:
         client = app.test_client()
@@ -59,6 +61,9 @@ def test_no_raw_secret_in_database_or_logs(fresh_world: World,
             key = r.get_json()["apikey"]
             made.append(key)
             assert client.get("/api/v2/locations", headers=apikey(key)).status_code == 200
+            # Retrieved by its owner: in the answer, never in the log.
+            listed = client.get("/api/v2/apikeys", headers=bearer(token)).get_json()
+            assert [k["apikey"] for k in listed if k["name"] == "dump"] == [key]
             client.get("/api/v2/devices", headers=apikey(key))  # 403
             client.get("/api/v2/devices", headers=apikey(key[:-1] + "x"))  # bad check
             client.get("/api/v2/devices", headers=bearer(fresh_world.tokens["revoked"]))
