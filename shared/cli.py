@@ -620,8 +620,9 @@ def apikey_create(obj: _Context, email: str, scopes: tuple[str, ...], name: str,
 
 
 def _sealer(settings: Settings) -> sealing.Sealer | None:
+    # Quiet: scripts read these commands' output; `sds config` shows the setting.
     try:
-        return sealing.from_settings(settings)
+        return sealing.from_settings(settings, warn=False)
     except sealing.SealError as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -80,13 +80,15 @@ class Sealer:
         return self._multi.rotate(bytes(sealed))
 
 
-def from_settings(settings: Settings) -> Sealer | None:
-    """The Sealer of these settings, or None for show-once keys (retrieval off, or no key)."""
+def from_settings(settings: Settings, *, warn: bool = True) -> Sealer | None:
+    """The Sealer of these settings, or None for show-once keys (retrieval off, or no key;
+    the latter logged as a warning unless `warn` is false)."""
     if not settings.apikey_retrievable:
         return None
     keys = parse_keys(settings.apikey_seal_keys)
     if not keys:
-        log.warning("SDS_APIKEY_SEAL_KEYS is not set: API keys are shown once and listed "
-                    "masked (set it, as deploy/run.sh does, to let owners retrieve them)")
+        if warn:
+            log.warning("SDS_APIKEY_SEAL_KEYS is not set: API keys are shown once and listed "
+                        "masked (set it, as deploy/run.sh does, to let owners retrieve them)")
         return None
     return Sealer(keys)
