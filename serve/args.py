@@ -1,8 +1,10 @@
 """Marshmallow schemas for the query strings of `/schemas` and `/data/{table}`.
 
 Each field parses one parameter into a typed value and turns a bad value into a message naming
-the parameter (answered as 400 by `serve.errors.Parser`). Unknown parameters are ignored (clients
-send `vol`, `apikey`, ...), and an empty value counts as absent.
+the parameter (answered as 400 by `serve.errors.Parser`). An empty value counts as absent. The
+schemas themselves ignore unknown parameters; `/data` applies `check_parameters` first: a near
+miss of a known name is a 400 ("did you mean temp?"), anything else is ignored and named in
+X-Ignored-Parameters (docs/api.md "Unknown parameters").
 """
 
 from __future__ import annotations
@@ -113,34 +115,67 @@ class _QuerySchema(ma.Schema):
         if not hasattr(data, "items"):
             return data
         clean = {k: v for k, v in data.items() if v not in ("", None)}
-        if isinstance(clean.get("order"), str):
-            clean["order"] = clean["order"].strip().lower()
+        for name in ("order", "format"):
+            if isinstance(clean.get(name), str):
+                clean[name] = clean[name].strip().lower()
         return clean
 
 
-class DataArgs(_QuerySchema):
-    """Query parameters of GET /api/v2/data/{table}."""
+MAX_DEVICES = 100  # device names in one /data request (device=A,B or repeated device=)
 
-    device = fields.String(metadata={"description": "Device name; device or location is required"})
+
+class DeviceNames(fields.List):
+    """`device=A,B` and/or repeated `device=` -> tuple of distinct names in request order
+    (None when every value is empty). Device names never hold a comma (letters, digits,
+    '_', '.', '-'), so splitting on it cannot change the meaning of a valid name."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(fields.String(), **kwargs)
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any
+                     ) -> tuple[str, ...] | None:
+        values = value if isinstance(value, list | tuple) else [value]
+        names: list[str] = []
+        for item in values:
+            if not isinstance(item, str):
+                raise ma.ValidationError("must be a device name")
+            for part in item.split(","):
+                name = part.strip()
+                if name and name not in names:
+                    names.append(name)
+        if len(names) > MAX_DEVICES:
+            raise ma.ValidationError(f"at most {MAX_DEVICES} devices in one request "
+                                     f"({len(names)} sent); page by location instead")
+        return tuple(names) or None
+
+
+class DataArgs(_QuerySchema):
+    """Query parameters of GET /api/v2/data/{table}, in the order the documentation lists
+    them (the path's `table` comes first, see serve.create_app)."""
+
+    device = DeviceNames(metadata={
+        "description": "Device name; device or location is required. Several devices: "
+                       "device=A,B or device=A&device=B (rows interleaved by time, then "
+                       "device)"})
     location = fields.String(metadata={
         "description": "Location id (or its name); device or location is required. With device: "
                        "that device's rows while it stood at this location"})
-    select = fields.String(metadata={
-        "description": "Comma-separated columns, returned in this order (default: all columns "
-                       "of the table, see /schemas/{table})"})
     start_time = Instant(metadata={
         "description": "Inclusive start: 2019-07-01 or 2019-07-01T12:00:00Z (offsets and "
                        "fractions accepted); default end_time minus the table's window"})
     end_time = Instant(metadata={"description": "Inclusive end, same forms; default now"})
+    select = fields.String(metadata={
+        "description": "Comma-separated columns, returned in this order (default: all columns "
+                       "of the table, see /schemas/{table})"})
+    order = fields.String(
+        validate=validate.OneOf(["asc", "desc"], error="must be asc or desc"),
+        metadata={"description": "Sort direction on time: asc (default) or desc",
+                  "enum": ["asc", "desc"]})
     limit = fields.Integer(
         validate=validate.Range(1, MAX_LIMIT, error="must be an integer from 1 to 10000"),
         error_messages={"invalid": "must be an integer from 1 to 10000"},
         metadata={"description": "Rows per page, 1..10000; default the table's row cap"})
     cursor = fields.String(metadata={"description": "X-Cursor-Next of the previous page"})
-    order = fields.String(
-        validate=validate.OneOf(["asc", "desc"], error="must be asc or desc"),
-        metadata={"description": "Sort direction on time: asc (default) or desc",
-                  "enum": ["asc", "desc"]})
     local_time = LocalTime(metadata={
         "description": "Adds a local_time column: an IANA zone (DST-aware, e.g. "
                        "America/New_York), an offset like -04:00, or seconds like -25200 (flat)"})
@@ -149,3 +184,111 @@ class DataArgs(_QuerySchema):
     size = UnitCode("size", metadata={"description": _unit_doc("size")})
     ratio = UnitCode("ratio", metadata={"description": _unit_doc("ratio")})
     speed = UnitCode("speed", metadata={"description": _unit_doc("speed")})
+    format = fields.String(
+        validate=validate.OneOf(["csv", "json"], error="must be csv or json"),
+        metadata={"description": "csv or json: the body's format, whatever Accept says "
+                                 "(default: from Accept, JSON unless text/csv is preferred)",
+                  "enum": ["csv", "json"]})
+    updated_since = Instant(metadata={
+        "description": "hourly, local_hourly, daily: only rows whose update_time is at or "
+                       "after this instant (new rows and rows recomputed for late data); "
+                       "start_time then defaults to no lower bound. Send back the response's "
+                       "X-Updated-Since-Next next time to get what changed since"})
+
+
+# ---- parameters the API does not know -------------------------------------------------------
+
+# Sent by real clients of the public API this one is modelled on (and by browsers' cache
+# busters); this API has no use for them. Never an error: ignored, and named in
+# X-Ignored-Parameters.
+TOLERATED = frozenset({
+    "order_by", "orderBy", "sortBy", "sort_by", "sort", "page", "page_size", "per_page", "vol",
+    "volumetric_soil_moisture_unit", "_", "callback", "v", "version", "tz_name",
+})
+# Other names for a parameter, as users write them: an error naming the right one.
+SYNONYMS = {
+    "from": "start_time", "to": "end_time", "start": "start_time", "end": "end_time",
+    "begin": "start_time", "since": "updated_since", "tz": "local_time",
+    "timezone": "local_time", "time_zone": "local_time", "columns": "select",
+    "fields": "select", "cols": "select", "devices": "device", "device_id": "device",
+    "location_id": "location", "locations": "location", "temperature": "temp",
+    "temperature_unit": "temp", "pressure": "pres", "precipitation": "size", "precip": "size",
+    "wind_speed": "speed", "humidity": "ratio", "rows": "limit", "count": "limit",
+    "next": "cursor", "page_token": "cursor", "sort_order": "order", "direction": "order",
+}
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\]]{1,64}$")
+_MAX_LISTED = 20
+
+
+def _distance(a: str, b: str) -> int:
+    """Damerau-Levenshtein distance (optimal string alignment) of two short names."""
+    rows = [list(range(len(b) + 1))]
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = 0 if a[i - 1] == b[j - 1] else 1
+            row[j] = min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def near_miss(name: str, known: frozenset[str]) -> str | None:
+    """The known parameter `name` was most likely meant to be, or None when it is no near miss.
+
+    A near miss: the same name in another case or with other separators (`Start-Time`,
+    `startTime`), a listed synonym (`from`, `temperature`), a known name of 4+ letters it
+    begins with (`temperature`, `pressure`), or one typo away (two for names of 8+ letters).
+    """
+    lowered = name.lower()
+    squashed = re.sub(r"[^a-z0-9]", "", lowered)
+    for k in sorted(known):
+        if lowered == k or squashed == k.replace("_", ""):
+            return k
+    if lowered in SYNONYMS and SYNONYMS[lowered] in known:
+        return SYNONYMS[lowered]
+    starts = [k for k in known if len(k) >= 4 and lowered.startswith(k)]
+    if starts:
+        return max(starts, key=len)
+    best: tuple[int, str] | None = None
+    for k in sorted(known):
+        if len(k) < 4:
+            continue
+        allowed = 2 if len(k) >= 8 else 1
+        d = _distance(lowered, k)
+        if d <= allowed and (best is None or d < best[0]):
+            best = (d, k)
+    return best[1] if best else None
+
+
+def check_parameters(names: list[str], known: frozenset[str]) -> list[str]:
+    """Apply the unknown-parameter policy (docs/api.md "Unknown parameters") to the query's
+    parameter names: BadParameter for near misses of `known` names (all of them in one
+    answer); the other unknown names, to be listed in X-Ignored-Parameters."""
+    misses: dict[str, str] = {}
+    ignored: list[str] = []
+    for name in names:
+        if name in known or name in ignored or name in misses:
+            continue
+        meant = None if name in TOLERATED else near_miss(name, known)
+        if meant is not None:
+            misses[name] = meant
+        else:
+            ignored.append(name)
+    if misses:
+        shown = {(n if len(n) <= 64 else n[:61] + "..."): m for n, m in misses.items()}
+        parts = [f"{n}: unknown parameter, did you mean {m}?" for n, m in shown.items()]
+        raise BadParameter(
+            "; ".join(parts) + " (an unknown parameter would otherwise change nothing)",
+            errors={n: [f"unknown parameter; did you mean {m}?"] for n, m in shown.items()})
+    return ignored
+
+
+def ignored_header(ignored: list[str]) -> str:
+    """X-Ignored-Parameters value: the names, comma-separated; names that are not plain
+    (odd characters, very long) are counted rather than echoed into a header."""
+    plain = [n for n in ignored if _SAFE_NAME.match(n)]
+    listed = plain[:_MAX_LISTED]
+    others = len(ignored) - len(listed)
+    return ", ".join(listed + ([f"({others} other)"] if others else []))

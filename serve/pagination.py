@@ -8,7 +8,9 @@ organisation): replayed with others it is a 400, as is any garbled or altered cu
 
 Layout before base64url (no padding): version (1 byte) | next time | window start | window end
 (each int64 microseconds since the epoch, big-endian) | parameter fingerprint (8 bytes) | device
-name (UTF-8) | HMAC-SHA256 tag over all of it, truncated to 16 bytes.
+name (UTF-8) | HMAC-SHA256 tag over all of it, truncated to 16 bytes. Version 2, used only by
+`updated_since` listings, adds the listing's update_time bound (int64 microseconds) after the
+window end, so every page reads the same changes and repeats the same watermark.
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from shared.errors import BadCursor
 log = logging.getLogger(__name__)
 
 VERSION = 1
+VERSION_BOUNDED = 2
 _HEAD = struct.Struct(">Bqqq8s")
+_HEAD_BOUNDED = struct.Struct(">Bqqqq8s")
 _TAG_BYTES = 16
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECRET_NAME = "cursor_hmac_key"
@@ -55,6 +59,7 @@ class CursorState:
     position: Position
     start: datetime
     end: datetime
+    bound: datetime | None = None  # updated_since listings: update_time < bound
 
 
 def derive_key(secret: str | bytes) -> bytes:
@@ -104,8 +109,13 @@ def _tag(key: bytes, body: bytes) -> bytes:
 def encode(state: CursorState, *, key: bytes, binding: Mapping[str, object]) -> str:
     """The opaque cursor string for `state`, bound to `binding`."""
     device = state.position.device.encode()
-    body = _HEAD.pack(VERSION, _micros(state.position.time), _micros(state.start),
-                      _micros(state.end), fingerprint(binding)) + device
+    if state.bound is None:
+        body = _HEAD.pack(VERSION, _micros(state.position.time), _micros(state.start),
+                          _micros(state.end), fingerprint(binding)) + device
+    else:
+        body = _HEAD_BOUNDED.pack(VERSION_BOUNDED, _micros(state.position.time),
+                                  _micros(state.start), _micros(state.end),
+                                  _micros(state.bound), fingerprint(binding)) + device
     return base64.urlsafe_b64encode(body + _tag(key, body)).rstrip(b"=").decode("ascii")
 
 
@@ -122,22 +132,32 @@ def decode(token: str, *, key: bytes, binding: Mapping[str, object]) -> CursorSt
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         raise BadCursor(_GARBLED, errors={"cursor": ["invalid cursor"]}) from None
-    if len(raw) < _HEAD.size + 1 + _TAG_BYTES or len(raw) > _HEAD.size + _MAX_DEVICE_BYTES + 16:
+    if (len(raw) < _HEAD.size + 1 + _TAG_BYTES
+            or len(raw) > _HEAD_BOUNDED.size + _MAX_DEVICE_BYTES + _TAG_BYTES):
         raise BadCursor(_GARBLED, errors={"cursor": ["invalid cursor"]})
     body, tag = raw[:-_TAG_BYTES], raw[-_TAG_BYTES:]
     if not hmac.compare_digest(tag, _tag(key, body)):
         raise BadCursor(_GARBLED, errors={"cursor": ["invalid cursor"]})
-    version, t_us, start_us, end_us, bound = _HEAD.unpack_from(body)
-    if version != VERSION:
+    bound_us: int | None = None
+    if body[0] == VERSION_BOUNDED:
+        if len(body) < _HEAD_BOUNDED.size + 1:
+            raise BadCursor(_GARBLED, errors={"cursor": ["invalid cursor"]})
+        head_size = _HEAD_BOUNDED.size
+        version, t_us, start_us, end_us, bound_us, bound = _HEAD_BOUNDED.unpack_from(body)
+    else:
+        head_size = _HEAD.size
+        version, t_us, start_us, end_us, bound = _HEAD.unpack_from(body)
+    if version not in (VERSION, VERSION_BOUNDED):
         raise BadCursor("cursor: issued by another version of the service; start again "
                         "without cursor", errors={"cursor": ["unsupported cursor version"]})
     if not hmac.compare_digest(bound, fingerprint(binding)):
         raise BadCursor(
             "cursor: it belongs to a listing with other parameters (table, device, location, "
-            "order, start_time or end_time differ); send it with the parameters of the request "
-            "that returned it", errors={"cursor": ["issued for other parameters"]})
+            "order, start_time, end_time or updated_since differ); send it with the parameters "
+            "of the request that returned it", errors={"cursor": ["issued for other parameters"]})
     try:
-        device = body[_HEAD.size:].decode()
-        return CursorState(Position(_instant(t_us), device), _instant(start_us), _instant(end_us))
+        device = body[head_size:].decode()
+        return CursorState(Position(_instant(t_us), device), _instant(start_us),
+                           _instant(end_us), None if bound_us is None else _instant(bound_us))
     except (UnicodeDecodeError, OverflowError):  # only reachable with a leaked key
         raise BadCursor(_GARBLED, errors={"cursor": ["invalid cursor"]}) from None

@@ -55,6 +55,13 @@ class Scan:
     # Location listings: restrict to these devices (the caller's), set only when a device of
     # another organisation was ever deployed at the location (see find_location).
     only_devices: tuple[str, ...] | None = None
+    # Several devices (device=A,B): their names, each already checked to be the caller's by
+    # find_devices; `device` is then None.
+    devices: tuple[str, ...] | None = None
+    # updated_since: rows with updated_since <= update_time < updated_before (the listing's
+    # watermark, see sync_watermark).
+    updated_since: datetime | None = None
+    updated_before: datetime | None = None
 
 
 def find_device(conn: psycopg.Connection, *, org: UUID, name: str) -> str:
@@ -64,6 +71,25 @@ def find_device(conn: psycopg.Connection, *, org: UUID, name: str) -> str:
     if row is None:
         raise UnknownDevice(f"unknown device {name!r}", errors={"device": ["unknown device"]})
     return str(row[0])
+
+
+def find_devices(conn: psycopg.Connection, *, org: UUID, names: tuple[str, ...]) -> None:
+    """UnknownDevice for the first of `names` (in request order) that is not a device of
+    `org`: the same 404 as for one device."""
+    found = {r[0] for r in conn.execute(
+        "SELECT name FROM devices WHERE org_id = %s AND name = ANY(%s)", (org, list(names)))}
+    for name in names:
+        if name not in found:
+            raise UnknownDevice(f"unknown device {name!r}", errors={"device": ["unknown device"]})
+
+
+def sync_watermark(conn: psycopg.Connection) -> datetime:
+    """The instant before which every row's update_time is final for readers: no transaction
+    that could still commit such a row is running (migration 0080). Must run in its own
+    statement before the snapshot that reads the rows."""
+    row = conn.execute("SELECT sds_sync_watermark()").fetchone()
+    assert row is not None
+    return row[0]
 
 
 def find_location(conn: psycopg.Connection, *, org: UUID, ref: str) -> tuple[UUID, bool]:
@@ -165,6 +191,8 @@ class _Shape:
 
     table: str
     device: bool
+    devices: bool
+    updated: bool
     location: bool
     only_devices: bool
     after_row: bool  # keyset predicate on (time, device); a device listing needs time only
@@ -175,7 +203,8 @@ class _Shape:
 
 def _shape(scan: Scan) -> _Shape:
     return _Shape(
-        scan.table.name, scan.device is not None, scan.location is not None,
+        scan.table.name, scan.device is not None, scan.devices is not None,
+        scan.updated_since is not None, scan.location is not None,
         scan.only_devices is not None and scan.device is None,
         scan.after is not None and scan.device is None, scan.start_day is not None,
         scan.end_day is not None, scan.descending)
@@ -191,6 +220,13 @@ def _tail_sql(shape: _Shape) -> str:
         # an empty answer is told apart from an unknown device by find_device afterwards.
         where.append(sql.SQL("t.device = %(device)s AND EXISTS (SELECT 1 FROM devices d"
                              " WHERE d.name = %(device)s AND d.org_id = %(org)s)"))
+    if shape.devices:
+        where.append(sql.SQL("t.device = ANY(%(devices)s)"))
+    if shape.updated:
+        # No index on update_time: this filters the rows the time/device keys select, so a
+        # sync costs a read of the listing's window (docs/api.md "Changed rows").
+        where.append(sql.SQL("t.update_time >= %(updated_since)s"
+                             " AND t.update_time < %(updated_before)s"))
     if shape.location:
         where.append(sql.SQL("t.location = %(location)s"))
     if shape.only_devices:
@@ -219,6 +255,11 @@ def _params(scan: Scan) -> dict[str, Any]:
                               "location": scan.location, "org": scan.org}
     if scan.only_devices is not None:
         params["only_devices"] = list(scan.only_devices)
+    if scan.devices is not None:
+        params["devices"] = list(scan.devices)
+    if scan.updated_since is not None:
+        params["updated_since"] = scan.updated_since
+        params["updated_before"] = scan.updated_before
     if scan.after is not None:
         params["after_time"] = scan.after.time
         params["after_device"] = scan.after.device

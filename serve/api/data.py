@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -27,13 +28,13 @@ from psycopg_pool import ConnectionPool
 
 from serve import pagination, queries, render
 from serve.api.schemas import table_or_404
-from serve.args import DataArgs, TimeArg
+from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
 from serve.errors import Blueprint
-from serve.pool import read_pool
+from serve.pool import ReadChoice, pool, read_pool
 from shared import units
-from shared.columns import Column, Table
-from shared.errors import BadParameter, BadTimeRange, UnknownColumn
+from shared.columns import TABLES, Column, Table
+from shared.errors import BadCursor, BadParameter, BadTimeRange, UnknownColumn
 from shared.units import Unit
 
 log = logging.getLogger(__name__)
@@ -104,10 +105,22 @@ def _time_key(arg: TimeArg | None) -> str:
     return arg.instant.isoformat() + ("/date" if arg.day is not None else "")
 
 
-def _window(table: Table, start: TimeArg | None, end: TimeArg | None) -> tuple[datetime, datetime]:
-    """Inclusive [start, end]: end defaults to now, start to end minus the table's window."""
+# An updated_since listing without start_time has no lower bound on time: a mirror wants
+# every row that changed, however old its time.
+_NO_START = datetime(1970, 1, 1, tzinfo=UTC)
+# The parameters of /data: the schema's, and `apikey`, read by authentication.
+KNOWN_PARAMETERS = frozenset(DataArgs().fields) | {"apikey"}
+
+
+def _window(table: Table, start: TimeArg | None, end: TimeArg | None, *,
+            unbounded: bool = False) -> tuple[datetime, datetime]:
+    """Inclusive [start, end]: end defaults to now, start to end minus the table's window
+    (to no lower bound when `unbounded`)."""
     end_at = end.instant if end is not None else datetime.now(UTC).replace(microsecond=0)
-    start_at = start.instant if start is not None else end_at - table.default_window
+    if start is not None:
+        start_at = start.instant
+    else:
+        start_at = min(_NO_START, end_at) if unbounded else end_at - table.default_window
     if start_at > end_at:
         shown_end = end.raw if end is not None else f"now ({end_at.isoformat()})"
         raise BadTimeRange(
@@ -125,7 +138,8 @@ class DataRequest:
     columns: tuple[Column, ...]
     units: dict[str, Unit]
     org: UUID
-    device: str | None  # the name as sent
+    device: str | None  # the name as sent, when one device is asked for
+    devices: tuple[str, ...] | None  # the names, when several are (device is then None)
     location: str | None  # the id or name as sent
     start_arg: TimeArg | None
     end_arg: TimeArg | None
@@ -136,16 +150,24 @@ class DataRequest:
     csv: bool
     local_tz: tzinfo | None
     cursor: str | None
+    updated_since: TimeArg | None = None
+    ignored: tuple[str, ...] = ()  # unknown parameters, named in X-Ignored-Parameters
 
     @classmethod
-    def parse(cls, args: Mapping[str, Any], table: str, *, org: UUID, csv: bool
-              ) -> DataRequest:
-        """Validate one request (404 for the table, then 400s in parameter order)."""
+    def parse(cls, args: Mapping[str, Any], table: str, *, org: UUID, csv: bool,
+              sent: list[str] | None = None) -> DataRequest:
+        """Validate one request (404 for the table, then 400s in parameter order). `sent` is
+        the query's parameter names, checked against the unknown-parameter policy; a
+        `format` parameter overrides `csv` (which comes from Accept)."""
         tbl = table_or_404(table)
+        ignored = check_parameters(sent or [], KNOWN_PARAMETERS)
         local = args.get("local_time")
         columns = select_columns(tbl, args.get("select"), local_time=local is not None)
-        device, location = args.get("device"), args.get("location")
-        if device is None and location is None:
+        names: tuple[str, ...] | None = args.get("device")
+        location = args.get("location")
+        device = names[0] if names is not None and len(names) == 1 else None
+        devices = names if names is not None and len(names) > 1 else None
+        if names is None and location is None:
             raise BadParameter(
                 "device or location is required (device=<name> and/or location=<id>)",
                 errors={"device": ["device or location is required"],
@@ -153,21 +175,45 @@ class DataRequest:
         chosen = {p: args.get(p) or units.parse_unit(p, None) for p in units.UNIT_PARAMS}
         start_arg: TimeArg | None = args.get("start_time")
         end_arg: TimeArg | None = args.get("end_time")
-        start, end = _window(tbl, start_arg, end_arg)
+        updated: TimeArg | None = args.get("updated_since")
+        if updated is not None and "update_time" not in tbl.column_names:
+            with_update = [t.name for t in TABLES.values()
+                           if "update_time" in t.column_names]
+            raise BadParameter(
+                f"updated_since: table {tbl.name} has no update_time (its rows are stored "
+                f"once, never recomputed); use it with {', '.join(with_update)}",
+                errors={"updated_since": [f"not available on {tbl.name}"]})
+        start, end = _window(tbl, start_arg, end_arg, unbounded=updated is not None)
+        fmt = args.get("format")
         return cls(
-            table=tbl, columns=columns, units=chosen, org=org, device=device, location=location,
-            start_arg=start_arg, end_arg=end_arg, start=start, end=end,
+            table=tbl, columns=columns, units=chosen, org=org, device=device, devices=devices,
+            location=location, start_arg=start_arg, end_arg=end_arg, start=start, end=end,
             descending=args.get("order") == "desc", limit=args.get("limit") or tbl.row_cap,
-            csv=csv, local_tz=local.tz if local is not None else None,
-            cursor=args.get("cursor"))
+            csv=(fmt == "csv") if fmt is not None else csv,
+            local_tz=local.tz if local is not None else None,
+            cursor=args.get("cursor"), updated_since=updated, ignored=tuple(ignored))
 
     def binding(self, location: UUID | None) -> dict[str, object]:
-        """What a cursor of this listing is bound to: a cursor fits only the same listing."""
-        return {
-            "org": self.org, "table": self.table.name, "device": self.device,
+        """What a cursor of this listing is bound to: a cursor fits only the same listing.
+        (Keys are added only for the new parameters in use, so the cursors of listings
+        without them are bound exactly as before.)"""
+        binding: dict[str, object] = {
+            "org": self.org, "table": self.table.name,
+            "device": self.device if self.devices is None else ",".join(sorted(self.devices)),
             "location": location, "order": "desc" if self.descending else "asc",
             "start_time": _time_key(self.start_arg), "end_time": _time_key(self.end_arg),
         }
+        if self.updated_since is not None:
+            binding["updated_since"] = self.updated_since.instant.isoformat()
+        return binding
+
+    def filename(self) -> str:
+        """A download name for a CSV page: table, device(s) or location, window dates."""
+        who = self.device or (f"{len(self.devices)}-devices" if self.devices else None) or (
+            f"location-{self.location}")
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", who)[:80]
+        return (f"{self.table.name}_{safe}_{self.start.date().isoformat()}_"
+                f"{self.end.date().isoformat()}.csv")
 
     def day(self, arg: TimeArg | None) -> date | None:
         """The local day a date-only bound names, for tables of daily resolution."""
@@ -193,6 +239,7 @@ class DataPage:
         self._body: Iterator[bytes] = iter(())
         self._binding: dict[str, object] = {}
         self.start, self.end = req.start, req.end  # a cursor carries its listing's window
+        self.bound: datetime | None = None  # updated_since: the listing's watermark
         self.following: pagination.Position | None = None
 
     # -- plan ----------------------------------------------------------------------------------
@@ -218,6 +265,12 @@ class DataPage:
     def _scan(self, conn: psycopg.Connection) -> queries.Scan:
         """The tenant-checked lookups and the cursor: what one statement of the page reads."""
         req, org = self.req, self.req.org
+        if req.updated_since is not None and req.cursor is None:
+            # The first page fixes the listing's watermark, in a statement of its own before
+            # the snapshot that reads rows (see queries.sync_watermark).
+            conn.autocommit = True
+            self.bound = queries.sync_watermark(conn)
+            conn.autocommit = False
         if req.csv:
             # Lookups, next-page key and COPY read one snapshot.
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -226,22 +279,30 @@ class DataPage:
         else:
             # A JSON page usually takes one statement (see _plan_json): no transaction.
             conn.autocommit = True
+        if req.devices is not None:
+            queries.find_devices(conn, org=org, names=req.devices)
         location, foreign = (queries.find_location(conn, org=org, ref=req.location)
                              if req.location else (None, False))
         only_devices = None
-        if location is not None and req.device is None and foreign:
+        if location is not None and req.device is None and req.devices is None and foreign:
             only_devices = queries.org_device_names(conn, org=org)
         self._binding = req.binding(location)
         after = None
         if req.cursor is not None:
             state = pagination.decode(req.cursor, key=self._key, binding=self._binding)
             self.start, self.end, after = state.start, state.end, state.position
+            self.bound = state.bound
+            if req.updated_since is not None and self.bound is None:  # only with a leaked key
+                raise BadCursor("cursor: not from an updated_since listing; start again "
+                                "without cursor", errors={"cursor": ["invalid cursor"]})
         return queries.Scan(
             table=req.table, columns=req.columns, units=req.units, org=org, device=req.device,
             location=location, start=self.start, end=self.end,
             start_day=req.day(req.start_arg), end_day=req.day(req.end_arg),
             after=after, descending=req.descending, limit=req.limit, csv=req.csv,
-            only_devices=only_devices)
+            only_devices=only_devices, devices=req.devices,
+            updated_since=req.updated_since.instant if req.updated_since else None,
+            updated_before=self.bound)
 
     def _plan_json(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
         """Next-page key and body of a JSON page; `conn` is in autocommit.
@@ -300,10 +361,17 @@ class DataPage:
             "text/csv; charset=utf-8" if req.csv else "application/json"))
         response.headers["X-Units"] = render.units_header(req.columns, req.units)
         response.vary.add("Accept")
+        if req.csv:
+            response.headers["Content-Disposition"] = (
+                f'attachment; filename="{req.filename()}"')
+        if req.ignored:
+            response.headers["X-Ignored-Parameters"] = ignored_header(list(req.ignored))
+        if self.bound is not None:
+            response.headers["X-Updated-Since-Next"] = _iso_micros(self.bound)
         if self.following is not None:
             response.headers["X-Cursor-Next"] = pagination.encode(
-                pagination.CursorState(self.following, self.start, self.end), key=self._key,
-                binding=self._binding)
+                pagination.CursorState(self.following, self.start, self.end, self.bound),
+                key=self._key, binding=self._binding)
         return response
 
     def __iter__(self) -> Iterator[bytes]:
@@ -333,6 +401,11 @@ class DataPage:
             self._pool.putconn(conn)
 
 
+def _iso_micros(t: datetime) -> str:
+    """2026-11-24T05:04:52.123456Z: an update_time watermark, to the microsecond."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 @blp.route("/<table>")
 @requires("data:read")
 @blp.arguments(DataArgs, location="query", as_kwargs=False)
@@ -351,10 +424,15 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
     gives CSV; otherwise JSON.
     """
     req = DataRequest.parse(args, table, org=current_principal().org_id,
-                            csv=render.wants_csv(request.accept_mimetypes))
+                            csv=render.wants_csv(request.accept_mimetypes),
+                            sent=list(request.args.keys()))
     # Reads go to the hot standby while it is current enough (SDS_DATABASE_READ_URL); the
-    # credential check and rate counting before this view used the primary.
+    # credential check and rate counting before this view used the primary. An updated_since
+    # listing reads the primary: its watermark is the primary's oldest running writer, and a
+    # standby may not have replayed every row stamped before it yet.
     source = read_pool()
+    if req.updated_since is not None and source.pool is not pool():
+        source = ReadChoice(pool(), 'primary; reason="updated_since reads the primary"')
     page = DataPage(req, source.pool, current_app.extensions["cursor_key"])
     page.plan()
     response = page.response()
