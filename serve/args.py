@@ -139,8 +139,10 @@ class DeviceNames(fields.List):
         for item in values:
             if not isinstance(item, str):
                 raise ma.ValidationError("must be a device name")
-            for part in item.split(","):
-                name = part.strip()
+            # A single name is taken as sent (a stray space stays a 404, as it always was);
+            # the parts of a comma list may be spaced ("A, B").
+            parts = [p.strip() for p in item.split(",")] if "," in item else [item]
+            for name in parts:
                 if name and name not in names:
                     names.append(name)
         if len(names) > MAX_DEVICES:

@@ -25,6 +25,7 @@ from typing import Any
 import click
 import paho.mqtt.client as mqtt
 import psycopg
+from psycopg import sql
 
 from shared import accounts, clitools, config, migrate, sealing
 from shared.config import Settings
@@ -581,9 +582,9 @@ def _where_it_landed(conn: psycopg.Connection, name: str, kind: str, body: str,
                 pass
     table = "health" if kind == "health" else "calibrated"
     if times:
-        for t, loc in conn.execute(
-                f"SELECT time, location FROM {table} WHERE device = %s"  # noqa: S608  fixed names
-                " AND time = ANY(%s) ORDER BY time", (name, times)):
+        stmt = sql.SQL("SELECT time, location FROM {} WHERE device = %s AND time = ANY(%s)"
+                       " ORDER BY time").format(sql.Identifier(table))
+        for t, loc in conn.execute(stmt, (name, times)):
             where = "no location (not deployed at that time)"
             if loc is not None:
                 found = conn.execute("SELECT name FROM locations WHERE id = %s",
