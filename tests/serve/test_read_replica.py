@@ -162,3 +162,21 @@ def test_writes_go_to_the_primary_and_a_lost_standby_falls_back(
         assert source == 'primary; reason="standby unreachable"' and rows >= 100
     finally:
         standby.restart()
+
+
+def test_updated_since_reads_the_primary(
+    app: Flask, pair: tuple[PostgresServer, PostgresServer, str],
+) -> None:
+    """The watermark of an updated_since listing is the primary's oldest running writer; the
+    standby may lack rows stamped before it, so such a listing reads the primary."""
+    primary, standby, key = pair
+    with psycopg.connect(primary.dsn("api")) as c:
+        c.execute("INSERT INTO hourly (time, device, tair) VALUES (%s, 'R1', 20)", (T0,))
+    _caught_up(primary, standby)
+    time.sleep(1.1)  # a row is listed once the watermark (1 s behind) has passed its stamp
+    r = app.test_client().get(
+        "/api/v2/data/hourly?device=R1&updated_since=2000-01-01",
+        headers={"Authorization": f"Apikey {key}"})
+    assert r.status_code == 200, r.get_data(as_text=True)
+    assert r.headers["X-Read-Source"] == 'primary; reason="updated_since reads the primary"'
+    assert len(r.get_json()) == 1 and "X-Updated-Since-Next" in r.headers
