@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 from shared import credentials, sealing
 from shared.cli import main as sds
 from tests.access.conftest import PASSWORDS, World, apikey, basic, bearer, close_app, make_app
+from tests.support.figures import Figures
 
 A1 = basic("a1@a.example")
 SEAL = sealing.new_key()
@@ -44,7 +45,7 @@ def _sealed_column(url: str, key_id: str) -> bytes | None:
     return None if row[0] is None else bytes(row[0])
 
 
-def test_legacy_client_second_run(fresh_world: World) -> None:
+def test_legacy_client_second_run(fresh_world: World, figures: Figures) -> None:
     """First run: create `data apikey` with basic auth. Second run (a new process, same
     settings): list the keys, pick `data apikey`, use its `apikey` field: 200, not 401."""
     first = make_app(fresh_world.url, apikey_seal_keys=SEAL)
@@ -71,6 +72,12 @@ def test_legacy_client_second_run(fresh_world: World) -> None:
     # At rest: the digest and a sealed copy, never the value.
     sealed = _sealed_column(fresh_world.url, _listed_id(fresh_world, "data apikey"))
     assert sealed is not None and created.encode() not in sealed
+    figures.record("legacy_client_second_run", "200 with basic and bearer",
+                   section="security",
+                   title="Legacy client's second run: lists keys, picks 'data apikey', uses its "
+                         "apikey field on /data (key at rest: digest + Fernet-sealed copy)",
+                   target="200 (was 401: listings were masked)",
+                   source="tests/access/test_key_retrieval.py::test_legacy_client_second_run")
 
 
 def _listed_id(world: World, name: str) -> str:

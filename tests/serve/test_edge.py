@@ -237,7 +237,8 @@ def _wait_line(path: Path, needle: str) -> list[str]:
     raise AssertionError(f"no log line with {needle!r} in {path}")
 
 
-def test_access_logs_escape_control_characters(api: GunicornServer, edge: NginxEdge) -> None:
+def test_access_logs_escape_control_characters(api: GunicornServer, edge: NginxEdge,
+                                               figures: Figures) -> None:
     """CR, LF, NUL and tab decoded from the URL do not reach either log raw (finding 5)."""
     evil = "/api/v2/forged%0d%0a127.0.0.1%20-%20-%20FAKE%09line%00end%22q"
     get(api.port, evil)  # straight at gunicorn (its own log)
@@ -253,3 +254,7 @@ def test_access_logs_escape_control_characters(api: GunicornServer, edge: NginxE
         assert "\x00" not in text and "\r" not in text and "\t" not in text
         assert not any(line.startswith("FAKE") or line.startswith("127.0.0.1 - - FAKE")
                        for line in text.splitlines())
+    figures.record("access_log_control_chars_raw", 0, section="security",
+                   title="Raw CR, LF, NUL or tab from the URL in gunicorn's and nginx's access "
+                         "logs (escaped as \\xHH)", target="0",
+                   source="tests/serve/test_edge.py::test_access_logs_escape_control_characters")

@@ -8,6 +8,7 @@ from flask.testing import FlaskClient
 
 from shared.columns import TABLES
 from tests.serve.conftest import World
+from tests.support.figures import Figures
 
 RANGE = "1900-01-01T00:00:00Z to 2999-12-31T23:59:59Z"
 EXTREMES = ["0001-01-01", "0001-01-01T00:00:00+01:00", "9999-12-31T23:55:00-01:00",
@@ -26,6 +27,30 @@ def test_extreme_times_are_a_400_naming_the_range(client: FlaskClient, world: Wo
         body = resp.get_json()
         assert body["message"].startswith(f"{param}: ") and RANGE in body["message"], body
         assert param in body["errors"]
+
+
+def test_extreme_times_anywhere_figure(client: FlaskClient, world: World,
+                                       figures: Figures) -> None:
+    """Every table x both bounds x every extreme x JSON/CSV, plus local_time and order: the
+    count of answers and of 5xx, recorded."""
+    answers = five_xx = 0
+    for table in TABLES:
+        for param in ("start_time", "end_time"):
+            for value in EXTREMES:
+                for extra in ({}, {"local_time": "+14:00", "order": "desc"}):
+                    for fmt in ("application/json", "text/csv"):
+                        resp = client.get(f"/api/v2/data/{table}", query_string={
+                            "device": "D1", param: value, **extra},
+                            headers=world.headers(Accept=fmt))
+                        answers += 1
+                        five_xx += resp.status_code >= 500
+                        assert resp.status_code == 400
+    figures.record("extreme_times_5xx", f"{five_xx}/{answers}", section="security",
+                   title="Extreme but well-formed start_time/end_time (year 1, 9999 with "
+                         "offsets, just outside 1900..2999) on every /data table: 5xx / answers",
+                   target="0 (each a 400 naming the range)",
+                   source="tests/serve/test_hostile_input.py::test_extreme_times_anywhere_figure")
+    assert five_xx == 0
 
 
 @pytest.mark.parametrize("value", ["1900-01-01", "2999-12-31T23:59:59Z"])
@@ -66,7 +91,7 @@ def formula_device(world: World) -> str:
 
 
 def test_csv_text_cells_cannot_start_a_formula(client: FlaskClient, world: World,
-                                               formula_device: str) -> None:
+                                               formula_device: str, figures: Figures) -> None:
     import csv
     import io
 
@@ -83,6 +108,13 @@ def test_csv_text_cells_cannot_start_a_formula(client: FlaskClient, world: World
         else:
             assert cell == original
         assert cell[0] not in "=+-@\t\r"
+    inert = sum(1 for c, o in zip(cells, FORMULAS, strict=True)
+                if o[0] in "=+-@\t\r" and c == "'" + o)
+    figures.record("csv_formula_cells_inert", f"{inert}/6", section="security",
+                   title="CSV text cells starting with = + - @ tab CR served with a leading ' "
+                         "(negative numbers unchanged)", target="6/6",
+                   source="tests/serve/test_hostile_input.py::"
+                          "test_csv_text_cells_cannot_start_a_formula")
     # Numbers, negative ones included, are left as numbers.
     assert [r[1] for r in rows[1:]] == [f"{-5.5 - i:g}" for i in range(len(FORMULAS))]
     # JSON is not a spreadsheet format: values are served as stored.

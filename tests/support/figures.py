@@ -66,6 +66,9 @@ PROMISES = """\
 - **Lateness horizon.** Readings up to `SDS_INGEST_HORIZON_DAYS` (default 400) days old are
   accepted and their hourly, local-hourly and daily buckets recomputed; older ones are
   quarantined with reason `too_old`.
+- **Slow clients** cannot exhaust the API: the nginx edge reads whole requests (header within
+  10 s) before gunicorn sees them; `/api/v2/health` stays under 100 ms at p99 through 50
+  slow-header connections, while the same attack on gunicorn alone stops it (figures below).
 - **Rollups** are recomputed from raw rows (never incremented), so repeats and races cannot
   double count; a late reading recomputes about one bucket per rollup table.
 """
