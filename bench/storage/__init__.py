@@ -1,0 +1,1 @@
+"""Benchmark of storage per device-year (run: python -m bench.storage)."""
