@@ -516,8 +516,8 @@ def test_ingester_session_is_durable_synchronous(
         assert c.execute("SHOW fsync").fetchone()[0] == "on"
     ingester = Ingester(proc_settings.replace(database_url=url))
     try:
-        db = ingester._db()
+        db = ingester.committer.db()
         assert db.execute("SHOW synchronous_commit").fetchone()[0] == "on"
         assert db.execute("SHOW application_name").fetchone()[0] == "sds-ingest"
     finally:
-        ingester._drop_db()
+        ingester.committer.drop_db()

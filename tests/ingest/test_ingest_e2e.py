@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from ingest import derive
-from ingest.client import Ingester, _Inbound
+from ingest.client import Ingester
+from ingest.committer import Delivery
 from shared import accounts
 from shared.config import Settings
 from tests.ingest.conftest import (
@@ -229,9 +230,9 @@ def test_in_flight_window_versus_batching(
     s = mqtt_settings.replace(ingest_batch_size=100, ingest_receive_maximum=20,
                               ingest_flush_interval=1000.0 if shape == "no_timer_stalls" else 1.0)
     running = RunningIngester(s)
-    assert running.ingester.batch_limit == 20
+    assert running.ingester.committer.batch_limit == 20
     if shape != "window_limits_batch":
-        running.ingester.batch_limit = 100  # a batch larger than the window
+        running.ingester.committer.batch_limit = 100  # a batch larger than the window
     running.start()
     try:
         t0 = now_slot(10)
@@ -275,35 +276,35 @@ def test_ack_discipline_with_fake_client(
     """R4: acks only after commit, once per message, in receive order; none when the DB fails."""
     acks: list[int] = []
 
-    class FakeClient:
+    class FakeClient:  # stands in for paho's client under the real MqttLink
         def ack(self, mid: int, qos: int) -> None:
             acks.append(mid)
 
-    def inbound(ing: Ingester, mid: int, body: bytes) -> _Inbound:
-        return ing.inbound(ing._generation, mid, 1, topic(mqtt_settings), body)
+    def inbound(ing: Ingester, mid: int, body: bytes) -> Delivery:
+        return ing.inbound(ing.link.generation, mid, 1, topic(mqtt_settings), body)
 
     good = json.dumps({"time": iso(now_slot(10)), "tair": 1.0}).encode()
     ing = Ingester(mqtt_settings)
-    ing._client = FakeClient()  # type: ignore[assignment]
-    ing._connected = True
-    ing._flush([inbound(ing, 7, good), inbound(ing, 3, b"{bad"), inbound(ing, 5, good)])
+    ing.link.client = FakeClient()  # type: ignore[assignment]
+    ing.link._connected = True
+    ing.committer.flush([inbound(ing, 7, good), inbound(ing, 3, b"{bad"), inbound(ing, 5, good)])
     assert acks == [7, 3, 5]  # receive order; the bad one is quarantined and acked too
     assert count(conn, "SELECT count(*) FROM quarantine") == 1
     # A message from an earlier connection generation is never acked on the new one.
     stale = inbound(ing, 9, good)
-    ing._generation += 1
-    ing._flush([stale])
+    ing.link._generation += 1
+    ing.committer.flush([stale])
     assert acks == [7, 3, 5] and ing.metrics.ack_skipped._value.get() == 1
-    ing._drop_db()
+    ing.committer.drop_db()
     ing.leader.release()
 
     # Database unreachable: nothing is acked, neither good nor bad messages.
-    monkeypatch.setattr("ingest.client.STOP_GRACE", 0.5)
+    monkeypatch.setattr("ingest.committer.STOP_GRACE", 0.5)
     down = Ingester(mqtt_settings.replace(
         database_url="postgresql://nobody@127.0.0.1:1/none"))
-    down._client = FakeClient()  # type: ignore[assignment]
-    down._connected = True
+    down.link.client = FakeClient()  # type: ignore[assignment]
+    down.link._connected = True
     down.stop()
-    down._flush([inbound(down, 11, good), inbound(down, 12, b"{bad")])
+    down.committer.flush([inbound(down, 11, good), inbound(down, 12, b"{bad")])
     assert acks == [7, 3, 5]
     assert down.metrics.db_errors._value.get() >= 1

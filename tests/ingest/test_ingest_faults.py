@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ingest.client import retry_later
+from ingest.committer import retry_later
 from shared import accounts
 from shared.config import Settings
 from tests.ingest.conftest import (

@@ -1,0 +1,167 @@
+"""paho-mqtt wiring of the ingester: one MQTT 5 connection with a persistent session.
+
+- paho 2.x, `CallbackAPIVersion.VERSION2`, MQTT 5, a fixed client id, `clean_start=False` and a
+  SessionExpiryInterval: the broker keeps the session and queues QoS 1 messages while the
+  ingester is away (paho's default Clean Start would discard them on every restart).
+- Subscriptions are made in `on_connect`, so every reconnect renews them. They cover all of
+  `{prefix}/#` (a device's message on a topic the ingester does not accept is quarantined as
+  `bad_topic`, not left without a subscriber) with Retain Handling 2: the broker never sends
+  a stored retained message on (re)subscribing. A retained publish still reaches the ingester
+  once, as it is published (or queued in the session while the ingester is away), so a
+  reconnect can neither re-ingest nor re-quarantine it.
+- `manual_ack=True`: the committer acknowledges a message after its commit. Acks carry the
+  connection generation that delivered the message; an ack from an earlier connection is never
+  sent on a later one (its message ids mean nothing there).
+- The broker sends at most Receive Maximum unacknowledged messages (mosquitto honours the
+  client's CONNECT property over max_inflight_messages).
+- Every (re)connect first calls `may_connect`, which raises to veto it (the leader check: a
+  leader that lost its lock must not take the session back from its standby).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from ingest import topics
+from ingest.metrics import Metrics
+from shared.config import Settings
+
+log = logging.getLogger(__name__)
+
+# (generation, mid, qos, topic, payload, dup) of one received message
+OnMessage = Callable[[int, int, int, str, bytes, bool], None]
+
+
+class MqttLink:
+    """The broker connection: connect, subscribe, receive, acknowledge by generation."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, *, on_message: OnMessage,
+                 may_connect: Callable[[], None], stopping: threading.Event) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.receive_maximum = max(1, min(65535, settings.ingest_receive_maximum))
+        self.ready = threading.Event()  # set once subscribed (tests wait on it)
+        self._deliver = on_message
+        self._may_connect = may_connect
+        self._stopping = stopping
+        self._lock = threading.Lock()  # guards _generation/_connected against ack()
+        self._generation = 0
+        self._connected = False
+        self._connects = 0
+        self.client = self._make_client()
+
+    @property
+    def generation(self) -> int:
+        """The current connection's generation (bumped on every connect and disconnect)."""
+        return self._generation
+
+    def start(self) -> None:
+        """Connect in the background (retrying with back-off) and run paho's network thread."""
+        s = self.settings
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = s.mqtt_session_expiry
+        props.ReceiveMaximum = self.receive_maximum
+        log.info("connecting to mqtt %s:%d as %s (client id %s, receive maximum %d)",
+                 s.mqtt_host, s.mqtt_port, s.mqtt_username or "(anonymous)", s.mqtt_client_id,
+                 self.receive_maximum)
+        self.client.connect_async(s.mqtt_host, s.mqtt_port, keepalive=s.mqtt_keepalive,
+                                  clean_start=False, properties=props)
+        logging.getLogger("paho").addFilter(self._quiet_when_stopping)
+        self.client.loop_start()
+
+    def close(self) -> None:
+        """Disconnect (the session stays on the broker); no ack is sent after this."""
+        with self._lock:
+            self._connected = False
+            self._generation += 1
+        self.client.disconnect()
+        self.client.loop_stop()
+        logging.getLogger("paho").removeFilter(self._quiet_when_stopping)
+
+    def ack(self, generation: int, mid: int, qos: int) -> bool:
+        """Acknowledge `mid` if the connection that delivered it is still the current one;
+        False when it is gone (the broker redelivers the message)."""
+        with self._lock:
+            if generation == self._generation and self._connected:
+                self.client.ack(mid, qos)
+                return True
+        return False
+
+    # ---- paho callbacks (paho's network thread) ----------------------------------------------
+
+    def _make_client(self) -> mqtt.Client:
+        s = self.settings
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=s.mqtt_client_id,
+                             protocol=mqtt.MQTTv5, manual_ack=True)
+        client.enable_logger(logging.getLogger("paho"))
+        if s.mqtt_username:
+            client.username_pw_set(s.mqtt_username, s.mqtt_password)
+        if s.mqtt_tls_ca:
+            client.tls_set(ca_certs=s.mqtt_tls_ca)
+        client.reconnect_delay_set(min_delay=1, max_delay=30)
+        client.on_pre_connect = lambda _c, _u: self._may_connect()
+        client.on_connect = self._on_connect
+        client.on_disconnect = self._on_disconnect
+        client.on_message = self._on_message
+        client.on_subscribe = self._on_subscribe
+        return client
+
+    def _quiet_when_stopping(self, record: logging.LogRecord) -> bool:
+        # paho 2.2 logs "Client is not connected" at ERROR when its loop ends after our own
+        # disconnect; that is the expected end of a graceful stop, not an error.
+        return not (self._stopping.is_set() and "not connected" in str(record.msg))
+
+    def _on_connect(self, client: mqtt.Client, _userdata: object, flags: mqtt.ConnectFlags,
+                    reason_code: ReasonCode, _props: Properties | None) -> None:
+        if reason_code.is_failure:
+            log.error("broker refused the connection: %s", reason_code)
+            return
+        with self._lock:
+            self._generation += 1
+            self._connected = True
+        self._connects += 1
+        self.metrics.connects.inc()
+        self.metrics.session_present.set(1 if flags.session_present else 0)
+        if flags.session_present:
+            log.info("connected; broker resumed the session")
+        elif self._connects > 1:
+            self.metrics.session_lost.inc()
+            log.error("connected, but the broker had no session for %s: messages queued for the "
+                      "ingester while it was away may be lost", self.settings.mqtt_client_id)
+        else:
+            log.info("connected; new session (first start, or the broker lost the old one)")
+        opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
+        client.subscribe([(t, opts) for t in topics.subscriptions(self.settings.topic_prefix)])
+
+    def _on_subscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
+                      reason_codes: list[ReasonCode], _props: Properties | None) -> None:
+        failed = [rc for rc in reason_codes if rc.is_failure]
+        if failed:
+            log.error("subscription refused: %s", ", ".join(str(rc) for rc in failed))
+        else:
+            self.ready.set()
+
+    def _on_disconnect(self, _client: mqtt.Client, _userdata: object,
+                       _flags: mqtt.DisconnectFlags, reason_code: ReasonCode,
+                       _props: Properties | None) -> None:
+        with self._lock:
+            self._generation += 1
+            self._connected = False
+        if not self._stopping.is_set():
+            log.warning("disconnected from the broker (%s); reconnecting", reason_code)
+
+    def _on_message(self, _client: mqtt.Client, _userdata: object,
+                    msg: mqtt.MQTTMessage) -> None:
+        try:
+            topic = msg.topic
+        except UnicodeDecodeError:
+            topic = repr(msg._topic)  # mosquitto refuses such topics; kept for the record
+        self._deliver(self._generation, msg.mid, msg.qos, topic, msg.payload, bool(msg.dup))
