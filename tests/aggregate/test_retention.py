@@ -278,3 +278,19 @@ def test_a_horizon_a_late_reading_could_reach_is_refused(world: str, tmp_path: P
         s2 = _settings(world, tmp_path).replace(retention_export_dir=None)
         with pytest.raises(lifecycle.RetentionError, match="SDS_RETENTION_EXPORT_DIR"):
             lifecycle.run(c, s2)
+
+
+def test_the_scheduler_runs_retention_only_with_an_export_directory(tmp_path: Path) -> None:
+    from aggregate.__main__ import build_scheduler
+    from aggregate.leader import LeaderLock
+
+    leader = LeaderLock("postgresql://unused")
+    off = build_scheduler(None, Settings(retention_calibrated_days=500), leader,  # type: ignore[arg-type]
+                          "test:1")
+    assert jobs.RETENTION_JOB not in {j.id for j in off.get_jobs()}
+    on = build_scheduler(None, Settings(retention_export_dir=str(tmp_path),  # type: ignore[arg-type]
+                                        retention_interval=7200), leader, "test:1")
+    job = {j.id: j for j in on.get_jobs()}[jobs.RETENTION_JOB]
+    assert job.trigger.interval == timedelta(seconds=7200)
+    assert job.coalesce is True and job.max_instances == 1
+    assert job.kwargs["guard"] == leader.guard  # leader-locked like the rollups
