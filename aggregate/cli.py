@@ -3,6 +3,7 @@ re-bucketing a location after its time zone changed)."""
 
 from __future__ import annotations
 
+import time
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from uuid import UUID
@@ -64,8 +65,8 @@ def run() -> None:
 @click.option("--to", "end", default=None, help="End (exclusive), ISO date or instant; default now")
 @click.option("--chunk-days", default=7, show_default=True, type=click.IntRange(1, 366),
               help="Days recomputed per transaction")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 3),
-              help="Tables computed side by side (one database connection each)")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 8),
+              help="Devices split between parallel workers (one database connection each)")
 def backfill(tables: tuple[str, ...], devices: tuple[str, ...], start: str, end: str | None,
              chunk_days: int, workers: int) -> None:
     """Recompute every bucket with readings between --from and --to from the raw rows."""
@@ -76,10 +77,16 @@ def backfill(tables: tuple[str, ...], devices: tuple[str, ...], start: str, end:
     if hi <= lo:
         raise click.BadParameter("must be after --from", param_hint="--to")
     chosen = tables or rollups.TABLE_ORDER
-    steps = len(chosen) * len(jobs.chunks(lo, hi, chunk_days))
-    with _connect(settings) as conn, tqdm(total=steps, unit="chunk") as bar:
-        def progress(table: str, upto: datetime, n: int) -> None:
-            bar.set_description(f"{table} to {upto:%Y-%m-%d}")
+    # One step per piece and worker; tqdm's ETA follows the pieces, the postfix the readings.
+    steps = workers * len(jobs.chunks(lo, hi, chunk_days))
+    started = time.monotonic()
+    read = {"readings": 0}
+    with _connect(settings) as conn, tqdm(total=steps, unit="piece") as bar:
+        def progress(p: jobs.Progress) -> None:
+            read["readings"] += p.readings
+            rate = read["readings"] / max(time.monotonic() - started, 1e-6)
+            bar.set_description(f"to {p.upto:%Y-%m-%d}")
+            bar.set_postfix_str(f"{read['readings']:,} readings, {rate:,.0f} readings/s")
             bar.update(1)
 
         written = jobs.backfill(conn, tables=chosen, start=lo, end=hi,

@@ -15,6 +15,7 @@ import socket
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -30,8 +31,6 @@ log = logging.getLogger(__name__)
 BATCH = 2000  # marks per transaction: bounds lock time and memory per step
 MAX_BATCHES = 500  # per run; a backlog beyond this continues on the next tick
 
-# A bucket starting inside a backfill piece holds readings up to a local day (+DST) later.
-LOOKAHEAD = timedelta(hours=27)
 
 Guard = Callable[[psycopg.Connection], None]
 
@@ -196,67 +195,58 @@ def chunks(start: datetime, end: datetime, days: int) -> list[tuple[datetime, da
     return out
 
 
-def backfill_chunk(
-    conn: psycopg.Connection, *, table: str, start: datetime, end: datetime, first: bool,
-    last: bool, devices: Sequence[str] | None, low_quality_pct: float,
-    spans: Sequence[rollups.Span] | None = None,
-) -> int:
-    """Recompute the `table` buckets that start in `[start, end)` and hold readings.
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One finished backfill piece: its end, worker share, rows written and readings read."""
 
-    The first piece also takes the bucket containing `start`, the last one buckets that run
-    past `end`; buckets are always recomputed whole. Caller owns the transaction.
-    """
-    found = rollups.buckets_in_range(conn, table=table, start=start,
-                                     end=end if last else end + LOOKAHEAD, devices=devices,
-                                     spans=spans)
-    keep = [b for b in found if (first or b.start >= start) and b.start < end]
-    return rollups.recompute(conn, table=table, buckets=keep, low_quality_pct=low_quality_pct)
+    upto: datetime
+    share: int
+    written: int
+    readings: int
 
 
 def backfill(
     conn: psycopg.Connection, *, tables: Sequence[str], start: datetime, end: datetime,
     devices: Sequence[str] | None, low_quality_pct: float, chunk_days: int = 7,
-    progress: Callable[[str, datetime, int], None] | None = None, workers: int = 1,
+    progress: Callable[[Progress], None] | None = None, workers: int = 1,
     connect: Callable[[], psycopg.Connection] | None = None,
 ) -> int:
-    """Recompute every bucket of `tables` with readings in `[start, end)`, one transaction per
-    table and piece (committed as it goes); returns rows written. Marks are left alone: a
-    pending mark only causes one more, identical, recompute.
+    """Recompute every bucket of `tables` with readings in `[start, end)`, in pieces of
+    `chunk_days`, each one transaction (committed as it goes) that reads the piece's readings
+    once for all tables; returns rows written. Marks are left alone: a pending mark only causes
+    one more, identical, recompute.
 
-    With `workers` > 1 (and `connect` for their connections) the tables are computed side by
-    side, one table per worker at a time; each table still goes through its pieces in order,
-    so two transactions never write the same table at once.
+    With `workers` > 1 (and `connect` for their connections) the devices are split between
+    workers by a hash of their name; each worker goes through the pieces in order, so two
+    transactions never write the same row.
     """
     pieces = chunks(start, end, chunk_days)
-    # One scan per piece finds the (device, location) spans used by all three tables.
-    spans = [rollups.location_spans(conn, start=lo,
-                                    end=hi if i == len(pieces) - 1 else hi + LOOKAHEAD,
-                                    devices=devices)
-             for i, (lo, hi) in enumerate(pieces)]
-    conn.commit()
     chosen = [t for t in rollups.TABLE_ORDER if t in tables]
+    shares = max(1, workers if connect is not None else 1)
     lock = threading.Lock()
+    conn.commit()
 
-    def one_table(c: psycopg.Connection, table: str) -> int:
+    def one_share(c: psycopg.Connection, share: int) -> int:
         written = 0
         for i, (lo, hi) in enumerate(pieces):
             with c.transaction():
-                n = backfill_chunk(c, table=table, start=lo, end=hi, first=i == 0,
-                                   last=i == len(pieces) - 1, devices=devices,
-                                   low_quality_pct=low_quality_pct, spans=spans[i])
+                n, readings = rollups.recompute_range(
+                    c, tables=chosen, start=lo, end=hi, first=i == 0,
+                    last=i == len(pieces) - 1, devices=devices,
+                    low_quality_pct=low_quality_pct, share=share, shares=shares)
             written += n
             if progress is not None:
                 with lock:
-                    progress(table, hi, n)
+                    progress(Progress(hi, share, n, readings))
         return written
 
-    if workers <= 1 or connect is None or len(chosen) < 2:
-        return sum(one_table(conn, t) for t in chosen)
+    if shares == 1:
+        return one_share(conn, 0)
 
-    def in_worker(table: str) -> int:
+    def in_worker(share: int) -> int:
+        assert connect is not None
         with connect() as c:
-            return one_table(c, table)
+            return one_share(c, share)
 
-    with ThreadPoolExecutor(max_workers=min(workers, len(chosen)),
-                            thread_name_prefix="backfill") as pool:
-        return sum(pool.map(in_worker, chosen))
+    with ThreadPoolExecutor(max_workers=shares, thread_name_prefix="backfill") as pool:
+        return sum(pool.map(in_worker, range(shares)))

@@ -17,24 +17,15 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
-from functools import cache
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
 from uuid import UUID
 
 import psycopg
 
-from aggregate import et, statements
-from shared import dirty
-from shared.columns import TABLES, Rollup
-from shared.timeutil import (
-    hour_bounds,
-    local_date,
-    local_day_start,
-    local_hour_bounds,
-    slots,
-    zone,
-)
+from aggregate import statements
+from shared import dirty, timeutil
+from shared.timeutil import hour_bounds, slots, zone
 
 log = logging.getLogger(__name__)
 
@@ -61,42 +52,10 @@ class Bucket:
         return slots(self.start, self.end)
 
 
-@dataclass(frozen=True, slots=True)
-class Site:
-    """What evapotranspiration needs to know about a location."""
-
-    id: UUID
-    tz: str
-    lat: float | None
-    lon: float | None
-    elev: float | None
-    sensor_height: float
-    kc: float | None
-    schedule: tuple[tuple[date, float], ...]  # (start_date, kc), ascending
-
-    def kc_on(self, day: date) -> float | None:
-        """The crop coefficient in force on local date `day`: the dated schedule's latest entry
-        on or before it, else the location's constant kc."""
-        found = None
-        for start, kc in self.schedule:
-            if start <= day:
-                found = kc
-            else:
-                break
-        return found if found is not None else self.kc
-
-
-def bucket_of(table: str, t: datetime, tz: str | None) -> tuple[datetime, datetime]:
-    """The `[start, end)` of the `table` bucket containing instant `t` (zone for local tables)."""
-    if table == "hourly":
-        return hour_bounds(t)
-    if tz is None:
-        raise ValueError(f"{table} buckets need a time zone")
-    z = zone(tz)
-    if table == "local_hourly":
-        return local_hour_bounds(t, z)
-    day = local_date(t, z)
-    return local_day_start(day, z), local_day_start(day + timedelta(days=1), z)
+def bucket_of(table: str, t: datetime, tz: str | tzinfo | None) -> tuple[datetime, datetime]:
+    """The `[start, end)` of the `table` bucket containing instant `t` (zone for local tables):
+    shared.timeutil.bucket_of, with a zone name accepted."""
+    return timeutil.bucket_of(table, t, zone(tz) if isinstance(tz, str) else tz)
 
 
 def claim_marks(conn: psycopg.Connection, *, table: str, limit: int) -> list[tuple[str, datetime]]:
@@ -146,221 +105,134 @@ def process_marks(
     return len(marks)
 
 
+def _prepare(conn: psycopg.Connection) -> None:
+    conn.execute(statements.create_temp())
+    conn.execute("SET LOCAL work_mem = '64MB'")  # a backfill piece's groups fit in memory
+    # JIT compiling the ~100 aggregate expressions costs more than it saves here.
+    conn.execute("SET LOCAL jit = off")
+
+
+def load_cells(conn: psycopg.Connection, ranges: dict[str, list[tuple[datetime, datetime]]]
+               ) -> None:
+    """Load the cells and offset runs (shared.timeutil.cells) of each zone over its ranges."""
+    arrays: dict[str, list[Any]] = {k: [] for k in (
+        "tz", "start", "lh_start", "lh_end", "day", "day_start", "day_end")}
+    runs: dict[str, list[Any]] = {"tz": [], "lo": [], "hi": [], "shift": []}
+    for tz_name, spans in sorted(ranges.items()):
+        tz = zone(tz_name)
+        found: dict[datetime, timeutil.Cell] = {}
+        for lo, hi in spans:
+            for c in timeutil.cells(tz, lo, hi):
+                found[c.start] = c
+        ordered = [found[k] for k in sorted(found)]
+        for c in ordered:
+            for k, v in (("tz", tz_name), ("start", c.start), ("lh_start", c.local_hour[0]),
+                         ("lh_end", c.local_hour[1]), ("day", c.day),
+                         ("day_start", c.local_day[0]), ("day_end", c.local_day[1])):
+                arrays[k].append(v)
+        for lo, hi, offset in timeutil.offset_segments(ordered):
+            runs["tz"].append(tz_name)
+            runs["lo"].append(lo)
+            runs["hi"].append(hi)
+            runs["shift"].append(-offset % 3600)  # local hours start `shift` s past UTC hours
+    if arrays["tz"]:
+        conn.execute(statements.LOAD_CELLS, arrays)
+        conn.execute(statements.LOAD_SEGMENTS, runs)
+
+
+def _check_cells(conn: psycopg.Connection) -> None:
+    row = conn.execute(statements.UNMATCHED_CELLS).fetchone()
+    if row and row[0]:
+        raise RuntimeError(f"{row[0]} partial aggregates fall in no cell of their zone")
+
+
 def recompute(
     conn: psycopg.Connection, *, table: str, buckets: Sequence[Bucket],
     clear: Iterable[tuple[str, datetime]] = (), low_quality_pct: float,
 ) -> int:
-    """Recompute `buckets` of `table` from calibrated and upsert them; returns rows written.
+    """Recompute `buckets` of `table` from calibrated and write them; returns rows written.
 
-    Rows at the (device, start) pairs in `clear` or `buckets` that end up with no readings
-    are deleted. The caller owns the transaction.
+    One pass over the buckets' readings into partials per cell, merged into the buckets,
+    with ET, rounded, written once. Rows at the (device, start) pairs in `clear` or `buckets`
+    that end up with no readings are deleted. The caller owns the transaction.
     """
-    conn.execute(statements.create_stage(table))
-    conn.execute("SET LOCAL work_mem = '64MB'")  # a backfill piece's groups fit in memory
-    # JIT compiling the ~40 aggregate expressions cost more than it saved (measured 1.3-1.7 s
-    # vs 0.7-1.1 s for a week of 100 devices' hourly buckets).
-    conn.execute("SET LOCAL jit = off")
+    _prepare(conn)
+    local = table in LOCAL_TABLES
     if buckets:
+        if local:
+            ranges: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+            for b in buckets:
+                assert b.tz is not None, b
+                ranges[b.tz].append((b.start, b.end))
+            load_cells(conn, ranges)
         # The bucket arrays defeat the planner's row estimates (it picked a merge join that
         # compared 100x more rows than it kept): each bucket is one index range scan on
         # (device, time).
         conn.execute("SET LOCAL enable_mergejoin = off")
         conn.execute("SET LOCAL enable_hashjoin = off")
-        conn.execute(statements.stage(table, by_location=table in LOCAL_TABLES), {
+        conn.execute(statements.load_partials_buckets(by_location=local), {
             "device": [b.device for b in buckets],
             "location": [b.location for b in buckets],
             "start": [b.start for b in buckets],
-            "end": [b.end for b in buckets],
-            "slots": [b.slots for b in buckets],
-            "tz": [b.tz for b in buckets],
-            "low_quality_pct": low_quality_pct,
-        })
+            "end": [b.end for b in buckets]})
         conn.execute("RESET enable_mergejoin")
         conn.execute("RESET enable_hashjoin")
-        _fill_python_columns(conn, table)
-    written = conn.execute(statements.upsert(table)).rowcount
+        if local:
+            _check_cells(conn)
     pairs = sorted({(b.device, b.start) for b in buckets} | set(clear))
-    if pairs:
-        gone = conn.execute(statements.delete_empty(table), {
-            "device": [p[0] for p in pairs], "start": [p[1] for p in pairs]}).rowcount
-        if gone:
-            log.info("removed %d %s rows whose buckets have no readings", gone, table)
-    # Empty the stage now: a transaction may recompute several batches before it commits.
-    conn.execute(statements.truncate_stage(table))
-    return written
-
-
-# ---- evapotranspiration and crop water, per staged row -------------------------------------
-
-def _col(table: str, rule: Rollup, source: str) -> str:
-    """The column of `table` computed by `rule` from calibrated column `source`."""
-    for c in TABLES[table].columns:
-        if c.rollup is rule and c.source == source:
-            return c.name
-    raise KeyError(f"{table} has no {rule} of {source}")
-
-
-@cache
-def _inputs(table: str) -> dict[str, str]:
-    if table == "daily":
-        return {"tmax": _col(table, Rollup.MAX, "tair"), "tmin": _col(table, Rollup.MIN, "tair"),
-                "rh_max": _col(table, Rollup.MAX, "rh"), "rh_min": _col(table, Rollup.MIN, "rh"),
-                "wind": _col(table, Rollup.MEAN, "wind_speed"),
-                "rs": _col(table, Rollup.ENERGY, "swdw"),
-                "precip": _col(table, Rollup.SUM, "precip")}
-    return {"tair": _col(table, Rollup.MEAN, "tair"), "rh": _col(table, Rollup.MEAN, "rh"),
-            "wind": _col(table, Rollup.MEAN, "wind_speed"),
-            "swdw": _col(table, Rollup.MEAN, "swdw"),
-            "precip": _col(table, Rollup.SUM, "precip")}
-
-
-def load_sites(conn: psycopg.Connection, ids: Iterable[UUID]) -> dict[UUID, Site]:
-    """Location facts (coordinates, sensor height, kc and its dated schedule) by id."""
-    wanted = sorted(set(ids), key=str)
-    if not wanted:
-        return {}
-    schedule: dict[UUID, list[tuple[date, float]]] = defaultdict(list)
-    for loc, start, kc in conn.execute(
-            "SELECT location_id, start_date, kc FROM crop_coefficients"
-            " WHERE location_id = ANY(%s) ORDER BY location_id, start_date", (wanted,)):
-        schedule[loc].append((start, float(kc)))
-    sites = {}
-    for row in conn.execute(
-            "SELECT id, tz_name, lat, lon, elev, sensor_height, kc FROM locations"
-            " WHERE id = ANY(%s)", (wanted,)):
-        sites[row[0]] = Site(row[0], row[1], row[2], row[3], row[4], float(row[5]),
-                             None if row[6] is None else float(row[6]),
-                             tuple(schedule.get(row[0], ())))
-    return sites
-
-
-def compute_water(table: str, row: dict[str, Any], site: Site) -> dict[str, float | None]:
-    """et, etc, kc and (daily) crop water demand of one staged row, by the registry's rules."""
-    names = _inputs(table)
-    v = {k: row.get(n) for k, n in names.items()}
-    z = zone(site.tz)
-    day = local_date(row["time"], z)
-    kc = site.kc_on(day)
-    value: float | None = None
-    if table == "daily":
-        needed = ("tmax", "tmin", "rh_max", "rh_min", "wind", "rs")
-        if site.lat is not None and all(v[k] is not None for k in needed):
-            value = et.daily_et(
-                tmax=v["tmax"], tmin=v["tmin"], rh_max=v["rh_max"], rh_min=v["rh_min"],
-                wind=v["wind"], height=site.sensor_height, rs=v["rs"], lat=site.lat,
-                elevation=site.elev or 0.0, doy=day.timetuple().tm_yday)
-    else:
-        needed = ("tair", "rh", "wind", "swdw")
-        if site.lat is not None and site.lon is not None and all(
-                v[k] is not None for k in needed):
-            value = et.period_et(
-                start=row["time"], end=row["bucket_end"], tair=v["tair"], rh=v["rh"],
-                wind=v["wind"], height=site.sensor_height, swdw=v["swdw"], lat=site.lat,
-                lon=site.lon, elevation=site.elev or 0.0)
-    crop = value * kc if value is not None and kc is not None else None
-    out: dict[str, float | None] = {}
-    for c in statements.python_columns(table):
-        if c.rollup is Rollup.ET:
-            out[c.name] = value
-        elif c.rollup is Rollup.ETC:
-            out[c.name] = crop
-        elif c.rollup is Rollup.KC:
-            out[c.name] = kc
-        elif c.rollup is Rollup.WATER_BALANCE:
-            precip = v.get("precip")
-            out[c.name] = precip - crop if precip is not None and crop is not None else None
-    return out
-
-
-def _fill_python_columns(conn: psycopg.Connection, table: str) -> None:
-    names = _inputs(table)
-    cols = tuple(sorted(set(names.values())))
-    with conn.cursor() as cur:
-        cur.execute(statements.stage_inputs(table, cols))
-        keys = ["device", "time", "bucket_end", "location", "tz", *cols]
-        rows = [dict(zip(keys, r, strict=True)) for r in cur.fetchall()]
-    if not rows:
-        return
-    sites = load_sites(conn, (r["location"] for r in rows))
-    pycols = statements.python_columns(table)
-    arrays: dict[str, list[Any]] = {"device": [], "time": []}
-    arrays.update({c.name: [] for c in pycols})
-    for r in rows:
-        site = sites.get(r["location"])
-        if site is None:
-            continue
-        values = compute_water(table, r, site)
-        arrays["device"].append(r["device"])
-        arrays["time"].append(r["time"])
-        for c in pycols:
-            arrays[c.name].append(values[c.name])
-    if arrays["device"]:
-        conn.execute(statements.stage_update(table), arrays)
+    written, gone = conn.execute(statements.write(table, scope="pairs"), {
+        "device": [p[0] for p in pairs], "start": [p[1] for p in pairs], "lo": None,
+        "hi": None, "after": None, "low_quality_pct": low_quality_pct}).fetchone() or (0, 0)
+    if gone:
+        log.info("removed %d %s rows whose buckets have no readings", gone, table)
+    # Empty the work tables now: a transaction may recompute several batches before it commits.
+    conn.execute(statements.CLEAR_TEMP)
+    return int(written)
 
 
 # ---- ranges (backfill) and location changes ----------------------------------------------
 
-def zone_buckets(table: str, tz: str | None, start: datetime, end: datetime
-                 ) -> list[tuple[datetime, datetime]]:
-    """Every `table` bucket overlapping `[start, end)`, in order (zone for local tables)."""
-    out = []
-    t = start
-    while t < end:
-        b = bucket_of(table, t, tz)
-        out.append(b)
-        t = b[1]
-    return out
+# A bucket holds readings up to a local day (+ DST hour) after its start.
+LOOKAHEAD = timedelta(hours=27)
 
 
-Span = tuple[str, UUID | None, str | None, datetime, datetime]
+def recompute_range(
+    conn: psycopg.Connection, *, tables: Sequence[str], start: datetime, end: datetime,
+    first: bool, last: bool, devices: Sequence[str] | None, low_quality_pct: float,
+    share: int = 0, shares: int = 1,
+) -> tuple[int, int]:
+    """Recompute every bucket of `tables` that starts in `[start, end)`, from one pass over the
+    readings; returns (rows written, readings read). Caller owns the transaction.
 
-
-def location_spans(
-    conn: psycopg.Connection, *, start: datetime, end: datetime,
-    devices: Sequence[str] | None = None,
-) -> list[Span]:
-    """(device, location, zone, first, last reading) for readings in `[start, end)`."""
-    return conn.execute(
-        "SELECT c.device, c.location, l.tz_name, min(c.time), max(c.time) FROM calibrated c"
-        " LEFT JOIN locations l ON l.id = c.location"
-        " WHERE c.time >= %(start)s AND c.time < %(end)s"
-        " AND (%(devices)s::text[] IS NULL OR c.device = ANY(%(devices)s))"
-        " GROUP BY c.device, c.location, l.tz_name ORDER BY 1, 4",
-        {"start": start, "end": end, "devices": list(devices) if devices else None},
-    ).fetchall()
-
-
-def buckets_in_range(
-    conn: psycopg.Connection, *, table: str, start: datetime, end: datetime,
-    devices: Sequence[str] | None = None, spans: Sequence[Span] | None = None,
-) -> list[Bucket]:
-    """The buckets of `table` holding readings in `[start, end)` (of `devices`, or all).
-
-    Found from the readings' (device, location) spans (`location_spans`, or given), so a
-    device that moved gets the buckets of each location's zone for the time it stood there.
+    The first piece also takes the buckets containing `start`; the last one buckets that run
+    past `end` (buckets are always recomputed whole). Rows starting in the piece whose
+    buckets have no readings are deleted. `share`/`shares` split devices between workers.
     """
-    rows = spans if spans is not None else location_spans(
-        conn, start=start, end=end, devices=devices)
-    cache: dict[tuple[str | None, datetime, datetime], list[tuple[datetime, datetime]]] = {}
-    out: list[Bucket] = []
-    for device, location, tz, first, last in rows:
-        if table == "hourly":
-            key: tuple[str | None, datetime, datetime] = (None, first, last)
-        elif location is None:
-            continue  # undeployed readings have no local zone: hourly only (docs/aggregate.md)
-        else:
-            key = (tz, first, last)
-        lo = bucket_of(table, first, key[0])[0]
-        hi = bucket_of(table, last, key[0])[1]
-        spans = cache.get((key[0], lo, hi))
-        if spans is None:
-            spans = cache[(key[0], lo, hi)] = zone_buckets(table, key[0], lo, hi)
-        loc = location if table in LOCAL_TABLES else None
-        tzn = tz if table in LOCAL_TABLES else None
-        out.extend(Bucket(device, s, e, loc, tzn) for s, e in spans)
-    # One bucket per (device, start, location): hourly spans of two locations may overlap.
-    unique = {(b.device, b.start, b.location): b for b in out}
-    return sorted(unique.values(), key=lambda b: (b.device, b.start, str(b.location)))
+    _prepare(conn)
+    lo = hour_bounds(start)[0] - LOOKAHEAD if first else start
+    hi = end + LOOKAHEAD
+    if any(t in LOCAL_TABLES for t in tables):
+        zones = [r[0] for r in conn.execute("SELECT DISTINCT tz_name FROM locations")]
+        load_cells(conn, {z: [(lo, hi)] for z in zones})
+    params: dict[str, Any] = {
+        "lo": lo, "hi": hi, "devices": list(devices) if devices else None, "share": share,
+        "shares": shares, "low_quality_pct": low_quality_pct}
+    conn.execute(statements.load_partials_range(), params)
+    row = conn.execute(f"SELECT coalesce(sum(n), 0) FROM {statements.PARTIALS}").fetchone()
+    readings = int(row[0]) if row else 0
+    if any(t in LOCAL_TABLES for t in tables):
+        _check_cells(conn)
+    written = 0
+    for table in TABLE_ORDER:
+        if table not in tables:
+            continue
+        w, _gone = conn.execute(statements.write(table, scope="range"), {
+            **params, "lo": None if first else start, "hi": end,
+            "after": start if first else None, "del_lo": start, "del_hi": end}
+        ).fetchone() or (0, 0)
+        written += int(w)
+    conn.execute(statements.CLEAR_TEMP)
+    return written, readings
 
 
 def mark_location_dirty(conn: psycopg.Connection, location: UUID) -> int:

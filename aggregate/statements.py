@@ -1,30 +1,34 @@
 """Rollup SQL, generated from the column registry (shared.columns) with psycopg.sql.
 
-Each rollup column's `rule`, `source` and `param` decide its aggregate expression; nothing here
-names a data column. A recompute runs in four statements inside the caller's transaction:
+Each rollup column's `rule`, `source` and `param` decide what it needs from the raw rows;
+nothing here names a data column. A recompute is two statements in the caller's transaction:
 
-1. `stage`: aggregate the calibrated rows of each bucket into a session temp table (one row per
-   bucket that has readings). Buckets arrive as arrays (device, location, start, end, slots,
-   zone) computed in Python by shared.timeutil, so a bucket is always [start, next start).
-2. the caller reads the evapotranspiration inputs from the stage and writes back `et`, `etc`,
-   `kc` and the water balance (aggregate.et, in Python);
-3. `upsert`: insert or update the target rows from the stage, keeping `create_time`;
-4. `delete_empty`: remove target rows of buckets that no longer have any reading.
+1. `load_partials_*`: one pass over the calibrated rows into **partial aggregates per cell**
+   (session temp table `_sds_partials`): a cell is the piece of one UTC hour, one local hour
+   and one UTC offset of the reading's zone (shared.timeutil.cells: one or two per UTC hour).
+   A partial holds sums and counts, minima and maxima, sums of wind unit vectors, counts above
+   thresholds and the extreme readings with their time and companions, all of which merge.
+   Which cell holds a reading comes from the offset runs Python computed for each location
+   (`_sds_segments`); the cells' local hours and days come from Python too (`_sds_cells`).
+2. `write(table)`: merge the partials into `table`'s buckets, compute FAO-56 ET next to them
+   (the SQL functions of migration 0061), round every value to its column's precision, and
+   write each row once (INSERT ... ON CONFLICT DO UPDATE, `create_time` kept); the same
+   statement deletes the rows of named buckets that no longer have readings.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 
 from psycopg import sql
-from psycopg.adapt import PyFormat
 
-from shared.columns import TABLES, Column, Rollup, Table
+from shared.columns import TABLES, Column, Rollup
+from shared.units import stored_decimals
 
-# Rules computed in Python after the stage statement (aggregate.et and the kc schedule).
-PYTHON_RULES = frozenset({Rollup.ET, Rollup.ETC, Rollup.KC, Rollup.WATER_BALANCE})
 _BOOKKEEPING = frozenset({Rollup.CREATE_TIME, Rollup.UPDATE_TIME})
 _KEYS = ("time", "device", "location")
+WATER_RULES = frozenset({Rollup.ET, Rollup.ETC, Rollup.KC, Rollup.WATER_BALANCE})
 
 # Stored unit of a rollup column vs. its source: only time units differ (lfw: minutes wet per
 # 5-minute reading, summed to hours in `daily`).
@@ -34,24 +38,197 @@ SLOTS_PER_HOUR = 3600 // SLOT_SECONDS
 _COMPASS = ("N", "NNE", "NE", "ENE", "E", "ESE", "SE", "SSE",
             "S", "SSW", "SW", "WSW", "W", "WNW", "NW", "NNW")
 
-# Extra stage columns next to the target table's own.
-STAGE_EXTRA = (("bucket_end", "timestamptz"), ("slots", "integer"), ("tz", "text"),
-               ("n", "integer"))
+PARTIALS = "_sds_partials"
+SEGMENTS = "_sds_segments"
+CELLS = "_sds_cells"
 
 
-def stage_name(table: str) -> str:
-    """Name of the session temp table that stages one recompute of `table`."""
-    return f"_stage_{table}"
+def _i(name: str) -> sql.Identifier:
+    return sql.Identifier(name)
 
 
-def _c(name: str) -> sql.Composable:
-    return sql.SQL("c.{}").format(sql.Identifier(name))
+# ---- the partial state: which statistics each rule needs ------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    """One partial statistic: its column in `_sds_partials`, how a cell computes it from raw
+    rows `c`, and how cells merge it."""
+
+    name: str
+    sql_type: str
+    per_cell: sql.Composable
+    merge: str  # aggregate that merges cells: sum, min, max
 
 
-def _src(col: Column) -> sql.Composable:
-    assert col.source is not None, col
-    return _c(col.source)
+def _src(name: str) -> sql.Composable:
+    return sql.SQL("c.{}").format(_i(name))
 
+
+def _extreme_companions() -> dict[tuple[str, str], tuple[str, ...]]:
+    """(column of the extreme, max|min) -> companion columns read at that reading."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for t in ("hourly", "local_hourly", "daily"):
+        for c in TABLES[t].columns:
+            if c.rollup in (Rollup.TIME_OF_MAX, Rollup.TIME_OF_MIN):
+                found.setdefault((c.source or "", "max" if c.rollup is Rollup.TIME_OF_MAX
+                                  else "min"), [])
+            elif c.rollup in (Rollup.AT_MAX_OF, Rollup.AT_MIN_OF):
+                key = (str(c.param), "max" if c.rollup is Rollup.AT_MAX_OF else "min")
+                comp = found.setdefault(key, [])
+                if c.source not in comp:
+                    comp.append(c.source or "")
+    return {k: tuple(v) for k, v in sorted(found.items())}
+
+
+def _extreme_stat(of: str, pick: str, companions: tuple[str, ...]) -> Stat:
+    # max()/min() over float8 arrays compare element by element: [value, +-epoch, companions]:
+    # the extreme, then the earliest reading at it (epoch negated for max).
+    epoch = sql.SQL("date_part('epoch', c.time)")
+    parts = [sql.SQL("{}::float8").format(_src(of)),
+             sql.SQL("-{}").format(epoch) if pick == "max" else epoch]
+    parts += [sql.SQL("{}::float8").format(_src(n)) for n in companions]
+    expr = sql.SQL("{fn}(ARRAY[{parts}]) FILTER (WHERE {of} IS NOT NULL)").format(
+        fn=sql.SQL(pick), parts=sql.SQL(", ").join(parts), of=_src(of))
+    return Stat(f"x{pick}_{of}", "float8[]", expr, pick)
+
+
+@cache
+def stats() -> tuple[Stat, ...]:
+    """Every partial statistic the three tables' rules need, once each."""
+    out: dict[str, Stat] = {
+        "n": Stat("n", "bigint", sql.SQL("count(*)"), "sum"),
+        "last": Stat("last", "timestamptz", sql.SQL("max(c.time)"), "max"),
+    }
+
+    def add(stat: Stat) -> None:
+        out.setdefault(stat.name, stat)
+
+    for t in ("hourly", "local_hourly", "daily"):
+        for c in TABLES[t].columns:
+            s, rule = c.source or "", c.rollup
+            if rule in (Rollup.MEAN, Rollup.SUM, Rollup.ENERGY):
+                add(Stat(f"s_{s}", "float8", sql.SQL("sum({}::float8)").format(_src(s)), "sum"))
+                if rule is Rollup.MEAN:
+                    add(Stat(f"n_{s}", "bigint", sql.SQL("count({})").format(_src(s)), "sum"))
+            if rule in (Rollup.MIN, Rollup.GDD):
+                add(Stat(f"lo_{s}", "float8", sql.SQL("min({})::float8").format(_src(s)),
+                         "min"))
+            if rule in (Rollup.MAX, Rollup.MAX_RATE, Rollup.GDD, Rollup.HOURS_WITH_ANY):
+                add(Stat(f"hi_{s}", "float8", sql.SQL("max({})::float8").format(_src(s)),
+                         "max"))
+            if rule in (Rollup.CIRCULAR_MEAN, Rollup.COMPASS):
+                rad = sql.SQL("radians({})").format(_src(s))
+                add(Stat(f"sin_{s}", "float8", sql.SQL("sum(sin({}))").format(rad), "sum"))
+                add(Stat(f"cos_{s}", "float8", sql.SQL("sum(cos({}))").format(rad), "sum"))
+            if rule is Rollup.HOURS_ABOVE:
+                p = float(c.param or 0)
+                add(Stat(f"above_{s}_{p:g}", "bigint", sql.SQL(
+                    "count(*) FILTER (WHERE {} > {})").format(_src(s), sql.Literal(p)), "sum"))
+    for (of, pick), companions in _extreme_companions().items():
+        add(_extreme_stat(of, pick, companions))
+    return tuple(out.values())
+
+
+def _p(name: str) -> sql.Composable:
+    return sql.SQL("p.{}").format(_i(name))
+
+
+def _merged(name: str) -> sql.Composable:
+    stat = next(s for s in stats() if s.name == name)
+    return sql.SQL("{}({})").format(sql.SQL(stat.merge), _p(name))
+
+
+# ---- temp tables --------------------------------------------------------------------------
+
+@cache
+def create_temp() -> sql.Composed:
+    """The session's work tables (rows vanish at commit): partials, offset runs, cells."""
+    cols = sql.SQL(", ").join(sql.SQL("{} {}").format(_i(s.name), sql.SQL(s.sql_type))
+                              for s in stats())
+    return sql.SQL(
+        "CREATE TEMP TABLE IF NOT EXISTS {p} (device text NOT NULL, location uuid,"
+        " cell timestamptz NOT NULL, {cols}) ON COMMIT DELETE ROWS;"
+        " CREATE TEMP TABLE IF NOT EXISTS {s} (location uuid NOT NULL, lo timestamptz NOT NULL,"
+        " hi timestamptz NOT NULL, shift interval NOT NULL) ON COMMIT DELETE ROWS;"
+        " CREATE TEMP TABLE IF NOT EXISTS {c} (tz text NOT NULL, start timestamptz NOT NULL,"
+        " lh_start timestamptz NOT NULL, lh_end timestamptz NOT NULL, day date NOT NULL,"
+        " day_start timestamptz NOT NULL, day_end timestamptz NOT NULL,"
+        " PRIMARY KEY (tz, start)) ON COMMIT DELETE ROWS").format(
+        p=_i(PARTIALS), s=_i(SEGMENTS), c=_i(CELLS), cols=cols)
+
+
+CLEAR_TEMP = sql.SQL("TRUNCATE {}, {}, {}").format(_i(PARTIALS), _i(SEGMENTS), _i(CELLS))
+
+LOAD_CELLS = sql.SQL(
+    "INSERT INTO {c} SELECT * FROM unnest(%(tz)s::text[], %(start)s::timestamptz[],"
+    " %(lh_start)s::timestamptz[], %(lh_end)s::timestamptz[], %(day)s::date[],"
+    " %(day_start)s::timestamptz[], %(day_end)s::timestamptz[]) ON CONFLICT DO NOTHING"
+).format(c=_i(CELLS))
+"""Cells of zones, as computed by shared.timeutil.cells (arrays, one element per cell)."""
+
+LOAD_SEGMENTS = sql.SQL(
+    "INSERT INTO {s} SELECT l.id, z.lo, z.hi, make_interval(secs => z.shift)"
+    " FROM unnest(%(tz)s::text[], %(lo)s::timestamptz[], %(hi)s::timestamptz[],"
+    " %(shift)s::int[]) AS z(tz, lo, hi, shift) JOIN locations l ON l.tz_name = z.tz"
+).format(s=_i(SEGMENTS))
+"""Offset runs of zones, for every location in that zone: a local hour starts where the UTC
+clock, shifted by `shift`, starts an hour (or at the run's start, an offset change)."""
+
+
+def _cell_of_reading() -> sql.Composable:
+    # The cell holding reading c: the latest of its UTC hour start, its local hour start at the
+    # run's offset, and the run's start (an offset change). Readings without a location
+    # (s.* NULL) get their UTC hour.
+    return sql.SQL("greatest(time_bucket('1 hour', c.time),"
+                   " time_bucket('1 hour', c.time, s.shift), s.lo)")
+
+
+def _load(source: sql.Composable, where: sql.Composable) -> sql.Composed:
+    names = sql.SQL(", ").join(_i(s.name) for s in stats())
+    exprs = sql.SQL(", ").join(s.per_cell for s in stats())
+    return sql.SQL(
+        "INSERT INTO {p} (device, location, cell, {names})"
+        " SELECT c.device, c.location, {cell}, {exprs} FROM {source}"
+        " LEFT JOIN {s} s ON s.location = c.location AND c.time >= s.lo AND c.time < s.hi"
+        "{where} GROUP BY 1, 2, 3").format(
+        p=_i(PARTIALS), names=names, cell=_cell_of_reading(), exprs=exprs, source=source,
+        s=_i(SEGMENTS), where=where)
+
+
+@cache
+def load_partials_buckets(*, by_location: bool) -> sql.Composed:
+    """Partials of the readings in the buckets %(device)s/%(location)s/%(start)s/%(end)s
+    (arrays): each bucket is one index range scan on (device, time); with `by_location` only
+    the readings taken at the bucket's location."""
+    match = sql.SQL(" AND c.location = b.location") if by_location else sql.SQL("")
+    source = sql.SQL(
+        "unnest(%(device)b::text[], %(location)b::uuid[], %(start)b::timestamptz[],"
+        " %(end)b::timestamptz[]) AS b(device, location, start, \"end\")"
+        " JOIN calibrated c ON c.device = b.device AND c.time >= b.start AND c.time < b.end{m}"
+    ).format(m=match)
+    return _load(source, sql.SQL(""))
+
+
+@cache
+def load_partials_range() -> sql.Composed:
+    """Partials of every reading in [%(lo)s, %(hi)s), of the devices %(devices)s (NULL: all)
+    in worker share %(share)s of %(shares)s (hash of the device name)."""
+    where = sql.SQL(
+        " WHERE c.time >= %(lo)s AND c.time < %(hi)s"
+        " AND (%(devices)s::text[] IS NULL OR c.device = ANY(%(devices)s::text[]))"
+        " AND (%(shares)s::int = 1 OR abs(hashtext(c.device)) %% %(shares)s::int"
+        " = %(share)s::int)")
+    return _load(sql.SQL("calibrated c"), where)
+
+
+UNMATCHED_CELLS = sql.SQL(
+    "SELECT count(*) FROM {p} p JOIN locations l ON l.id = p.location"
+    " LEFT JOIN {c} z ON z.tz = l.tz_name AND z.start = p.cell WHERE z.start IS NULL"
+).format(p=_i(PARTIALS), c=_i(CELLS))
+"""Partials whose cell the cell table does not hold (a mismatch of the two time rules)."""
+
+
+# ---- merging partials into a table's buckets ------------------------------------------------
 
 def _scaled(expr: sql.Composable, col: Column) -> sql.Composable:
     src_unit = TABLES["calibrated"].column(col.source or "").unit
@@ -63,216 +240,220 @@ def _scaled(expr: sql.Composable, col: Column) -> sql.Composable:
     return sql.SQL("({} * {})").format(expr, sql.Literal(scale))
 
 
-def _circular_mean(col: Column) -> sql.Composable:
-    # Mean of unit vectors; identical aggregate calls are computed once per group by PostgreSQL.
-    rad = sql.SQL("radians({})").format(_src(col))
-    deg = sql.SQL("degrees(atan2(avg(sin({r})), avg(cos({r}))))").format(r=rad)
-    # Rounded before the modulo so a mean a hair below 0 reads 0, not 360.
-    return sql.SQL("mod(round(({d} + 360)::numeric, 6), 360)::float8").format(d=deg)
+def _direction() -> sql.Composable:
+    return sql.SQL("degrees(atan2({}, {}))")
 
 
-def _compass(col: Column) -> sql.Composable:
-    names = sql.SQL(", ").join(sql.Literal(n) for n in _COMPASS)
-    return sql.SQL("(ARRAY[{names}])[mod(floor(({deg} + 11.25) / 22.5)::int, 16) + 1]").format(
-        names=names, deg=_circular_mean(col))
+_HOUR_SLOTS = sql.SQL("12")
 
 
-def _extreme(col: Column, *, of: str, pick: str, want_time: bool) -> sql.Composable:
-    """Value of `col.source` (or the time) at the max/min of column `of`; earliest on ties.
-
-    max()/min() over float8 arrays compare element by element: [value, +-epoch, companion].
-    """
-    epoch = sql.SQL("date_part('epoch', c.time)")
-    signed = sql.SQL("-{}").format(epoch) if pick == "max" else epoch
-    arr = sql.SQL("ARRAY[{of}::float8, {t}, {src}::float8]").format(
-        of=_c(of), t=signed, src=_c(col.source or of))
-    agg = sql.SQL("({fn}({arr}) FILTER (WHERE {of} IS NOT NULL))").format(
-        fn=sql.SQL(pick), arr=arr, of=_c(of))
-    if want_time:
-        sign = sql.SQL("-") if pick == "max" else sql.SQL("")
-        return sql.SQL("to_timestamp({s}{agg}[2])").format(s=sign, agg=agg)
-    return sql.SQL("{agg}[3]").format(agg=agg)
-
-
-def _local_hour(tz: sql.Composable) -> sql.Composable:
-    # The instant the reading's local clock hour began: distinct for a repeated fall-back hour
-    # and right for :30/:45 offsets.
-    local = sql.SQL("(c.time AT TIME ZONE {})").format(tz)
-    return sql.SQL("(c.time - ({l} - date_trunc('hour', {l})))").format(l=local)
-
-
-def aggregate_expr(col: Column) -> sql.Composable:
-    """The SQL expression computing rollup column `col` over calibrated rows `c` of bucket `b`."""
-    rule = col.rollup
+def aggregate_expr(col: Column, slots: sql.Composable = _HOUR_SLOTS) -> sql.Composable:
+    """How column `col` of a bucket merges from its cells' partials `p` (unrounded); `slots`
+    is the bucket's number of 5-minute slots."""
+    rule, s = col.rollup, col.source or ""
     if rule is Rollup.MEAN:
-        return _scaled(sql.SQL("avg({})").format(_src(col)), col)
+        return _scaled(sql.SQL("({} / nullif({}, 0))").format(
+            _merged(f"s_{s}"), _merged(f"n_{s}")), col)
     if rule is Rollup.MIN:
-        return _scaled(sql.SQL("min({})").format(_src(col)), col)
+        return _scaled(_merged(f"lo_{s}"), col)
     if rule is Rollup.MAX:
-        return _scaled(sql.SQL("max({})").format(_src(col)), col)
+        return _scaled(_merged(f"hi_{s}"), col)
     if rule is Rollup.SUM:
-        return _scaled(sql.SQL("sum({})").format(_src(col)), col)
-    if rule is Rollup.CIRCULAR_MEAN:
-        return _circular_mean(col)
-    if rule is Rollup.COMPASS:
-        return _compass(col)
+        return _scaled(_merged(f"s_{s}"), col)
+    if rule in (Rollup.CIRCULAR_MEAN, Rollup.COMPASS):
+        # Mean of unit vectors, in [0, 360).
+        deg = sql.SQL("(degrees(atan2({}, {})) + 360)").format(
+            _merged(f"sin_{s}"), _merged(f"cos_{s}"))
+        if rule is Rollup.COMPASS:
+            names = sql.SQL(", ").join(sql.Literal(n) for n in _COMPASS)
+            return sql.SQL("(ARRAY[{names}])[mod(floor((mod(round({d}::numeric, 6), 360)"
+                           "::float8 + 11.25) / 22.5)::int, 16) + 1]").format(names=names, d=deg)
+        return deg  # taken mod 360 after rounding (see _rounded), so 359.96 reads 0.0
     if rule is Rollup.MAX_RATE:
-        return sql.SQL("(max({}) * {})").format(_src(col), sql.Literal(SLOTS_PER_HOUR))
-    if rule is Rollup.TIME_OF_MAX:
-        return _extreme(col, of=col.source or "", pick="max", want_time=True)
-    if rule is Rollup.TIME_OF_MIN:
-        return _extreme(col, of=col.source or "", pick="min", want_time=True)
-    if rule is Rollup.AT_MAX_OF:
-        return _extreme(col, of=str(col.param), pick="max", want_time=False)
-    if rule is Rollup.AT_MIN_OF:
-        return _extreme(col, of=str(col.param), pick="min", want_time=False)
+        return sql.SQL("({} * {})").format(_merged(f"hi_{s}"), sql.Literal(SLOTS_PER_HOUR))
+    if rule in (Rollup.TIME_OF_MAX, Rollup.TIME_OF_MIN, Rollup.AT_MAX_OF, Rollup.AT_MIN_OF):
+        pick = "max" if rule in (Rollup.TIME_OF_MAX, Rollup.AT_MAX_OF) else "min"
+        of = s if rule in (Rollup.TIME_OF_MAX, Rollup.TIME_OF_MIN) else str(col.param)
+        arr = sql.SQL("({})").format(_merged(f"x{pick}_{of}"))
+        if rule in (Rollup.TIME_OF_MAX, Rollup.TIME_OF_MIN):
+            sign = sql.SQL("-") if pick == "max" else sql.SQL("")
+            return sql.SQL("to_timestamp({}{}[2])").format(sign, arr)
+        k = _extreme_companions()[(of, pick)].index(s) + 3
+        return sql.SQL("{}[{}]").format(arr, sql.Literal(k))
     if rule is Rollup.ENERGY:
         # W/m2 (or umol/m2/s) x 300 s per reading, in MJ/m2 (mol/m2).
-        return sql.SQL("(sum({}) * {} / 1e6)").format(_src(col), sql.Literal(SLOT_SECONDS))
+        return sql.SQL("({} * {} / 1e6)").format(_merged(f"s_{s}"), sql.Literal(SLOT_SECONDS))
     if rule is Rollup.HOURS_ABOVE:
-        return sql.SQL("(count(*) FILTER (WHERE {s} > {p}))::float8 / {k}").format(
-            s=_src(col), p=sql.Literal(float(col.param or 0)), k=sql.Literal(SLOTS_PER_HOUR))
+        return sql.SQL("({}::float8 / {})").format(
+            _merged(f"above_{s}_{float(col.param or 0):g}"), sql.Literal(SLOTS_PER_HOUR))
     if rule is Rollup.HOURS_WITH_ANY:
-        return sql.SQL("(count(DISTINCT {h}) FILTER (WHERE {s} > 0))::float8").format(
-            h=_local_hour(sql.SQL("b.tz")), s=_src(col))
+        # Distinct local clock hours with any amount: a cell lies in one local hour.
+        return sql.SQL("(count(DISTINCT z.lh_start) FILTER (WHERE {} > 0))::float8").format(
+            _p(f"hi_{s}"))
     if rule is Rollup.GDD:
-        return sql.SQL("greatest(0, (max({s}) + min({s})) / 2 - {p})").format(
-            s=_src(col), p=sql.Literal(float(col.param or 0)))
+        return sql.SQL("greatest(0, ({} + {}) / 2 - {})").format(
+            _merged(f"hi_{s}"), _merged(f"lo_{s}"), sql.Literal(float(col.param or 0)))
     if rule is Rollup.SAMPLE_PCT:
-        return sql.SQL("count(*)::float8 / b.slots")
+        return sql.SQL("(sum(p.n)::float8 / {})").format(slots)
     if rule is Rollup.LOW_QUALITY:
-        return sql.SQL("count(*)::float8 * 100 / b.slots < {}").format(
-            sql.Placeholder("low_quality_pct"))
-    raise ValueError(f"rule {rule} of {col.name} is not an SQL aggregate")
+        return sql.SQL("(sum(p.n)::float8 * 100 / {} < %(low_quality_pct)s::float8)").format(
+            slots)
+    raise ValueError(f"rule {rule} of {col.name} is not a merge of partials")
 
 
-def _value_columns(t: Table) -> list[Column]:
-    return [c for c in t.columns if c.rollup not in PYTHON_RULES | _BOOKKEEPING
-            and c.name not in _KEYS]
+def _rounded(expr: sql.Composable, col: Column) -> sql.Composable:
+    """`expr` rounded to the decimals that give `col` its declared precision in every unit
+    (float8 round: half to even, as the API's conversion rounds)."""
+    if not col.is_numeric:
+        return expr
+    power = sql.Literal(float(10 ** stored_decimals(col)))
+    rounded = sql.SQL("(round({} * {}) / {})").format(expr, power, power)
+    if col.rollup is Rollup.CIRCULAR_MEAN:
+        return sql.SQL("mod({}::numeric, 360)::float8").format(rounded)
+    return rounded
 
 
-@cache
-def create_stage(table: str) -> sql.Composed:
-    """CREATE TEMP TABLE IF NOT EXISTS for the stage of `table` (rows vanish at commit)."""
-    extra = sql.SQL(", ").join(
-        sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t)) for n, t in STAGE_EXTRA)
+def _value_columns(table: str) -> list[Column]:
+    return [c for c in TABLES[table].columns
+            if c.rollup not in WATER_RULES | _BOOKKEEPING and c.name not in _KEYS]
+
+
+def _col(table: str, rule: Rollup, source: str) -> str:
+    for c in TABLES[table].columns:
+        if c.rollup is rule and c.source == source:
+            return c.name
+    raise KeyError(f"{table} has no {rule} of {source}")
+
+
+def _et(table: str) -> sql.Composable:
+    """FAO-56 reference ET of bucket row `a` at location `l` (migration 0061; NULL when an
+    input is missing)."""
+    a = {n: sql.SQL("a.{}").format(_i(n)) for n in (c.name for c in _value_columns(table))}
+    elev = sql.SQL("coalesce(l.elev::float8, 0)")
+    if table == "daily":
+        return sql.SQL(
+            "sds_fao56_daily_et({tmax}, {tmin}, {rh_max}, {rh_min}, {wind},"
+            " l.sensor_height::float8, {rs}, l.lat::float8, {elev},"
+            " extract(doy FROM a.day)::int)").format(
+            tmax=a[_col(table, Rollup.MAX, "tair")], tmin=a[_col(table, Rollup.MIN, "tair")],
+            rh_max=a[_col(table, Rollup.MAX, "rh")], rh_min=a[_col(table, Rollup.MIN, "rh")],
+            wind=a[_col(table, Rollup.MEAN, "wind_speed")],
+            rs=a[_col(table, Rollup.ENERGY, "swdw")], elev=elev)
     return sql.SQL(
-        "CREATE TEMP TABLE IF NOT EXISTS {s} (LIKE {t} INCLUDING DEFAULTS, {extra})"
-        " ON COMMIT DELETE ROWS").format(
-        s=sql.Identifier(stage_name(table)), t=sql.Identifier(table), extra=extra)
+        "sds_fao56_period_et(a.time, a.b_end, {tair}, {rh}, {wind}, l.sensor_height::float8,"
+        " {swdw}, l.lat::float8, l.lon::float8, {elev})").format(
+        tair=a[_col(table, Rollup.MEAN, "tair")], rh=a[_col(table, Rollup.MEAN, "rh")],
+        wind=a[_col(table, Rollup.MEAN, "wind_speed")],
+        swdw=a[_col(table, Rollup.MEAN, "swdw")], elev=elev)
+
+
+def _buckets(table: str) -> sql.Composable:
+    """GROUP BY source of `table`'s buckets: partials `p` (with cells `z` for local tables),
+    yielding time, device, location, b_end, b_slots and (local) day."""
+    value_cols = _value_columns(table)
+    if table == "hourly":
+        exprs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(aggregate_expr(c), _i(c.name))
+                                   for c in value_cols)
+        return sql.SQL(
+            "SELECT time_bucket('1 hour', p.cell) AS time, p.device,"
+            " (array_agg(p.location ORDER BY p.last DESC))[1] AS location,"
+            " time_bucket('1 hour', p.cell) + interval '1 hour' AS b_end, sum(p.n) AS n,"
+            " NULL::date AS day, {exprs} FROM {p} p GROUP BY 1, 2").format(
+            exprs=exprs, p=_i(PARTIALS))
+    start, end = ("lh_start", "lh_end") if table == "local_hourly" else ("day_start",
+                                                                          "day_end")
+    slots = sql.SQL("(date_part('epoch', z.{e} - z.{s}) / {slot})::int").format(
+        s=_i(start), e=_i(end), slot=sql.Literal(SLOT_SECONDS))
+    exprs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(aggregate_expr(c, slots), _i(c.name))
+                               for c in value_cols)
+    return sql.SQL(
+        "SELECT z.{s} AS time, p.device, p.location, z.{e} AS b_end, sum(p.n) AS n,"
+        " min(z.day) AS day, {exprs}"
+        " FROM {p} p JOIN locations l ON l.id = p.location"
+        " JOIN {c} z ON z.tz = l.tz_name AND z.start = p.cell"
+        " GROUP BY z.{s}, p.device, p.location, z.{e}").format(
+        s=_i(start), e=_i(end), exprs=exprs, p=_i(PARTIALS), c=_i(CELLS))
 
 
 @cache
-def stage(table: str, *, by_location: bool) -> sql.Composed:
-    """Aggregate each bucket of the arrays %(device)s ... %(tz)s into the stage of `table`.
+def write(table: str, *, scope: str) -> sql.Composed:
+    """Merge the partials into `table` and write each bucket once; delete stale rows.
 
-    With `by_location` (local tables) a bucket reads only the readings taken at its location;
-    otherwise (UTC `hourly`) every reading of the device, and the row carries the location of
-    the bucket's latest reading.
+    Rows come from the partials' buckets whose start lies in [%(lo)s, %(hi)s) and whose end is
+    after %(after)s (NULL: no bound). The same statement deletes the rows of `table` that no
+    write touched: with scope "pairs" at the (%(device)s, %(start)s) pairs; with scope "range"
+    every row starting in [%(del_lo)s, %(del_hi)s) of
+    the devices %(devices)s (NULL: all) in worker share %(share)s of %(shares)s. A bucket found
+    at two locations (a device moved between zones whose buckets share a start) keeps the
+    location with more readings. Returns one row: (rows written, rows deleted).
     """
     t = TABLES[table]
-    cols = _value_columns(t)
-    names = [sql.Identifier(n) for n in ("time", "device", "location", "bucket_end", "slots",
-                                         "tz", "n")]
-    names += [sql.Identifier(c.name) for c in cols]
-    if by_location:
-        location: sql.Composable = sql.SQL("b.location")
-        match = sql.SQL(" AND c.location = b.location")
+    local_date = (sql.SQL("a.day") if table != "hourly"
+                  else sql.SQL("(a.time AT TIME ZONE l.tz_name)::date"))
+    values: list[tuple[str, sql.Composable]] = []
+    for c in t.columns:
+        if c.rollup in _BOOKKEEPING:
+            continue
+        if c.name in _KEYS:
+            values.append((c.name, sql.SQL("a.{}").format(_i(c.name))))
+        elif c.rollup is Rollup.ET:
+            values.append((c.name, _rounded(sql.SQL("x.et"), c)))
+        elif c.rollup is Rollup.ETC:
+            values.append((c.name, _rounded(sql.SQL("x.et * x.kc"), c)))
+        elif c.rollup is Rollup.KC:
+            values.append((c.name, _rounded(sql.SQL("x.kc"), c)))
+        elif c.rollup is Rollup.WATER_BALANCE:
+            precip = sql.SQL("a.{}").format(_i(_col(table, Rollup.SUM, "precip")))
+            values.append((c.name, _rounded(
+                sql.SQL("({} - x.et * x.kc)").format(precip), c)))
+        else:
+            values.append((c.name, _rounded(sql.SQL("a.{}").format(_i(c.name)), c)))
+    names = sql.SQL(", ").join(_i(n) for n, _ in values)
+    exprs = sql.SQL(", ").join(e for _, e in values)
+    sets = sql.SQL(", ").join(sql.SQL("{n} = EXCLUDED.{n}").format(n=_i(n))
+                              for n, _ in values if n not in ("time", "device"))
+    if scope == "pairs":
+        stale = sql.SQL(
+            "DELETE FROM {t} r USING unnest(%(device)b::text[], %(start)b::timestamptz[])"
+            " AS e(device, start) WHERE r.device = e.device AND r.time = e.start"
+            " AND NOT EXISTS (SELECT 1 FROM w WHERE w.device = e.device AND w.time = e.start)"
+        ).format(t=_i(table))
+    elif scope == "range":
+        stale = sql.SQL(
+            "DELETE FROM {t} r WHERE r.time >= %(del_lo)s AND r.time < %(del_hi)s"
+            " AND (%(devices)s::text[] IS NULL OR r.device = ANY(%(devices)s::text[]))"
+            " AND (%(shares)s::int = 1 OR abs(hashtext(r.device)) %% %(shares)s::int"
+            " = %(share)s::int)"
+            " AND NOT EXISTS (SELECT 1 FROM w WHERE w.device = r.device AND w.time = r.time)"
+        ).format(t=_i(table))
     else:
-        location = sql.SQL(
-            "(SELECT x.location FROM calibrated x WHERE x.device = b.device"
-            " AND x.time >= b.start AND x.time < b.end ORDER BY x.time DESC LIMIT 1)")
-        match = sql.SQL("")
-    exprs = [sql.SQL("b.start"), sql.SQL("b.device"), location, sql.SQL("b.end"),
-             sql.SQL("b.slots"), sql.SQL("b.tz"), sql.SQL("count(*)")]
-    exprs += [aggregate_expr(c) for c in cols]
+        raise ValueError(scope)
     return sql.SQL(
-        "INSERT INTO {s} ({names}) SELECT {exprs}"
-        " FROM unnest(%(device)b::text[], %(location)b::uuid[], %(start)b::timestamptz[],"
-        " %(end)b::timestamptz[], %(slots)b::int[], %(tz)b::text[])"
-        " AS b(device, location, start, \"end\", slots, tz)"
-        " JOIN calibrated c ON c.device = b.device AND c.time >= b.start AND c.time < b.end{m}"
-        " GROUP BY b.device, b.location, b.start, b.end, b.slots, b.tz").format(
-        s=sql.Identifier(stage_name(table)), names=sql.SQL(", ").join(names),
-        exprs=sql.SQL(", ").join(exprs), m=match)
-
-
-@cache
-def stage_inputs(table: str, names: tuple[str, ...]) -> sql.Composed:
-    """Rows of the stage with a location: keys, bucket end, zone and the named columns."""
-    cols = sql.SQL(", ").join(sql.Identifier(n) for n in names)
-    return sql.SQL(
-        "SELECT device, time, bucket_end, location, tz, {cols} FROM {s}"
-        " WHERE location IS NOT NULL").format(cols=cols, s=sql.Identifier(stage_name(table)))
-
-
-@cache
-def stage_update(table: str) -> sql.Composed:
-    """Write the Python-computed columns (et, etc, kc, water balance) into the stage."""
-    t = TABLES[table]
-    py = [c for c in t.columns if c.rollup in PYTHON_RULES]
-    sets = sql.SQL(", ").join(
-        sql.SQL("{n} = v.{n}").format(n=sql.Identifier(c.name)) for c in py)
-    arrays = sql.SQL(", ").join(
-        sql.SQL("{}::float8[]").format(sql.Placeholder(c.name, PyFormat.BINARY)) for c in py)
-    alias = sql.SQL(", ").join(sql.Identifier(c.name) for c in py)
-    return sql.SQL(
-        "UPDATE {s} s SET {sets} FROM unnest(%(device)b::text[], %(time)b::timestamptz[],"
-        " {arrays}) AS v(device, time, {alias}) WHERE s.device = v.device AND s.time = v.time"
-    ).format(s=sql.Identifier(stage_name(table)), sets=sets, arrays=arrays, alias=alias)
-
-
-@cache
-def python_columns(table: str) -> tuple[Column, ...]:
-    """The columns of `table` computed in Python (ET and crop water), in registry order."""
-    return tuple(c for c in TABLES[table].columns if c.rollup in PYTHON_RULES)
-
-
-@cache
-def upsert(table: str) -> sql.Composed:
-    """Insert or update `table` from its stage; one row per (device, time), create_time kept.
-
-    A bucket staged twice (the device moved mid-bucket between two zones whose buckets share
-    a start) keeps the location with more readings.
-    """
-    t = TABLES[table]
-    values = [c.name for c in t.columns if c.rollup not in _BOOKKEEPING]
-    cols = sql.SQL(", ").join(sql.Identifier(n) for n in values + ["create_time",
-                                                                    "update_time"])
-    picks = sql.SQL(", ").join(sql.Identifier(n) for n in values)
-    sets = sql.SQL(", ").join(
-        sql.SQL("{n} = EXCLUDED.{n}").format(n=sql.Identifier(n))
-        for n in values + ["update_time"] if n not in ("time", "device"))
-    return sql.SQL(
-        "INSERT INTO {t} ({cols}) SELECT DISTINCT ON (device, time) {picks}, now(), now()"
-        " FROM {s} ORDER BY device, time, n DESC"
-        " ON CONFLICT (device, time) DO UPDATE SET {sets}").format(
-        t=sql.Identifier(table), cols=cols, picks=picks, sets=sets,
-        s=sql.Identifier(stage_name(table)))
-
-
-@cache
-def delete_empty(table: str) -> sql.Composed:
-    """Delete rows of `table` at (%(device)s, %(start)s) pairs that the stage has no row for."""
-    return sql.SQL(
-        "DELETE FROM {t} t USING unnest(%(device)b::text[], %(start)b::timestamptz[])"
-        " AS e(device, start) WHERE t.device = e.device AND t.time = e.start"
-        " AND NOT EXISTS (SELECT 1 FROM {s} s WHERE s.device = e.device"
-        " AND s.time = e.start)").format(
-        t=sql.Identifier(table), s=sql.Identifier(stage_name(table)))
-
-
-@cache
-def truncate_stage(table: str) -> sql.Composed:
-    """Empty the stage of `table`."""
-    return sql.SQL("TRUNCATE {}").format(sql.Identifier(stage_name(table)))
+        "WITH kcs AS (SELECT location_id, start_date, kc::float8 AS kc, lead(start_date, 1,"
+        "  'infinity') OVER (PARTITION BY location_id ORDER BY start_date) AS until"
+        "  FROM crop_coefficients),"
+        " w AS (INSERT INTO {t} ({names}, create_time, update_time)"
+        "  SELECT DISTINCT ON (a.device, a.time) {exprs}, now(), now()"
+        "  FROM ({buckets}) a LEFT JOIN locations l ON l.id = a.location"
+        "  LEFT JOIN kcs ON kcs.location_id = a.location AND {d} >= kcs.start_date"
+        "   AND {d} < kcs.until,"
+        "  LATERAL (SELECT {et} AS et, coalesce(kcs.kc, l.kc::float8) AS kc) x"
+        "  WHERE (%(lo)s::timestamptz IS NULL OR a.time >= %(lo)s)"
+        "   AND (%(hi)s::timestamptz IS NULL OR a.time < %(hi)s)"
+        "   AND (%(after)s::timestamptz IS NULL OR a.b_end > %(after)s)"
+        "  ORDER BY a.device, a.time, a.n DESC"
+        "  ON CONFLICT (device, time) DO UPDATE SET {sets}, update_time = EXCLUDED.update_time"
+        "  RETURNING device, time),"
+        " gone AS ({stale} RETURNING 1)"
+        " SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM gone)").format(
+        t=_i(table), names=names, exprs=exprs, buckets=_buckets(table), d=local_date,
+        et=_et(table), sets=sets, stale=stale)
 
 
 @cache
 def rows_at_location(table: str) -> sql.Composed:
     """(device, time) of the rows of `table` at one location (%s)."""
-    return sql.SQL("SELECT device, time FROM {} WHERE location = %s").format(
-        sql.Identifier(table))
+    return sql.SQL("SELECT device, time FROM {} WHERE location = %s").format(_i(table))
 
 
 CLAIM = sql.SQL(

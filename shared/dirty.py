@@ -13,7 +13,7 @@ from datetime import datetime, tzinfo
 
 import psycopg
 
-from shared.timeutil import hour_bounds, local_date, local_day_start, local_hour_bounds
+from shared.timeutil import bucket_of
 
 Mark = tuple[str, str, datetime]  # (rollup, device, bucket start UTC)
 
@@ -26,10 +26,10 @@ def bucket_marks(device: str, times: Iterable[datetime], tz: tzinfo | None) -> s
     """
     marks: set[Mark] = set()
     for t in times:
-        marks.add(("hourly", device, hour_bounds(t)[0]))
+        marks.add(("hourly", device, bucket_of("hourly", t, None)[0]))
         if tz is not None:
-            marks.add(("local_hourly", device, local_hour_bounds(t, tz)[0]))
-            marks.add(("daily", device, local_day_start(local_date(t, tz), tz)))
+            marks.add(("local_hourly", device, bucket_of("local_hourly", t, tz)[0]))
+            marks.add(("daily", device, bucket_of("daily", t, tz)[0]))
     return marks
 
 

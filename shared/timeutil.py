@@ -10,6 +10,7 @@ and 25-hour days, 30-minute DST (Australia/Lord_Howe) and :30/:45 zones need no 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -131,6 +132,63 @@ def local_date(t: datetime, tz: tzinfo) -> date:
 def slots(start: datetime, end: datetime) -> int:
     """Number of 5-minute slots in `[start, end)` (both on the grid for whole buckets)."""
     return int((end - start) / FIVE_MINUTES)
+
+
+ROLLUP_KINDS = ("hourly", "local_hourly", "daily")
+
+
+def bucket_of(kind: str, t: datetime, tz: tzinfo | None) -> tuple[datetime, datetime]:
+    """The `[start, end)` of the rollup bucket of `kind` (hourly, local_hourly, daily) that
+    holds instant `t`; the local kinds need the zone. The one rule for "which bucket holds
+    this instant", used by the dirty marks and the rollups."""
+    if kind == "hourly":
+        return hour_bounds(t)
+    if tz is None:
+        raise ValueError(f"{kind} buckets need a time zone")
+    if kind == "local_hourly":
+        return local_hour_bounds(t, tz)
+    if kind == "daily":
+        return local_day_bounds(local_date(t, tz), tz)
+    raise ValueError(f"unknown rollup {kind!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """The largest piece of time in one UTC hour, one local hour and one local day of a zone,
+    with one UTC offset: rollups keep partial aggregates per cell and merge them into every
+    table (a UTC hour holds one or two cells; two in :30/:45 zones)."""
+
+    start: datetime
+    end: datetime
+    offset: int  # seconds east of UTC, constant over the cell
+    local_hour: tuple[datetime, datetime]
+    day: date
+    local_day: tuple[datetime, datetime]
+
+
+def cells(tz: tzinfo, start: datetime, end: datetime) -> list[Cell]:
+    """The cells of zone `tz` covering `[start, end)` (`start` on a UTC hour), in order."""
+    out: list[Cell] = []
+    t = hour_bounds(start)[0]
+    while t < end:
+        lh = local_hour_bounds(t, tz)
+        cell_end = min(hour_bounds(t)[1], lh[1])
+        day = local_date(t, tz)
+        out.append(Cell(t, cell_end, int(_offset(t, tz).total_seconds()), lh, day,
+                        local_day_bounds(day, tz)))
+        t = cell_end
+    return out
+
+
+def offset_segments(found: list[Cell]) -> list[tuple[datetime, datetime, int]]:
+    """`(from, to, offset seconds)` runs of one UTC offset over consecutive `cells`."""
+    runs: list[tuple[datetime, datetime, int]] = []
+    for c in found:
+        if runs and runs[-1][2] == c.offset and runs[-1][1] == c.start:
+            runs[-1] = (runs[-1][0], c.end, c.offset)
+        else:
+            runs.append((c.start, c.end, c.offset))
+    return runs
 
 
 # ---- parsing of user-supplied times ---------------------------------------------------------

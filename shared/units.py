@@ -9,6 +9,7 @@ degree days) convert by scale only. The same numbers feed Python conversion and 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from shared.columns import Column, Measure
@@ -83,6 +84,20 @@ def factors(col: Column, unit: Unit) -> tuple[float, float]:
 def decimals(col: Column, unit: Unit | None) -> int:
     """Decimals to round a converted value of `col` to."""
     return col.precision + (unit.extra_decimals if unit else 0)
+
+
+def stored_decimals(col: Column) -> int:
+    """Decimals a stored value of `col` keeps so that it shows the column's precision in its
+    default unit, and no more in any unit (the API rounds every other conversion itself):
+    precision + log10 of the default unit's scale (ratio stored 0..1, shown in %: +2; kPa shown
+    in mb: +1)."""
+    if col.measure is None:
+        return col.precision
+    scale = UNITS[param_for(col.measure)][DEFAULTS[param_for(col.measure)]].scale
+    extra = round(math.log10(scale))
+    if 10 ** extra != scale:
+        raise ValueError(f"default unit of {col.name} does not scale by a power of ten")
+    return col.precision + extra
 
 
 def convert(value: float | None, col: Column, unit: Unit) -> float | None:

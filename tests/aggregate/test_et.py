@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from aggregate import et
-from aggregate.rollups import Site, compute_water
 
 # Example 19, N'Diaye (Senegal): 16°13'N, 16°15'W, 8 m, 1 October. Clock times in the example
 # are for Lz = 15° west (UTC-1), so local 14:00-15:00 is 15:00-16:00 UTC.
@@ -61,29 +60,3 @@ def test_half_hour_period_is_about_half_an_hour_of_et() -> None:
     assert half == pytest.approx(full / 2, rel=0.05)
     with pytest.raises(ValueError):
         et.period_et(start=start, end=start, **args)
-
-
-def test_kc_schedule_and_water_balance() -> None:
-    site = Site(id=None, tz="Europe/Brussels", lat=50.8, lon=4.35, elev=100.0,  # type: ignore
-                sensor_height=10.0, kc=0.9,
-                schedule=((date(2024, 7, 1), 1.15), (date(2024, 8, 1), 0.7)))
-    assert site.kc_on(date(2024, 6, 30)) == 0.9
-    assert site.kc_on(date(2024, 7, 6)) == 1.15
-    assert site.kc_on(date(2024, 8, 2)) == 0.7
-    row = {"time": datetime(2024, 7, 5, 22, tzinfo=UTC), "maxt": 21.5, "mint": 12.3,
-           "max_rh": 0.84, "min_rh": 0.63, "wind_speed": 10 / 3.6, "swdw": 22.07,
-           "precip": 1.0}
-    out = compute_water("daily", row, site)
-    assert out["kc"] == 1.15  # local date 2024-07-06 in Brussels
-    assert out["et"] == pytest.approx(3.9, abs=0.1)
-    assert out["etc"] == pytest.approx(out["et"] * 1.15)
-    assert out["crop_water_demand"] == pytest.approx(1.0 - out["etc"])
-
-
-def test_missing_inputs_give_no_et() -> None:
-    site = Site(id=None, tz="UTC", lat=None, lon=None, elev=None,  # type: ignore[arg-type]
-                sensor_height=2.0, kc=1.0, schedule=())
-    row = {"time": datetime(2024, 7, 5, tzinfo=UTC), "maxt": 21.5, "mint": 12.3,
-           "max_rh": 0.84, "min_rh": 0.63, "wind_speed": 2.0, "swdw": 22.07, "precip": 0.0}
-    assert compute_water("daily", row, site) == {"et": None, "etc": None, "kc": 1.0,
-                                                 "crop_water_demand": None}

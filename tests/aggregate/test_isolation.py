@@ -32,14 +32,15 @@ def _literal(conn: psycopg.Connection, query, params: dict) -> str:  # type: ign
 
 def _spec(conn: psycopg.Connection) -> str:
     bucket = rollups.Bucket("R1", T0, T0 + timedelta(hours=1))
-    stage = _literal(conn, statements.stage("hourly", by_location=False), {
+    load = _literal(conn, statements.load_partials_buckets(by_location=False), {
         "device": [bucket.device], "location": [None], "start": [bucket.start],
-        "end": [bucket.end], "slots": [bucket.slots], "tz": [None], "low_quality_pct": 80.0})
+        "end": [bucket.end]})
+    write = _literal(conn, statements.write("hourly", scope="pairs"), {
+        "device": [bucket.device], "start": [bucket.start], "lo": None, "hi": None,
+        "after": None, "low_quality_pct": 80.0})
     claim = _literal(conn, statements.CLAIM, {"rollup": "hourly", "limit": 100})
-    recompute = "; ".join([
-        statements.create_stage("hourly").as_string(conn), stage,
-        statements.upsert("hourly").as_string(conn),
-        statements.truncate_stage("hourly").as_string(conn)])
+    recompute = "; ".join([statements.create_temp().as_string(conn), load, write,
+                           statements.CLEAR_TEMP.as_string(conn)])
     mark = ("INSERT INTO rollup_dirty (rollup, device, bucket) VALUES "
             "('hourly', 'R1', '2024-07-01T10:00:00Z') ON CONFLICT DO NOTHING")
     return f"""

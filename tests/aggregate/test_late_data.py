@@ -76,7 +76,8 @@ def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta, figure
     for t in TABLES:
         row = fetch(db, f"SELECT * FROM {t} WHERE time = %s", buckets[t][0])[0]
         slots = (buckets[t][1] - buckets[t][0]) / timedelta(minutes=5)
-        assert row["sample_pct"] == pytest.approx(old[t]["sample_pct"] + 1 / slots, rel=1e-5)
+        # Both shares are rounded to 0.1 % at write.
+        assert row["sample_pct"] == pytest.approx(old[t]["sample_pct"] + 1 / slots, abs=1e-3)
         assert row["maxt"] == 50.0
         assert row["update_time"] > row["create_time"]
     assert fetch(db, "SELECT count(*) AS n FROM rollup_dirty")[0]["n"] == 0
@@ -129,12 +130,12 @@ def test_reading_committed_during_a_rollup_is_not_lost(db, database_url) -> None
     row = fetch(db, "SELECT sample_pct, maxt FROM hourly")[0]
     raw = fetch(db, "SELECT count(*) AS n FROM calibrated")[0]["n"]
     left = fetch(db, "SELECT bucket FROM rollup_dirty WHERE rollup = 'hourly'")
-    assert raw == 2 and row["sample_pct"] == pytest.approx(1 / 12)
+    assert raw == 2 and row["sample_pct"] == pytest.approx(1 / 12, abs=5e-4)
     assert [m["bucket"] for m in left] == [t0], "rollup is stale, so its mark must remain"
     run_all(db)
     db.commit()
     row = fetch(db, "SELECT sample_pct, maxt FROM hourly")[0]
-    assert row["sample_pct"] == pytest.approx(2 / 12) and row["maxt"] == 30.0
+    assert row["sample_pct"] == pytest.approx(2 / 12, abs=5e-4) and row["maxt"] == 30.0
     assert fetch(db, "SELECT count(*) AS n FROM rollup_dirty")[0]["n"] == 0
 
 

@@ -83,7 +83,7 @@ def test_any_order_of_late_inserts_and_runs_matches_the_reference(database_url, 
             theirs = sorted((e[2], e[3], e[1] / e[0]) for e in expected)
             assert len(mine) == len(theirs)
             for a, b in zip(mine, theirs, strict=True):
-                assert a == pytest.approx(b, rel=1e-5, abs=1e-4)
+                assert a == pytest.approx(b, abs=0.005 + 1e-4)  # rounded to 0.01 at write
 
     check()
     assert totals["examples"] >= 1 and totals["buckets"] > 0

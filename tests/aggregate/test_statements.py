@@ -15,27 +15,31 @@ ROLLUPS = ("hourly", "local_hourly", "daily")
 
 @pytest.mark.parametrize("table", ROLLUPS)
 def test_every_column_has_a_rule(table: str) -> None:
+    per_cell = {s.name: s.per_cell.as_string(None) for s in statements.stats()}
     for col in TABLES[table].columns:
         if col.name in ("time", "device", "location"):
             continue
-        if col.rollup in statements.PYTHON_RULES or col.rollup in (
+        if col.rollup in statements.WATER_RULES or col.rollup in (
                 Rollup.CREATE_TIME, Rollup.UPDATE_TIME):
             continue
         text = statements.aggregate_expr(col).as_string(None)
         if col.source:
-            assert f'"{col.source}"' in text, (col.name, text)
+            # The merge reads partial statistics; those read the source column from the rows.
+            used = [n for n in per_cell if f'"{n}"' in text]
+            assert any(f'"{col.source}"' in per_cell[n] for n in used), (col.name, text)
 
 
 @pytest.mark.parametrize("table", ROLLUPS)
 def test_statements_name_only_registry_columns(table: str) -> None:
     known = {c.name for t in TABLES.values() for c in t.columns}
-    known |= {n for n, _ in statements.STAGE_EXTRA}
-    known |= {"end", table, statements.stage_name(table), "calibrated"}
-    for stmt in (statements.stage(table, by_location=table != "hourly"),
-                 statements.upsert(table), statements.stage_update(table),
-                 statements.delete_empty(table)):
+    known |= {s.name for s in statements.stats()}
+    known |= {table, statements.PARTIALS, statements.SEGMENTS, statements.CELLS, "calibrated",
+              "end", "lh_start", "lh_end", "day_start", "day_end"}
+    for stmt in (statements.load_partials_buckets(by_location=table != "hourly"),
+                 statements.load_partials_range(), statements.write(table, scope="pairs"),
+                 statements.write(table, scope="range"), statements.create_temp()):
         text = stmt.as_string(None)
-        assert set(re.findall(r'"([a-z_]+)"', text)) <= known
+        assert set(re.findall(r'"([a-z_0-9.]+)"', text)) <= known, table
 
 
 def test_unit_scaling_follows_the_registry_units() -> None:
@@ -46,7 +50,22 @@ def test_unit_scaling_follows_the_registry_units() -> None:
     assert "*" not in statements.aggregate_expr(lfw_hourly).as_string(None)
 
 
-def test_python_rules_are_the_water_columns() -> None:
-    assert [c.name for c in statements.python_columns("daily")] == [
-        "et", "etc", "kc", "crop_water_demand"]
-    assert [c.name for c in statements.python_columns("hourly")] == ["et", "etc"]
+def test_water_rules_are_computed_in_the_write() -> None:
+    for table in ROLLUPS:
+        text = statements.write(table, scope="pairs").as_string(None)
+        fn = "sds_fao56_daily_et" if table == "daily" else "sds_fao56_period_et"
+        assert fn in text
+        water = [c.name for c in TABLES[table].columns if c.rollup in statements.WATER_RULES]
+        assert water == (["et", "etc", "kc", "crop_water_demand"] if table == "daily"
+                         else ["et", "etc"])
+
+
+def test_every_value_is_rounded_to_its_precision_at_write() -> None:
+    from shared.units import stored_decimals
+
+    for table in ROLLUPS:
+        text = statements.write(table, scope="pairs").as_string(None)
+        for col in TABLES[table].columns:
+            if col.is_numeric:
+                power = float(10 ** stored_decimals(col))
+                assert f"* {power})" in text, (table, col.name)

@@ -13,6 +13,10 @@ import pytest
 from tests.aggregate.conftest import fetch, insert_readings, make_location, run_all, series
 
 FIVE = timedelta(minutes=5)
+# Rollup values are rounded at write to their column's precision: temperatures and amounts to
+# 0.01 (half a unit: 0.005), shares to 0.1 % (0.0005 as a fraction).
+HALF = 0.005 + 1e-5  # half a unit, plus the inputs' float32 storage
+HALF_PCT = 0.0005
 
 # (zone, local date, expected 5-minute slots in that local day, expected local hour rows)
 CASES = [
@@ -70,20 +74,20 @@ def test_zone_buckets_match_independent_computation(
     assert d["sample_pct"] == pytest.approx(1.0)
     assert d["low_quality"] is False
     temps = [r["tair"] for r in in_day]
-    assert d["meant"] == pytest.approx(sum(temps) / len(temps), rel=1e-5)
-    assert d["maxt"] == pytest.approx(max(temps), rel=1e-6)
-    assert d["mint"] == pytest.approx(min(temps), rel=1e-6)
+    assert d["meant"] == pytest.approx(sum(temps) / len(temps), abs=HALF)
+    assert d["maxt"] == pytest.approx(max(temps), abs=HALF)
+    assert d["mint"] == pytest.approx(min(temps), abs=HALF)
     hottest = min((r for r in in_day if r["tair"] == max(temps)), key=lambda r: r["time"])
     coldest = min((r for r in in_day if r["tair"] == min(temps)), key=lambda r: r["time"])
     assert d["maxt_time"] == hottest["time"]
     assert d["mint_time"] == coldest["time"]
-    assert d["rh_at_maxt"] == pytest.approx(hottest["rh"], rel=1e-5)
-    assert d["rh_at_mint"] == pytest.approx(coldest["rh"], rel=1e-5)
-    assert d["precip"] == pytest.approx(sum(r["precip"] for r in in_day), rel=1e-5)
+    assert d["rh_at_maxt"] == pytest.approx(hottest["rh"], abs=HALF)
+    assert d["rh_at_mint"] == pytest.approx(coldest["rh"], abs=HALF)
+    assert d["precip"] == pytest.approx(sum(r["precip"] for r in in_day), abs=HALF)
     wet_hours = {(r["time"].astimezone(tz).replace(minute=0).replace(tzinfo=None),
                   r["time"].astimezone(tz).utcoffset()) for r in in_day if r["precip"] > 0}
     assert d["precip_hours"] == len(wet_hours)
-    assert d["gdd"] == pytest.approx(max(0.0, (max(temps) + min(temps)) / 2 - 10), rel=1e-5)
+    assert d["gdd"] == pytest.approx(max(0.0, (max(temps) + min(temps)) / 2 - 10), abs=HALF)
     # The neighbouring (partial) days exist too, with their own share of slots.
     days = fetch(db, "SELECT time, sample_pct FROM daily WHERE device = 'Z1' ORDER BY time")
     assert [x["time"] for x in days].count(day_start) == 1
@@ -105,9 +109,9 @@ def test_zone_buckets_match_independent_computation(
         g = expected[s]
         row = got[s]
         temps = [r["tair"] for r in g]
-        assert row["tair"] == pytest.approx(sum(temps) / len(temps), rel=1e-5)
-        assert row["maxt"] == pytest.approx(max(temps), rel=1e-6)
-        assert row["precip"] == pytest.approx(sum(r["precip"] for r in g), rel=1e-5, abs=1e-6)
+        assert row["tair"] == pytest.approx(sum(temps) / len(temps), abs=HALF)
+        assert row["maxt"] == pytest.approx(max(temps), abs=HALF)
+        assert row["precip"] == pytest.approx(sum(r["precip"] for r in g), abs=HALF)
     # Interior buckets are complete: the bucket's slot count equals its readings, so the
     # durations of the day's local hours sum to the day length with no overlap or gap.
     for s in day_hours:
@@ -121,8 +125,8 @@ def test_zone_buckets_match_independent_computation(
     hourly = {x["time"]: x for x in fetch(db, "SELECT * FROM hourly WHERE device = 'Z1'")}
     assert set(hourly) == set(utc_groups)
     for s, temps in utc_groups.items():
-        assert hourly[s]["tair"] == pytest.approx(sum(temps) / len(temps), rel=1e-5)
-        assert hourly[s]["sample_pct"] == pytest.approx(len(temps) / 12)
+        assert hourly[s]["tair"] == pytest.approx(sum(temps) / len(temps), abs=HALF)
+        assert hourly[s]["sample_pct"] == pytest.approx(len(temps) / 12, abs=HALF_PCT)
 
 
 def test_lord_howe_fall_back_readings_land_in_distinct_buckets(db) -> None:
@@ -136,8 +140,8 @@ def test_lord_howe_fall_back_readings_land_in_distinct_buckets(db) -> None:
                                          datetime(2024, 4, 6, 15, 0, tzinfo=UTC)]
     assert [r["tair"] for r in rows] == [1.0, 3.0]
     # 1 of 12 slots in the full hour, 1 of 6 in the 30-minute hour after the change.
-    assert rows[0]["sample_pct"] == pytest.approx(1 / 12)
-    assert rows[1]["sample_pct"] == pytest.approx(1 / 6)
+    assert rows[0]["sample_pct"] == pytest.approx(1 / 12, abs=HALF_PCT)
+    assert rows[1]["sample_pct"] == pytest.approx(1 / 6, abs=HALF_PCT)
 
 
 def test_local_hourly_never_derived_from_utc_hourly(db) -> None:
@@ -248,7 +252,7 @@ def test_local_day_table_2024_2026(db, figures) -> None:
         first, last = _slot_value(start), _slot_value(end - FIVE)
         assert (d[0]["mint"], d[0]["maxt"]) == (first, last), (tz_name, day)
         assert d[0]["sample_pct"] == pytest.approx(1.0), (tz_name, day)
-        assert d[0]["meant"] == pytest.approx((first + last) / 2, rel=1e-6), (tz_name, day)
+        assert d[0]["meant"] == pytest.approx((first + last) / 2, abs=HALF), (tz_name, day)
         hours = fetch(db, "SELECT time, sample_pct, mint, maxt FROM local_hourly"
                           " WHERE device = %s AND time >= %s AND time < %s ORDER BY time",
                       tz_name, start, end)
