@@ -354,12 +354,16 @@ def _buckets(table: str) -> sql.Composable:
     if table == "hourly":
         exprs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(aggregate_expr(c), _i(c.name))
                                    for c in value_cols)
+        # The row's location is that of the hour's latest reading: the partial with the
+        # latest reading names it (a window over the partials, not an ordered aggregate,
+        # which would sort every group on its own).
         return sql.SQL(
-            "SELECT time_bucket('1 hour', p.cell) AS time, p.device,"
-            " (array_agg(p.location ORDER BY p.last DESC))[1] AS location,"
-            " time_bucket('1 hour', p.cell) + interval '1 hour' AS b_end, sum(p.n) AS n,"
-            " NULL::date AS day, {exprs} FROM {p} p GROUP BY 1, 2").format(
-            exprs=exprs, p=_i(PARTIALS))
+            "SELECT p.hour AS time, p.device, p.latest AS location,"
+            " p.hour + interval '1 hour' AS b_end, sum(p.n) AS n, NULL::date AS day, {exprs}"
+            " FROM (SELECT q.*, time_bucket('1 hour', q.cell) AS hour,"
+            "  first_value(q.location) OVER (PARTITION BY q.device, time_bucket('1 hour', q.cell)"
+            "  ORDER BY q.last DESC) AS latest FROM {p} q) p"
+            " GROUP BY p.hour, p.device, p.latest").format(exprs=exprs, p=_i(PARTIALS))
     start, end = ("lh_start", "lh_end") if table == "local_hourly" else ("day_start",
                                                                           "day_end")
     slots = sql.SQL("(date_part('epoch', z.{e} - z.{s}) / {slot})::int").format(
@@ -397,15 +401,15 @@ def write(table: str, *, scope: str) -> sql.Composed:
         if c.name in _KEYS:
             values.append((c.name, sql.SQL("a.{}").format(_i(c.name))))
         elif c.rollup is Rollup.ET:
-            values.append((c.name, _rounded(sql.SQL("x.et"), c)))
+            values.append((c.name, _rounded(sql.SQL("a.et"), c)))
         elif c.rollup is Rollup.ETC:
-            values.append((c.name, _rounded(sql.SQL("x.et * x.kc"), c)))
+            values.append((c.name, _rounded(sql.SQL("a.et * a.kc"), c)))
         elif c.rollup is Rollup.KC:
-            values.append((c.name, _rounded(sql.SQL("x.kc"), c)))
+            values.append((c.name, _rounded(sql.SQL("a.kc"), c)))
         elif c.rollup is Rollup.WATER_BALANCE:
             precip = sql.SQL("a.{}").format(_i(_col(table, Rollup.SUM, "precip")))
             values.append((c.name, _rounded(
-                sql.SQL("({} - x.et * x.kc)").format(precip), c)))
+                sql.SQL("({} - a.et * a.kc)").format(precip), c)))
         else:
             values.append((c.name, _rounded(sql.SQL("a.{}").format(_i(c.name)), c)))
     names = sql.SQL(", ").join(_i(n) for n, _ in values)
@@ -434,13 +438,14 @@ def write(table: str, *, scope: str) -> sql.Composed:
         "  FROM crop_coefficients),"
         " w AS (INSERT INTO {t} ({names}, create_time, update_time)"
         "  SELECT DISTINCT ON (a.device, a.time) {exprs}, now(), now()"
-        "  FROM ({buckets}) a LEFT JOIN locations l ON l.id = a.location"
-        "  LEFT JOIN kcs ON kcs.location_id = a.location AND {d} >= kcs.start_date"
-        "   AND {d} < kcs.until,"
-        "  LATERAL (SELECT {et} AS et, coalesce(kcs.kc, l.kc::float8) AS kc) x"
-        "  WHERE (%(lo)s::timestamptz IS NULL OR a.time >= %(lo)s)"
-        "   AND (%(hi)s::timestamptz IS NULL OR a.time < %(hi)s)"
-        "   AND (%(after)s::timestamptz IS NULL OR a.b_end > %(after)s)"
+        "  FROM (SELECT a.*, {et} AS et, coalesce(kcs.kc, l.kc::float8) AS kc"
+        "   FROM ({buckets}) a LEFT JOIN locations l ON l.id = a.location"
+        "   LEFT JOIN kcs ON kcs.location_id = a.location AND {d} >= kcs.start_date"
+        "    AND {d} < kcs.until"
+        "   WHERE (%(lo)s::timestamptz IS NULL OR a.time >= %(lo)s)"
+        "    AND (%(hi)s::timestamptz IS NULL OR a.time < %(hi)s)"
+        "    AND (%(after)s::timestamptz IS NULL OR a.b_end > %(after)s)"
+        "   OFFSET 0) a"  # OFFSET 0: ET computed once per row, not once per use
         "  ORDER BY a.device, a.time, a.n DESC"
         "  ON CONFLICT (device, time) DO UPDATE SET {sets}, update_time = EXCLUDED.update_time"
         "  RETURNING device, time),"

@@ -9,8 +9,12 @@ PostgreSQL (or on --database-url's server), then measures in the same run:
 - baseline: one `INSERT ... SELECT time_bucket('1 hour', time), device, avg/min/max/sum ...
   GROUP BY 1, 2` for `hourly` alone, with the hourly columns' plain aggregates;
 - backfill: `aggregate.jobs.backfill` of all three tables over the whole range (what
-  `sds aggregate backfill` runs), ratio = backfill / baseline (goal <= 1.5); measured again
-  with `--workers` (default 2) tables side by side;
+  `sds aggregate backfill` runs: one pass over each 7-day piece's readings into partials per
+  cell, merged into the three tables with ET, rounded, written once), ratio = backfill /
+  baseline (goal <= 1.5); measured again with `--workers` (default 2) device shares;
+- where the time goes: the same backfill in one piece, timed per step (cells, the pass over
+  the readings, the merge and write of each table), and a bare pass over the readings that
+  only counts rows per cell (the floor of any one-pass design);
 - incremental: one new hour for every device, then one run of every rollup job;
 - late reading: one reading 20 days late, the buckets its marks recompute, and the run time.
 """
@@ -128,14 +132,36 @@ def main(argv: list[str] | None = None) -> int:
                           devices=None, low_quality_pct=80.0, chunk_days=7, workers=workers,
                           connect=lambda: psycopg.connect(url))
 
+        def steps() -> dict[str, float]:
+            for t in rollups.TABLE_ORDER:
+                conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(t)))
+            conn.commit()
+            timings: dict[str, float] = {}
+            with conn.transaction():
+                rollups.recompute_range(conn, tables=rollups.TABLE_ORDER, start=START, end=end,
+                                        first=True, last=True, devices=None,
+                                        low_quality_pct=80.0, timings=timings)
+            return timings
+
+        def bare_pass() -> None:
+            with conn.transaction():
+                conn.execute("CREATE TEMP TABLE bench_cells ON COMMIT DROP AS"
+                             " SELECT device, location, time_bucket('1 hour', time) AS cell,"
+                             " count(*) FROM calibrated GROUP BY 1, 2, 3")
+
         baseline()  # warm the cache for both
-        base_times, fill_times, par_times = [], [], []
+        base_times, fill_times, par_times, bare_times = [], [], [], []
+        parts: list[dict[str, float]] = []
         for _ in range(max(1, args.repeat)):
             base_times.append(_timed(baseline))
             fill_times.append(_timed(lambda: backfill(1)))
             par_times.append(_timed(lambda: backfill(args.workers)))
+            bare_times.append(_timed(bare_pass))
+            parts.append(steps())
             print(f"  baseline {base_times[-1]:.2f} s, backfill {fill_times[-1]:.2f} s,"
-                  f" backfill --workers {args.workers} {par_times[-1]:.2f} s", flush=True)
+                  f" backfill --workers {args.workers} {par_times[-1]:.2f} s,"
+                  f" bare pass {bare_times[-1]:.2f} s, steps "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in parts[-1].items()), flush=True)
         counts = {t: conn.execute(sql.SQL("SELECT count(*) FROM {}").format(
             sql.Identifier(t))).fetchone()[0] for t in rollups.TABLE_ORDER}  # type: ignore[index]
         conn.commit()
@@ -184,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         t_late = time.perf_counter() - t0
 
     base, fill, par = min(base_times), min(fill_times), min(par_times)
+    best = min(parts, key=lambda p: sum(p.values()))
     print()
     print("| Measure | Value |")
     print("|---|---:|")
@@ -197,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| median ratio | {statistics.median(fill_times) / statistics.median(base_times):.2f} |")
     print(f"| backfill with --workers {args.workers} (best of {len(par_times)}) | {par:.2f} s |")
     print(f"| **ratio backfill --workers {args.workers} / baseline** | **{par / base:.2f}** |")
+    print(f"| bare pass: count(*) per device, location and UTC hour / baseline |"
+          f" {min(bare_times) / base:.2f} |")
+    for k, v in best.items():
+        print(f"| one-piece backfill step: {k} | {v:.2f} s ({v / base:.2f} x baseline) |")
     print(f"| incremental: {len(names)} devices' latest hour, marks hourly/local/daily |"
           f" {inc['hourly']}/{inc['local_hourly']}/{inc['daily']} |")
     print(f"| incremental run time | {t_inc * 1000:.0f} ms |")
