@@ -3,7 +3,8 @@ with a hot standby fed by streaming replication through a slot, the ingester, th
 the API all on the two-host URL (`target_session_attrs=read-write`) that deploy/services.sh
 writes. Mid-run the primary is lost and the standby promoted; the ledger check then holds on
 the promoted server (every PUBACKed reading stored once, nothing invented), the scheduler runs
-its jobs there and the API answers from it, none of them reconfigured or restarted.
+its jobs there and the API (which read /data from the standby until then) answers from it, none
+of them reconfigured or restarted.
 
 Two ways to lose the primary: a crash (stop -m immediate) with the standby synchronous, which
 is how services.sh sets it up, and a planned switchover (stop -m fast, which ships all WAL
@@ -22,6 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from serve.pool import READ_EXTENSION
 from shared import accounts
 from shared.config import Settings
 from tests.chaos.conftest import chaos_settings
@@ -101,16 +103,20 @@ def test_promotion_drill_loses_no_acked_reading(
                                  stdout=sched_log, stderr=sched_log)
     from serve import create_app
 
-    app = create_app(Settings(database_url=url, metrics_port=0, aggregate_metrics_port=0,
-                              db_pool_min=1, db_pool_max=2, cursor_secret="drill",
-                              api_rate_limit=0))
+    # As services.sh configures it: /data read from the standby while it is current.
+    read_url = (f"postgresql://postgres@127.0.0.1:{standby.port},127.0.0.1:{primary.port}"
+                "/ingest?target_session_attrs=prefer-standby&connect_timeout=5")
+    app = create_app(Settings(database_url=url, database_read_url=read_url, metrics_port=0,
+                              aggregate_metrics_port=0, db_pool_min=1, db_pool_max=2,
+                              cursor_secret="drill", api_rate_limit=0))
     client = app.test_client()
     headers = {"Authorization": f"Apikey {key}"}
     ledger = Ledger("127.0.0.1", own_broker.port)
     try:
         proc.wait_subscribed(1)
-        assert client.get("/api/v2/data/calibrated?device=A1", headers=headers
-                          ).status_code == 200
+        before = client.get("/api/v2/data/calibrated?device=A1", headers=headers)
+        assert before.status_code == 200
+        assert before.headers["X-Read-Source"].startswith("standby")
         run = Run(ledger, f"{s.topic_prefix}/A1/readings", 600, 120).start()
         wait_for(lambda: len(stored_times(url)) >= 150, 60, what="a quarter stored")
         loss(primary)  # type: ignore[operator]
@@ -159,6 +165,7 @@ def test_promotion_drill_loses_no_acked_reading(
         scheduler.wait(30)
         sched_log.close()
         app.extensions["db"].close()
+        app.extensions[READ_EXTENSION].standby.close()
     rows = stored_times(promoted)
     name = loss.__name__.strip("_")  # type: ignore[attr-defined]
     figures.record(f"delivery.ledger.promotion_{name}",
