@@ -44,6 +44,7 @@ READ_EXTENSION = "db_read"
 CHECK_EVERY = 1.0  # seconds a staleness measurement is reused
 RETRY_UNREACHABLE = 5.0  # seconds before asking a standby that did not answer again
 CHECK_TIMEOUT = 1.0  # longest a request waits for a standby connection for the check
+PROMOTED = "the read server is not in recovery (promoted?)"
 CATCH_UP_WAIT = 0.2  # longest a check waits for the standby to reach the primary's position
 
 # The primary's WAL position first, then the standby's replay position and the time of the
@@ -109,8 +110,11 @@ class ReadRouter:
             return None, "standby unreachable"
         assert state is not None
         in_recovery, caught_up, since_replay = state
-        if not in_recovery or caught_up:
-            return 0.0, "standby current"  # (not in recovery: promoted, it is a primary now)
+        if not in_recovery:
+            # Promoted (or the read URL names a primary): as current as the primary itself.
+            return 0.0, PROMOTED
+        if caught_up:
+            return 0.0, "standby current"
         if since_replay is None:
             return None, "standby has replayed nothing yet"
         return max(0.0, float(since_replay)), f"standby {since_replay:.1f} s behind"
@@ -125,6 +129,8 @@ class ReadRouter:
                 self._lag, self._why = self.measure()
                 self._measured_at, age = self._clock(), 0.0
             lag, why = self._lag, self._why
+        if why == PROMOTED:
+            return ReadChoice(self.standby, f'primary; reason="{PROMOTED}"')
         if lag is not None and lag + age <= self.max_staleness:
             return ReadChoice(self.standby, f"standby; lag={lag + age:.1f}")
         if lag is not None:

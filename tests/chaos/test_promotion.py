@@ -157,6 +157,7 @@ def test_promotion_drill_loses_no_acked_reading(
             assert r.status_code == 503 and time.monotonic() < deadline, r.get_data(True)
             time.sleep(0.2)
         assert len(r.get_json()) == len(run.acked)
+        assert r.headers["X-Read-Source"].startswith("primary; ")  # the promoted server
         assert failed <= 2  # at most one per pooled connection (db_pool_max=2)
     finally:
         ledger.close()
