@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import swagger_ui_bundle
+from apispec import BasePlugin
 from flask import Flask, Response, g, has_request_context, request
 from flask_smorest import Api
 from psycopg_pool import ConnectionPool
@@ -40,6 +41,28 @@ ALLOWED_HEADERS = "Authorization, Accept, Content-Type"
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 
 
+GETTING_STARTED = """Time series of field sensors: tables, schemas, data, devices, locations
+and API keys.
+
+**Getting started**
+
+1. Click **Authorize**. Under **apikey**, paste your API key as it is (`sdsk_...`; the demo's
+   is in `.state/demo-credentials.txt`) and click **Authorize**, then **Close**. Or use
+   **basic** with your email address and password.
+2. Open **GET /api/v2/data/{table}**, set `table` to `hourly` and `device` to a device name
+   (the demo's are `A000101` to `A000105`; your devices: **GET /api/v2/devices**), then
+   **Execute**.
+3. The newest rows first: `order=desc`, `limit=24`. Local time: `local_time=America/Chicago`.
+   Fahrenheit: `temp=f`. CSV: `format=csv`. Several devices: `device=A000101,A000102`.
+4. When the answer has an `X-Cursor-Next` header, put it in `cursor` (same other parameters)
+   for the next page. Only what changed since last time: `updated_since` with the
+   `X-Updated-Since-Next` of the previous answer.
+
+Tables and their columns: **GET /api/v2/schemas** and **/api/v2/schemas/{table}**. From
+Python, the `sds_client` package does the paging, pandas DataFrames and incremental sync
+(docs/client.md)."""
+
+
 def create_app(settings: Settings | None = None) -> Flask:
     """Build the API app: settings from the environment unless given (tests pass their own)."""
     settings = settings if settings is not None else Settings.from_env(os.environ)
@@ -58,16 +81,23 @@ def create_app(settings: Settings | None = None) -> Flask:
         OPENAPI_SWAGGER_UI_PATH="doc",
         OPENAPI_SWAGGER_UI_URL=DOC_ASSETS + "/",
         API_SPEC_OPTIONS={
-            "info": {"description": "Time series of field sensors: tables, schemas, data, "
-                                    "devices, locations and API keys."},
+            "info": {"description": GETTING_STARTED},
             "components": {"securitySchemes": {
-                "basic": {"type": "http", "scheme": "basic"},
-                "bearer": {"type": "http", "scheme": "bearer"},
                 "apikey": {"type": "apiKey", "in": "header", "name": "Authorization",
-                           "description": "Authorization: Apikey <key>"},
+                           "description": "Paste the API key as it is (sdsk_...). Scripts "
+                                          "send `Authorization: Apikey <key>`; the bare key "
+                                          "is accepted too."},
+                "basic": {"type": "http", "scheme": "basic",
+                          "description": "Your email address and password."},
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "A token from POST /api/v2/auth/token."},
             }},
-            "security": [{"basic": []}, {"bearer": []}, {"apikey": []}],
+            "security": [{"apikey": []}, {"basic": []}, {"bearer": []}],
         },
+        # Swagger UI: "Try it out" open from the start, the key kept across reloads, and
+        # request times shown.
+        OPENAPI_SWAGGER_UI_CONFIG={"tryItOutEnabled": True, "persistAuthorization": True,
+                                   "displayRequestDuration": True, "deepLinking": True},
         MAX_CONTENT_LENGTH=1024 * 1024,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]  # keys keep their documented order
@@ -95,7 +125,7 @@ def create_app(settings: Settings | None = None) -> Flask:
             attach_reads(app, ReadRouter(pool, standby, settings.read_max_staleness))
         with pool.connection() as conn:
             app.extensions["cursor_key"] = pagination.load_key(conn, settings.cursor_secret)
-        api = Api(app)
+        api = Api(app, spec_kwargs={"extra_plugins": [PathParametersFirst()]})
         errors.init_app(app)  # after Api(): replaces smorest's HTTPException handler with ours
         for blueprint in BLUEPRINTS:
             api.register_blueprint(blueprint)
@@ -109,6 +139,21 @@ def create_app(settings: Settings | None = None) -> Flask:
         raise
     log.info("API app ready (%d blueprints)", len(BLUEPRINTS))
     return app
+
+
+class PathParametersFirst(BasePlugin):
+    """Lists a path's parameters (`table` of /data/{table}) first in each of its operations
+    instead of after them at path level, where Swagger UI shows them last."""
+
+    def path_helper(self, path: str | None = None, operations: dict[str, Any] | None = None,
+                    parameters: list[dict[str, Any]] | None = None, **kwargs: Any) -> None:
+        if not parameters or not operations:
+            return None
+        for operation in operations.values():
+            if isinstance(operation, dict):
+                operation["parameters"] = [*parameters, *operation.get("parameters", [])]
+        parameters.clear()
+        return None
 
 
 def _request_scope(settings: Settings) -> Callable[[Any], None]:

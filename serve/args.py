@@ -124,13 +124,15 @@ class _QuerySchema(ma.Schema):
 MAX_DEVICES = 100  # device names in one /data request (device=A,B or repeated device=)
 
 
-class DeviceNames(fields.List):
+class DeviceNames(fields.String):
     """`device=A,B` and/or repeated `device=` -> tuple of distinct names in request order
     (None when every value is empty). Device names never hold a comma (letters, digits,
-    '_', '.', '-'), so splitting on it cannot change the meaning of a valid name."""
+    '_', '.', '-'), so splitting on it cannot change the meaning of a valid name.
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(fields.String(), **kwargs)
+    Documented as a string (one text box in Swagger UI, where `A,B` is typed); webargs hands
+    over every repeated value because of `is_multiple`."""
+
+    is_multiple = True
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any
                      ) -> tuple[str, ...] | None:

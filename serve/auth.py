@@ -150,6 +150,10 @@ def parse_authorization(header: str) -> Credentials:
     parts = header.strip().split(None, 1)
     if not parts:
         raise Unauthorized("empty Authorization header", scheme="Basic")
+    if len(parts) == 1 and parts[0].startswith(credentials.API_KEY_PREFIX):
+        # A bare API key (what Swagger UI's apiKey scheme sends when the key is pasted as
+        # it is): the sdsk_ prefix and its check suffix say what it is, no scheme needed.
+        return Credentials("apikey", parts[0])
     scheme = _SCHEMES.get(parts[0].lower())
     if scheme is None:
         raise Unauthorized(
@@ -553,7 +557,25 @@ def _response_headers(response: Response) -> Response:
     return response
 
 
+def is_script_request() -> bool:
+    """Whether the request comes from a page's script (fetch or XMLHttpRequest), as browsers
+    say with Sec-Fetch-Dest: empty, or libraries with X-Requested-With: XMLHttpRequest."""
+    return (request.headers.get("Sec-Fetch-Dest", "").lower() == "empty"
+            or request.headers.get("X-Requested-With", "").lower() == "xmlhttprequest")
+
+
+def _no_basic_prompt(response: Response) -> Response:
+    """A 401 to a page's script challenges with Apikey instead of Basic: a Basic challenge
+    makes the browser take the request over with its own password dialog (Swagger UI's "Try
+    it out" with a missing or mistyped key), where the page wants to show the JSON error."""
+    challenge = response.headers.get("WWW-Authenticate", "")
+    if response.status_code == 401 and challenge.startswith("Basic") and is_script_request():
+        response.headers["WWW-Authenticate"] = "Apikey" + challenge[len("Basic"):]
+    return response
+
+
 def init_app(app: Flask) -> None:
     """Authenticate every request of `app` before its view runs (closed by default)."""
     app.before_request(_authenticate)
     app.after_request(_response_headers)
+    app.after_request(_no_basic_prompt)
