@@ -258,8 +258,12 @@ def test_pending_rollups_hold_retention_back_and_dry_run_removes_nothing(
     out = CliRunner().invoke(storage_cli, ["retention", "--dry-run", "--table", "calibrated"])
     assert out.exit_code == 0, out.output
     assert "would be exported and removed" in out.output and "held back" in out.output
-    out = CliRunner().invoke(storage_cli, ["sizes"])
+    out = CliRunner().invoke(storage_cli, ["sizes", "--per-org"])
     assert out.exit_code == 0 and "calibrated" in out.output, out.output
+    per_org = [line.split() for line in out.output.splitlines()
+               if line.startswith("calibrated ") and ("Keep" in line or "Short" in line)]
+    assert sorted(row[1] for row in per_org) == ["Keep", "Short"]
+    assert {int(row[2]) for row in per_org} == {total // 2}  # rows of each organisation
     with psycopg.connect(world) as c:
         assert c.execute("SELECT count(*) FROM calibrated").fetchone()[0] == total
 
