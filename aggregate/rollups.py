@@ -107,10 +107,13 @@ def process_marks(
 
 
 def _prepare(conn: psycopg.Connection) -> None:
-    conn.execute(statements.create_temp())
-    conn.execute("SET LOCAL work_mem = '64MB'")  # a backfill piece's groups fit in memory
-    # JIT compiling the ~100 aggregate expressions costs more than it saves here.
-    conn.execute("SET LOCAL jit = off")
+    row = conn.execute(statements.TEMP_EXISTS).fetchone()
+    if not (row and row[0]):
+        conn.execute(statements.create_temp())
+    # work_mem: a backfill piece's groups fit in memory. JIT compiling the ~100 aggregate
+    # expressions costs more than it saves here. One round trip: each costs milliseconds on a
+    # busy machine.
+    conn.execute("SET LOCAL work_mem = '64MB'; SET LOCAL jit = off")
 
 
 def load_cells(conn: psycopg.Connection, ranges: dict[str, list[tuple[datetime, datetime]]]
@@ -121,11 +124,9 @@ def load_cells(conn: psycopg.Connection, ranges: dict[str, list[tuple[datetime, 
     runs: dict[str, list[Any]] = {"tz": [], "lo": [], "hi": [], "shift": []}
     for tz_name, spans in sorted(ranges.items()):
         tz = zone(tz_name)
-        found: dict[datetime, timeutil.Cell] = {}
-        for lo, hi in spans:
-            for c in timeutil.cells(tz, lo, hi):
-                found[c.start] = c
-        ordered = [found[k] for k in sorted(found)]
+        ordered: list[timeutil.Cell] = []
+        for lo, hi in _union(spans):  # many devices share a zone's buckets: each cell once
+            ordered.extend(timeutil.cells(tz, lo, hi))
         for c in ordered:
             for k, v in (("tz", tz_name), ("start", c.start), ("lh_start", c.local_hour[0]),
                          ("lh_end", c.local_hour[1]), ("day", c.day),
@@ -139,6 +140,17 @@ def load_cells(conn: psycopg.Connection, ranges: dict[str, list[tuple[datetime, 
     if arrays["tz"]:
         conn.execute(statements.LOAD_CELLS, arrays)
         conn.execute(statements.LOAD_SEGMENTS, runs)
+
+
+def _union(spans: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """Overlapping or touching ranges merged, in order."""
+    out: list[tuple[datetime, datetime]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
 
 
 def _check_cells(conn: psycopg.Connection) -> None:
@@ -169,15 +181,13 @@ def recompute(
         # The bucket arrays defeat the planner's row estimates (it picked a merge join that
         # compared 100x more rows than it kept): each bucket is one index range scan on
         # (device, time).
-        conn.execute("SET LOCAL enable_mergejoin = off")
-        conn.execute("SET LOCAL enable_hashjoin = off")
-        conn.execute(statements.load_partials_buckets(by_location=local), {
+        conn.execute("SET LOCAL enable_mergejoin = off; SET LOCAL enable_hashjoin = off")
+        conn.execute(statements.load_partials_buckets(table), {
             "device": [b.device for b in buckets],
             "location": [b.location for b in buckets],
             "start": [b.start for b in buckets],
             "end": [b.end for b in buckets]})
-        conn.execute("RESET enable_mergejoin")
-        conn.execute("RESET enable_hashjoin")
+        conn.execute("RESET enable_mergejoin; RESET enable_hashjoin")
         if local:
             _check_cells(conn)
     pairs = sorted({(b.device, b.start) for b in buckets} | set(clear))
@@ -187,7 +197,8 @@ def recompute(
     if gone:
         log.info("removed %d %s rows whose buckets have no readings", gone, table)
     # Empty the work tables now: a transaction may recompute several batches before it commits.
-    conn.execute(statements.CLEAR_TEMP)
+    # DELETE, not TRUNCATE: a few hundred rows, and TRUNCATE makes new files every time.
+    conn.execute(statements.DELETE_TEMP)
     return int(written)
 
 
@@ -236,11 +247,10 @@ def recompute_range(
         "shares": shares, "low_quality_pct": low_quality_pct}
     # The planner cannot estimate the cells per reading and sorts 100% of the rows for a
     # GroupAggregate; hashing the few locations' offset runs and the cells is 2x faster.
-    conn.execute("SET LOCAL enable_sort = off")
-    conn.execute("SET LOCAL enable_mergejoin = off")
-    conn.execute(statements.load_partials_range(), params)
-    conn.execute("RESET enable_sort")
-    conn.execute("RESET enable_mergejoin")
+    conn.execute("SET LOCAL enable_sort = off; SET LOCAL enable_mergejoin = off")
+    conn.execute(statements.load_partials_range(tuple(t for t in TABLE_ORDER if t in tables)),
+                 params)
+    conn.execute("RESET enable_sort; RESET enable_mergejoin")
     row = conn.execute(f"SELECT coalesce(sum(n), 0) FROM {statements.PARTIALS}").fetchone()
     readings = int(row[0]) if row else 0
     if any(t in LOCAL_TABLES for t in tables):

@@ -92,9 +92,13 @@ def _extreme_stat(of: str, pick: str, companions: tuple[str, ...]) -> Stat:
     return Stat(f"x{pick}_{of}", "float8[]", expr, pick)
 
 
+ALL_TABLES = ("hourly", "local_hourly", "daily")
+
+
 @cache
-def stats() -> tuple[Stat, ...]:
-    """Every partial statistic the three tables' rules need, once each."""
+def stats(tables: tuple[str, ...] = ALL_TABLES) -> tuple[Stat, ...]:
+    """Every partial statistic the rules of `tables` need, once each (a recompute of one
+    table computes only its own; a backfill all of them)."""
     out: dict[str, Stat] = {
         "n": Stat("n", "bigint", sql.SQL("count(*)"), "sum"),
         "last": Stat("last", "timestamptz", sql.SQL("max(c.time)"), "max"),
@@ -103,7 +107,7 @@ def stats() -> tuple[Stat, ...]:
     def add(stat: Stat) -> None:
         out.setdefault(stat.name, stat)
 
-    for t in ("hourly", "local_hourly", "daily"):
+    for t in tables:
         for c in TABLES[t].columns:
             s, rule = c.source or "", c.rollup
             if rule in (Rollup.MEAN, Rollup.SUM, Rollup.ENERGY):
@@ -124,8 +128,13 @@ def stats() -> tuple[Stat, ...]:
                 p = float(c.param or 0)
                 add(Stat(f"above_{s}_{p:g}", "bigint", sql.SQL(
                     "count(*) FILTER (WHERE {} > {})").format(_src(s), sql.Literal(p)), "sum"))
+    wanted = {(str(c.param) if c.rollup in (Rollup.AT_MAX_OF, Rollup.AT_MIN_OF) else c.source,
+               "max" if c.rollup in (Rollup.TIME_OF_MAX, Rollup.AT_MAX_OF) else "min")
+              for t in tables for c in TABLES[t].columns if c.rollup in (
+                  Rollup.TIME_OF_MAX, Rollup.TIME_OF_MIN, Rollup.AT_MAX_OF, Rollup.AT_MIN_OF)}
     for (of, pick), companions in _extreme_companions().items():
-        add(_extreme_stat(of, pick, companions))
+        if (of, pick) in wanted:
+            add(_extreme_stat(of, pick, companions))
     return tuple(out.values())
 
 
@@ -140,6 +149,12 @@ def _merged(name: str) -> sql.Composable:
 
 # ---- temp tables --------------------------------------------------------------------------
 
+TEMP_EXISTS = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(
+    sql.Literal(f"pg_temp.{PARTIALS}"))
+"""Whether this session has its work tables (a cheap check; CREATE ... IF NOT EXISTS of three
+tables took 6 ms)."""
+
+
 @cache
 def create_temp() -> sql.Composed:
     """The session's work tables (rows vanish at commit): partials, offset runs, cells."""
@@ -152,18 +167,19 @@ def create_temp() -> sql.Composed:
         " hi timestamptz NOT NULL, shift interval NOT NULL) ON COMMIT DELETE ROWS;"
         " CREATE TEMP TABLE IF NOT EXISTS {c} (tz text NOT NULL, start timestamptz NOT NULL,"
         " lh_start timestamptz NOT NULL, lh_end timestamptz NOT NULL, day date NOT NULL,"
-        " day_start timestamptz NOT NULL, day_end timestamptz NOT NULL,"
-        " PRIMARY KEY (tz, start)) ON COMMIT DELETE ROWS").format(
+        " day_start timestamptz NOT NULL, day_end timestamptz NOT NULL)"
+        " ON COMMIT DELETE ROWS").format(
         p=_i(PARTIALS), s=_i(SEGMENTS), c=_i(CELLS), cols=cols)
 
 
 CLEAR_TEMP = sql.SQL("TRUNCATE {}, {}, {}").format(_i(PARTIALS), _i(SEGMENTS), _i(CELLS))
+DELETE_TEMP = sql.SQL("DELETE FROM {}; DELETE FROM {}; DELETE FROM {}").format(
+    _i(PARTIALS), _i(SEGMENTS), _i(CELLS))
 
 LOAD_CELLS = sql.SQL(
     "INSERT INTO {c} SELECT * FROM unnest(%(tz)s::text[], %(start)s::timestamptz[],"
     " %(lh_start)s::timestamptz[], %(lh_end)s::timestamptz[], %(day)s::date[],"
-    " %(day_start)s::timestamptz[], %(day_end)s::timestamptz[]) ON CONFLICT DO NOTHING"
-).format(c=_i(CELLS))
+    " %(day_start)s::timestamptz[], %(day_end)s::timestamptz[])").format(c=_i(CELLS))
 """Cells of zones, as computed by shared.timeutil.cells (arrays, one element per cell)."""
 
 LOAD_SEGMENTS = sql.SQL(
@@ -183,9 +199,10 @@ def _cell_of_reading() -> sql.Composable:
                    " time_bucket('1 hour', c.time, s.shift), s.lo)")
 
 
-def _load(source: sql.Composable, where: sql.Composable) -> sql.Composed:
-    names = sql.SQL(", ").join(_i(s.name) for s in stats())
-    exprs = sql.SQL(", ").join(s.per_cell for s in stats())
+def _load(source: sql.Composable, where: sql.Composable, tables: tuple[str, ...]
+          ) -> sql.Composed:
+    names = sql.SQL(", ").join(_i(s.name) for s in stats(tables))
+    exprs = sql.SQL(", ").join(s.per_cell for s in stats(tables))
     return sql.SQL(
         "INSERT INTO {p} (device, location, cell, {names})"
         " SELECT c.device, c.location, {cell}, {exprs} FROM {source}"
@@ -196,21 +213,22 @@ def _load(source: sql.Composable, where: sql.Composable) -> sql.Composed:
 
 
 @cache
-def load_partials_buckets(*, by_location: bool) -> sql.Composed:
-    """Partials of the readings in the buckets %(device)s/%(location)s/%(start)s/%(end)s
-    (arrays): each bucket is one index range scan on (device, time); with `by_location` only
-    the readings taken at the bucket's location."""
+def load_partials_buckets(table: str) -> sql.Composed:
+    """Partials for `table` of the readings in the buckets %(device)s/%(location)s/%(start)s/
+    %(end)s (arrays): each bucket is one index range scan on (device, time); for the local
+    tables only the readings taken at the bucket's location."""
+    by_location = table != "hourly"
     match = sql.SQL(" AND c.location = b.location") if by_location else sql.SQL("")
     source = sql.SQL(
         "unnest(%(device)b::text[], %(location)b::uuid[], %(start)b::timestamptz[],"
         " %(end)b::timestamptz[]) AS b(device, location, start, \"end\")"
         " JOIN calibrated c ON c.device = b.device AND c.time >= b.start AND c.time < b.end{m}"
     ).format(m=match)
-    return _load(source, sql.SQL(""))
+    return _load(source, sql.SQL(""), (table,))
 
 
 @cache
-def load_partials_range() -> sql.Composed:
+def load_partials_range(tables: tuple[str, ...] = ALL_TABLES) -> sql.Composed:
     """Partials of every reading in [%(lo)s, %(hi)s), of the devices %(devices)s (NULL: all)
     in worker share %(share)s of %(shares)s (hash of the device name)."""
     where = sql.SQL(
@@ -218,7 +236,7 @@ def load_partials_range() -> sql.Composed:
         " AND (%(devices)s::text[] IS NULL OR c.device = ANY(%(devices)s::text[]))"
         " AND (%(shares)s::int = 1 OR abs(hashtext(c.device)) %% %(shares)s::int"
         " = %(share)s::int)")
-    return _load(sql.SQL("calibrated c"), where)
+    return _load(sql.SQL("calibrated c"), where, tables)
 
 
 UNMATCHED_CELLS = sql.SQL(

@@ -32,7 +32,7 @@ def _literal(conn: psycopg.Connection, query, params: dict) -> str:  # type: ign
 
 def _spec(conn: psycopg.Connection) -> str:
     bucket = rollups.Bucket("R1", T0, T0 + timedelta(hours=1))
-    load = _literal(conn, statements.load_partials_buckets(by_location=False), {
+    load = _literal(conn, statements.load_partials_buckets("hourly"), {
         "device": [bucket.device], "location": [None], "start": [bucket.start],
         "end": [bucket.end]})
     write = _literal(conn, statements.write("hourly", scope="pairs"), {

@@ -35,7 +35,7 @@ def test_statements_name_only_registry_columns(table: str) -> None:
     known |= {s.name for s in statements.stats()}
     known |= {table, statements.PARTIALS, statements.SEGMENTS, statements.CELLS, "calibrated",
               "end", "lh_start", "lh_end", "day_start", "day_end"}
-    for stmt in (statements.load_partials_buckets(by_location=table != "hourly"),
+    for stmt in (statements.load_partials_buckets(table),
                  statements.load_partials_range(), statements.write(table, scope="pairs"),
                  statements.write(table, scope="range"), statements.create_temp()):
         text = stmt.as_string(None)
