@@ -28,11 +28,8 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -123,39 +120,27 @@ def load_hourly(world: World, days: int) -> None:
 
 
 class Gunicorn:
-    """gunicorn serving serve.wsgi:app on a free loopback port, with the deploy config."""
+    """gunicorn serving serve.wsgi:app on a free loopback port, with the deploy config
+    (tests.support.services.GunicornServer)."""
 
     def __init__(self, url: str, workers: int = 2) -> None:
-        from tests.support.services import free_port
+        from shared.config import Settings
+        from tests.support.services import GunicornServer
 
-        self.port = free_port()
-        self.logs = tempfile.mkdtemp(prefix="bench-serve-")
-        env = dict(os.environ, SDS_DATABASE_URL=url, SDS_CURSOR_SECRET=CURSOR_SECRET,
-                   SDS_HTTP_BIND=f"127.0.0.1:{self.port}", SDS_HTTP_WORKERS=str(workers),
-                   SDS_LOG_DIR=self.logs, SDS_LOG_LEVEL="WARNING", SDS_DB_POOL_MIN="1",
-                   # The load test sends thousands of requests a minute with one key; the
-                   # limiter's own cost is bench/auth's to measure, its 429s are not ours.
-                   SDS_API_RATE_LIMIT="0")
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "-c",
-             str(REPO / "deploy" / "gunicorn.conf.py"), "serve.wsgi:app"],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-            stderr=open(os.path.join(self.logs, "stderr.log"), "wb"))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited; see {self.logs}/stderr.log")
-            try:
-                if get(self.port, "/api/v2/health")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("gunicorn did not answer within 60 s")
+        self.server = GunicornServer().start(
+            {"SDS_DATABASE_URL": url, "SDS_CURSOR_SECRET": CURSOR_SECRET,
+             "SDS_LOG_LEVEL": "WARNING", "SDS_DB_POOL_MAX": str(Settings().db_pool_max),
+             # The load test sends thousands of requests a minute with one key; the
+             # limiter's own cost is bench/auth's to measure, its 429s are not ours.
+             "SDS_API_RATE_LIMIT": "0"},
+            workers=workers)
+        self.port = self.server.port
 
     def worker_peak_rss_kib(self) -> int:
         """Largest VmHWM (peak resident memory) among the worker processes."""
         peak = 0
-        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        master = self.server.pid
+        children = Path(f"/proc/{master}/task/{master}/children")
         for pid in children.read_text().split():
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if line.startswith("VmHWM:"):
@@ -163,12 +148,8 @@ class Gunicorn:
         return peak
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        """SIGTERM, wait, and remove the log directory."""
+        self.server.cleanup()
 
 
 # ---- measuring -------------------------------------------------------------------------------

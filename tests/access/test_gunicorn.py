@@ -9,9 +9,6 @@ from __future__ import annotations
 import base64
 import http.client
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +17,7 @@ import psycopg
 import pytest
 
 from tests.access.conftest import World, seed
-from tests.support.services import REPO, free_port
+from tests.support.services import GunicornServer
 
 RATE_LIMIT = 20  # requests per API key per window for this module's server
 
@@ -59,39 +56,15 @@ def gunicorn_world(module_db: str) -> World:
 @pytest.fixture(scope="module")
 def server(gunicorn_world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app, two workers, this module's database."""
-    port = free_port()
-    log_dir = tmp_path_factory.mktemp("gunicorn-logs")
-    env = {**os.environ, "SDS_DATABASE_URL": gunicorn_world.url,
-           "SDS_HTTP_BIND": f"127.0.0.1:{port}", "SDS_HTTP_WORKERS": "2",
-           "SDS_LOG_DIR": str(log_dir), "SDS_LOGIN_MAX_FAILURES": "4",
-           "SDS_APIKEY_QUERY_ENABLED": "true", "SDS_DB_POOL_MIN": "1",
-           "SDS_API_RATE_LIMIT": str(RATE_LIMIT), "SDS_API_RATE_WINDOW": "600"}
-    gunicorn = Path(sys.executable).with_name("gunicorn")
-    with open(log_dir / "err.log", "wb") as err:
-        proc = subprocess.Popen(
-            [str(gunicorn), "-c", str(REPO / "deploy" / "gunicorn.conf.py"), "serve.wsgi:app"],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    srv = Server(port, log_dir, proc.pid)
+    api = GunicornServer().start(
+        {"SDS_DATABASE_URL": gunicorn_world.url, "SDS_LOGIN_MAX_FAILURES": "4",
+         "SDS_APIKEY_QUERY_ENABLED": "true", "SDS_API_RATE_LIMIT": str(RATE_LIMIT),
+         "SDS_API_RATE_WINDOW": "600"},
+        tmp_path_factory.mktemp("gunicorn-logs"))
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if srv.request("GET", "/api/v2/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("gunicorn did not start: "
-                                   + (log_dir / "err.log").read_text()[-2000:])
-            time.sleep(0.2)
-        yield srv
+        yield Server(api.port, api.base_dir, api.pid)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        api.stop()
 
 
 def _basic(email: str, password: str) -> tuple[str, str]:
@@ -136,7 +109,7 @@ def test_query_key_works_and_stays_out_of_the_access_log(server: Server,
     while "/api/v2/locations/summary" not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline, "the request never reached the access log"
         time.sleep(0.1)
-    text = log.read_text() + (server.log_dir / "err.log").read_text()
+    text = log.read_text() + (server.log_dir / "stderr.log").read_text()
     for secret in gunicorn_world.secrets():
         assert secret not in text
 

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,10 +15,7 @@ import pytest
 from shared import accounts
 from shared.columns import TABLES
 from tests.serve.conftest import D4_ROWS, World
-from tests.support.services import free_port
-
-REPO = Path(__file__).resolve().parents[2]
-
+from tests.support.services import GunicornServer
 
 BIG_ROWS = 10000
 
@@ -47,36 +39,13 @@ def big_device(world: World) -> str:
 @pytest.fixture(scope="module")
 def server(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """gunicorn with 2 workers on a free loopback port; yields the port."""
-    port = free_port()
-    logs = tmp_path_factory.mktemp("gunicorn")
-    env = dict(os.environ, SDS_DATABASE_URL=world.url, SDS_HTTP_BIND=f"127.0.0.1:{port}",
-               SDS_HTTP_WORKERS="2", SDS_LOG_DIR=str(logs), SDS_CURSOR_SECRET="gunicorn-test",
-               SDS_DB_POOL_MIN="1", SDS_DB_POOL_MAX="2")
-    stderr = open(logs / "stderr.log", "wb")  # closed in the finally below
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "-c",
-         str(REPO / "deploy" / "gunicorn.conf.py"), "serve.wsgi:app"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    api = GunicornServer().start({"SDS_DATABASE_URL": world.url,
+                                  "SDS_CURSOR_SECRET": "gunicorn-test"},
+                                 tmp_path_factory.mktemp("gunicorn"))
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, (logs / "stderr.log").read_text()
-            try:
-                if _get(port, "/api/v2/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "gunicorn did not answer within 60 s"
-            time.sleep(0.1)
-        yield port
+        yield api.port
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        stderr.close()
+        api.stop()
 
 
 def _get(port: int, path: str, headers: dict[str, str] | None = None
