@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from serve.access import access_cli
 from shared.cli import main
-from tests.access.conftest import PASSWORDS, World, apikey, basic, bearer, close_app, make_app
+from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
+from tests.support.apps import close_app, make_app
 
 A1_LOGIN = {"email": "a1@a.example", "password": PASSWORDS["a1@a.example"]}
 

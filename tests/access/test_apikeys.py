@@ -13,7 +13,8 @@ from flask.testing import FlaskClient
 from psycopg.rows import dict_row
 
 from shared import credentials
-from tests.access.conftest import World, apikey, basic, bearer, close_app, make_app
+from tests.support.access_world import World, apikey, basic, bearer
+from tests.support.apps import close_app, make_app
 
 A1 = basic("a1@a.example")
 RECORD_KEYS = ["id", "apikey", "name", "scopes", "exp", "active", "created", "updated",

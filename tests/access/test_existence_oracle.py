@@ -20,7 +20,8 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 
-from tests.access.conftest import World, apikey, basic, bearer, close_app, make_app
+from tests.support.access_world import World, apikey, basic, bearer
+from tests.support.apps import close_app, make_app
 
 MISSING_UUID = "00000000-0000-4000-8000-000000000000"
 MISSING_DEVICE = "Z999999"  # same length as the seeded device names

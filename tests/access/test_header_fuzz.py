@@ -9,7 +9,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.access.conftest import World
+from tests.support.access_world import World
 
 SCHEMES = st.sampled_from(["Basic", "basic", "BASIC", "Bearer", "bearer", "Apikey", "apikey",
                            "APIKEY", "Token", "", "Digest"])

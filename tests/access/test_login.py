@@ -16,7 +16,8 @@ from flask.testing import FlaskClient
 
 from shared import credentials
 from shared.config import Settings
-from tests.access.conftest import PASSWORDS, World, apikey, basic, bearer, close_app, make_app
+from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
+from tests.support.apps import close_app, make_app
 
 A1_LOGIN = {"email": "a1@a.example", "password": PASSWORDS["a1@a.example"]}
 

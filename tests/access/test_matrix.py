@@ -21,7 +21,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from serve.principal import USER_ONLY
-from tests.access.conftest import (
+from tests.support.access_world import (
     PASSWORDS,
     World,
     apikey,

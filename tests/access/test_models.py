@@ -13,7 +13,8 @@ from flask.testing import FlaskClient
 
 from shared import accounts
 from shared.timeutil import local_date, local_day_bounds, zone
-from tests.access.conftest import World, basic, close_app, make_app
+from tests.support.access_world import World, basic
+from tests.support.apps import close_app, make_app
 
 A1 = basic("a1@a.example")
 B1 = basic("b1@b.example")

@@ -15,7 +15,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from shared.config import Settings
-from tests.access.conftest import World, apikey, basic, close_app, make_app
+from tests.support.access_world import World, apikey, basic
+from tests.support.apps import close_app, make_app
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,8 @@ from flask.testing import FlaskClient
 
 from serve.principal import Principal
 from serve.ratelimit import RateLimiter, subject_of
-from tests.access.conftest import World, apikey, basic, bearer, close_app, make_app
+from tests.support.access_world import World, apikey, basic, bearer
+from tests.support.apps import close_app, make_app
 
 LIMIT = 5
 

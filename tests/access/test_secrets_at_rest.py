@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from shared import credentials, sealing
-from tests.access.conftest import PASSWORDS, World, apikey, basic, bearer, close_app, make_app
+from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
+from tests.support.apps import close_app, make_app
 
 PG_DUMP = Path("/usr/lib/postgresql/15/bin/pg_dump")
 

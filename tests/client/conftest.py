@@ -1,5 +1,5 @@
 """The Python client (client/, package sds_client) against the real API: gunicorn over a real
-socket on the seeded world of tests/serve/conftest.py (org A: D1, D2 at NY, D4 with 2500
+socket on the seeded data world of tests/support/data_world.py (org A: D1, D2 at NY, D4 with 2500
 readings; org B: B1)."""
 
 from __future__ import annotations
@@ -8,8 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.serve.conftest import World, module_db, world  # noqa: F401  fixtures used here
 from tests.support.apiserver import gunicorn_api
+from tests.support.apps import module_db  # noqa: F401  fixture used here
+from tests.support.data_world import (
+    World,
+    world,  # noqa: F401  fixture used here
+)
 
 PASSWORD_A1 = ("a1@a.example", "a1-password")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from sds_client import ApiError, Client, retry_after_seconds
 
-from tests.serve.conftest import World
 from tests.support.apiserver import gunicorn_api
+from tests.support.data_world import World
 
 LIMIT, WINDOW = 3, 2
 

@@ -1,6 +1,6 @@
 """Fixtures of the security tests (reliability plan S4, S5, S11, S13-S18, S21).
 
-They reuse the access tests' seeded two-organisation world (tests/access/conftest.py): org A
+They reuse the access tests' seeded two-organisation world (tests/support/access_world.py): org A
 with users a1 and a2, devices A000101 (deployed, with readings) and A000102, a location, API
 keys of every kind and bearer tokens; org B with user b1, device B000201, a location and keys.
 Each test module gets its own database, so a module that writes (schemathesis creates and
@@ -15,16 +15,8 @@ import pytest
 from flask import Flask
 
 # The access tests' world and its module-scoped fixtures, imported so pytest registers them here.
-from tests.access.conftest import (  # noqa: F401
-    World,
-    app,
-    client,
-    close_app,
-    fresh_world,
-    make_app,
-    module_db,
-    world,
-)
+from tests.support.access_world import World, app_overrides, fresh_world, world  # noqa: F401
+from tests.support.apps import app, client, close_app, make_app, module_db  # noqa: F401
 
 
 @pytest.fixture

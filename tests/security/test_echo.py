@@ -21,7 +21,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from shared import credentials
-from tests.access.conftest import World, apikey, basic, bearer, close_app, make_app
+from tests.support.access_world import World, apikey, basic, bearer
+from tests.support.apps import close_app, make_app
 from tests.support.figures import Figures
 
 ZERO = "00000000-0000-4000-8000-000000000000"

@@ -19,7 +19,7 @@ from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.access.conftest import World, apikey
+from tests.support.access_world import World, apikey
 from tests.support.figures import Figures
 
 EXAMPLES = 60
@@ -98,7 +98,7 @@ def test_data_parameters(client: FlaskClient, world: World, param: str) -> None:
     "/api/v2/devices/{}", "/api/v2/locations/{}", "/api/v2/schemas/{}", "/api/v2/data/{}",
     "/api/v2/apikeys/{}"])
 def test_path_parameters(client: FlaskClient, world: World, template: str) -> None:
-    from tests.access.conftest import basic
+    from tests.support.access_world import basic
 
     headers = basic("a1@a.example") if "apikeys" in template else apikey(world.keys["all"])
 

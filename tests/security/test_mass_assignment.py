@@ -19,7 +19,7 @@ import pytest
 from flask.testing import FlaskClient
 from psycopg.rows import dict_row
 
-from tests.access.conftest import World, basic
+from tests.support.access_world import World, basic
 
 A1 = basic("a1@a.example")
 ZERO = "00000000-0000-4000-8000-000000000000"

@@ -22,7 +22,8 @@ from flask.testing import FlaskClient
 
 from serve import create_app
 from shared.config import Settings
-from tests.access.conftest import World, apikey, basic, close_app
+from tests.support.access_world import World, apikey, basic
+from tests.support.apps import close_app
 
 GENERIC_500 = {"code": 500, "status": "Internal Server Error",
                "message": "internal server error"}
@@ -165,7 +166,7 @@ def test_every_answer_says_nosniff(prod: FlaskClient) -> None:
 
 
 def test_token_answer_is_not_cacheable(prod: FlaskClient) -> None:
-    from tests.access.conftest import PASSWORDS
+    from tests.support.access_world import PASSWORDS
 
     r = prod.post("/api/v2/auth/token",
                   json={"email": "a1@a.example", "password": PASSWORDS["a1@a.example"]})

@@ -25,7 +25,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from serve.args import MAX_LIMIT
-from tests.access.conftest import World, apikey, close_app, make_app, seed
+from tests.support.access_world import World, apikey, seed
+from tests.support.apps import close_app, make_app
 
 ROWS = 12_000
 _server_errors = {"requests": 0, "5xx": 0}

@@ -1,6 +1,6 @@
 """S20: database least privilege and row-level security as defence in depth.
 
-Against the seeded two-organisation world (tests/access/conftest.py) on a real PostgreSQL:
+Against the seeded two-organisation world (tests/support/access_world.py) on a real PostgreSQL:
 the process roles of migration 0050 own nothing, the tenant tables have forced row-level
 security, the API role with `app.org_id` = A sees none of B's rows and changes none of them,
 sees nothing at all without `app.org_id`, the ingester can insert readings but not rewrite them
@@ -23,7 +23,7 @@ from psycopg import errors
 from aggregate import jobs
 from shared import db
 from shared.config import Settings
-from tests.access.conftest import World
+from tests.support.access_world import World
 from tests.support.figures import Figures
 
 # Tenant table -> SQL giving its rows of organisation %(org)s (run as the superuser).

@@ -63,7 +63,7 @@ def test_no_debug_test_or_other_version_routes(app: Flask) -> None:
 
 def test_inventory_check_catches_an_extra_route(app: Flask, client: FlaskClient) -> None:
     """Negative control: a route added behind the document's back shows up as a difference."""
-    from tests.access.conftest import close_app, make_app
+    from tests.support.apps import close_app, make_app
 
     extra = make_app(app.extensions["settings"].database_url)
     try:

@@ -26,8 +26,9 @@ from psycopg.rows import dict_row
 from schemathesis import Case, GenerationMode
 
 from shared.columns import TABLES
-from tests.access.conftest import World, apikey, basic, close_app, make_app
 from tests.security.fuzzing import DOCUMENT_CHECKS, RESPONSE_CHECKS, Entry, Fuzzer, Tally
+from tests.support.access_world import World, apikey, basic
+from tests.support.apps import close_app, make_app
 from tests.support.figures import Figures
 
 POSITIVE, NEGATIVE = GenerationMode.POSITIVE, GenerationMode.NEGATIVE

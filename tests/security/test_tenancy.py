@@ -12,7 +12,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from shared.columns import TABLES
-from tests.access.conftest import World, apikey, basic
+from tests.support.access_world import World, apikey, basic
 
 
 def _a_markers(world: World) -> list[str]:

@@ -13,7 +13,8 @@ from flask.testing import FlaskClient
 from serve.errors import Blueprint
 from shared.columns import TABLES
 from shared.errors import Conflict, TooManyRequests
-from tests.serve.conftest import World, close_app, make_app
+from tests.support.apps import close_app, make_app
+from tests.support.data_world import World
 
 
 def assert_error(response, code: int, status: str) -> dict:  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from shared.columns import TABLES
-from tests.serve.conftest import (
+from tests.support.data_world import (
     D4_ROWS,
     DAILY_DAYS,
     DAILY_FIRST,

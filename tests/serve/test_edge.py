@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import D4_ROWS, World
+from tests.support.data_world import D4_ROWS, World
 from tests.support.figures import Figures
 from tests.support.services import GunicornServer, NginxEdge
 from tests.support.slowclients import SlowHeaders, percentile, probe

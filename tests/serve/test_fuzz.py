@@ -6,7 +6,7 @@ from flask import Flask
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.serve.conftest import World
+from tests.support.data_world import World
 
 PARAMS = ["device", "location", "select", "start_time", "end_time", "limit", "cursor", "order",
           "local_time", "temp", "pres", "size", "ratio", "speed"]

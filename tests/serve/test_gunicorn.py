@@ -14,7 +14,7 @@ import pytest
 
 from shared import accounts
 from shared.columns import TABLES
-from tests.serve.conftest import D4_ROWS, World
+from tests.support.data_world import D4_ROWS, World
 from tests.support.services import GunicornServer
 
 BIG_ROWS = 10000

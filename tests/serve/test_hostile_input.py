@@ -7,7 +7,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from shared.columns import TABLES
-from tests.serve.conftest import World
+from tests.support.data_world import World
 from tests.support.figures import Figures
 
 RANGE = "1900-01-01T00:00:00Z to 2999-12-31T23:59:59Z"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from flask.testing import FlaskClient
 
-from tests.serve.conftest import STEPS, World
+from tests.support.data_world import STEPS, World
 
 URL = "/api/v2/data"
 
@@ -175,7 +175,7 @@ def test_cursor_with_padding_is_accepted(client: FlaskClient, world: World) -> N
 
 
 def test_cursors_survive_an_app_restart_with_the_same_secret(world: World) -> None:
-    from tests.serve.conftest import close_app, make_app
+    from tests.support.apps import close_app, make_app
 
     base = dict(device="D1", start_time="2024-07-01", limit=10, select="time")
     first_app = make_app(world.url, cursor_secret="s1")
@@ -199,7 +199,7 @@ def test_cursors_survive_an_app_restart_with_the_same_secret(world: World) -> No
 
 
 def test_unset_secret_uses_one_key_shared_through_the_database(world: World) -> None:
-    from tests.serve.conftest import close_app, make_app
+    from tests.support.apps import close_app, make_app
 
     one, two = make_app(world.url, cursor_secret=None), make_app(world.url, cursor_secret=None)
     try:
@@ -243,7 +243,7 @@ def test_foreign_device_deployed_at_a_location_stays_invisible(world: World,
     import psycopg
 
     from shared import accounts
-    from tests.serve.conftest import T0
+    from tests.support.data_world import T0
 
     params = dict(location=str(world.la), select="device", start_time="2024-07-02", limit=10000)
     before = listing(client, world, "calibrated", **params)

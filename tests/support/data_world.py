@@ -1,0 +1,136 @@
+"""The data world: a seeded database for the `/schemas` and `/data` tests (tests/serve) and
+the tests that read rows through a real server (the Python client, the edge).
+
+Org A: location NY (America/New_York) and LA (America/Los_Angeles); devices D1 and D2 stand at
+NY from T0 - 1 day; D1 moves to LA at T0 + 1 day. Both report every 5 minutes from T0 for two
+days with the same timestamps (shared timestamps across devices at one location). D1 also has
+hourly rows, hourly rows across the New York fall-back night, and daily rows starting at New
+York local midnight. D4 has 2500 readings and no location. Org B: device B1 at location BL,
+with readings at the same times.
+Callers authenticate with API keys made by shared.accounts.create_api_key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+import psycopg
+import pytest
+
+from shared import accounts
+from shared.timeutil import local_day_start
+
+T0 = datetime(2024, 7, 1, tzinfo=UTC)
+STEPS = 576  # two days of 5-minute readings per device
+NY = ZoneInfo("America/New_York")
+FALL_BACK = datetime(2024, 11, 3, 4, tzinfo=UTC)  # 00:00 EDT; clocks fall back at 06:00Z
+DAILY_FIRST = date(2024, 6, 20)
+DAILY_DAYS = 15
+D4_ROWS = 2500  # more than calibrated's row cap of 2050
+
+
+def tair_at(i: int) -> float:
+    """tair of reading i (chosen to be inexact in float32, e.g. 21.3)."""
+    return round(20.0 + (i % 40) * 0.1, 1)
+
+
+@dataclass
+class World:
+    """Names, ids and API keys of the seeded objects."""
+
+    url: str
+    org_a: UUID
+    org_b: UUID
+    ny: UUID
+    la: UUID
+    bl: UUID
+    keys: dict[str, str] = field(default_factory=dict)
+
+    def headers(self, who: str = "a", **extra: str) -> dict[str, str]:
+        """Authorization header of API key `who` (+ extra headers)."""
+        return {"Authorization": f"Apikey {self.keys[who]}", **extra}
+
+
+def _readings(conn: psycopg.Connection, device: str, where: Any) -> None:
+    rows = []
+    for i in range(STEPS):
+        t = T0 + timedelta(minutes=5 * i)
+        rows.append((t, device, where(t), tair_at(i), 0.653, 101.325, 0.2 if i % 12 == 0 else 0.0,
+                     3.2, 22.5, 19.0, 15.1, None))
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO calibrated (time, device, location, tair, rh, p, precip, wind_speed,"
+            " tbelow, tabove, tdew, swdw) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            rows)
+
+
+def seed(url: str) -> World:
+    """Create the world in the database at `url`."""
+    with psycopg.connect(url) as conn:
+        org_a = accounts.create_org(conn, name="Org A")
+        org_b = accounts.create_org(conn, name="Org B")
+        a1 = accounts.create_user(conn, org=org_a, email="a1@a.example", password="a1-password")
+        b1 = accounts.create_user(conn, org=org_b, email="b1@b.example", password="b1-password")
+        ny = accounts.create_location(
+            conn, org=org_a,
+            loc=accounts.LocationInput(name="NY field", tz_name="America/New_York"))
+        la = accounts.create_location(
+            conn, org=org_a,
+            loc=accounts.LocationInput(name="LA field", tz_name="America/Los_Angeles"))
+        bl = accounts.create_location(
+            conn, org=org_b, loc=accounts.LocationInput(name="B field", tz_name="Europe/Berlin"))
+        for name in ("D1", "D2", "D3", "D4"):
+            accounts.register_device(conn, org=org_a, name=name)
+        accounts.register_device(conn, org=org_b, name="B1")
+        accounts.deploy_device(conn, device="D1", location=ny, start=T0 - timedelta(days=1),
+                               end=T0 + timedelta(days=1))
+        accounts.deploy_device(conn, device="D1", location=la, start=T0 + timedelta(days=1))
+        accounts.deploy_device(conn, device="D2", location=ny, start=T0 - timedelta(days=1))
+        accounts.deploy_device(conn, device="B1", location=bl, start=T0 - timedelta(days=1))
+        moved = T0 + timedelta(days=1)
+        _readings(conn, "D1", lambda t: ny if t < moved else la)
+        _readings(conn, "D2", lambda t: ny)
+        _readings(conn, "B1", lambda t: bl)
+        # D4: more rows than any default page, no location (a device never deployed).
+        conn.execute(
+            "INSERT INTO calibrated (time, device, tair) SELECT %s + g * interval '5 minutes',"
+            " 'D4', 20 FROM generate_series(0, %s - 1) g", (T0, D4_ROWS))
+        conn.execute("INSERT INTO health (time, device, location, batt_pct, fw)"
+                     " VALUES (%s, 'D1', %s, 87.5, '1.2.3')", (T0, ny))
+        conn.execute("INSERT INTO local_hourly (time, device, location, tair)"
+                     " VALUES (%s, 'D1', %s, 21.3)", (T0, ny))
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO hourly (time, device, location, tair, maxt, mint, rh, p, precip,"
+                " wind_speed, low_quality, sample_pct) VALUES"
+                " (%s, 'D1', %s, %s, %s, %s, 0.5, 101.3, 1.0, 3.6, %s, 1.0)",
+                [(T0 + timedelta(hours=h), ny if h < 24 else la, 21.3, 25.0, 18.0, h % 2 == 0)
+                 for h in range(48)])
+            cur.executemany(
+                "INSERT INTO hourly (time, device, location, tair) VALUES (%s, 'D3', %s, 10.0)",
+                [(FALL_BACK + timedelta(hours=h), ny) for h in range(4)])
+            cur.executemany(
+                "INSERT INTO daily (time, device, location, meant, maxt, mint, gdd, precip)"
+                " VALUES (%s, 'D1', %s, 20.0, 28.0, 12.0, 10.0, 2.5)",
+                [(local_day_start(DAILY_FIRST + timedelta(days=d), NY), ny)
+                 for d in range(DAILY_DAYS)])
+        world = World(url, org_a, org_b, ny, la, bl)
+        world.keys["a"] = accounts.create_api_key(conn, user=a1, scopes=["data:read"])["apikey"]
+        world.keys["a_devices"] = accounts.create_api_key(
+            conn, user=a1, scopes=["devices:read"])["apikey"]
+        world.keys["b"] = accounts.create_api_key(conn, user=b1, scopes=["data:read"])["apikey"]
+        conn.commit()
+    with psycopg.connect(url, autocommit=True) as conn:
+        for table in ("calibrated", "hourly", "daily"):
+            conn.execute(f"ANALYZE {table}")
+    return world
+
+
+@pytest.fixture(scope="module")
+def world(module_db: str) -> World:
+    """The seeded world, shared by a module (tests must not change it)."""
+    return seed(module_db)
