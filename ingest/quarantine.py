@@ -10,7 +10,6 @@ transactions. Operators purge as the database owner, with filters and without th
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -18,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 import click
 import psycopg
 
-from shared import db
+from shared import clitools, db
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -98,13 +97,10 @@ class Retention:
 
     def run_once(self) -> int:
         """One pass on a connection of its own; the number of rows deleted."""
-        conn = psycopg.connect(self.settings.database_url, autocommit=True,
-                               application_name="sds-ingest-retention", connect_timeout=10,
-                               options="-c statement_timeout=60000")
+        conn = db.connect(self.settings, name="sds-ingest-retention", autocommit=True,
+                          role=db.ROLE_INGEST, connect_timeout=10,
+                          server={"statement_timeout": 60000})
         try:
-            role = db.role_for(self.settings, db.ROLE_INGEST)
-            if role:
-                db.set_role(conn, role)
             return retention_pass(conn, self.settings.quarantine_retention_days)
         finally:
             db.close_quietly(conn)
@@ -129,12 +125,9 @@ class Retention:
 # ---- operator commands (`sds quarantine ...`) ----------------------------------------------------
 
 def _connect() -> psycopg.Connection:
+    settings = clitools.settings_from_env()
     try:
-        settings = Settings.from_env(os.environ)
-    except ValueError as exc:
-        raise click.ClickException(f"bad configuration: {exc}") from None
-    try:
-        return psycopg.connect(settings.database_url, autocommit=True)
+        return db.connect(settings, autocommit=True)
     except psycopg.OperationalError as exc:
         raise click.ClickException(
             f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
