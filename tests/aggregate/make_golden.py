@@ -13,7 +13,7 @@ from pathlib import Path
 import psycopg
 
 from tests.aggregate import scenarios
-from tests.aggregate.conftest import run_all
+from tests.support.rollups import run_all
 
 GOLDEN = Path(__file__).with_name("golden_rollups.json")
 

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 
-from tests.aggregate.conftest import insert_readings, make_location, series
+from tests.support.rollups import insert_readings, make_location, series
 
 # (zone, local date): the DST and offset cases of test_zones.CASES.
 CASES = (

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from click.testing import CliRunner
 
 from aggregate.cli import aggregate
-from tests.aggregate.conftest import fetch, insert_readings, make_location, series
+from tests.support.rollups import fetch, insert_readings, make_location, series
 
 
 def _invoke(database_url: str, *args: str):

@@ -13,7 +13,7 @@ import pytest
 from aggregate import jobs, rollups
 from shared import dirty
 from shared.timeutil import zone
-from tests.aggregate.conftest import fetch, insert_readings, make_location, run_all, series
+from tests.support.rollups import fetch, insert_readings, make_location, run_all, series
 
 END = datetime(2024, 7, 20, 12, 0, tzinfo=UTC)  # "now" of these scenarios
 TABLES = rollups.TABLE_ORDER

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.aggregate import reference
-from tests.aggregate.conftest import fetch, insert_readings, make_location, run_all
+from tests.support.rollups import fetch, insert_readings, make_location, run_all
 
 BASE = datetime(2024, 4, 6, 10, 0, tzinfo=UTC)  # Lord Howe falls back 2024-04-06 15:00Z
 ZONE = "Australia/Lord_Howe"

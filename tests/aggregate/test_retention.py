@@ -24,7 +24,7 @@ from aggregate.storage_cli import storage_cli
 from shared import accounts
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
-from tests.aggregate.conftest import insert_readings, make_location, run_all
+from tests.support.rollups import insert_readings, make_location, run_all
 
 NOW = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 DAYS = 100  # of history per device, one reading every 3 hours

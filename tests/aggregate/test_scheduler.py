@@ -298,8 +298,8 @@ def test_long_run_is_skipped_counted_and_caught_up(db, database_url, tmp_path, f
     other rollups keep running, and once the lock is gone the next runs catch up the marks
     written meanwhile: no mark left, every bucket equal to the reference from raw rows."""
     from tests.aggregate import reference
-    from tests.aggregate.conftest import insert_readings, make_location, series
-    from tests.chaos.conftest import scrape
+    from tests.support.chaos import scrape
+    from tests.support.rollups import insert_readings, make_location, series
     from tests.support.services import free_port
 
     start = datetime(2024, 7, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.aggregate.conftest import fetch, insert_readings, make_location, run_all, series
+from tests.support.rollups import fetch, insert_readings, make_location, run_all, series
 
 FIVE = timedelta(minutes=5)
 # Rollup values are rounded at write to their column's precision: temperatures and amounts to

@@ -21,10 +21,10 @@ from aggregate import rollups
 from shared.config import Settings
 from shared.dirty import bucket_marks
 from shared.timeutil import zone
-from tests.aggregate.conftest import run_all
-from tests.chaos.conftest import slots
-from tests.ingest.conftest import Ledger, RunningIngester, drop_session, iso, make_site, wait_for
+from tests.support.chaos import slots
 from tests.support.figures import Figures
+from tests.support.ingesting import Ledger, RunningIngester, drop_session, iso, make_site, wait_for
+from tests.support.rollups import run_all
 
 pytestmark = pytest.mark.chaos
 

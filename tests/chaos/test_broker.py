@@ -23,7 +23,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from shared.config import Settings
-from tests.chaos.conftest import (
+from tests.support.chaos import (
     SYS_CONF,
     Flood,
     SysMonitor,
@@ -32,9 +32,16 @@ from tests.chaos.conftest import (
     slots,
     stored_keys,
 )
-from tests.ingest.conftest import IngesterProcess, Ledger, make_site, wait_for
-from tests.ingest.test_delivery import Run, ledger_check, stored_times
 from tests.support.figures import Figures
+from tests.support.ingesting import (
+    IngesterProcess,
+    Ledger,
+    Run,
+    ledger_check,
+    make_site,
+    stored_times,
+    wait_for,
+)
 from tests.support.services import MosquittoBroker
 
 pytestmark = pytest.mark.chaos

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from tests.chaos.conftest import (
+from tests.support.chaos import (
     Flood,
     SysMonitor,
     chaos_settings,
@@ -26,9 +26,16 @@ from tests.chaos.conftest import (
     slots,
     stored_keys,
 )
-from tests.ingest.conftest import IngesterProcess, Ledger, make_site, wait_for
-from tests.ingest.test_delivery import Run, ledger_check, stored_times
 from tests.support.figures import Figures
+from tests.support.ingesting import (
+    IngesterProcess,
+    Ledger,
+    Run,
+    ledger_check,
+    make_site,
+    stored_times,
+    wait_for,
+)
 from tests.support.services import MosquittoBroker, PostgresServer
 from tests.support.tcpproxy import TcpProxy
 

@@ -26,11 +26,20 @@ import pytest
 from serve.pool import READ_EXTENSION
 from shared import accounts
 from shared.config import Settings
-from tests.chaos.conftest import chaos_settings
-from tests.ingest.conftest import ROOT, IngesterProcess, Ledger, make_site, settings_env, wait_for
-from tests.ingest.test_delivery import Run, ledger_check, stored_times
+from tests.support.chaos import chaos_settings
 from tests.support.databases import migrate_database
 from tests.support.figures import Figures
+from tests.support.ingesting import (
+    ROOT,
+    IngesterProcess,
+    Ledger,
+    Run,
+    ledger_check,
+    make_site,
+    settings_env,
+    stored_times,
+    wait_for,
+)
 from tests.support.services import MosquittoBroker, PostgresServer
 
 pytestmark = pytest.mark.chaos

@@ -18,8 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.ingest.conftest import wait_for
 from tests.support.figures import Figures
+from tests.support.ingesting import wait_for
 
 pytestmark = pytest.mark.chaos
 

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from tests.chaos.conftest import scrape
-from tests.ingest.conftest import IngesterProcess, Ledger, iso, make_site, now_slot, wait_for
+from tests.support.chaos import scrape
 from tests.support.figures import Figures
+from tests.support.ingesting import IngesterProcess, Ledger, iso, make_site, now_slot, wait_for
 from tests.support.services import free_port
 
 pytestmark = pytest.mark.chaos

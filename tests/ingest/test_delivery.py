@@ -8,14 +8,11 @@ key forbids a second copy; nothing unpublished may appear), and nothing may be m
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -23,85 +20,22 @@ import pytest
 
 from ingest.client import Ingester
 from shared.config import Settings
-from tests.ingest.conftest import (
-    IngesterProcess,
-    Ledger,
-    drop_session,
-    iso,
-    make_site,
-    now_slot,
-    wait_for,
-)
 from tests.support.databases import own_postgres
 from tests.support.figures import Figures
+from tests.support.ingesting import (
+    IngesterProcess,
+    Ledger,
+    Run,
+    drop_session,
+    ledger_check,
+    make_site,
+    record_ledger,
+    stored_times,
+    wait_for,
+)
 from tests.support.services import MosquittoBroker, PostgresServer
 
 pytestmark = pytest.mark.chaos
-
-
-class Run:
-    """Publishes `n` readings of device A1 at `rate` per second from a background thread."""
-
-    def __init__(self, ledger: Ledger, topic: str, n: int, rate: float) -> None:
-        self.ledger, self.topic, self.n, self.rate = ledger, topic, n, rate
-        t0 = now_slot(10)
-        self.times = [t0 - timedelta(minutes=5 * i) for i in range(n)]
-        self.acked: set[datetime] = set()
-        self.thread = threading.Thread(target=self._publish, daemon=True)
-
-    def _publish(self) -> None:
-        start = time.monotonic()
-        for i, t in enumerate(self.times):
-            body = json.dumps({"time": iso(t), "tair": 10.0 + i % 7, "device": "A1"}).encode()
-            # Keep trying each message until the broker acknowledges it (a restarting broker
-            # refuses for a moment); the ledger holds only what was PUBACKed.
-            give_up = time.monotonic() + 60
-            while time.monotonic() < give_up:
-                if self.ledger.publish(self.topic, body, timeout=2.0):
-                    self.acked.add(t)
-                    break
-                time.sleep(0.1)  # not connected: paho fails at once; wait for its reconnect
-            pause = start + (i + 1) / self.rate - time.monotonic()
-            if pause > 0:
-                time.sleep(pause)
-
-    def start(self) -> Run:
-        self.thread.start()
-        return self
-
-    def done(self) -> bool:
-        return not self.thread.is_alive()
-
-
-def stored_times(url: str) -> list[datetime]:
-    with psycopg.connect(url) as c:
-        return [r[0] for r in c.execute("SELECT time FROM calibrated WHERE device = 'A1'")]
-
-
-def ledger_check(url: str, run: Run, timeout: float = 60.0) -> None:
-    """Every PUBACKed reading stored, once; nothing stored that was not published."""
-    try:
-        wait_for(lambda: run.acked <= set(stored_times(url)), timeout, every=0.2,
-                 what="every PUBACKed reading stored")
-    except AssertionError:
-        missing = sorted(run.acked - set(stored_times(url)))
-        raise AssertionError(
-            f"{len(missing)} PUBACKed readings missing, e.g. {missing[:5]}") from None
-    rows = stored_times(url)
-    assert len(rows) == len(set(rows))  # exactly once
-    assert set(rows) <= set(run.times)  # nothing invented
-    assert len(run.acked) == run.n  # the publisher got every message acknowledged
-
-
-def record_ledger(figures: Figures, key: str, title: str, url: str, run: Run,
-                  **extra: object) -> None:
-    """Record a scenario's ledger figure (reliability plan section 6): PUBACKed vs stored."""
-    rows = stored_times(url)
-    figures.record(f"delivery.ledger.{key}",
-                   {"acked": len(run.acked), "missing": len(run.acked - set(rows)),
-                    "extra": len(rows) - len(set(rows) & run.acked), **extra},
-                   section="delivery", title=title, target="missing 0, extra 0",
-                   source="tests/ingest/test_delivery.py")
 
 
 @pytest.fixture

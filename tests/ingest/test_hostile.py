@@ -25,7 +25,8 @@ from hypothesis import strategies as st
 
 from ingest.payload import INTERNAL_ERROR, SUMMARISED, Limits, decode_payload
 from shared.config import Settings
-from tests.ingest.conftest import (
+from tests.support.figures import Figures
+from tests.support.ingesting import (
     IngesterProcess,
     Ledger,
     RunningIngester,
@@ -34,7 +35,6 @@ from tests.ingest.conftest import (
     now_slot,
     wait_for,
 )
-from tests.support.figures import Figures
 
 NOW = datetime.now(UTC)
 LIMITS = Limits()

@@ -25,8 +25,8 @@ from paho.mqtt.properties import Properties
 from shared import accounts
 from shared.config import Settings
 from shared.errors import BadParameter
-from tests.ingest.conftest import Ledger, RunningIngester, iso, make_site, now_slot, wait_for
 from tests.support.figures import Figures
+from tests.support.ingesting import Ledger, RunningIngester, iso, make_site, now_slot, wait_for
 from tests.support.services import MosquittoBroker
 
 USERS = {"ingester": "ingester-pw", "A000001": "pw-1", "A000002": "pw-2"}

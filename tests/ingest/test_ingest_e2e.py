@@ -14,7 +14,8 @@ from ingest.client import Ingester
 from ingest.committer import Delivery
 from shared import accounts
 from shared.config import Settings
-from tests.ingest.conftest import (
+from tests.support.figures import Figures
+from tests.support.ingesting import (
     ELEV,
     Ledger,
     RunningIngester,
@@ -23,7 +24,6 @@ from tests.ingest.conftest import (
     now_slot,
     wait_for,
 )
-from tests.support.figures import Figures
 
 
 def count(conn: psycopg.Connection, query: str, *args: object) -> int:

@@ -14,7 +14,7 @@ import pytest
 from ingest.committer import retry_later
 from shared import accounts
 from shared.config import Settings
-from tests.ingest.conftest import (
+from tests.support.ingesting import (
     Ledger,
     RunningIngester,
     Site,

@@ -19,7 +19,7 @@ from ingest import quarantine
 from shared import db
 from shared.cli import main
 from shared.config import Settings
-from tests.ingest.conftest import RunningIngester, wait_for
+from tests.support.ingesting import RunningIngester, wait_for
 
 AGES_DAYS = {"A1": [0.1, 2, 29, 31, 400], "A2": [0.5, 40], None: [45]}
 

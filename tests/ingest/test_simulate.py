@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from ingest import simulate
 from ingest.payload import Limits, decode_payload
 from shared.config import Settings
-from tests.ingest.conftest import RunningIngester, make_site, wait_for
-from tests.ingest.conftest import settings_env as _env
+from tests.support.ingesting import RunningIngester, make_site, wait_for
+from tests.support.ingesting import settings_env as _env
 
 SITES = [simulate.Site("S1", 41.6, -93.6, 290.0), simulate.Site("S2", -33.9, 151.2, 40.0),
          simulate.Site("S3", 28.6, 77.2, 216.0), simulate.Site("S4", 64.8, -147.7, 130.0)]
