@@ -81,7 +81,9 @@ def table_sizes(conn: psycopg.Connection, *, exact_rows: bool = False) -> list[T
         if exact_rows:
             counted = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(ident)).fetchone()
             rows = int(counted[0]) if counted else 0
-        out.append(TableSize(name, rows, *sizes, hypertable=name in hyper, chunks=chunks))
+        table_bytes, index_bytes, toast_bytes, total_bytes = sizes
+        out.append(TableSize(name, rows, table_bytes, index_bytes, toast_bytes, total_bytes,
+                             hypertable=name in hyper, chunks=chunks))
     return sorted(out, key=lambda t: t.total_bytes, reverse=True)
 
 

@@ -123,7 +123,7 @@ class Reading(NamedTuple):
     cheaper.)
     """
 
-    index: int | None
+    index: int | None  # type: ignore[assignment]  # the field shadows tuple.index on purpose
     time: datetime
     values: dict[str, float | str | None]
 
@@ -480,7 +480,7 @@ def decode_payload(
         where = "" if index is None else f"reading {index}: "
         if type(item) is _Unparsed:
             out.reject(Rejection(index, item.code, f"{where}element {item.detail}",
-                                 None if raws is None else raws[index]), keep)
+                                 None if raws is None or index is None else raws[index]), keep)
             continue
         if index in repeated:
             keys = ", ".join(repr(k[:40]) for k in dict.fromkeys(repeated[index]))

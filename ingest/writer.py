@@ -303,7 +303,7 @@ def _marks(quarters: dict[str, set[datetime]],
         deps = deployments.get(device, [])
         by_tz: dict[str | None, list[datetime]] = defaultdict(list)
         for q in qs:
-            hits = [d.tz_name for d in deps if d.start < q + quarter and (
+            hits: list[str | None] = [d.tz_name for d in deps if d.start < q + quarter and (
                 d.end is None or q < d.end)]
             for tz_name in hits or [None]:
                 by_tz[tz_name].append(q)

@@ -50,7 +50,9 @@ _OFFSET_AS_SPACE = re.compile(r"^ \d{1,2}:\d{2}$")
 class Instant(fields.String):
     """ISO 8601 date or datetime (Z, offsets, fractional seconds) -> TimeArg."""
 
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> TimeArg:
+    # A String on the wire (and in the OpenAPI document), a typed value once parsed.
+    def _deserialize(  # type: ignore[override]
+            self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> TimeArg:
         text = _PLUS_AS_SPACE.sub(r"\1+\2", super()._deserialize(value, attr, data, **kwargs))
         try:
             instant = parse_instant(text, name=attr or "time")
@@ -64,7 +66,9 @@ class Instant(fields.String):
 class LocalTime(fields.String):
     """IANA zone name (DST-aware), ±HH:MM or seconds (flat) -> LocalTimeArg."""
 
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> LocalTimeArg:
+    # A String on the wire (and in the OpenAPI document), a typed value once parsed.
+    def _deserialize(  # type: ignore[override]
+            self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> LocalTimeArg:
         text = super()._deserialize(value, attr, data, **kwargs)
         if _OFFSET_AS_SPACE.match(text):
             text = "+" + text[1:]
@@ -84,7 +88,9 @@ class UnitCode(fields.String):
         metadata = {"enum": codes + [c.upper() for c in codes], **kwargs.pop("metadata", {})}
         super().__init__(metadata=metadata, **kwargs)
 
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> units.Unit:
+    # A String on the wire (and in the OpenAPI document), a typed value once parsed.
+    def _deserialize(  # type: ignore[override]
+            self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> units.Unit:
         text = super()._deserialize(value, attr, data, **kwargs)
         try:
             return units.parse_unit(self.param, text)

@@ -327,5 +327,5 @@ def next_key_statement(scan: Scan) -> tuple[str, dict[str, Any]]:
 def next_key(conn: psycopg.Connection, scan: Scan) -> Position | None:
     """Key of the row that starts the next page, or None on the last page."""
     stmt, params = next_key_statement(scan)
-    row = conn.execute(stmt, params).fetchone()  # type: ignore[call-overload]
+    row = conn.execute(stmt, params).fetchone()
     return Position(row[0], row[1]) if row else None

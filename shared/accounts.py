@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 import psycopg
@@ -38,7 +38,7 @@ def create_org(conn: psycopg.Connection, *, name: str) -> UUID:
     except pgerr.UniqueViolation:
         raise DuplicateName(f"organisation {name!r} already exists") from None
     assert row
-    return row[0]
+    return cast(UUID, row[0])
 
 
 def org_id(conn: psycopg.Connection, name_or_id: str) -> UUID:
@@ -48,7 +48,7 @@ def org_id(conn: psycopg.Connection, name_or_id: str) -> UUID:
         (name_or_id, name_or_id)).fetchone()
     if not row:
         raise UnknownObject(f"unknown organisation {name_or_id!r}")
-    return row[0]
+    return cast(UUID, row[0])
 
 
 def create_user(
@@ -70,7 +70,7 @@ def create_user(
     except pgerr.UniqueViolation:
         raise DuplicateName(f"a user with email {email!r} already exists") from None
     assert row
-    return row[0]
+    return cast(UUID, row[0])
 
 
 def user_id(conn: psycopg.Connection, email: str) -> UUID:
@@ -79,7 +79,7 @@ def user_id(conn: psycopg.Connection, email: str) -> UUID:
         "SELECT id FROM users WHERE lower(email) = lower(%s)", (email,)).fetchone()
     if not row:
         raise UnknownObject(f"unknown user {email!r}")
-    return row[0]
+    return cast(UUID, row[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +117,7 @@ def create_location(conn: psycopg.Connection, *, org: UUID, loc: LocationInput) 
     except pgerr.UniqueViolation:
         raise DuplicateName(f"location {loc.name!r} already exists in this organisation") from None
     assert row
-    return row[0]
+    return cast(UUID, row[0])
 
 
 def location_id(conn: psycopg.Connection, name_or_id: str, *, org: UUID | None = None) -> UUID:
@@ -128,7 +128,7 @@ def location_id(conn: psycopg.Connection, name_or_id: str, *, org: UUID | None =
         (name_or_id, name_or_id, org, org, name_or_id)).fetchone()
     if not row:
         raise UnknownLocation(f"unknown location {name_or_id!r}")
-    return row[0]
+    return cast(UUID, row[0])
 
 
 # A device's name is its broker user name and, on the shipped broker, its MQTT client id
@@ -157,7 +157,7 @@ def register_device(
     except pgerr.UniqueViolation:
         raise DuplicateName(f"device {name!r} is already registered") from None
     assert row
-    return row[0]
+    return cast(UUID, row[0])
 
 
 def deploy_device(
@@ -211,7 +211,7 @@ def deploy_device(
             f"device {device!r} is already deployed during that time; end or move the other "
             "deployment first") from None
     assert row
-    return row[0]
+    return cast(int, row[0])
 
 
 def create_api_key(

@@ -37,7 +37,7 @@ def dew_point(ea: float) -> float | None:
 @lru_cache(maxsize=1024)
 def pressure_at(elevation: float) -> float:
     """Atmospheric pressure (kPa) at `elevation` m (eq. 7)."""
-    return 101.3 * ((293 - 0.0065 * elevation) / 293) ** 5.26
+    return 101.3 * float(((293 - 0.0065 * elevation) / 293) ** 5.26)
 
 
 def psychrometric(pressure: float) -> float:

@@ -318,7 +318,7 @@ class DataPage:
         probe = min(scan.limit, CHUNK_ROWS)
         stmt, params = queries.page_statement(scan, limit=probe + 1)
         with conn.cursor(binary=True) as cur:
-            first = cur.execute(stmt, params).fetchall()  # type: ignore[call-overload]
+            first = cur.execute(stmt, params).fetchall()
         if not first and scan.device is not None:
             queries.find_device(conn, org=scan.org, name=scan.device)  # 404 when not the caller's
         writer = render.JsonRows([c.name for c in scan.columns], self.req.local_tz)
@@ -337,7 +337,7 @@ class DataPage:
         self.following = queries.next_key(conn, rest)
         stmt, params = queries.page_statement(rest)
         cursor = self._resources.enter_context(conn.cursor(name="sds_page", binary=True))
-        cursor.execute(stmt, params)  # type: ignore[call-overload]
+        cursor.execute(stmt, params)
         self._body = render.json_body(writer, first[:probe],
                                       lambda: cursor.fetchmany(CHUNK_ROWS), CHUNK_ROWS)
 
@@ -348,7 +348,7 @@ class DataPage:
         self.following = queries.next_key(conn, scan)
         stmt, params = queries.copy_statement(scan, local_tz=self.req.local_tz)
         copy = self._resources.enter_context(
-            conn.cursor().copy(stmt, params))  # type: ignore[arg-type]
+            conn.cursor().copy(stmt, params))
         header = render.csv_header(scan.columns, self.req.local_tz is not None)
         self._body = render.copy_body(header + bytes(copy.read()), lambda: bytes(copy.read()))
 

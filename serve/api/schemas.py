@@ -9,7 +9,7 @@ from marshmallow import Schema, fields
 
 from serve.auth import requires
 from serve.errors import Blueprint
-from shared.columns import TABLES, describe
+from shared.columns import TABLES, Table, describe
 from shared.errors import UnknownTable
 
 blp = Blueprint("schemas", __name__, url_prefix="/api/v2/schemas",
@@ -28,7 +28,7 @@ def _json(value: object) -> Response:
     return Response(orjson.dumps(value), mimetype="application/json")
 
 
-def table_or_404(name: str):  # type: ignore[no-untyped-def]
+def table_or_404(name: str) -> Table:
     """The registry table called `name`; UnknownTable (404) listing the valid names."""
     found = TABLES.get(name)
     if found is None:
