@@ -1,19 +1,116 @@
-"""House style holds across the tree: ruff with the rules in pyproject.toml (B, E, F, I, UP, W)."""
+"""House rules that hold across the tree, each a check that fails the run:
+
+- ruff with the rules in pyproject.toml (B, E, F, I, UP, W);
+- mypy with the configuration in pyproject.toml (every function annotated, shared/ strict);
+- the layering as import-linter contracts in pyproject.toml (shared imports none of the
+  processes; ingest, aggregate and serve never import each other; no import cycle between
+  sibling modules);
+- no block of 10 or more copied lines in production code (pylint's duplicate-code check);
+- tests and benchmarks import helpers from tests/support, never from a test module or a
+  conftest.
+
+Each runs alone too, e.g. `.venv/bin/python -m pytest tests/test_lint.py -k mypy`, or the tool
+itself from the repository root: `.venv/bin/mypy`, `.venv/bin/lint-imports`,
+`.venv/bin/pylint --rcfile pyproject.toml --disable=all --enable=duplicate-code shared ingest
+aggregate serve` (docs/architecture.md).
+"""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+PRODUCTION = ("shared", "ingest", "aggregate", "serve")
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    assert found, f"{name} is part of the test extra (deploy/setup.sh installs it)"
+    return found
+
+
+def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, check=False)
 
 
 def test_ruff_finds_nothing() -> None:
-    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
-    assert ruff, "ruff is part of the test extra (deploy/setup.sh installs it)"
-    run = subprocess.run([ruff, "check", "--output-format", "concise", "shared", "ingest",
-                          "aggregate", "serve", "bench", "tests", "client"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    run = _run(_tool("ruff"), "check", "--output-format", "concise", *PRODUCTION, "bench",
+               "tests", "client", timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_mypy_finds_nothing() -> None:
+    run = _run(_tool("mypy"))  # files and options: [tool.mypy] in pyproject.toml
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Success: no issues found" in run.stdout
+
+
+def test_layering_contracts_are_kept() -> None:
+    run = _run(_tool("lint-imports"), "--no-cache")  # [tool.importlinter] in pyproject.toml
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 kept, 0 broken" in run.stdout, run.stdout
+
+
+def test_no_copied_blocks_in_production_code() -> None:
+    # min-similarity-lines and what is ignored: [tool.pylint.similarities] in pyproject.toml.
+    run = _run(_tool("pylint"), "--rcfile", "pyproject.toml", "--disable=all",
+               "--enable=duplicate-code", "--score=n", *PRODUCTION)
+    assert run.returncode == 0, (
+        "a block of 10+ lines is copied; give it one home (docs/architecture.md)\n"
+        + run.stdout + run.stderr)
+
+
+# ---- tests import helpers from tests/support only ---------------------------------------------
+
+
+def forbidden_imports(path: Path, source: str) -> list[str]:
+    """The imports in `source` (the file at `path`) that reach into a test module or a
+    conftest (`tests.<package>.test_*`, `tests.<package>.conftest`); from bench/, anything
+    under tests/ except tests.support."""
+    bench = path.parts[0] == "bench"
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] != "tests" or len(parts) < 2:
+                continue
+            into_test = any(p == "conftest" or p.startswith("test_") for p in parts[1:])
+            if into_test or (bench and parts[1] != "support"):
+                found.append(f"{path}:{node.lineno}: {name}")
+                break
+    return found
+
+
+def test_the_import_rule_can_fail() -> None:
+    assert forbidden_imports(Path("tests/chaos/test_x.py"),
+                             "from tests.ingest.test_delivery import Run\n")
+    assert forbidden_imports(Path("tests/x/test_y.py"), "from tests.access.conftest import W\n")
+    assert forbidden_imports(Path("tests/x/test_y.py"), "from tests.serve import test_data\n")
+    assert forbidden_imports(Path("bench/x/__main__.py"), "import tests.aggregate.reference\n")
+    assert not forbidden_imports(Path("bench/x/__main__.py"),
+                                 "from tests.support.services import GunicornServer\n")
+    assert not forbidden_imports(Path("tests/aggregate/test_z.py"),
+                                 "from tests.aggregate import reference\n")
+
+
+@pytest.mark.parametrize("folder", ["tests", "bench"])
+def test_tests_and_benchmarks_import_no_test_module(folder: str) -> None:
+    files = sorted((ROOT / folder).rglob("*.py"))
+    assert files
+    bad = [hit for f in files
+           for hit in forbidden_imports(f.relative_to(ROOT), f.read_text())]
+    assert not bad, ("import these from a tests/support module instead (move the helper "
+                     "there if it is not yet):\n" + "\n".join(bad))

@@ -15,8 +15,6 @@ from tests.support.data_world import (
     world,  # noqa: F401  fixture used here
 )
 
-PASSWORD_A1 = ("a1@a.example", "a1-password")
-
 
 @pytest.fixture(scope="module")
 def api_url(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:  # noqa: F811

@@ -15,8 +15,7 @@ import pytest
 from sds_client import ApiError, Client
 from sds_client.cli import main as cli_main
 
-from tests.client.conftest import PASSWORD_A1
-from tests.support.data_world import D4_ROWS, T0, World, tair_at
+from tests.support.data_world import D4_ROWS, PASSWORD_A1, T0, World, tair_at
 
 REPO = Path(__file__).resolve().parents[2]
 WINDOW = {"start_time": "2024-07-01", "end_time": "2024-07-03"}

@@ -31,6 +31,7 @@ FALL_BACK = datetime(2024, 11, 3, 4, tzinfo=UTC)  # 00:00 EDT; clocks fall back 
 DAILY_FIRST = date(2024, 6, 20)
 DAILY_DAYS = 15
 D4_ROWS = 2500  # more than calibrated's row cap of 2050
+PASSWORD_A1 = ("a1@a.example", "a1-password")  # user a1 of org A: (email, password)
 
 
 def tair_at(i: int) -> float:
@@ -73,7 +74,7 @@ def seed(url: str) -> World:
     with psycopg.connect(url) as conn:
         org_a = accounts.create_org(conn, name="Org A")
         org_b = accounts.create_org(conn, name="Org B")
-        a1 = accounts.create_user(conn, org=org_a, email="a1@a.example", password="a1-password")
+        a1 = accounts.create_user(conn, org=org_a, email=PASSWORD_A1[0], password=PASSWORD_A1[1])
         b1 = accounts.create_user(conn, org=org_b, email="b1@b.example", password="b1-password")
         ny = accounts.create_location(
             conn, org=org_a,
