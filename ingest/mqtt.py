@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import cast
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.packettypes import PacketTypes
@@ -164,4 +165,5 @@ class MqttLink:
             topic = msg.topic
         except UnicodeDecodeError:
             topic = repr(msg._topic)  # mosquitto refuses such topics; kept for the record
-        self._deliver(self._generation, msg.mid, msg.qos, topic, msg.payload, bool(msg.dup))
+        self._deliver(self._generation, msg.mid, msg.qos, topic,
+                      cast(bytes, msg.payload), bool(msg.dup))  # paho hands bytes in

@@ -140,8 +140,10 @@ class DeviceNames(fields.String):
 
     is_multiple = True
 
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any
-                     ) -> tuple[str, ...] | None:
+    # A List on the wire (and in the OpenAPI document), a tuple of names once parsed.
+    def _deserialize(  # type: ignore[override]
+            self, value: Any, attr: str | None, data: Any, **kwargs: Any
+    ) -> tuple[str, ...] | None:
         values = value if isinstance(value, list | tuple) else [value]
         names: list[str] = []
         for item in values:
