@@ -16,7 +16,8 @@ from flask.testing import FlaskClient
 
 from shared import credentials, sealing
 from shared.cli import main as sds
-from tests.access.conftest import PASSWORDS, World, apikey, basic, bearer, close_app, make_app
+from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
+from tests.support.apps import close_app, make_app
 from tests.support.figures import Figures
 
 A1 = basic("a1@a.example")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,39 +17,14 @@ from tests.support.data_world import (
     FALL_BACK,
     STEPS,
     T0,
+    URL,
     World,
+    csv_rows,
+    error,
+    get,
+    rows,
     tair_at,
 )
-
-URL = "/api/v2/data"
-
-
-def get(client: FlaskClient, world: World, table: str, who: str = "a",
-        accept: str | None = None, **params: Any):  # type: ignore[no-untyped-def]
-    headers = world.headers(who)
-    if accept:
-        headers["Accept"] = accept
-    return client.get(f"{URL}/{table}", query_string=params, headers=headers)
-
-
-def rows(response) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
-    assert response.status_code == 200, response.get_data(as_text=True)
-    assert response.content_type == "application/json"
-    return response.get_json()
-
-
-def csv_rows(response) -> list[list[str]]:  # type: ignore[no-untyped-def]
-    assert response.status_code == 200, response.get_data(as_text=True)
-    return list(csv.reader(io.StringIO(response.get_data(as_text=True))))
-
-
-def error(response, code: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    assert response.status_code == code, response.get_data(as_text=True)
-    assert response.content_type == "application/json"
-    body = response.get_json()
-    assert body["code"] == code and isinstance(body["message"], str) and body["status"]
-    return body
-
 
 # ---- filters ---------------------------------------------------------------------------------
 

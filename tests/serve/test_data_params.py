@@ -14,8 +14,8 @@ import pytest
 from flask.testing import FlaskClient
 
 from shared import accounts
-from tests.serve.conftest import T0, World, close_app, make_app
-from tests.serve.test_data import csv_rows, error, get, rows
+from tests.support.apps import close_app, make_app
+from tests.support.data_world import T0, World, csv_rows, error, get, rows
 
 HOUR = {"start_time": "2024-07-01T00:00:00Z", "end_time": "2024-07-01T01:00:00Z"}
 

@@ -78,7 +78,7 @@ def formula_device(world: World) -> str:
     import psycopg
 
     from shared import accounts
-    from tests.serve.conftest import T0
+    from tests.support.data_world import T0
 
     with psycopg.connect(world.url) as conn:
         accounts.register_device(conn, org=world.org_a, name="D6")

@@ -12,14 +12,18 @@ Callers authenticate with API keys made by shared.accounts.create_api_key.
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
+from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
 
 from shared import accounts
 from shared.timeutil import local_day_start
@@ -129,6 +133,42 @@ def seed(url: str) -> World:
         for table in ("calibrated", "hourly", "daily"):
             conn.execute(f"ANALYZE {table}")
     return world
+
+
+# ---- asking /data in-process (tests/serve, tests/security) -----------------------------------
+
+URL = "/api/v2/data"
+
+
+def get(client: FlaskClient, world: World, table: str, who: str = "a",
+        accept: str | None = None, **params: Any) -> TestResponse:
+    """GET /data/{table} with API key `who` of the world and `params` as the query string."""
+    headers = world.headers(who)
+    if accept:
+        headers["Accept"] = accept
+    return client.get(f"{URL}/{table}", query_string=params, headers=headers)
+
+
+def rows(response: TestResponse) -> list[dict[str, Any]]:
+    """The rows of a 200 JSON page."""
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.content_type == "application/json"
+    return cast(list[dict[str, Any]], response.get_json())
+
+
+def csv_rows(response: TestResponse) -> list[list[str]]:
+    """The lines of a 200 CSV page, split into fields."""
+    assert response.status_code == 200, response.get_data(as_text=True)
+    return list(csv.reader(io.StringIO(response.get_data(as_text=True))))
+
+
+def error(response: TestResponse, code: int) -> dict[str, Any]:
+    """The JSON error body of a `code` answer (checked for its documented keys)."""
+    assert response.status_code == code, response.get_data(as_text=True)
+    assert response.content_type == "application/json"
+    body = cast(dict[str, Any], response.get_json())
+    assert body["code"] == code and isinstance(body["message"], str) and body["status"]
+    return body
 
 
 @pytest.fixture(scope="module")
