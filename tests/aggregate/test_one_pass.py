@@ -16,7 +16,7 @@ from aggregate import jobs
 from shared.columns import TABLES, Rollup
 from shared.units import stored_decimals
 from tests.aggregate import scenarios
-from tests.aggregate.conftest import run_all
+from tests.support.rollups import run_all
 
 GOLDEN = json.loads(Path(__file__).with_name("golden_rollups.json").read_text())
 ET_RULES = (Rollup.ET, Rollup.ETC, Rollup.WATER_BALANCE)
@@ -77,7 +77,7 @@ def test_kc_schedule_water_balance_and_missing_inputs(db) -> None:
     """kc: the schedule's latest entry on or before the local date, else the location's kc;
     etc = et x kc and crop water demand = precip - etc, from the unrounded et; no
     coordinates, no et (NULL, not a guess), but kc still holds."""
-    from tests.aggregate.conftest import fetch, insert_readings, make_location, series
+    from tests.support.rollups import fetch, insert_readings, make_location, series
 
     brussels = make_location(db, "Europe/Brussels", lat=50.8, lon=4.35, elev=100.0, kc=0.9,
                              sensor_height=10.0)

@@ -16,8 +16,8 @@ import pytest
 from sds_client import ApiError, Client, Sync
 
 from shared import accounts
-from tests.aggregate.conftest import insert_readings, run_all, series
 from tests.support.apiserver import gunicorn_api
+from tests.support.rollups import insert_readings, run_all, series
 
 START = datetime(2024, 7, 1, 5, tzinfo=UTC)  # local midnight in Chicago (CDT)
 DAYS = 5

@@ -14,9 +14,9 @@ import requests
 from flask.testing import FlaskClient
 from selenium.webdriver.common.by import By
 
-from tests.serve.conftest import World
 from tests.support.apiserver import gunicorn_api
 from tests.support.browser import chromium, console_errors, wait_for
+from tests.support.data_world import World
 
 DATA_OP = "#operations-data-get_api_v2_data__table_"
 
