@@ -14,7 +14,7 @@ import pytest
 
 from shared import accounts, units
 from shared.columns import TABLES
-from tests.aggregate.conftest import insert_readings, make_location, run_all, series
+from tests.support.rollups import insert_readings, make_location, run_all, series
 
 START = datetime(2024, 6, 28, tzinfo=UTC)
 CHOICES = {param: tuple(units.UNITS[param]) for param in units.UNIT_PARAMS}
@@ -34,7 +34,7 @@ def _noisy(i: int, t: datetime, base: float, amp: float) -> float:
 
 @pytest.fixture
 def served(db, database_url):  # type: ignore[no-untyped-def]
-    from tests.serve.conftest import close_app, make_app
+    from tests.support.apps import close_app, make_app
 
     loc = make_location(db, "Asia/Kathmandu", lat=27.7, lon=85.3, elev=1400.0, kc=0.83,
                         sensor_height=3.0)
