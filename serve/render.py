@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from typing import Any
 
 import orjson
@@ -24,6 +24,7 @@ from werkzeug.datastructures import MIMEAccept
 
 from shared import units
 from shared.columns import Column
+from shared.timeutil import format_local  # the one rendering of local time
 from shared.units import Unit
 
 JSON = "application/json"
@@ -45,17 +46,6 @@ def units_header(columns: Iterable[Column], chosen: Mapping[str, Unit]) -> str:
     """X-Units: unit labels for the measurement classes present in `columns`."""
     present = {units.param_for(c.measure) for c in columns if c.measure is not None}
     return ",".join(chosen[p].label for p in UNIT_ORDER if p in present)
-
-
-def _offset_without_colon(iso: str) -> str:
-    """'2019-06-30T20:00:00-04:00' -> '2019-06-30T20:00:00-0400' (also with .ffffff)."""
-    i = 26 if len(iso) > 19 and iso[19] == "." else 19
-    return iso[:i] + iso[i:].replace(":", "")
-
-
-def format_local(t: datetime, tz: tzinfo) -> str:
-    """`t` in `tz` as ISO 8601 with a colon-less offset (DST-aware for zones)."""
-    return _offset_without_colon(t.astimezone(tz).isoformat())
 
 
 class JsonRows:

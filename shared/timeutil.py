@@ -272,9 +272,15 @@ def parse_local_time(raw: str) -> tzinfo:
         ) from None
 
 
-def format_offset_time(t: datetime) -> str:
-    """`2019-06-30T20:00:00-0400`: ISO 8601 with a colon-less offset (local_time, CSV)."""
-    return t.strftime("%Y-%m-%dT%H:%M:%S%z")
+def format_local(t: datetime, tz: tzinfo) -> str:
+    """Instant `t` in `tz` (a zone, DST-aware, or a flat offset) as ISO 8601 with a colon-less
+    offset: `2019-06-30T20:00:00-0400`, `.ffffff` only when present, seconds in the offset only
+    when present. The one Python rendering of local time (the API's `local_time`); its SQL twin
+    for CSV bodies, `sds_iso_time` (migration 0031), is held equal to it by
+    tests/shared/test_timeutil.py."""
+    iso = t.astimezone(tz).isoformat()
+    i = 26 if len(iso) > 19 and iso[19] == "." else 19
+    return iso[:i] + iso[i:].replace(":", "")
 
 
 def format_utc_z(t: datetime) -> str:

@@ -10,7 +10,7 @@ import pytest
 from shared.errors import BadParameter
 from shared.timeutil import (
     floor_5min,
-    format_offset_time,
+    format_local,
     format_utc_z,
     local_day_bounds,
     local_hour_bounds,
@@ -129,12 +129,9 @@ def test_parse_instant_range_ends_are_accepted(raw: str, expected: datetime) -> 
 
 def test_local_time_forms() -> None:
     t = datetime(2019, 7, 1, 0, 0, tzinfo=UTC)
-    assert format_offset_time(t.astimezone(parse_local_time("America/New_York"))) == \
-        "2019-06-30T20:00:00-0400"
-    assert format_offset_time(t.astimezone(parse_local_time("-04:00"))) == \
-        "2019-06-30T20:00:00-0400"
-    assert format_offset_time(t.astimezone(parse_local_time("-25200"))) == \
-        "2019-06-30T17:00:00-0700"
+    assert format_local(t, parse_local_time("America/New_York")) == "2019-06-30T20:00:00-0400"
+    assert format_local(t, parse_local_time("-04:00")) == "2019-06-30T20:00:00-0400"
+    assert format_local(t, parse_local_time("-25200")) == "2019-06-30T17:00:00-0700"
     # Flat offsets ignore DST; names follow it.
     winter = datetime(2019, 1, 1, tzinfo=UTC)
     assert winter.astimezone(parse_local_time("America/New_York")).utcoffset() == -5 * H
@@ -152,3 +149,26 @@ def test_zone_rejects_non_iana_names() -> None:
     with pytest.raises(BadParameter, match="Mars/Olympus"):
         zone("Mars/Olympus")
     assert zone("Asia/Kolkata").key == "Asia/Kolkata"
+
+
+LOCAL_CASES = [
+    (datetime(2019, 7, 1, tzinfo=UTC), "America/New_York"),
+    (datetime(2024, 11, 3, 5, 30, tzinfo=UTC), "America/New_York"),  # repeated hour, EDT
+    (datetime(2024, 11, 3, 6, 30, tzinfo=UTC), "America/New_York"),  # repeated hour, EST
+    (datetime(2024, 4, 6, 15, 10, tzinfo=UTC), "Australia/Lord_Howe"),  # +10:30
+    (datetime(2024, 6, 1, 0, 5, 0, 250000, tzinfo=UTC), "Asia/Kathmandu"),  # +05:45, .25 s
+    (datetime(1900, 1, 1, tzinfo=UTC), "Europe/Amsterdam"),  # LMT +00:19:32
+    (datetime(2024, 6, 1, tzinfo=UTC), "UTC"),
+]
+
+
+@pytest.mark.parametrize(("t", "zone_name"), LOCAL_CASES)
+def test_sql_local_time_equals_the_python_rendering(conn, t: datetime, zone_name: str) -> None:
+    """The CSV body's `sds_iso_time` (migration 0031) and the JSON body's format_local are
+    one rule in two languages: same text for zones (DST, repeated hours, :30/:45 offsets,
+    fractional seconds, a local-mean-time offset with seconds) and flat offsets."""
+    assert conn.execute("SELECT sds_iso_time(%s, %s::text)", (t, zone_name)).fetchone()[0] \
+        == format_local(t, parse_local_time(zone_name))
+    for raw, seconds in (("-04:00", -14400), ("+05:45", 20700)):
+        assert conn.execute("SELECT sds_iso_time(%s, make_interval(secs => %s))",
+                            (t, seconds)).fetchone()[0] == format_local(t, parse_local_time(raw))
