@@ -80,12 +80,18 @@ class MqttLink:
 
     def close(self) -> None:
         """Disconnect (the session stays on the broker); no ack is sent after this."""
-        with self._lock:
-            self._connected = False
-            self._generation += 1
+        self.set_connected(False)
         self.client.disconnect()
         self.client.loop_stop()
         logging.getLogger("paho").removeFilter(self._quiet_when_stopping)
+
+    def set_connected(self, connected: bool) -> int:
+        """Record a connect or a disconnect: either starts a new generation, so a message
+        delivered on an earlier connection is never acknowledged on this one. Returns it."""
+        with self._lock:
+            self._generation += 1
+            self._connected = connected
+            return self._generation
 
     def ack(self, generation: int, mid: int, qos: int) -> bool:
         """Acknowledge `mid` if the connection that delivered it is still the current one;
@@ -125,9 +131,7 @@ class MqttLink:
         if reason_code.is_failure:
             log.error("broker refused the connection: %s", reason_code)
             return
-        with self._lock:
-            self._generation += 1
-            self._connected = True
+        self.set_connected(True)
         self._connects += 1
         self.metrics.connects.inc()
         self.metrics.session_present.set(1 if flags.session_present else 0)
@@ -153,9 +157,7 @@ class MqttLink:
     def _on_disconnect(self, _client: mqtt.Client, _userdata: object,
                        _flags: mqtt.DisconnectFlags, reason_code: ReasonCode,
                        _props: Properties | None) -> None:
-        with self._lock:
-            self._generation += 1
-            self._connected = False
+        self.set_connected(False)
         if not self._stopping.is_set():
             log.warning("disconnected from the broker (%s); reconnecting", reason_code)
 

@@ -286,13 +286,14 @@ def test_ack_discipline_with_fake_client(
     good = json.dumps({"time": iso(now_slot(10)), "tair": 1.0}).encode()
     ing = Ingester(mqtt_settings)
     ing.link.client = FakeClient()  # type: ignore[assignment]
-    ing.link._connected = True
+    ing.link.set_connected(True)  # as paho's connect callback does
     ing.committer.flush([inbound(ing, 7, good), inbound(ing, 3, b"{bad"), inbound(ing, 5, good)])
     assert acks == [7, 3, 5]  # receive order; the bad one is quarantined and acked too
     assert count(conn, "SELECT count(*) FROM quarantine") == 1
     # A message from an earlier connection generation is never acked on the new one.
     stale = inbound(ing, 9, good)
-    ing.link._generation += 1
+    ing.link.set_connected(False)  # the connection drops and comes back
+    ing.link.set_connected(True)
     ing.committer.flush([stale])
     assert acks == [7, 3, 5] and ing.metrics.ack_skipped._value.get() == 1
     ing.committer.drop_db()
@@ -303,7 +304,7 @@ def test_ack_discipline_with_fake_client(
     down = Ingester(mqtt_settings.replace(
         database_url="postgresql://nobody@127.0.0.1:1/none"))
     down.link.client = FakeClient()  # type: ignore[assignment]
-    down.link._connected = True
+    down.link.set_connected(True)
     down.stop()
     down.committer.flush([inbound(down, 11, good), inbound(down, 12, b"{bad")])
     assert acks == [7, 3, 5]
