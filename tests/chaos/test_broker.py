@@ -310,7 +310,9 @@ RATE_SAMPLE = 300  # messages timed per configuration and backlog
 def test_publish_throughput_shipped_vs_save_on_change(tmp_path: Path, figures: Figures) -> None:
     """R9: publish throughput (QoS 1, 500 in flight) with the shipped timed autosave and with
     save-on-change, each from the same saved store holding a backlog of 0, 1k and 10k
-    messages for an offline session. Recorded, not asserted (a shared CI box)."""
+    messages for an offline session. The bound asserted is the reason for the shipped setting:
+    with a backlog, save-on-change (which rewrites the whole store per message) is slower; the
+    rates themselves are recorded, not asserted (a shared CI box)."""
     base = tmp_path / "mqtt"
     broker = MosquittoBroker().start(base, durable=True)
     port = broker.port
@@ -352,12 +354,17 @@ def test_publish_throughput_shipped_vs_save_on_change(tmp_path: Path, figures: F
                    section="delivery",
                    title="QoS 1 publish throughput, shipped autosave (every ~2 s) vs "
                          f"autosave_on_changes, {RATE_SAMPLE} msgs, same stores (R9)",
-                   target="recorded (plan: 850 vs 291 msg/s at 1k)",
+                   target="shipped faster with a backlog (plan: 850 vs 291 msg/s at 1k)",
                    source="tests/chaos/test_broker.py")
     figures.record("delivery.broker_store_mb_10k", round(store_mb, 2), section="delivery",
                    title="mosquitto.db size with 10k queued readings, MB (each save-on-change "
                          "save rewrites all of it)",
                    target="recorded", source="tests/chaos/test_broker.py")
+    slower = {level: (rates["shipped"][level], rates["save-on-change"][level])
+              for level in BACKLOGS
+              if level and rates["shipped"][level] <= rates["save-on-change"][level]}
+    assert not slower, f"shipped autosave not faster than save-on-change (msg/s): {slower}"
+    assert store_mb > 0
 
 
 def _persistence_check(broker: MosquittoBroker) -> tuple[bool, bool]:

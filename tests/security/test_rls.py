@@ -333,3 +333,6 @@ def test_record_figures(figures: Figures) -> None:
     figures.record("s20_cross_org_rows_changed", _tally["cross_org_changed"],
                    section="security", title="Other organisation's rows changed by the API "
                    "role's UPDATE/DELETE", target="0", source="tests/security/test_rls.py")
+    assert _tally["forced"] == _tally["tables"] > 0
+    assert _tally["data_forced"] == _tally["data_tables"] > 0
+    assert _tally["cross_org_visible"] == 0 and _tally["cross_org_changed"] == 0
