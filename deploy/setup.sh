@@ -25,6 +25,9 @@ RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients pytho
     python3-dev build-essential ca-certificates procps curl openssl nginx-light)
 # What the browser tests drive (tests/support/browser.py): Debian's Chromium and its WebDriver.
 TEST_PKGS=(chromium chromium-driver)
+# Debian's npm installs the dashboard's chart library from the npm registry (step 4). A machine
+# that already has Node.js with its own npm (e.g. NodeSource's nodejs) keeps it.
+command -v npm >/dev/null || RUNTIME_PKGS+=(nodejs npm)
 # What the TimescaleDB build needs; only asked for while the extension is missing.
 BUILD_PKGS=(postgresql-server-dev-15 cmake build-essential libssl-dev dpkg-dev)
 TRIXIE_SRC=/etc/apt/sources.list.d/sds-trixie-src.sources
@@ -159,7 +162,11 @@ else
 fi
 say "venv $VENV: $venv_step"
 
-# ---- 4. Summary -----------------------------------------------------------------------------------
+# ---- 4. Dashboard assets --------------------------------------------------------------------------
+# The chart library (uPlot) from npm into serve/web/static/vendor (docs/dashboard.md).
+bash "$REPO/deploy/lib/web_assets.sh"
+
+# ---- 5. Summary -----------------------------------------------------------------------------------
 pg_version=$("$PG_BIN/postgres" --version | awk '{print $3}')
 mq_version=$(dpkg-query -W -f='${Version}' mosquitto)
 py_version=$("$VENV/bin/python" -c 'import platform; print(platform.python_version())')

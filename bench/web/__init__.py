@@ -1,0 +1,1 @@
+"""Dashboard benchmarks: chart library candidates, and the device page as served."""

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# deploy/lib/web_assets.sh [--with-candidates]: the dashboard's browser libraries (docs/dashboard.md).
+# Installs serve/web/package-lock.json's exact versions from the npm registry with Debian's npm
+# (`npm ci`, no install scripts) and copies the built files the pages load into
+# serve/web/static/vendor/, where Flask serves them: the browser never reaches a CDN. Only
+# uPlot is needed to run; --with-candidates also installs the devDependencies (ECharts), the
+# other chart library bench.web measures. Idempotent: a stamp of the lock file skips reruns.
+# Called by deploy/setup.sh as root; also runnable by hand.
+set -euo pipefail
+
+SDS_SCRIPT=web_assets.sh
+# shellcheck source=deploy/lib/common.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+WEB=$REPO/serve/web
+VENDOR=$WEB/static/vendor
+# The files the dashboard's pages load, from the packages' own dist folders.
+ASSETS=(uplot/dist/uPlot.iife.min.js uplot/dist/uPlot.min.css uplot/LICENSE)
+
+mode=runtime
+[[ ${1:-} == --with-candidates ]] && mode=candidates
+
+want=$(cat "$WEB/package-lock.json" <(echo "$mode") | sha256sum | cut -d' ' -f1)
+stamp=$WEB/node_modules/.sds-stamp
+have=""
+[[ -f $stamp ]] && have=$(<"$stamp")
+# A candidates install also satisfies a runtime one.
+if [[ $have == "$want" ]] || { [[ $mode == runtime ]] && [[ -f $stamp ]] \
+    && [[ $have == $(cat "$WEB/package-lock.json" <(echo candidates) | sha256sum | cut -d' ' -f1) ]]; }; then
+    npm_step="up to date"
+else
+    command -v npm >/dev/null || die "npm is missing (deploy/setup.sh installs Debian's nodejs and npm)"
+    npm_log=$LOGS/npm-install.log
+    mkdir -p "$LOGS"
+    omit=(--omit=dev)
+    [[ $mode == candidates ]] && omit=()
+    say "npm ci ${omit[*]} in serve/web (log: $npm_log)"
+    (cd "$WEB" && npm ci "${omit[@]}" --ignore-scripts --no-audit --no-fund) >"$npm_log" 2>&1 \
+        || { log_tail "$npm_log" 30; die "npm ci failed (full log: $npm_log)"; }
+    echo "$want" >"$stamp"
+    npm_step="installed ($mode)"
+fi
+
+mkdir -p "$VENDOR"
+for asset in "${ASSETS[@]}"; do
+    src=$WEB/node_modules/$asset
+    [[ -f $src ]] || die "$src missing after npm ci"
+    dest=$VENDOR/$(basename "$asset")
+    [[ $(basename "$asset") == LICENSE ]] && dest=$VENDOR/uPlot.LICENSE
+    cmp -s "$src" "$dest" 2>/dev/null || install -m 644 "$src" "$dest"
+done
+uplot_version=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$WEB/node_modules/uplot/package.json" | head -n 1)
+say "dashboard assets: npm $npm_step; uPlot $uplot_version in serve/web/static/vendor"
