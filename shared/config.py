@@ -141,6 +141,16 @@ class Settings:
         None, "Key for the HMAC that makes /data cursors tamper-evident; every worker and host "
         "must share it (unset: a random key kept in the database is used)", secret=True)
 
+    # --- dashboard (docs/dashboard.md) ---
+    dashboard_cookie_secure: bool = _f(
+        False, "Send the dashboard's session cookie over HTTPS only (set it when a TLS proxy "
+        "fronts the service)")
+    dashboard_silent_intervals: int = _f(
+        3, "A device is flagged silent on the dashboard after this many of its reporting "
+        "intervals without a message")
+    dashboard_low_battery_pct: float = _f(
+        20.0, "Battery charge (%) below which the dashboard flags a device")
+
     # --- logging ---
     log_level: str = _f("INFO", "Log level of every process")
 
