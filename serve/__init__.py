@@ -4,7 +4,8 @@
 (`app.extensions["settings"]`), flask-smorest with the OpenAPI 3 document at
 `/api/v2/openapi.json` and Swagger UI at `/api/v2/doc` (assets from the swagger-ui-bundle
 package, served by this app), the JSON error handlers, CORS headers, the blueprints of
-`serve.api.BLUEPRINTS` and authentication (`serve.auth.init_app`).
+`serve.api.BLUEPRINTS`, authentication (`serve.auth.init_app`) and the web dashboard
+(`serve.web.init_app`: `/` and `/dashboard/`).
 
 The pool is opened here, so run gunicorn without `preload_app`: every worker process must
 build its own app and connections.
@@ -23,7 +24,7 @@ from flask import Flask, Response, g, has_request_context, request
 from flask_smorest import Api
 from psycopg_pool import ConnectionPool
 
-from serve import auth, errors, pagination
+from serve import auth, errors, pagination, web
 from serve.api import BLUEPRINTS
 from serve.pool import ReadRouter, attach, attach_reads
 from shared.config import Settings
@@ -130,6 +131,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         for blueprint in BLUEPRINTS:
             api.register_blueprint(blueprint)
         auth.init_app(app)
+        web.init_app(app, settings)  # the dashboard: `/` and `/dashboard/` (docs/dashboard.md)
         app.after_request(_cors(settings.cors_origin))
         app.after_request(_security_headers)
     except BaseException:

@@ -29,7 +29,7 @@ from typing import Any, TypeVar, cast
 from uuid import UUID
 
 import psycopg
-from flask import Flask, Response, g, request
+from flask import Flask, Response, current_app, g, request
 from psycopg_pool import ConnectionPool
 
 from serve.pool import pool
@@ -510,7 +510,10 @@ def _credentials(settings: Settings) -> Credentials | None:
             raise BadRequest("?apikey= is accepted only on GET; send 'Authorization: Apikey "
                              "<key>'")
         return Credentials("apikey", query[0].strip(), via_query=True)
-    return None
+    # Neither header nor ?apikey=: a signed-in dashboard session's cookie, for GET and HEAD
+    # only (serve.web.session: links such as CSV downloads; never a write, so no CSRF risk).
+    reader = current_app.extensions.get("session_credentials")
+    return reader() if reader is not None else None
 
 
 def _authenticate() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve.api import apikeys, auth, data, devices, health, locations, schemas
+from serve.api import apikeys, auth, data, devices, health, index, locations, schemas
 
 BLUEPRINTS = [
     schemas.blp,
@@ -12,4 +12,5 @@ BLUEPRINTS = [
     auth.blp,
     apikeys.blp,
     health.blp,
+    index.blp,
 ]

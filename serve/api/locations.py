@@ -152,30 +152,19 @@ def _conditions(conn: psycopg.Connection, rows: list[dict[str, Any]], now: datet
     return {f["loc"]: {**f, "date": dates[f["loc"]]} for f in found}
 
 
-@blp.route("/summary", methods=["GET"])
-@blp.arguments(SummaryArgsSchema, location="query", as_kwargs=True)
-@blp.response(200, PageSchema)
-@requires("locations:read")
-def summary(limit: int, page: int, **_units: str) -> Any:
-    """The caller's locations with their current device and latest conditions.
-
-    Each item is the location record plus `conditions` (`time` of the last reading there,
-    its `tair` and `rh`) and `today` (the location's local `date`, `precip` and `et` so far).
-    Units follow `temp`, `ratio` and `size`; the `X-Units` header lists those in effect.
-    """
-    chosen = {param: units.parse_unit(param, request.args.get(param))
-              for param in ("temp", "ratio", "size")}
+def summary_page(conn: psycopg.Connection, org: UUID, limit: int, page: int,
+                 chosen: dict[str, units.Unit]) -> tuple[list[dict[str, Any]], int, int]:
+    """One page of summary items (location record, `conditions`, `today`) in the units
+    `chosen` for temp, ratio and size; with the total and the number of pages. Also the
+    dashboard's locations page."""
 
     def conv(value: float | None, col: Column) -> float | None:
         if col.measure is None:  # the four summary columns all have one; stay correct if not
             return value
         return units.convert(value, col, chosen[units.param_for(col.measure)])
 
-    org = current_principal().org_id
-    now = datetime.now(UTC)
-    with pool().connection() as conn:
-        rows, devices, total, pages = _page(conn, org, limit, page)
-        conditions = _conditions(conn, rows, now)
+    rows, devices, total, pages = _page(conn, org, limit, page)
+    conditions = _conditions(conn, rows, datetime.now(UTC))
     items = []
     for r in rows:
         c = conditions.get(r["id"], {})
@@ -191,6 +180,25 @@ def summary(limit: int, page: int, **_units: str) -> Any:
             "et": conv(c.get("et"), ET),
         }
         items.append(item)
+    return items, total, pages
+
+
+@blp.route("/summary", methods=["GET"])
+@blp.arguments(SummaryArgsSchema, location="query", as_kwargs=True)
+@blp.response(200, PageSchema)
+@requires("locations:read")
+def summary(limit: int, page: int, **_units: str) -> Any:
+    """The caller's locations with their current device and latest conditions.
+
+    Each item is the location record plus `conditions` (`time` of the last reading there,
+    its `tair` and `rh`) and `today` (the location's local `date`, `precip` and `et` so far).
+    Units follow `temp`, `ratio` and `size`; the `X-Units` header lists those in effect.
+    """
+    chosen = {param: units.parse_unit(param, request.args.get(param))
+              for param in ("temp", "ratio", "size")}
+    with pool().connection() as conn:
+        items, total, pages = summary_page(conn, current_principal().org_id, limit, page,
+                                           chosen)
     labels = ",".join(chosen[p].label for p in ("temp", "ratio", "size"))
     return envelope(items, total=total, limit=limit, page=page, pages=pages), 200, {
         "X-Units": labels}

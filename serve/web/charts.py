@@ -1,0 +1,99 @@
+"""What the device page's charts may show, from the column registry and the unit tables.
+
+The page's script gets this as JSON: per table its plottable columns (name, description,
+which unit parameter converts it, or its fixed unit), the unit choices of each parameter with
+their labels, and the defaults. Nothing here is typed twice: columns, units and descriptions
+come from `shared.columns` and `shared.units`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from shared import units
+from shared.columns import TABLES, Column, Measure
+
+# The tables the device page charts, in menu order, with a short title and default range.
+CHART_TABLES = {
+    "calibrated": ("5-minute readings", timedelta(days=7)),
+    "hourly": ("Hourly (UTC hours)", timedelta(days=30)),
+    "local_hourly": ("Hourly (local hours)", timedelta(days=30)),
+    "daily": ("Daily (local days)", timedelta(days=365)),
+}
+# Columns ticked when a table is first shown.
+DEFAULT_COLUMNS = {
+    "calibrated": ("tair", "rh"),
+    "hourly": ("tair", "maxt", "mint"),
+    "local_hourly": ("tair", "maxt", "mint"),
+    "daily": ("maxt", "mint", "meant"),
+}
+# The daily water and growth panel: ET, crop ET, rain, crop water demand and degree days.
+WATER_COLUMNS = ("et", "etc", "precip", "crop_water_demand", "gdd")
+WATER_DAYS = 30
+
+# How units read on axes and in tables (the API's codes are the X-Units labels).
+UNIT_TEXT = {
+    "temp": {"c": "°C", "f": "°F"},
+    "pres": {"mb": "mb", "kp": "kPa"},
+    "size": {"mm": "mm", "in": "in"},
+    "ratio": {"pct": "%", "dec": "fraction"},
+    "speed": {"mps": "m/s", "kph": "km/h", "mph": "mph"},
+}
+
+
+def column_info(col: Column) -> dict[str, Any]:
+    """One plottable column: name, description, unit parameter (or None) and fixed unit."""
+    param = units.param_for(col.measure) if col.measure is not None else None
+    return {
+        "name": col.name,
+        "description": col.description,
+        "param": param,
+        "delta": col.measure is Measure.TEMP_DELTA,  # degree days: 'C day' / 'F day'
+        "unit": None if param is not None else col.unit,
+    }
+
+
+def plottable(table: str) -> list[Column]:
+    """Numeric columns of `table` (keys, text, flags and timestamps cannot be drawn)."""
+    return [c for c in TABLES[table].columns if c.is_numeric]
+
+
+def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -> dict[str, Any]:
+    """The device page's chart configuration (serialised into the page)."""
+    return {
+        "device": device,
+        "zone": zone,
+        "end": end,
+        "tables": {
+            name: {
+                "title": title,
+                "default_days": span.days,
+                "limit": TABLES[name].row_cap,
+                "columns": [column_info(c) for c in plottable(name)],
+                "defaults": list(DEFAULT_COLUMNS[name]),
+            }
+            for name, (title, span) in CHART_TABLES.items()
+        },
+        "units": {param: [{"code": code, "text": UNIT_TEXT[param][code]}
+                          for code in units.UNITS[param]] for param in units.UNIT_PARAMS},
+        "chosen": chosen,
+        "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],
+                  "days": WATER_DAYS},
+    }
+
+
+def unit_choices() -> dict[str, list[tuple[str, str]]]:
+    """(code, text) of every unit parameter, for the pages' selectors."""
+    return {param: [(code, UNIT_TEXT[param][code]) for code in units.UNITS[param]]
+            for param in units.UNIT_PARAMS}
+
+
+def chosen_units(args: dict[str, str]) -> dict[str, str]:
+    """The unit code per parameter from query arguments; defaults for absent or unknown ones
+    (a page is never refused for a stale unit in its URL)."""
+    out = {}
+    for param in units.UNIT_PARAMS:
+        raw = (args.get(param) or "").strip().lower()
+        out[param] = raw if raw in units.UNITS[param] else units.DEFAULTS[param]
+    return out

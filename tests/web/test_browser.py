@@ -1,0 +1,315 @@
+"""The dashboard in real headless Debian Chromium against the API as deployed (gunicorn).
+
+A person's path through it: sign in, the devices list with its health badges, a device's
+charts (a week of 5-minute data), switching units, zooming, downloading the CSV of what is
+shown, the bad data with a quarantined reading and its raw payload, the locations; and another
+organisation's user, signed in beside, reaching none of it. Charts are checked as drawn: the
+chart's canvas holds pixels of every expected series' colour, and its data are the expected
+rows. Screenshots of every step go to `<pytest basetemp>/dashboard-screenshots/`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
+
+from tests.support.apiserver import gunicorn_api
+from tests.support.browser import chromium, console_errors, wait_for
+from tests.web.conftest import A_PAYLOAD, B_SECRET, PASSWORDS, STEPS, World
+
+# Series colours of device.js / quarantine.js, in column order.
+COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"]
+
+# Pixels of a colour on a canvas (within a small distance, for anti-aliasing), per colour.
+COUNT_COLORS = """
+const canvas = arguments[0].querySelector('canvas');
+if (!canvas) return null;
+const ctx = canvas.getContext('2d');
+const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+const want = arguments[1].map(h => [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)));
+const counts = want.map(() => 0);
+let painted = 0;
+for (let i = 0; i < px.length; i += 4) {
+  if (px[i + 3] < 200) continue;
+  painted++;
+  for (let k = 0; k < want.length; k++) {
+    const [r, g, b] = want[k];
+    if (Math.abs(px[i] - r) + Math.abs(px[i + 1] - g) + Math.abs(px[i + 2] - b) < 60) counts[k]++;
+  }
+}
+return {counts, painted, width: canvas.width, height: canvas.height};
+"""
+
+
+@pytest.fixture(scope="module")
+def server(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """gunicorn serving the app (API and dashboard) on the module's world."""
+    logs = tmp_path_factory.mktemp("web-gunicorn")
+    with gunicorn_api(world.url, logs, workers=2) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the screenshots go: under the test run's base temporary directory."""
+    path = tmp_path_factory.getbasetemp() / "dashboard-screenshots"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
+    """A fresh headless Chromium (own profile, own cookies) that saves downloads in tmp_path."""
+    with chromium(width=1400, height=1000, log_dir=tmp_path) as driver:
+        driver.execute_cdp_cmd("Browser.setDownloadBehavior", {
+            "behavior": "allow", "downloadPath": str(tmp_path / "downloads"),
+            "eventsEnabled": True})
+        yield driver
+
+
+def snap(driver: WebDriver, shots: Path, name: str) -> Path:
+    """Save a full-page screenshot `name`.png."""
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, max(1000, min(int(height) + 40, 4000)))
+    path = shots / f"{name}.png"
+    driver.save_screenshot(str(path))
+    assert path.stat().st_size > 5000
+    return path
+
+
+def sign_in(driver: WebDriver, base: str, email: str) -> None:
+    """Sign in through the form, starting from a dashboard page."""
+    driver.get(f"{base}/dashboard/")
+    assert "/dashboard/login" in driver.current_url  # signed out: sent to the form
+    driver.find_element(By.ID, "email").send_keys(email)
+    driver.find_element(By.ID, "password").send_keys(PASSWORDS[email])
+    driver.find_element(By.ID, "sign-in").click()
+    wait_for(driver, "document.getElementById('devices') !== null || "
+                     "document.querySelector('main h1').textContent === 'Devices'")
+
+
+def chart_drawn(driver: WebDriver, element_id: str, loads: int | None = None) -> None:
+    """Wait until the chart in #element_id has drawn (after `loads` data loads, if given)."""
+    cond = f"document.getElementById('{element_id}').dataset.state === 'drawn'"
+    if loads is not None:
+        cond += f" && window.sdsDashboard.loads >= {loads}"
+    wait_for(driver, cond, timeout=30)
+
+
+def colour_counts(driver: WebDriver, element_id: str, colors: list[str]) -> dict[str, Any]:
+    """Pixels of each colour on the chart's canvas."""
+    found = driver.execute_script(COUNT_COLORS, driver.find_element(By.ID, element_id), colors)
+    assert found is not None, f"no canvas in #{element_id}"
+    return dict(found)
+
+
+def assert_series_drawn(driver: WebDriver, element_id: str, n: int) -> None:
+    """The chart's canvas is not blank and shows a line of each of its first n colours."""
+    found = colour_counts(driver, element_id, COLORS[:n])
+    assert found["painted"] > 1000, f"#{element_id} canvas looks blank: {found}"
+    for colour, count in zip(COLORS[:n], found["counts"], strict=True):
+        assert count > 150, f"series colour {colour} barely on #{element_id}: {found}"
+
+
+def test_landing_page_links_dashboard_docs_and_openapi(server: str, browser: WebDriver,
+                                                       shots: Path) -> None:
+    browser.get(f"{server}/")
+    links = {e.get_attribute("id"): e.get_attribute("href")
+             for e in browser.find_elements(By.CSS_SELECTOR, "ul.links a[id]")}
+    assert links == {"to-dashboard": f"{server}/dashboard/", "to-docs": f"{server}/api/v2/doc",
+                     "to-openapi": f"{server}/api/v2/openapi.json"}
+    snap(browser, shots, "00-landing")
+    browser.find_element(By.ID, "to-docs").click()
+    wait_for(browser, "document.querySelector('.swagger-ui .info') !== null", timeout=30)
+    browser.get(f"{server}/api/v2/")
+    assert '"openapi":"/api/v2/openapi.json"' in browser.page_source.replace(" ", "")
+
+
+def test_a_user_signs_in_charts_a_device_switches_units_zooms_and_downloads_csv(
+        server: str, browser: WebDriver, shots: Path, tmp_path: Path) -> None:
+    sign_in(browser, server, "user@a.example")
+    rows = {r.get_attribute("data-device"): r.text
+            for r in browser.find_elements(By.CSS_SELECTOR, "#devices tbody tr")}
+    assert set(rows) == {"A1", "A2"}
+    assert "North field" in rows["A1"] and "America/Chicago" in rows["A1"]
+    assert "3 quarantined" in rows["A1"]
+    assert "silent" in rows["A2"] and "battery 12%" in rows["A2"]
+    snap(browser, shots, "01-devices")
+
+    browser.find_element(By.LINK_TEXT, "A1").click()
+    chart_drawn(browser, "chart", loads=1)
+    chart = browser.find_element(By.ID, "chart")
+    assert chart.get_attribute("data-series") == "tair,rh"
+    assert int(chart.get_attribute("data-points")) == STEPS  # the whole week, one fetch
+    assert chart.get_attribute("data-units") == "C,pct"
+    assert chart.get_attribute("data-zone") == "America/Chicago"
+    assert_series_drawn(browser, "chart", 2)
+    chart_drawn(browser, "water")
+    assert browser.find_element(By.ID, "water").get_attribute("data-series") == \
+        "et,etc,precip,crop_water_demand,gdd"
+    assert_series_drawn(browser, "water", 2)
+    water_rows = browser.find_elements(By.CSS_SELECTOR, "#water-table tbody tr")
+    assert len(water_rows) >= 29
+    assert "4.2" in water_rows[0].text and "-2.4" in water_rows[0].text
+    tair_c = browser.execute_script("return Math.max(...window.sdsDashboard.main.data[1])")
+    assert tair_c == pytest.approx(23.0, abs=0.05)
+    snap(browser, shots, "02-device-week-5min")
+
+    # Units: Fahrenheit, converted by the API (the chart re-fetches).
+    Select(browser.find_element(By.ID, "unit-temp")).select_by_value("f")
+    chart_drawn(browser, "chart", loads=2)
+    assert chart.get_attribute("data-units") == "F,pct"
+    tair_f = browser.execute_script("return Math.max(...window.sdsDashboard.main.data[1])")
+    assert tair_f == pytest.approx(73.4, abs=0.1)
+    assert "°F" in browser.execute_script(
+        "return window.sdsDashboard.main.series[1].label")
+    assert_series_drawn(browser, "chart", 2)
+    assert "temp=f" in browser.current_url  # the choice is in the page's URL
+    snap(browser, shots, "03-device-fahrenheit")
+
+    # Zoom: drag across the middle fifth of the plot.
+    full = browser.execute_script("const s = window.sdsDashboard.main.scales.x;"
+                                  " return [s.min, s.max]")
+    over = browser.find_element(By.CSS_SELECTOR, "#chart .u-over")
+    width = over.size["width"]
+    ActionChains(browser).move_to_element_with_offset(over, -width // 10, 0).click_and_hold() \
+        .move_by_offset(width // 5, 10).release().perform()
+    wait_for(browser, f"window.sdsDashboard.main.scales.x.max - window.sdsDashboard.main.scales"
+                      f".x.min < {(full[1] - full[0]) / 3}")
+    zoomed = browser.execute_script("const s = window.sdsDashboard.main.scales.x;"
+                                    " return [s.min, s.max]")
+    assert full[0] < zoomed[0] < zoomed[1] < full[1]
+    assert_series_drawn(browser, "chart", 2)
+    snap(browser, shots, "04-device-zoomed")
+    browser.find_element(By.ID, "pan-left").click()
+    panned = browser.execute_script("const s = window.sdsDashboard.main.scales.x;"
+                                    " return [s.min, s.max]")
+    assert panned[0] < zoomed[0] and panned[1] - panned[0] == pytest.approx(
+        zoomed[1] - zoomed[0], rel=0.01)
+
+    # The CSV link is the API with format=csv for exactly the range shown.
+    link = browser.find_element(By.ID, "csv").get_attribute("href")
+    parts = urlsplit(link)
+    assert parts.path == "/api/v2/data/calibrated"
+    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+    assert query["format"] == "csv" and query["temp"] == "f" and query["device"] == "A1"
+    assert query["select"] == "time,tair,rh" and query["local_time"] == "America/Chicago"
+    browser.find_element(By.ID, "csv").click()
+    downloads = tmp_path / "downloads"
+    deadline = time.monotonic() + 30
+    while not any(p.suffix == ".csv" for p in downloads.glob("*")):
+        assert time.monotonic() < deadline, f"no CSV downloaded: {list(downloads.glob('*'))}"
+        time.sleep(0.2)
+    time.sleep(0.3)
+    (saved,) = [p for p in downloads.glob("*") if p.suffix == ".csv"]
+    table = list(csv.reader(io.StringIO(saved.read_text())))
+    assert table[0] == ["time", "tair", "rh", "local_time"]
+    body = table[1:]
+    shown_rows = browser.execute_script(
+        "const u = window.sdsDashboard.main; const [a, b] = [Math.floor(u.scales.x.min),"
+        " Math.ceil(u.scales.x.max)]; return u.data[0].filter(t => t >= a && t <= b).length")
+    assert len(body) == shown_rows and 100 < len(body) < STEPS
+    assert max(float(r[1]) for r in body) <= 73.5  # Fahrenheit, as shown
+    assert all(r[3].endswith(("-0600", "-0500")) for r in body)  # Chicago local time
+
+    # Another table: daily, its own columns.
+    Select(browser.find_element(By.ID, "table")).select_by_value("daily")
+    chart_drawn(browser, "chart", loads=3)
+    assert chart.get_attribute("data-series") == "maxt,mint,meant"
+    assert_series_drawn(browser, "chart", 3)
+    snap(browser, shots, "05-device-daily")
+    assert console_errors(browser) == []
+
+
+def test_admin_sees_a_quarantined_reading_with_its_payload(server: str, browser: WebDriver,
+                                                            shots: Path, world: World) -> None:
+    sign_in(browser, server, "admin@a.example")
+    browser.get(f"{server}/dashboard/devices/A1")
+    browser.find_element(By.ID, "device-quarantine").click()
+    chart_drawn(browser, "counts")
+    assert browser.find_element(By.ID, "counts").get_attribute("data-series") == \
+        "out_of_range,bad_json"
+    assert_series_drawn(browser, "counts", 2)
+    rows = browser.find_elements(By.CSS_SELECTOR, "#quarantine-rows tbody tr")
+    assert [r.get_attribute("data-id") for r in rows] == [
+        str(i) for i in sorted(world.quarantine_a, reverse=True)]
+    assert "rh: 1.7 is outside 0..1" in rows[-1].text or "rh: 1.7 is outside 0..1" in \
+        browser.page_source
+    snap(browser, shots, "06-bad-data-device")
+    row = browser.find_element(By.CSS_SELECTOR, f"tr[data-id='{world.quarantine_a[0]}']")
+    row.find_element(By.CSS_SELECTOR, "a.payload-link").click()
+    assert browser.find_element(By.ID, "payload").text == A_PAYLOAD
+    assert browser.find_element(By.ID, "row-reason").text == "out_of_range"
+    snap(browser, shots, "07-bad-data-payload")
+    browser.get(f"{server}/dashboard/quarantine")
+    assert B_SECRET not in browser.page_source and "ZZ" not in browser.page_source
+    browser.get(f"{server}/dashboard/locations")
+    loc = browser.find_element(By.CSS_SELECTOR, f"tr[data-location='{world.north}']").text
+    assert "A1" in loc and "A2" in loc and "America/Chicago" in loc
+    snap(browser, shots, "08-locations")
+    assert console_errors(browser) == []
+
+
+def test_a_plain_user_sees_no_raw_payload(server: str, browser: WebDriver,
+                                          world: World) -> None:
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/quarantine")
+    assert browser.find_elements(By.CSS_SELECTOR, "#quarantine-rows tbody tr")
+    assert not browser.find_elements(By.CSS_SELECTOR, "a.payload-link")
+    browser.get(f"{server}/dashboard/quarantine/{world.quarantine_a[0]}")
+    assert browser.find_element(By.CSS_SELECTOR, "main h1").text == "403"
+    assert A_PAYLOAD not in browser.page_source
+
+
+def test_another_organisation_reaches_nothing_of_org_a(server: str, browser: WebDriver,
+                                                       shots: Path, world: World) -> None:
+    sign_in(browser, server, "user@b.example")
+    devices = [r.get_attribute("data-device")
+               for r in browser.find_elements(By.CSS_SELECTOR, "#devices tbody tr")]
+    assert devices == ["B1"]
+    for path in ("/dashboard/devices/A1", "/dashboard/quarantine?device=A1",
+                 f"/dashboard/quarantine/{world.quarantine_a[0]}",
+                 f"/dashboard/quarantine/{world.quarantine_a[0]}/payload"):
+        browser.get(server + path)
+        assert browser.find_element(By.CSS_SELECTOR, "main h1").text == "404", path
+        assert "A1" not in browser.find_element(By.ID, "error-message").text or \
+            "unknown" in browser.find_element(By.ID, "error-message").text
+    snap(browser, shots, "09-other-org-404")
+    for path in ("/api/v2/data/calibrated?device=A1&format=csv",
+                 "/api/v2/data/calibrated?device=A1", f"/api/v2/locations/{world.north}",
+                 "/api/v2/devices/A1"):
+        status, text = browser.execute_script(
+            "const r = await fetch(arguments[0]); return [r.status, await r.text()];", path)
+        assert status == 404, (path, status, text[:200])
+    browser.get(f"{server}/dashboard/quarantine")
+    assert B_SECRET not in browser.page_source  # listings show sizes, never payloads
+    assert "out_of_range" not in browser.page_source and "sensors/A1" not in browser.page_source
+    browser.get(f"{server}/dashboard/locations")
+    assert "North field" not in browser.page_source and "B field" in browser.page_source
+
+
+def test_signing_out_ends_the_session_everywhere(server: str, browser: WebDriver) -> None:
+    sign_in(browser, server, "user@a.example")
+    cookie = browser.get_cookie("sds_session")
+    assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Lax"
+    assert browser.execute_script("return document.cookie") == ""  # never visible to scripts
+    browser.find_element(By.ID, "sign-out").click()
+    assert browser.find_element(By.ID, "login-message").text == "You are signed out."
+    # The old cookie, put back, is a revoked token: signed out for the pages and the API.
+    browser.add_cookie({"name": "sds_session", "value": cookie["value"], "path": "/"})
+    browser.get(f"{server}/dashboard/devices/A1")
+    assert "/dashboard/login" in browser.current_url
+    status = browser.execute_script(
+        "const r = await fetch('/api/v2/devices'); return r.status;")
+    assert status == 401
