@@ -3,8 +3,9 @@ every kind of caller, each cell with its expected status. (S2, other organisatio
 a missing one, is test_existence_oracle.py.)
 
 Callers: none, wrong password, basic, bearer, expired and revoked tokens, API keys with and
-without the needed scope, expired, deactivated and deleted keys, and org B's user and key
-(another organisation). A test also checks that the table covers every route the app serves,
+without the needed scope, expired, deactivated and deleted keys, org B's user and key
+(another organisation), and a signed-in dashboard session cookie of org A's and of org B's
+user (serve.web.session: it counts for GET and HEAD only, never for a write). A test also checks that the table covers every route the app serves,
 so a new endpoint cannot ship without its row.
 """
 
@@ -83,6 +84,7 @@ ROUTES = [
     Route("token-revoke", "DELETE", "/api/v2/auth/token", lambda w, c: "/api/v2/auth/token",
           USER_ONLY, ok=204, basic_status=400),
     Route("health", "GET", "/api/v2/health", lambda w, c: "/api/v2/health", None),
+    Route("index", "GET", "/api/v2/", lambda w, c: "/api/v2/", None),
     # The data and schema endpoints (issue 5); rows apply when the app serves the rule.
     Route("schemas", "GET", "/api/v2/schemas", lambda w, c: "/api/v2/schemas", "data:read"),
     Route("schema", "GET", "/api/v2/schemas/<table>", lambda w, c: "/api/v2/schemas/hourly",
@@ -97,15 +99,31 @@ ROUTES = [
 # DELETE /auth/token revokes the one it is sent with.
 CALLERS = ["anonymous", "wrong_password", "basic", "bearer", "token_expired", "token_revoked",
            "key_scoped", "key_unscoped", "key_expired", "key_inactive", "key_deleted",
-           "other_org_basic", "other_org_bearer", "other_org_key"]
+           "other_org_basic", "other_org_bearer", "other_org_key", "session",
+           "other_org_session"]
+SESSIONS = ("session", "other_org_session")
 REFUSED = {"anonymous", "wrong_password", "token_expired", "token_revoked", "key_expired",
            "key_inactive", "key_deleted"}
 SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "locations",
              "apikeys:read": "apikeys", USER_ONLY: "all"}
 
 
-def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection
-             ) -> dict[str, str]:
+def _session_cookie(app: Flask, token: str) -> dict[str, str]:
+    """The Cookie header of a dashboard session holding `token`, signed as the app signs it."""
+    from serve.web.session import COOKIE
+
+    value = app.session_interface.get_signing_serializer(app).dumps(  # type: ignore[attr-defined]
+        {"token": token, "csrf": "matrix-csrf-value-of-32-characters-or-more", "_permanent": True})
+    return {"Cookie": f"{COOKIE}={value}"}
+
+
+def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection,
+             app: Flask) -> dict[str, str]:
+    if caller in SESSIONS:
+        token = insert_token(conn, world.a1 if caller == "session" else world.b1,
+                             expires_in=timedelta(hours=1))
+        conn.commit()
+        return _session_cookie(app, token)
     if caller == "anonymous":
         return {}
     if caller == "wrong_password":
@@ -141,6 +159,8 @@ def expected(caller: str, route: Route) -> int:
     """The status the cell must answer."""
     if route.scope is None:
         return route.ok  # public: credentials are not looked at
+    if caller in SESSIONS and route.method not in ("GET", "HEAD"):
+        return 401  # the dashboard cookie never authorizes a write: as if signed out
     if caller in REFUSED:
         return 401
     is_key = caller in ("key_scoped", "key_unscoped", "other_org_key")
@@ -171,8 +191,12 @@ def test_cell(app: Flask, client: FlaskClient, world: World, route: Route, calle
         _TALLY["skipped"] += 1
         pytest.skip(f"{route.method} {route.rule} is not served by this app")
     with psycopg.connect(world.url) as conn:
-        headers = _headers(caller, route, world, conn)
+        headers = _headers(caller, route, world, conn, app)
         path = route.path(world, conn)
+    if "Cookie" in headers:  # the test client sends cookies from its own jar only
+        client = app.test_client()
+        name, _, value = headers.pop("Cookie").partition("=")
+        client.set_cookie(name, value)
     response = client.open(path, method=route.method, headers=headers, json=route.body)
     want = expected(caller, route)
     assert response.status_code == want, (

@@ -60,7 +60,9 @@ DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
 # Tables outside any organisation, and why RLS does not apply to them. With TENANT_ROWS and
 # DATA_TABLES this classifies every table, so a new one cannot skip the review of its grants.
 SERVICE_TABLES = {
-    "quarantine": "bad MQTT input before a device is trusted; the ingester may only INSERT",
+    "quarantine": "bad MQTT input before a device is trusted; the ingester may only INSERT "
+                  "(with COPY, which RLS would refuse); the API reads its organisation's rows "
+                  "only through the view org_quarantine (0070)",
     "rollup_dirty": "per-device bucket marks; written by the ingester, claimed by the rollups",
     "aggregate_runs": "the rollup jobs' progress; not granted to the API",
     "job_runs": "the scheduler's run log; not granted to the API",
@@ -248,6 +250,31 @@ def test_auth_role_reaches_one_credential_at_a_time(rls_world: World) -> None:
         with as_role(rls_world.url, role) as conn, \
                 pytest.raises(errors.InsufficientPrivilege):
             conn.execute("SELECT * FROM sds_auth_user('a1@a.example')")
+
+
+def test_api_role_reads_its_devices_quarantine_only_through_the_view(rls_world: World) -> None:
+    """Migration 0070: org_quarantine shows the rows of the request organisation's devices;
+    nothing without an organisation, nothing of unregistered devices, no table access."""
+    with psycopg.connect(rls_world.url) as conn:
+        for device in (rls_world.dev_a, rls_world.dev_b, "never-registered"):
+            conn.execute("INSERT INTO quarantine (topic, device, reason, detail, payload)"
+                         " VALUES (%s, %s, 'bad_json', 'probe', 'x')",
+                         (f"sensors/{device}/readings", device))
+    seen = {}
+    for org in (rls_world.org_a, rls_world.org_b, None):
+        with as_role(rls_world.url, db.ROLE_API, org) as conn:
+            seen[org] = {r[0] for r in conn.execute("SELECT device FROM org_quarantine")}
+    assert seen[rls_world.org_a] == {rls_world.dev_a}
+    assert seen[rls_world.org_b] == {rls_world.dev_b}
+    assert seen[None] == set()
+    for stmt in ("SELECT * FROM quarantine", "DELETE FROM org_quarantine",
+                 "UPDATE org_quarantine SET reason = 'x'"):
+        # Refused by grants, or as a view no one can write through: either way no change.
+        with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn, \
+                pytest.raises((errors.InsufficientPrivilege,
+                               errors.ObjectNotInPrerequisiteState)):
+            conn.execute(stmt)
+    _tally["cross_org_visible"] += len(seen[rls_world.org_a] - {rls_world.dev_a})
 
 
 def test_ingest_role_inserts_but_never_rewrites(rls_world: World) -> None:

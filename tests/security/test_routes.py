@@ -1,7 +1,8 @@
 """Route inventory (reliability plan S15, OWASP API9): what the app serves is what it documents.
 
 The Flask url_map, less the documentation itself (the OpenAPI document, the Swagger UI page and
-its static assets), must equal the OpenAPI document's paths and methods, rule for rule, with
+its static assets) and the dashboard's pages (listed here one by one: they are HTML for people,
+not API operations), must equal the OpenAPI document's paths and methods, rule for rule, with
 no undocumented endpoint, no older API version, and no debug, test or admin route.
 """
 
@@ -15,6 +16,15 @@ from flask.testing import FlaskClient
 # The documentation endpoints: served, public, and not operations of the API.
 DOC_ENDPOINTS = {"static", "api-docs.openapi_json", "api-docs.openapi_swagger_ui"}
 DOC_RULES = {"/api/v2/openapi.json", "/api/v2/doc", "/api/v2/doc/assets/<path:filename>"}
+# The dashboard (serve/web, docs/dashboard.md): the landing page and /dashboard/ pages, exactly.
+DASHBOARD_RULES = {
+    ("/", "GET"), ("/dashboard/", "GET"), ("/dashboard/login", "GET"),
+    ("/dashboard/login", "POST"), ("/dashboard/logout", "POST"),
+    ("/dashboard/devices/<name>", "GET"), ("/dashboard/quarantine", "GET"),
+    ("/dashboard/quarantine/<int:row_id>", "GET"),
+    ("/dashboard/quarantine/<int:row_id>/payload", "GET"), ("/dashboard/locations", "GET"),
+    ("/dashboard/static/<path:filename>", "GET"),
+}
 # Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).
 IMPLICIT = {"HEAD", "OPTIONS"}
 SUSPICIOUS = re.compile(r"debug|test|admin|internal|console|shell|phpinfo|actuator|metrics|"
@@ -25,7 +35,7 @@ def served(app: Flask) -> set[tuple[str, str]]:
     """(OpenAPI-style path, method) of every API rule of the app."""
     out = set()
     for rule in app.url_map.iter_rules():
-        if rule.endpoint in DOC_ENDPOINTS:
+        if rule.endpoint in DOC_ENDPOINTS or rule.endpoint.startswith("web."):
             continue
         path = re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule.rule)
         out |= {(path, m) for m in (rule.methods or set()) - IMPLICIT}
@@ -54,9 +64,18 @@ def test_documentation_endpoints_are_exactly_the_known_ones(app: Flask) -> None:
     assert all((r.methods or set()) - IMPLICIT == {"GET"} for r in docs)
 
 
+def test_dashboard_routes_are_exactly_the_known_ones(app: Flask) -> None:
+    pages = {(r.rule, m) for r in app.url_map.iter_rules() if r.endpoint.startswith("web.")
+             for m in (r.methods or set()) - IMPLICIT}
+    assert pages == DASHBOARD_RULES
+
+
 def test_no_debug_test_or_other_version_routes(app: Flask) -> None:
     for rule in app.url_map.iter_rules():
-        assert rule.rule.startswith("/api/v2/"), f"route outside /api/v2: {rule.rule}"
+        if rule.endpoint.startswith("web."):
+            assert (rule.rule == "/" or rule.rule.startswith("/dashboard/")), rule.rule
+        else:
+            assert rule.rule.startswith("/api/v2/"), f"route outside /api/v2: {rule.rule}"
         assert not SUSPICIOUS.search(rule.rule), f"suspicious route {rule.rule}"
         assert not SUSPICIOUS.search(rule.endpoint), f"suspicious endpoint {rule.endpoint}"
 
