@@ -5,8 +5,9 @@ a missing one, is test_existence_oracle.py.)
 Callers: none, wrong password, basic, bearer, expired and revoked tokens, API keys with and
 without the needed scope, expired, deactivated and deleted keys, org B's user and key
 (another organisation), and a signed-in dashboard session cookie of org A's and of org B's
-user (serve.web.session: it counts for GET and HEAD only, never for a write). A test also checks that the table covers every route the app serves,
-so a new endpoint cannot ship without its row.
+user (serve.web.session: it counts for GET and HEAD only, never for a write). A test also
+checks that the table covers every route the app serves, so a new endpoint cannot ship without
+its row.
 """
 
 from __future__ import annotations
