@@ -4,7 +4,8 @@ Org A: admin `admin@a.example` and user `user@a.example`; location "North field"
 (America/Chicago) with device A1 (a week of 5-minute readings of tair, rh, p, wind_speed ending
 at END, hourly rows for that week, 30 daily rows with ET, crop ET, rain, demand and GDD;
 last seen now, battery 80 %) and device A2 (never reported, last seen two days ago, battery
-12 %: silent and low). Quarantine of A1: three rows in the last hours (out_of_range x2,
+12 %: silent and low) and device A3 (one reading ten minutes ago: the location's latest
+conditions, tair 21.5 C, rh 50 %). Quarantine of A1: three rows in the last hours (out_of_range x2,
 bad_json) and one ten days ago. Org B: administrator `user@b.example`, location "B field", device B1
 with readings at the same times and a quarantined message whose payload holds B_SECRET.
 """
@@ -81,12 +82,13 @@ def seed(url: str) -> World:
             name="North field", tz_name="America/Chicago", lat=41.9, lon=-93.6, elev=300))
         b_field = accounts.create_location(
             conn, org=org_b, loc=accounts.LocationInput(name="B field", tz_name="Europe/Berlin"))
-        for name in ("A1", "A2"):
+        for name in ("A1", "A2", "A3"):
             accounts.register_device(conn, org=org_a, name=name)
         accounts.register_device(conn, org=org_b, name="B1")
         deployed = END - timedelta(days=60)
         accounts.deploy_device(conn, device="A1", location=north, start=deployed)
         accounts.deploy_device(conn, device="A2", location=north, start=deployed)
+        accounts.deploy_device(conn, device="A3", location=north, start=deployed)
         accounts.deploy_device(conn, device="B1", location=b_field, start=deployed)
         conn.execute("UPDATE devices SET last_seen = now(), batt_pct = 80, batt_volt = 3.9,"
                      " signal_strength = -71, state = 'Active' WHERE name = 'A1'")
@@ -94,6 +96,10 @@ def seed(url: str) -> World:
                      " state = 'Active' WHERE name = 'A2'")
         conn.execute("UPDATE devices SET last_seen = now(), batt_pct = 90 WHERE name = 'B1'")
         _readings(conn, "A1", north)
+        conn.execute("UPDATE devices SET last_seen = now(), batt_pct = 70 WHERE name = 'A3'")
+        conn.execute("INSERT INTO calibrated (time, device, location, tair, rh) VALUES"
+                     " (date_bin('5 minutes', now() - interval '10 minutes', 'epoch'), 'A3', %s,"
+                     " 21.5, 0.5)", (north,))
         _readings(conn, "B1", b_field)
         conn.execute(
             "INSERT INTO hourly (time, device, location, tair, maxt, mint, rh)"

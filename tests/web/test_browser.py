@@ -99,6 +99,15 @@ def sign_in(driver: WebDriver, base: str, email: str) -> None:
                      "document.querySelector('main h1').textContent === 'Devices'")
 
 
+def fetch(driver: WebDriver, path: str) -> tuple[int, str]:
+    """GET `path` from the page's own script (its cookies, same origin): status and body."""
+    found = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        " fetch(arguments[0]).then(r => r.text().then(t => done([r.status, t])))"
+        ".catch(e => done([0, String(e)]));", path)
+    return int(found[0]), str(found[1])
+
+
 def chart_drawn(driver: WebDriver, element_id: str, loads: int | None = None) -> None:
     """Wait until the chart in #element_id has drawn (after `loads` data loads, if given)."""
     cond = f"document.getElementById('{element_id}').dataset.state === 'drawn'"
@@ -141,7 +150,7 @@ def test_a_user_signs_in_charts_a_device_switches_units_zooms_and_downloads_csv(
     sign_in(browser, server, "user@a.example")
     rows = {r.get_attribute("data-device"): r.text
             for r in browser.find_elements(By.CSS_SELECTOR, "#devices tbody tr")}
-    assert set(rows) == {"A1", "A2"}
+    assert set(rows) == {"A1", "A2", "A3"}
     assert "North field" in rows["A1"] and "America/Chicago" in rows["A1"]
     assert "3 quarantined" in rows["A1"]
     assert "silent" in rows["A2"] and "battery 12%" in rows["A2"]
@@ -238,8 +247,9 @@ def test_admin_sees_a_quarantined_reading_with_its_payload(server: str, browser:
     browser.get(f"{server}/dashboard/devices/A1")
     browser.find_element(By.ID, "device-quarantine").click()
     chart_drawn(browser, "counts")
+    # Reasons by rows in the period, then by name: 2 each.
     assert browser.find_element(By.ID, "counts").get_attribute("data-series") == \
-        "out_of_range,bad_json"
+        "bad_json,out_of_range"
     assert_series_drawn(browser, "counts", 2)
     rows = browser.find_elements(By.CSS_SELECTOR, "#quarantine-rows tbody tr")
     assert [r.get_attribute("data-id") for r in rows] == [
@@ -257,6 +267,7 @@ def test_admin_sees_a_quarantined_reading_with_its_payload(server: str, browser:
     browser.get(f"{server}/dashboard/locations")
     loc = browser.find_element(By.CSS_SELECTOR, f"tr[data-location='{world.north}']").text
     assert "A1" in loc and "A2" in loc and "America/Chicago" in loc
+    assert "21.5" in loc and "50" in loc  # A3's reading of ten minutes ago
     snap(browser, shots, "08-locations")
     assert console_errors(browser) == []
 
@@ -289,8 +300,7 @@ def test_another_organisation_reaches_nothing_of_org_a(server: str, browser: Web
     for path in ("/api/v2/data/calibrated?device=A1&format=csv",
                  "/api/v2/data/calibrated?device=A1", f"/api/v2/locations/{world.north}",
                  "/api/v2/devices/A1"):
-        status, text = browser.execute_script(
-            "const r = await fetch(arguments[0]); return [r.status, await r.text()];", path)
+        status, text = fetch(browser, path)
         assert status == 404, (path, status, text[:200])
     browser.get(f"{server}/dashboard/quarantine")
     assert B_SECRET not in browser.page_source  # listings show sizes, never payloads
@@ -308,8 +318,7 @@ def test_signing_out_ends_the_session_everywhere(server: str, browser: WebDriver
     assert browser.find_element(By.ID, "login-message").text == "You are signed out."
     # The old cookie, put back, is a revoked token: signed out for the pages and the API.
     browser.add_cookie({"name": "sds_session", "value": cookie["value"], "path": "/"})
+    status, body = fetch(browser, "/api/v2/devices")
+    assert status == 401 and "revoked" in body
     browser.get(f"{server}/dashboard/devices/A1")
     assert "/dashboard/login" in browser.current_url
-    status = browser.execute_script(
-        "const r = await fetch('/api/v2/devices'); return r.status;")
-    assert status == 401

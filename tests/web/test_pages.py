@@ -269,8 +269,10 @@ def test_locations_page_follows_the_units(client: FlaskClient, world: World) -> 
     page = text(client.get("/dashboard/locations"))
     assert "North field" in page and "America/Chicago" in page
     assert ">A1</a>" in page and ">A2</a>" in page
-    fahrenheit = text(client.get("/dashboard/locations?temp=f"))
-    assert "Air temperature (°F)" in fahrenheit
+    assert ">21.5<" in page and ">50.0<" in page  # A3's reading, C and %
+    fahrenheit = text(client.get("/dashboard/locations?temp=f&ratio=dec"))
+    assert "Air temperature (°F)" in fahrenheit and ">70.7<" in fahrenheit
+    assert ">0.5<" in fahrenheit
 
 
 # ---- pure parts --------------------------------------------------------------------------

@@ -167,6 +167,7 @@
       hooks: {
         draw: [(u) => {
           if (firstDraw) { firstDraw = false; performance.mark("sds-chart-drawn"); }
+          api.lastDraw = performance.now();
           el.dataset.state = "drawn";
         }],
         setScale: [(u, key) => { if (key === "x" && onScale) onScale(u); }],
