@@ -107,7 +107,9 @@ def fetch(driver: WebDriver, path: str) -> tuple[int, str]:
 
 def chart_drawn(driver: WebDriver, element_id: str, loads: int | None = None) -> None:
     """Wait until the chart in #element_id has drawn (after `loads` data loads, if given)."""
-    cond = f"document.getElementById('{element_id}').dataset.state === 'drawn'"
+    # Null-safe: right after a click the old page may still be the document.
+    cond = (f"(document.getElementById('{element_id}') || {{dataset: {{}}}}).dataset.state"
+            " === 'drawn'")
     if loads is not None:
         cond += f" && window.sdsDashboard.loads >= {loads}"
     wait_for(driver, cond, timeout=30)
@@ -214,7 +216,7 @@ def test_a_user_signs_in_charts_a_device_switches_units_zooms_and_links_the_csv(
     # Another table: daily, its own columns.
     Select(browser.find_element(By.ID, "table")).select_by_value("daily")
     chart_drawn(browser, "chart", loads=3)
-    assert chart.get_attribute("data-series") == "maxt,mint,meant"
+    assert chart.get_attribute("data-series") == "meant,maxt,mint"  # registry order
     assert_series_drawn(browser, "chart", 3)
     snap(browser, shots, "05-device-daily")
     assert console_errors(browser) == []
@@ -238,6 +240,7 @@ def test_admin_sees_a_quarantined_reading_with_its_payload(server: str, browser:
     snap(browser, shots, "06-bad-data-device")
     row = browser.find_element(By.CSS_SELECTOR, f"tr[data-id='{world.quarantine_a[0]}']")
     row.find_element(By.CSS_SELECTOR, "a.payload-link").click()
+    wait_for(browser, "document.getElementById('payload') !== null")
     assert browser.find_element(By.ID, "payload").text == A_PAYLOAD
     assert browser.find_element(By.ID, "row-reason").text == "out_of_range"
     snap(browser, shots, "07-bad-data-payload")
@@ -294,6 +297,7 @@ def test_signing_out_ends_the_session_everywhere(server: str, browser: WebDriver
     assert cookie and cookie["httpOnly"] and cookie["sameSite"] == "Lax"
     assert browser.execute_script("return document.cookie") == ""  # never visible to scripts
     browser.find_element(By.ID, "sign-out").click()
+    wait_for(browser, "document.getElementById('login-message') !== null")
     assert browser.find_element(By.ID, "login-message").text == "You are signed out."
     # The old cookie, put back, is a revoked token: signed out for the pages and the API.
     browser.add_cookie({"name": "sds_session", "value": cookie["value"], "path": "/"})
