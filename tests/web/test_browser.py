@@ -201,6 +201,7 @@ def test_a_user_signs_in_charts_a_device_switches_units_zooms_and_links_the_csv(
     assert_series_drawn(browser, "chart", 2)
     snap(browser, shots, "04-device-zoomed")
     browser.find_element(By.ID, "pan-left").click()
+    wait_for(browser, f"window.sdsDashboard.main.scales.x.min < {zoomed[0]}")  # redrawn
     panned = browser.execute_script("const s = window.sdsDashboard.main.scales.x;"
                                     " return [s.min, s.max]")
     assert panned[0] < zoomed[0] and panned[1] - panned[0] == pytest.approx(
