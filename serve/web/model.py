@@ -75,7 +75,7 @@ def device_list(conn: psycopg.Connection, *, org: UUID, settings: Settings,
     """The organisation's devices (API records, by name), each with `badges` and
     `quarantined` (rows in the last day)."""
     rows = fetch_devices(conn, org=org, limit=limit, offset=0)
-    counts = dict(conn.execute(
+    counts: dict[str, int] = dict(conn.execute(
         "SELECT device, count(*) FROM org_quarantine WHERE received_at > now() - %s"
         " GROUP BY device", (RECENT,)).fetchall())
     now = datetime.now(UTC)

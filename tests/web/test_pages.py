@@ -17,7 +17,15 @@ from serve.access import change_password
 from serve.web import charts, model
 from shared import units
 from shared.config import Settings
-from tests.web.conftest import A_PAYLOAD, B_SECRET, PASSWORDS, World, csrf_of, make_app, sign_in
+from tests.support.dashboard import (
+    A_PAYLOAD,
+    B_SECRET,
+    PASSWORDS,
+    World,
+    csrf_of,
+    make_app,
+    sign_in,
+)
 
 
 def text(response: Any) -> str:
