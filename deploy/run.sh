@@ -33,16 +33,87 @@ api_layout() {
     API_INSTANCES=${SDS_API_INSTANCES:-1}
     [[ $API_INSTANCES =~ ^[1-9][0-9]*$ ]] || die "SDS_API_INSTANCES must be a positive integer, not '$API_INSTANCES'"
     [[ $API_PORT0 =~ ^[0-9]+$ ]] || die "SDS_HTTP_BIND must be host:port, not '$bind'"
-    PROCS=(ingest aggregate)
+    ingest_layout
+    PROCS=("${INGEST_PROCS[@]}" aggregate)
     local k
     for ((k = 1; k <= API_INSTANCES; k++)); do PROCS+=("serve-$k"); done
     PROCS+=(edge simulate)
 }
 
+# The ingesters, from the settings: SDS_INGEST_SHARDS (default 1) shards sharing the stream
+# (ingest/shards.py), each with a standby (SDS_INGEST_STANDBY, default 1 with several shards,
+# 0 with one) that takes the shard's broker session over when its leader dies. One shard runs
+# as "ingest" with a plain subscription, as before shards existed.
+ingest_layout() {
+    INGEST_SHARDS=${SDS_INGEST_SHARDS:-1}
+    [[ $INGEST_SHARDS =~ ^[1-9][0-9]*$ ]] && ((INGEST_SHARDS <= 16)) \
+        || die "SDS_INGEST_SHARDS must be 1..16, not '$INGEST_SHARDS'"
+    local standby=${SDS_INGEST_STANDBY:-$((INGEST_SHARDS > 1 ? 1 : 0))} k
+    INGEST_PROCS=()
+    if ((INGEST_SHARDS == 1)); then
+        INGEST_PROCS=(ingest)
+        ((standby)) && INGEST_PROCS+=(ingest-standby)
+    else
+        for ((k = 1; k <= INGEST_SHARDS; k++)); do
+            INGEST_PROCS+=("ingest-$k")
+            ((standby)) && INGEST_PROCS+=("ingest-$k-standby")
+        done
+    fi
+    return 0
+}
+
+standby_metrics_port() {
+    local base=${SDS_METRICS_PORT:-9108}
+    if ((base == 0)); then echo 0; else echo $((base + 50)); fi
+}
+
+# Ingester pid files present (of any earlier layout too).
+ingest_pidfiles() {
+    local f
+    for f in "$PIDS"/ingest.pid "$PIDS"/ingest-*.pid; do
+        [[ -e $f ]] && basename "$f" .pid
+    done
+    return 0
+}
+
+# When the shard count changed since the last start, the sessions of shards that no longer exist
+# would keep receiving their share of the stream (mosquitto queues to an offline shared
+# subscriber) and lose it when they expire: drain and end each of them with `--retire`, after
+# the new layout is running. The old count is kept in .state/ingest-shards.
+retire_old_shards() {
+    local prev_file=$STATE/ingest-shards prev k
+    prev=$(cat "$prev_file" 2>/dev/null || true)
+    if [[ -n $prev && $prev != "$INGEST_SHARDS" ]]; then
+        local targets=()
+        if ((prev == 1)); then
+            targets=(0)
+        elif ((INGEST_SHARDS == 1)); then
+            for ((k = 1; k <= prev; k++)); do targets+=("$k"); done
+        else
+            for ((k = INGEST_SHARDS + 1; k <= prev; k++)); do targets+=("$k"); done
+        fi
+        for k in "${targets[@]}"; do
+            say "ingest: retiring the session of shard $k of $prev (drain, then end it)"
+            env "SDS_INGEST_SHARDS=$prev" "SDS_INGEST_SHARD=$k" timeout 600 \
+                "$VENV/bin/python" -m ingest --retire >>"$LOGS/ingest-retire.log" 2>&1 \
+                || die "retiring shard $k failed (see $LOGS/ingest-retire.log); rerun to retry"
+        done
+    fi
+    echo "$INGEST_SHARDS" >"$prev_file"
+}
+
 # The command line of each background process, into ARGV. They run from the repo root.
 proc_argv() {
     case $1 in
-    ingest) ARGV=("$VENV/bin/python" -m ingest) ;;
+    # A standby serves its metrics 50 ports above its shard's (both may run at once).
+    ingest) ARGV=(env SDS_INGEST_SHARDS=1 SDS_INGEST_SHARD=0 "$VENV/bin/python" -m ingest) ;;
+    ingest-standby) ARGV=(env SDS_INGEST_SHARDS=1 SDS_INGEST_SHARD=0
+        "SDS_METRICS_PORT=$(standby_metrics_port)" "$VENV/bin/python" -m ingest) ;;
+    ingest-*-standby) local k=${1#ingest-}
+        ARGV=(env "SDS_INGEST_SHARDS=$INGEST_SHARDS" "SDS_INGEST_SHARD=${k%-standby}"
+            "SDS_METRICS_PORT=$(standby_metrics_port)" "$VENV/bin/python" -m ingest) ;;
+    ingest-*) ARGV=(env "SDS_INGEST_SHARDS=$INGEST_SHARDS" "SDS_INGEST_SHARD=${1#ingest-}"
+        "$VENV/bin/python" -m ingest) ;;
     aggregate) ARGV=("$VENV/bin/python" -m aggregate) ;;
     # env execs gunicorn, so the pid is gunicorn's master. Behind the edge, the API trusts one
     # proxy hop of X-Forwarded-For for the client address (login throttling, rate limits).
@@ -106,7 +177,7 @@ stop_all() {
         [[ $name == serve && ! -e $PIDS/serve.pid ]] && continue
         stop_one "$name" 30
     done
-    stop_one ingest 20
+    for name in $(ingest_pidfiles); do stop_one "$name" 20; done
     stop_one aggregate 20
     bash "$REPO/deploy/services.sh" stop
 }
@@ -206,10 +277,15 @@ start_all() {
     fi
     edge_config
     local name
+    # A changed shard count: the old layout's ingesters stop before the new one starts.
+    if [[ -f $STATE/ingest-shards && $(<"$STATE/ingest-shards") != "$INGEST_SHARDS" ]]; then
+        for name in $(ingest_pidfiles); do stop_one "$name" 20; done
+    fi
     for name in "${PROCS[@]}"; do
         [[ $name == edge ]] && edge_reload_if_changed
         start_proc "$name"
     done
+    retire_old_shards
     # Instances beyond a lowered SDS_API_INSTANCES: the reloaded edge no longer sends them
     # requests; stop them gracefully now.
     for name in $(serve_pidfiles); do

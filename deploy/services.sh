@@ -354,6 +354,15 @@ mq_start() {
         mosquitto_passwd -b "$MQ_DIR/passwd" ingester "$MQ_PW"
         changed=changed
     fi
+    # The shard users (ingest/shards.py, SDS_INGEST_SHARDS > 1) share the ingester's password;
+    # the shipped ACL grants each of them read access.
+    local k
+    for ((k = 1; k <= 16; k++)); do
+        if [[ -n $MQ_PW_NEW ]] || ! grep -q "^ingester-$k:" "$MQ_DIR/passwd"; then
+            mosquitto_passwd -b "$MQ_DIR/passwd" "ingester-$k" "$MQ_PW"
+            changed=changed
+        fi
+    done
     mq_fix_perms
     ensure_traversable mosquitto "$MQ_DIR"
 

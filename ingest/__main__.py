@@ -1,4 +1,9 @@
-"""`python -m ingest`: settings -> metrics endpoint -> MQTT client -> ingest until SIGTERM."""
+"""`python -m ingest`: settings -> metrics endpoint -> MQTT client -> ingest until SIGTERM.
+
+`python -m ingest --retire` instead drains and ends this shard's broker session (ingest/shards.py):
+it unsubscribes, ingests what the session had queued, and disconnects with the session's
+expiry set to 0. deploy/run.sh uses it when the shard count changes.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +19,12 @@ from shared.logs import configure_logging
 log = logging.getLogger("ingest")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the ingester in the foreground; exit status 0 after a graceful stop."""
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--retire"]):
+        print("usage: python -m ingest [--retire]", file=sys.stderr)
+        return 2
     try:
         settings = Settings.from_env(os.environ)
     except ValueError as exc:
@@ -23,13 +32,14 @@ def main() -> int:
         return 2
     configure_logging(settings)
     try:
-        ingester = Ingester(settings)
+        ingester = Ingester(settings, retire=args == ["--retire"])
     except ValueError as exc:  # settings that only the ingester checks
         print(f"bad configuration: {exc}", file=sys.stderr)
         return 2
     ingester.install_signals()
-    ingester.metrics.serve(settings.metrics_port, settings.metrics_bind)
-    log.info("ingester starting: %r", settings)
+    if not ingester.link.retire:
+        ingester.metrics.serve(ingester.settings.metrics_port, settings.metrics_bind)
+    log.info("ingester starting: %r", ingester.settings)
     try:
         ingester.run()
     except LeadershipLost as exc:

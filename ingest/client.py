@@ -33,34 +33,42 @@ from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
 from ingest.payload import Limits
 from ingest.quarantine import Retention
+from ingest.shards import runs_retention, shard_settings
 from ingest.watchdog import Guarded, Watchdog
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
 
 LEADER_POLL = 1.0  # seconds between a standby's attempts at the leader lock
+RETIRE_IDLE = 3.0  # a retiring session is drained once nothing arrived for this long
 
 
 class Ingester:
     """One ingester process: `run()` blocks until `stop()` (or SIGTERM via `install_signals`)."""
 
-    def __init__(self, settings: Settings, *, metrics: Metrics | None = None) -> None:
+    def __init__(self, settings: Settings, *, metrics: Metrics | None = None,
+                 retire: bool = False) -> None:
         if settings.ingest_db_watchdog <= 0 or settings.ingest_lock_timeout <= 0:
             raise ValueError("SDS_INGEST_DB_WATCHDOG and SDS_INGEST_LOCK_TIMEOUT must be "
                              "positive (seconds)")
+        settings = shard_settings(settings)  # this shard's identity (unchanged with one)
         self.settings = settings
         self.metrics = metrics or Metrics()
+        self.metrics.shard.labels(str(settings.ingest_shard), str(settings.ingest_shards),
+                                  settings.mqtt_client_id).set(1)
         self.fault = FaultHook(settings, progress=self.metrics.acked._value.get)
         self.handler = Handler(settings.topic_prefix, Limits.from_settings(settings))
         self._queue: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
         self._stopping = Stopping()
         self._lost = threading.Event()  # another ingester took the leader lock
         self._finished = threading.Event()  # run() is over: the heartbeat ends
+        self._drained = threading.Event()  # retiring: unsubscribed and nothing more arrives
         self.leader = Leader(settings.database_url, settings.mqtt_client_id,
                              lease=settings.ingest_lock_timeout)
         self.watchdog = Watchdog(settings.ingest_db_watchdog, on_fire=self._watchdog_fired)
         self.link = MqttLink(settings, self.metrics, on_message=self._on_message,
-                             may_connect=self._may_connect, stopping=self._stopping.event)
+                             may_connect=self._may_connect, stopping=self._stopping.event,
+                             retire=retire)
         self.committer = Committer(
             settings, self.metrics, ack=self.link.ack, leader=self.leader,
             watchdog=self.watchdog, fault=self.fault, stopping=self._stopping,
@@ -103,15 +111,23 @@ class Ingester:
         heartbeat.start()
         retention = Retention(self.settings, stopped=self._finished,
                               on_deleted=self.metrics.quarantine_purged.inc)
-        retention.start()
+        if runs_retention(self.settings) and not self.link.retire:
+            retention.start()
+        if self.link.retire:
+            threading.Thread(target=self._retire_when_drained, name="retire", daemon=True
+                             ).start()
         self.link.start()
+        drained = False
         try:
             self.committer.work(self._queue)
+            drained = self.link.retire and self._drained.is_set()
             if self._lost.is_set():
                 raise LeadershipLost("another ingester took the leader lock")
         finally:
             self._finished.set()
-            self.link.close()
+            self.link.close(end_session=drained)
+            if drained:
+                log.info("retired: session %s drained and ended", self.settings.mqtt_client_id)
             heartbeat.join(5)
             retention.join(5)
             self.committer.drop_db()
@@ -143,6 +159,23 @@ class Ingester:
                 stopping.wait(delay)
                 delay = min(delay * 2, DB_BACKOFF_MAX)
         return False
+
+    def _retire_when_drained(self) -> None:
+        """Retiring: once unsubscribed, stop when nothing has arrived for RETIRE_IDLE seconds
+        and every batch is committed (the stop then acks it and ends the session)."""
+        while not self.link.unsubscribed.wait(0.5):
+            if self._finished.is_set():
+                return
+        seen, quiet_since = -1.0, time.monotonic()
+        while not self._finished.wait(0.2):
+            received = self.metrics.received._value.get()
+            busy = not self._queue.empty() or self.metrics.held._value.get()
+            if received != seen or busy:
+                seen, quiet_since = received, time.monotonic()
+            elif time.monotonic() - quiet_since >= RETIRE_IDLE:
+                self._drained.set()
+                self.stop()
+                return
 
     # ---- called from paho's network thread ---------------------------------------------------
 

@@ -70,6 +70,10 @@ class Metrics:
             "broken (the batch was retried, nothing acked meanwhile)", registry=r)
         self.db_errors = Counter("sds_ingest_db_errors",
                                  "Failed batch transactions (retried, nothing acked)", registry=r)
+        self.shard = Gauge(
+            "sds_ingest_shard", "1, labelled with this process's shard, the shard count and its "
+            "client id (each shard serves its own metrics port)",
+            ["shard", "shards", "client_id"], registry=r)
         self.connects = Counter("sds_ingest_connects", "Successful broker connections", registry=r)
         self.session_present = Gauge(
             "sds_ingest_session_present",

@@ -4,11 +4,12 @@
   SessionExpiryInterval: the broker keeps the session and queues QoS 1 messages while the
   ingester is away (paho's default Clean Start would discard them on every restart).
 - Subscriptions are made in `on_connect`, so every reconnect renews them. They cover all of
-  `{prefix}/#` (a device's message on a topic the ingester does not accept is quarantined as
-  `bad_topic`, not left without a subscriber) with Retain Handling 2: the broker never sends
-  a stored retained message on (re)subscribing. A retained publish still reaches the ingester
-  once, as it is published (or queued in the session while the ingester is away), so a
-  reconnect can neither re-ingest nor re-quarantine it.
+  `{prefix}/#` (shared as `$share/sds-ingest/{prefix}/#` between shards, ingest/shards.py): a
+  device's message on a topic the ingester does not accept is quarantined as `bad_topic`, not
+  left without a subscriber. Retain Handling 2: the broker never sends a stored retained
+  message on (re)subscribing. A retained publish still reaches the ingester once, as it is
+  published (or queued in the session while the ingester is away), so a reconnect can neither
+  re-ingest nor re-quarantine it.
 - `manual_ack=True`: the committer acknowledges a message after its commit. Acks carry the
   connection generation that delivered the message; an ack from an earlier connection is never
   sent on a later one (its message ids mean nothing there).
@@ -31,7 +32,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ingest import topics
+from ingest import shards
 from ingest.metrics import Metrics
 from shared.config import Settings
 
@@ -45,8 +46,13 @@ class MqttLink:
     """The broker connection: connect, subscribe, receive, acknowledge by generation."""
 
     def __init__(self, settings: Settings, metrics: Metrics, *, on_message: OnMessage,
-                 may_connect: Callable[[], None], stopping: threading.Event) -> None:
+                 may_connect: Callable[[], None], stopping: threading.Event,
+                 retire: bool = False) -> None:
         self.settings = settings
+        # Retiring (ingest/shards.py): unsubscribe instead of subscribing, so the session gets
+        # nothing new; what it already queued is still delivered and ingested.
+        self.retire = retire
+        self.unsubscribed = threading.Event()
         self.metrics = metrics
         self.receive_maximum = max(1, min(65535, settings.ingest_receive_maximum))
         self.ready = threading.Event()  # set once subscribed (tests wait on it)
@@ -78,10 +84,16 @@ class MqttLink:
         logging.getLogger("paho").addFilter(self._quiet_when_stopping)
         self.client.loop_start()
 
-    def close(self) -> None:
-        """Disconnect (the session stays on the broker); no ack is sent after this."""
+    def close(self, *, end_session: bool = False) -> None:
+        """Disconnect; the session stays on the broker unless `end_session` (then the broker
+        deletes it: MQTT 5 lets DISCONNECT set the Session Expiry Interval to 0). No ack is
+        sent after this."""
         self.set_connected(False)
-        self.client.disconnect()
+        props = None
+        if end_session:
+            props = Properties(PacketTypes.DISCONNECT)
+            props.SessionExpiryInterval = 0
+        self.client.disconnect(properties=props)
         self.client.loop_stop()
         logging.getLogger("paho").removeFilter(self._quiet_when_stopping)
 
@@ -119,6 +131,7 @@ class MqttLink:
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
+        client.on_unsubscribe = self._on_unsubscribe
         return client
 
     def _quiet_when_stopping(self, record: logging.LogRecord) -> bool:
@@ -143,8 +156,17 @@ class MqttLink:
                       "ingester while it was away may be lost", self.settings.mqtt_client_id)
         else:
             log.info("connected; new session (first start, or the broker lost the old one)")
+        if self.retire:
+            client.unsubscribe(shards.subscriptions(self.settings))
+            return
         opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
-        client.subscribe([(t, opts) for t in topics.subscriptions(self.settings.topic_prefix)])
+        client.subscribe([(t, opts) for t in shards.subscriptions(self.settings)])
+
+    def _on_unsubscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
+                        _reason_codes: list[ReasonCode], _props: Properties | None) -> None:
+        log.info("retiring: unsubscribed; draining what the session had queued")
+        self.unsubscribed.set()
+        self.ready.set()
 
     def _on_subscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
                       reason_codes: list[ReasonCode], _props: Properties | None) -> None:

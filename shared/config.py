@@ -62,6 +62,12 @@ class Settings:
     ingest_max_payload: int = _f(2 * 1024 * 1024, "Largest accepted payload (bytes)")
     ingest_max_future: int = _f(300, "How far in the future a reading may be (s)")
     ingest_horizon_days: int = _f(400, "Oldest accepted reading (days before now)")
+    ingest_shards: int = _f(
+        1, "Ingester shards sharing the stream through the MQTT 5 shared subscription "
+        "$share/sds-ingest/{prefix}/# (1: one ingester, plain subscription; at most 16). Shard k "
+        "logs in as SDS_MQTT_USERNAME-k with client id SDS_MQTT_CLIENT_ID-k")
+    ingest_shard: int = _f(
+        0, "This process's shard, 1..SDS_INGEST_SHARDS (deploy/run.sh sets it; 0 with one shard)")
     ingest_quarantine_rows_per_message: int = _f(
         100, "Most quarantine rows one message may create; further rejected readings of it "
         "are counted by reason in one summary row")

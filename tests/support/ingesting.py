@@ -113,8 +113,8 @@ def drop_session(s: Settings) -> None:
 class RunningIngester:
     """An Ingester running in a background thread of the test process."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.ingester = Ingester(settings)
+    def __init__(self, settings: Settings, *, retire: bool = False) -> None:
+        self.ingester = Ingester(settings, retire=retire)
         self.thread = threading.Thread(target=self.ingester.run, daemon=True)
 
     def start(self) -> RunningIngester:
