@@ -249,4 +249,4 @@ def test_shard_sigkill_ledger(
     record_ledger(figures, "shard_sigkill",
                   f"2 shards x (leader + standby), {SHARD_KILLS} leader SIGKILLs in a "
                   f"{SHARD_MESSAGES:,}-message run at 500 msg/s (issue 17)", database_url, run,
-                  kills=kills, seconds=round(elapsed, 1))
+                  source="tests/ingest/test_shards.py", kills=kills, seconds=round(elapsed, 1))

@@ -289,12 +289,12 @@ def ledger_check(url: str, run: Run, timeout: float = 60.0) -> None:
     assert len(run.acked) == run.n  # the publisher got every message acknowledged
 
 
-def record_ledger(figures: Figures, key: str, title: str, url: str, run: Run,
-                  **extra: object) -> None:
+def record_ledger(figures: Figures, key: str, title: str, url: str, run: Run, *,
+                  source: str = "tests/ingest/test_delivery.py", **extra: object) -> None:
     """Record a scenario's ledger figure (reliability plan section 6): PUBACKed vs stored."""
     rows = stored_times(url)
     figures.record(f"delivery.ledger.{key}",
                    {"acked": len(run.acked), "missing": len(run.acked - set(rows)),
                     "extra": len(rows) - len(set(rows) & run.acked), **extra},
                    section="delivery", title=title, target="missing 0, extra 0",
-                   source="tests/ingest/test_delivery.py")
+                   source=source)
