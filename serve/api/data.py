@@ -26,7 +26,7 @@ import psycopg
 from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
 
-from serve import pagination, queries, render
+from serve import caching, pagination, queries, render
 from serve.api.schemas import table_or_404
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
@@ -352,6 +352,11 @@ class DataPage:
         header = render.csv_header(scan.columns, self.req.local_tz is not None)
         self._body = render.copy_body(header + bytes(copy.read()), lambda: bytes(copy.read()))
 
+    @property
+    def in_memory(self) -> bool:
+        """True once planned when every row is read and the connection given back."""
+        return self._conn is None
+
     # -- stream ----------------------------------------------------------------------------
 
     def response(self) -> Response:
@@ -436,6 +441,17 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
     page = DataPage(req, source.pool, current_app.extensions["cursor_key"])
     page.plan()
     response = page.response()
+    settings = current_app.extensions["settings"]
+    if req.updated_since is None and caching.settled(page.end, settings.ingest_horizon_days):
+        # Rows past the late-data horizon cannot change: the page is built whole and gets an
+        # ETag of its bytes, so a client holding it gets a 304 (serve.caching).
+        response.set_data(b"".join(page))
+        response = caching.conditional(response)
+    elif page.in_memory:
+        # The rows are all read and the connection is back in the pool: one write with a
+        # Content-Length instead of a chunk per part. An instance killed mid-answer then
+        # almost never leaves a half-sent page that the edge could not retry elsewhere.
+        response.set_data(b"".join(page))
     if source.header is not None:
         response.headers["X-Read-Source"] = source.header
     return response

@@ -1,5 +1,5 @@
 """`/api/v2/schemas` and `/api/v2/schemas/{table}`: table names and column metadata, read from
-the column registry (shared.columns) only. Always JSON."""
+the column registry (shared.columns) only. Always JSON, with an ETag (serve.caching)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import orjson
 from flask import Response
 from marshmallow import Schema, fields
 
+from serve import caching
 from serve.auth import requires
 from serve.errors import Blueprint
 from shared.columns import TABLES, Table, describe
@@ -25,7 +26,8 @@ class ColumnSchema(Schema):
 
 
 def _json(value: object) -> Response:
-    return Response(orjson.dumps(value), mimetype="application/json")
+    # The registry is fixed for a release: an ETag lets clients revalidate with a 304.
+    return caching.conditional(Response(orjson.dumps(value), mimetype="application/json"))
 
 
 def table_or_404(name: str) -> Table:

@@ -258,3 +258,26 @@ def test_access_logs_escape_control_characters(api: GunicornServer, edge: NginxE
                    title="Raw CR, LF, NUL or tab from the URL in gunicorn's and nginx's access "
                          "logs (escaped as \\xHH)", target="0",
                    source="tests/serve/test_edge.py::test_access_logs_escape_control_characters")
+
+
+def test_settled_page_revalidates_through_the_gzipping_edge(edge: NginxEdge, world: World) -> None:
+    """nginx weakens the ETag when it gzips; the API compares If-None-Match weakly: 304."""
+    page = "/api/v2/data/calibrated?device=D4&start_time=2024-07-01&end_time=2024-07-05"
+    gz = {"Accept-Encoding": "gzip"}
+    status, headers, body = get(edge.port, page, world.headers(**gz))
+    assert status == 200 and headers["Content-Encoding"] == "gzip"
+    etag = headers["ETag"]
+    assert etag.startswith('W/"')
+    status, headers, body = get(edge.port, page, world.headers(**gz, **{"If-None-Match": etag}))
+    # (A 304 has no body to gzip: its ETag comes back strong; clients compare weakly.)
+    assert status == 304 and body == b"" and headers["ETag"] == etag.removeprefix("W/")
+    # Keep-alive to clients: several requests on one connection.
+    conn = http.client.HTTPConnection("127.0.0.1", edge.port, timeout=30)
+    try:
+        for _ in range(3):
+            conn.request("GET", "/api/v2/health")
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.read() == b'{"status":"ok"}'
+            assert resp.headers.get("Connection", "keep-alive").lower() != "close"
+    finally:
+        conn.close()

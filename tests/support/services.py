@@ -608,8 +608,8 @@ GUNICORN_CONF = REPO / "deploy" / "gunicorn.conf.py"
 
 def render_nginx_conf(directory: Path, listen: str, upstreams: list[str]) -> str:
     """deploy/nginx/nginx.conf with its placeholders filled as deploy/run.sh fills them."""
-    servers = "\n".join(
-        f"        server {u} max_fails=1 fail_timeout=5s;" for u in upstreams)
+    servers = "\n".join(  # the server options as deploy/run.sh writes them
+        f"        server {u} max_fails=1 fail_timeout=1s;" for u in upstreams)
     return (SHIPPED_NGINX_CONF.read_text().replace("@DIR@", str(directory))
             .replace("@LISTEN@", listen).replace("@UPSTREAMS@", servers))
 
