@@ -17,7 +17,12 @@ workers) on free loopback ports and times:
 4. the 50th cursor page of a location listing / the first page (goal <= 1.25), both orders,
    on the 10x database;
 5. small requests (one day of hourly rows, API-key auth) requests/s / the constant
-   /api/v2/health on the same server (goal >= 0.25), with p99 latencies.
+   /api/v2/health on the same server (goal >= 0.25), with p99 latencies;
+6. through the shipped nginx edge (deploy/nginx/nginx.conf): 1000-row JSON pages/s with two
+   API instances / with one (same machine; each instance 2 sync workers), and the edge's own
+   cost (10k page through the edge / straight from gunicorn);
+7. gzip at the edge: size and time of the 10k JSON and CSV pages with Accept-Encoding: gzip /
+   without (time over loopback, where bytes cost nothing: the CPU price of the saving).
 
 Times are medians of --repeat runs, subject and baseline interleaved so both see the same
 background load. Prints a table of ratios; exits 0 whatever the ratios (a benchmark, not a test).
@@ -237,9 +242,10 @@ class InProcess:
         return bytes(out)
 
 
-def load_test(port: int, cases: dict[str, tuple[str, dict[str, str]]], seconds: float,
+def load_test(port: int, cases: dict[str, tuple[Any, ...]], seconds: float,
               threads: int, slice_seconds: float = 1.0) -> dict[str, tuple[float, float]]:
-    """{case: (requests/s, p99 seconds)} of `threads` clients repeating each case's GET.
+    """{case: (requests/s, p99 seconds)} of `threads` clients repeating each case's GET
+    (path, headers[, port of another server than `port`]).
 
     The cases take turns in slices of `slice_seconds` until each had `seconds`, so a change
     of background load during the run affects them alike.
@@ -249,11 +255,12 @@ def load_test(port: int, cases: dict[str, tuple[str, dict[str, str]]], seconds: 
     failures: list[str] = []
     lock = threading.Lock()
 
-    def client(path: str, headers: dict[str, str], stop: float, out: list[float]) -> None:
+    def client(path: str, headers: dict[str, str], stop: float, out: list[float],
+               to: int) -> None:
         mine = []
         while time.monotonic() < stop:
             start = time.perf_counter()
-            status, _, _ = get(port, path, headers)
+            status, _, _ = get(to, path, headers)
             mine.append(time.perf_counter() - start)
             if status != 200:
                 failures.append(f"{path}: {status}")
@@ -261,11 +268,12 @@ def load_test(port: int, cases: dict[str, tuple[str, dict[str, str]]], seconds: 
             out.extend(mine)
 
     for _ in range(max(1, round(seconds / slice_seconds))):
-        for name, (path, headers) in cases.items():
+        for name, (path, headers, *other) in cases.items():
             began = time.monotonic()
             stop = began + slice_seconds
+            to = other[0] if other else port  # a case may name its own server
             workers = [threading.Thread(target=client, args=(path, headers, stop,
-                                                             latencies[name]))
+                                                             latencies[name], to))
                        for _ in range(threads)]
             for w in workers:
                 w.start()
@@ -318,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         server = Gunicorn(url)
         big_server = Gunicorn(big_url)
+        edges: list[Any] = []
+        second: Gunicorn | None = None
         base = InProcess(url)
         try:
             from serve import create_app
@@ -420,7 +430,53 @@ def main(argv: list[str] | None = None) -> int:
             results.append(("  attribution: 1 day hourly / /schemas (both Apikey)",
                             data_rps / authed_rps, "(info)", ""))
             peak = server.worker_peak_rss_kib()
+
+            # 6. API replicas behind the edge: the same server alone, and with a second one.
+            from tests.support.services import NginxEdge
+
+            second = Gunicorn(url)
+            edges.append(NginxEdge().start([f"127.0.0.1:{server.port}"]))
+            edges.append(NginxEdge().start([f"127.0.0.1:{server.port}",
+                                            f"127.0.0.1:{second.port}"]))
+            one, two = edges
+            k_path = data_path("calibrated", device=device, limit=1000,
+                               start_time=(END - 999 * STEP).isoformat(), end_time=END.isoformat())
+            assert len(orjson.loads(get(two.port, k_path, auth)[1])) == 1000
+            load = load_test(one.port, {"one": (k_path, auth, one.port),
+                                        "two": (k_path, auth, two.port)},
+                             load_seconds, threads=8)
+            (one_rps, one_p99), (two_rps, two_p99) = load["one"], load["two"]
+            results.append(("1000-row pages/s through the edge: 2 API instances / 1",
+                            two_rps / one_rps, "(info)",
+                            f"{two_rps:.0f}/s (p99 {two_p99 * 1e3:.0f} ms) vs {one_rps:.0f}/s "
+                            f"(p99 {one_p99 * 1e3:.0f} ms), 8 clients, {os.cpu_count()} cores"))
+            m = medians(repeat, edge=lambda: get(one.port, json_path, auth),
+                        direct=lambda: get(server.port, json_path, auth))
+            results.append(("10k JSON page through the edge / straight from gunicorn",
+                            m["edge"] / m["direct"], "(info)",
+                            f"{m['edge'] * 1e3:.0f} ms vs {m['direct'] * 1e3:.0f} ms"))
+
+            # 7. gzip at the edge, JSON and CSV.
+            for fmt, accept in (("JSON", "application/json"), ("CSV", "text/csv")):
+                plain_h = {**auth, "Accept": accept}
+                gz_h = {**plain_h, "Accept-Encoding": "gzip"}
+                _, plain, _ = get(one.port, json_path, plain_h)
+                _, packed, headers = get(one.port, json_path, gz_h)
+                assert headers.get("Content-Encoding") == "gzip"
+                m = medians(repeat, plain=lambda h=plain_h: get(one.port, json_path, h),
+                            gz=lambda h=gz_h: get(one.port, json_path, h))
+                results.append((f"10k {fmt} page gzipped at the edge: size / plain",
+                                len(packed) / len(plain), "(info)",
+                                f"{len(packed) / 1e6:.2f} MB vs {len(plain) / 1e6:.2f} MB"))
+                results.append((f"10k {fmt} page gzipped at the edge: time / plain",
+                                m["gz"] / m["plain"], "(info)",
+                                f"{m['gz'] * 1e3:.0f} ms vs {m['plain'] * 1e3:.0f} ms "
+                                "(loopback)"))
         finally:
+            for edge in edges:
+                edge.cleanup()
+            if second is not None:
+                second.stop()
             server.stop()
             big_server.stop()
             base.conn.close()
