@@ -35,4 +35,5 @@ def conditional(response: Response) -> Response:
     edge marks the ETag weak when it gzips)."""
     response.add_etag()
     response.headers["Cache-Control"] = CACHE_CONTROL
-    return response.make_conditional(request)
+    response.make_conditional(request)  # in place (it returns werkzeug's base type)
+    return response

@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 
 from serve import caching
 from shared import accounts
-from tests.serve.conftest import World
+from tests.support.data_world import World
 
 SETTLED = {"device": "D1", "start_time": "2024-07-01", "end_time": "2024-07-01T12:00:00Z",
            "limit": "50"}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.apiserver import edge_api_env
 from tests.support.data_world import D4_ROWS, World
 from tests.support.figures import Figures
 from tests.support.services import GunicornServer, NginxEdge
@@ -27,16 +28,10 @@ ATTACK_SECONDS = 14.0  # longer than nginx's 10 s client_header_timeout: clients
 P99_BOUND = 0.100
 
 
-def api_env(world: World) -> dict[str, str]:
-    """Settings of a test API instance behind the edge."""
-    return {"SDS_DATABASE_URL": world.url, "SDS_CURSOR_SECRET": "edge-test",
-            "SDS_TRUSTED_PROXY_HOPS": "1", "SDS_API_RATE_LIMIT": "0"}
-
-
 @pytest.fixture(scope="module")
 def api(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]:
     """gunicorn (2 sync workers, deploy/gunicorn.conf.py) on the module's world."""
-    server = GunicornServer().start(api_env(world), tmp_path_factory.mktemp("api"))
+    server = GunicornServer().start(edge_api_env(world.url), tmp_path_factory.mktemp("api"))
     try:
         yield server
     finally:
@@ -127,7 +122,7 @@ def test_slow_header_clients_leave_health_answering_through_the_edge(
 def test_negative_control_slow_headers_exhaust_gunicorn_alone(
         world: World, tmp_path: Path, figures: Figures) -> None:
     """The same attack straight at gunicorn's 2 sync workers: health stops answering."""
-    direct = GunicornServer().start(api_env(world), tmp_path)
+    direct = GunicornServer().start(edge_api_env(world.url), tmp_path)
     try:
         before = probe(direct.port, "/api/v2/health", seconds=1)
         assert before and all(v is not None for v in before)

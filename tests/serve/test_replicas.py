@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.serve.conftest import World
-from tests.serve.test_edge import api_env
+from tests.support.apiserver import edge_api_env
+from tests.support.data_world import World
 from tests.support.figures import Figures
 from tests.support.services import GunicornServer, NginxEdge
 
@@ -28,8 +28,8 @@ PATHS = ["/api/v2/data/hourly?device=D1&start_time=2024-07-01&limit=24",
 @pytest.fixture
 def pair(world: World, tmp_path: Path) -> Iterator[tuple[GunicornServer, GunicornServer,
                                                          NginxEdge]]:
-    a = GunicornServer().start(api_env(world), tmp_path / "a")
-    b = GunicornServer().start(api_env(world), tmp_path / "b")
+    a = GunicornServer().start(edge_api_env(world.url), tmp_path / "a")
+    b = GunicornServer().start(edge_api_env(world.url), tmp_path / "b")
     edge = NginxEdge().start([f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"], tmp_path / "edge")
     try:
         yield a, b, edge
