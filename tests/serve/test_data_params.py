@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -276,3 +277,29 @@ def test_concurrent_watermarks_never_pass_a_running_writer(stamped) -> None:  # 
         passed = {r[0].astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for r in conn.execute(
             "SELECT time FROM hourly WHERE update_time < %s", (_instant(since),))}
     assert passed <= seen
+
+
+def test_watermark_refuses_when_other_sessions_are_hidden(stamped) -> None:  # type: ignore[no-untyped-def]
+    """Owned by a role that cannot see another role's session, the watermark function
+    raises (naming the fix) rather than answer a watermark that could pass that session's
+    rows; with pg_read_all_stats it answers again."""
+    client, headers, stamps, url = stamped
+    tag = uuid.uuid4().hex[:8]
+    owner, other = f"wm_owner_{tag}", f"wm_other_{tag}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {owner} NOLOGIN")
+        admin.execute(f"CREATE ROLE {other} LOGIN PASSWORD 'other-pw'")
+        admin.execute(f"GRANT CONNECT ON DATABASE {admin.info.dbname} TO {other}")
+        admin.execute(f"ALTER FUNCTION sds_sync_watermark() OWNER TO {owner}")
+        try:
+            with psycopg.connect(url.replace("postgres@", f"{other}:other-pw@")) as hidden:
+                hidden.execute("SELECT 1")  # a session the owner may not look into
+                answer = _since(client, headers, stamps[0])
+                assert answer.status_code == 500
+                admin.execute(f"GRANT pg_read_all_stats TO {owner}")
+                assert _since(client, headers, stamps[0]).status_code == 200
+        finally:
+            admin.execute("ALTER FUNCTION sds_sync_watermark() OWNER TO CURRENT_USER")
+            admin.execute(f"REVOKE CONNECT ON DATABASE {admin.info.dbname} FROM {other}")
+            admin.execute(f"DROP ROLE {other}")
+            admin.execute(f"DROP ROLE {owner}")
