@@ -268,6 +268,7 @@ class Sync:
         self.params = params
         self.state = Path(state) if state is not None else None
         self.watermark: str | None = None
+        self.units: dict[str, str] = {}  # unit codes of the last sync(), as Listing.units
         if self.state is not None and self.state.exists():
             saved = json.loads(self.state.read_text())
             if saved.get("table") != table or saved.get("params") != _jsonable(params):
@@ -285,6 +286,7 @@ class Sync:
             raise RuntimeError("the server sent no X-Updated-Since-Next: it does not support "
                                "updated_since on this table")
         self.watermark = listing.watermark
+        self.units = listing.units
         if self.state is not None:
             tmp = self.state.with_suffix(self.state.suffix + ".tmp")
             tmp.write_text(json.dumps({"table": self.table, "params": _jsonable(self.params),
@@ -297,7 +299,7 @@ class Sync:
         from sds_client.frame import to_frame
 
         rows = self.sync(progress=progress)
-        return to_frame(rows, self.client.columns(self.table), units={},
+        return to_frame(rows, self.client.columns(self.table), units=self.units,
                         local_time=self.params.get("local_time"))
 
 

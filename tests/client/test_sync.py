@@ -106,6 +106,7 @@ def test_sync_pandas_and_a_table_without_update_time(farm: tuple[str, str, str])
                             local_time="America/Chicago").sync_pandas()
         assert len(frame) == DAYS * 24 and frame.index.name == "time"
         assert str(frame["local_time"].dt.tz) == "America/Chicago"
+        assert frame.attrs["units"] == {"temp": "C"}
         with pytest.raises(ApiError) as caught:
             client.sync("calibrated", device="L1").sync()
         assert caught.value.status == 400 and "no update_time" in caught.value.message
