@@ -17,6 +17,7 @@ from flask import Flask
 from serve.pool import READ_EXTENSION, ReadRouter
 from shared import accounts
 from shared.config import Settings
+from tests.support.apps import close_app
 from tests.support.databases import migrate_database
 from tests.support.services import PostgresServer
 
@@ -63,8 +64,7 @@ def app(pair: tuple[PostgresServer, PostgresServer, str]) -> Iterator[Flask]:
     try:
         yield application
     finally:
-        application.extensions["db"].close()
-        application.extensions[READ_EXTENSION].standby.close()
+        close_app(application)
 
 
 def _replay(standby: PostgresServer, pause: bool) -> None:

@@ -38,10 +38,13 @@ def make_app(url: str, **overrides: Any) -> Flask:
 
 
 def close_app(app: Flask) -> None:
-    """Close the app's pool (and its threads)."""
-    from serve.pool import pool
+    """Close the app's pools (and their threads): the primary's and a standby's, if any."""
+    from serve.pool import READ_EXTENSION, pool
 
     pool(app).close()
+    router = app.extensions.get(READ_EXTENSION)
+    if router is not None:
+        router.standby.close()
 
 
 @pytest.fixture(scope="module")
