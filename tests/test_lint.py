@@ -7,7 +7,9 @@
   sibling modules);
 - no block of 10 or more copied lines in production code (pylint's duplicate-code check);
 - tests and benchmarks import helpers from tests/support, never from a test module or a
-  conftest.
+  conftest;
+- production code connects only through shared.db.connect and takes advisory locks only
+  through shared.locks.
 
 Each runs alone too, e.g. `.venv/bin/python -m pytest tests/test_lint.py -k mypy`, or the tool
 itself from the repository root: `.venv/bin/mypy`, `.venv/bin/lint-imports`,
@@ -114,3 +116,22 @@ def test_tests_and_benchmarks_import_no_test_module(folder: str) -> None:
            for hit in forbidden_imports(f.relative_to(ROOT), f.read_text())]
     assert not bad, ("import these from a tests/support module instead (move the helper "
                      "there if it is not yet):\n" + "\n".join(bad))
+
+
+# ---- one home for connections and locks --------------------------------------------------------
+
+ONE_HOME = {
+    "psycopg.connect(": "shared/db.py",  # every process connects through shared.db.connect
+    "pg_try_advisory_lock(": "shared/locks.py",  # every leader lock is a shared.locks name
+    "pg_advisory_lock(": "shared/locks.py",
+    "pg_advisory_unlock(": "shared/locks.py",
+}
+
+
+def test_connections_and_advisory_locks_have_one_home() -> None:
+    files = [f for package in PRODUCTION for f in sorted((ROOT / package).rglob("*.py"))]
+    assert len(files) > 20
+    bad = [f"{f.relative_to(ROOT)}: {needle} (belongs in {home})"
+           for f in files for needle, home in ONE_HOME.items()
+           if needle in f.read_text() and f.relative_to(ROOT).as_posix() != home]
+    assert not bad, "\n".join(bad)
