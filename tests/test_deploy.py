@@ -297,7 +297,8 @@ def test_shipped_mosquitto_settings() -> None:
 def test_free_port_is_bindable_on_loopback() -> None:
     port = free_port()
     with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
+        s.bind(("127.0.0.1", port))  # raises when the port is taken
+        assert s.getsockname() == ("127.0.0.1", port) and 1024 <= port <= 65535
 
 
 # ---- gunicorn -----------------------------------------------------------------------------------
