@@ -10,6 +10,9 @@ rows. Screenshots of every step go to `<pytest basetemp>/dashboard-screenshots/`
 
 from __future__ import annotations
 
+import csv
+import io
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +108,14 @@ def fetch(driver: WebDriver, path: str) -> tuple[int, str]:
     return int(found[0]), str(found[1])
 
 
+def fetch_header(driver: WebDriver, url: str, name: str) -> str:
+    """One response header of a GET of `url` from the page (its cookies)."""
+    return str(driver.execute_async_script(
+        "const done = arguments[arguments.length - 1], name = arguments[1];"
+        " fetch(arguments[0]).then(r => r.text().then(() => done(r.headers.get(name) || '')))"
+        ".catch(e => done(String(e)));", url, name))
+
+
 def chart_drawn(driver: WebDriver, element_id: str, loads: int | None = None) -> None:
     """Wait until the chart in #element_id has drawn (after `loads` data loads, if given)."""
     # Null-safe: right after a click the old page may still be the document.
@@ -144,7 +155,7 @@ def test_landing_page_links_dashboard_docs_and_openapi(server: str, browser: Web
     assert '"openapi":"/api/v2/openapi.json"' in browser.page_source.replace(" ", "")
 
 
-def test_a_user_signs_in_charts_a_device_switches_units_zooms_and_links_the_csv(
+def test_a_user_signs_in_charts_a_device_switches_units_zooms_and_downloads_csv(
         server: str, browser: WebDriver, shots: Path) -> None:
     sign_in(browser, server, "user@a.example")
     rows = {r.get_attribute("data-device"): r.text
@@ -221,6 +232,39 @@ def test_a_user_signs_in_charts_a_device_switches_units_zooms_and_links_the_csv(
     assert_series_drawn(browser, "chart", 3)
     snap(browser, shots, "05-device-daily")
     assert console_errors(browser) == []
+
+
+def test_the_csv_link_downloads_exactly_what_is_shown(server: str, browser: WebDriver,
+                                                       shots: Path, tmp_path: Path) -> None:
+    """Zoomed into the middle of the week, in Fahrenheit: the downloaded file (the API with
+    format=csv and Content-Disposition) holds the rows in view, in those units and local time."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/devices/A1?temp=f")
+    chart_drawn(browser, "chart", loads=1)
+    browser.find_element(By.ID, "zoom-in").click()
+    wait_for(browser, "window.sdsDashboard.main.scales.x.max - window.sdsDashboard.main.scales"
+                      ".x.min < 4 * 86400")
+    wait_for(browser, "document.getElementById('chart').dataset.viewMax !== undefined")
+    disposition = fetch_header(browser, browser.find_element(By.ID, "csv").get_attribute("href"),
+                               "Content-Disposition")
+    assert disposition.startswith("attachment;") and ".csv" in disposition
+    browser.find_element(By.ID, "csv").click()
+    downloads = tmp_path / "downloads"
+    deadline = time.monotonic() + 30
+    while not [p for p in downloads.glob("*.csv")] or list(downloads.glob("*.crdownload")):
+        assert time.monotonic() < deadline, f"no CSV downloaded: {list(downloads.glob('*'))}"
+        time.sleep(0.2)
+    (saved,) = downloads.glob("*.csv")
+    table = list(csv.reader(io.StringIO(saved.read_text())))
+    assert table[0] == ["time", "tair", "rh", "local_time"]
+    body = table[1:]
+    shown_rows = browser.execute_script(
+        "const u = window.sdsDashboard.main; const [a, b] = [Math.floor(u.scales.x.min),"
+        " Math.ceil(u.scales.x.max)]; return u.data[0].filter(t => t >= a && t <= b).length")
+    assert len(body) == shown_rows and 100 < len(body) < STEPS
+    assert 40 < max(float(r[1]) for r in body) <= 73.5  # Fahrenheit, as shown
+    assert all(r[3].endswith(("-0600", "-0500")) for r in body)  # Chicago local time
+    snap(browser, shots, "05b-device-csv-zoomed")
 
 
 def test_admin_sees_a_quarantined_reading_with_its_payload(server: str, browser: WebDriver,
