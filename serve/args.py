@@ -284,7 +284,9 @@ def check_parameters(names: list[str], known: frozenset[str]) -> list[str]:
         if name in known or name in ignored or name in misses:
             continue
         meant = None if name in TOLERATED else near_miss(name, known)
-        if meant is not None:
+        # With the parameter meant also sent, the near miss changes nothing a user could
+        # have wanted (a client sending both `start` and `start_time`): ignored, not an error.
+        if meant is not None and meant not in names:
             misses[name] = meant
         else:
             ignored.append(name)

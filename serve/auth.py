@@ -153,6 +153,8 @@ def parse_authorization(header: str) -> Credentials:
     if len(parts) == 1 and parts[0].startswith(credentials.API_KEY_PREFIX):
         # A bare API key (what Swagger UI's apiKey scheme sends when the key is pasted as
         # it is): the sdsk_ prefix and its check suffix say what it is, no scheme needed.
+        if "," in parts[0]:
+            raise BadRequest("send one Authorization header holding one credential")
         return Credentials("apikey", parts[0])
     scheme = _SCHEMES.get(parts[0].lower())
     if scheme is None:

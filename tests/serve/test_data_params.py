@@ -118,7 +118,8 @@ def test_format_csv_wins_over_accept_and_names_a_file(client: FlaskClient, world
 ])
 def test_near_miss_is_400_with_the_name_meant(client: FlaskClient, world: World, sent: str,
                                               meant: str) -> None:
-    body = error(get(client, world, "hourly", device="D1", **{sent: "f"}), 400)
+    where = {"location": str(world.ny)} if meant == "device" else {"device": "D1"}
+    body = error(get(client, world, "hourly", **where, **{sent: "f"}), 400)
     assert body["message"].startswith(f"{sent}: unknown parameter, did you mean {meant}?")
     assert body["errors"] == {sent: [f"unknown parameter; did you mean {meant}?"]}
 
@@ -126,6 +127,13 @@ def test_near_miss_is_400_with_the_name_meant(client: FlaskClient, world: World,
 def test_several_near_misses_in_one_answer(client: FlaskClient, world: World) -> None:
     body = error(get(client, world, "hourly", device="D1", temperature="f", pressure="kp"), 400)
     assert set(body["errors"]) == {"temperature", "pressure"}
+
+
+def test_near_miss_beside_the_parameter_meant_is_only_ignored(client: FlaskClient,
+                                                              world: World) -> None:
+    answer = get(client, world, "hourly", device="D1", temp="f", temperature="f", **HOUR)
+    assert answer.status_code == 200
+    assert answer.headers["X-Ignored-Parameters"] == "temperature"
 
 
 def test_real_clients_extra_parameters_are_ignored_and_named(client: FlaskClient,

@@ -100,6 +100,9 @@ def test_bare_key_in_the_authorization_header(client: FlaskClient, world: World)
     assert wrong.status_code == 401
     assert client.get("/api/v2/data/hourly?device=D1",
                       headers={"Authorization": "notakey"}).status_code == 401
+    joined = f"{world.keys['a']},{world.keys['a']}"  # two headers joined by a proxy
+    assert client.get("/api/v2/data/hourly?device=D1",
+                      headers={"Authorization": joined}).status_code == 400
 
 
 @pytest.mark.parametrize("headers", [{"Sec-Fetch-Dest": "empty", "Sec-Fetch-Mode": "cors"},
