@@ -107,13 +107,10 @@ def process_marks(
 
 
 def _prepare(conn: psycopg.Connection) -> None:
+    # One round trip (each costs milliseconds on a busy machine): work tables and settings.
     row = conn.execute(statements.TEMP_EXISTS).fetchone()
     if not (row and row[0]):
         conn.execute(statements.create_temp())
-    # work_mem: a backfill piece's groups fit in memory. JIT compiling the ~100 aggregate
-    # expressions costs more than it saves here. One round trip: each costs milliseconds on a
-    # busy machine.
-    conn.execute("SET LOCAL work_mem = '64MB'; SET LOCAL jit = off")
 
 
 def load_cells(conn: psycopg.Connection, ranges: dict[str, list[tuple[datetime, datetime]]]
@@ -121,7 +118,7 @@ def load_cells(conn: psycopg.Connection, ranges: dict[str, list[tuple[datetime, 
     """Load the cells and offset runs (shared.timeutil.cells) of each zone over its ranges."""
     arrays: dict[str, list[Any]] = {k: [] for k in (
         "tz", "start", "lh_start", "lh_end", "day", "day_start", "day_end")}
-    runs: dict[str, list[Any]] = {"tz": [], "lo": [], "hi": [], "shift": []}
+    runs: dict[str, list[Any]] = {"run_tz": [], "lo": [], "hi": [], "shift": []}
     for tz_name, spans in sorted(ranges.items()):
         tz = zone(tz_name)
         ordered: list[timeutil.Cell] = []
@@ -133,13 +130,12 @@ def load_cells(conn: psycopg.Connection, ranges: dict[str, list[tuple[datetime, 
                          ("day_start", c.local_day[0]), ("day_end", c.local_day[1])):
                 arrays[k].append(v)
         for lo, hi, offset in timeutil.offset_segments(ordered):
-            runs["tz"].append(tz_name)
+            runs["run_tz"].append(tz_name)
             runs["lo"].append(lo)
             runs["hi"].append(hi)
             runs["shift"].append(-offset % 3600)  # local hours start `shift` s past UTC hours
     if arrays["tz"]:
-        conn.execute(statements.LOAD_CELLS, arrays)
-        conn.execute(statements.LOAD_SEGMENTS, runs)
+        conn.execute(statements.LOAD_CELLS, {**arrays, **runs})
 
 
 def _union(spans: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
@@ -153,10 +149,15 @@ def _union(spans: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, d
     return out
 
 
-def _check_cells(conn: psycopg.Connection) -> None:
-    row = conn.execute(statements.UNMATCHED_CELLS).fetchone()
-    if row and row[0]:
-        raise RuntimeError(f"{row[0]} partial aggregates fall in no cell of their zone")
+def _write(conn: psycopg.Connection, table: str, scope: str, params: dict[str, Any]
+           ) -> tuple[int, int]:
+    """Run `table`'s write; (rows written, rows deleted). Fails when a partial fell in no cell
+    of its zone (the SQL and Python time rules disagree), rather than lose its readings."""
+    row = conn.execute(statements.write(table, scope=scope), params).fetchone()
+    written, gone, unmatched = row if row else (0, 0, 0)
+    if unmatched:
+        raise RuntimeError(f"{unmatched} partial aggregates fall in no cell of their zone")
+    return int(written), int(gone)
 
 
 def recompute(
@@ -188,12 +189,10 @@ def recompute(
             "start": [b.start for b in buckets],
             "end": [b.end for b in buckets]})
         conn.execute("RESET enable_mergejoin; RESET enable_hashjoin")
-        if local:
-            _check_cells(conn)
     pairs = sorted({(b.device, b.start) for b in buckets} | set(clear))
-    written, gone = conn.execute(statements.write(table, scope="pairs"), {
+    written, gone = _write(conn, table, "pairs", {
         "device": [p[0] for p in pairs], "start": [p[1] for p in pairs], "lo": None,
-        "hi": None, "after": None, "low_quality_pct": low_quality_pct}).fetchone() or (0, 0)
+        "hi": None, "after": None, "low_quality_pct": low_quality_pct})
     if gone:
         log.info("removed %d %s rows whose buckets have no readings", gone, table)
     # Empty the work tables now: a transaction may recompute several batches before it commits.
@@ -253,18 +252,15 @@ def recompute_range(
     conn.execute("RESET enable_sort; RESET enable_mergejoin")
     row = conn.execute(f"SELECT coalesce(sum(n), 0) FROM {statements.PARTIALS}").fetchone()
     readings = int(row[0]) if row else 0
-    if any(t in LOCAL_TABLES for t in tables):
-        _check_cells(conn)
     clock.lap("partials")
     written = 0
     for table in TABLE_ORDER:
         if table not in tables:
             continue
-        w, _gone = conn.execute(statements.write(table, scope="range"), {
+        w, _gone = _write(conn, table, "range", {
             **params, "lo": None if first else start, "hi": end,
-            "after": start if first else None, "del_lo": start, "del_hi": end}
-        ).fetchone() or (0, 0)
-        written += int(w)
+            "after": start if first else None, "del_lo": start, "del_hi": end})
+        written += w
         clock.lap(table)
     conn.execute(statements.CLEAR_TEMP)
     return written, readings

@@ -149,10 +149,13 @@ def _merged(name: str) -> sql.Composable:
 
 # ---- temp tables --------------------------------------------------------------------------
 
-TEMP_EXISTS = sql.SQL("SELECT to_regclass({}) IS NOT NULL").format(
-    sql.Literal(f"pg_temp.{PARTIALS}"))
+TEMP_EXISTS = sql.SQL(
+    "SELECT to_regclass({}) IS NOT NULL, set_config('work_mem', '64MB', true),"
+    " set_config('jit', 'off', true)").format(sql.Literal(f"pg_temp.{PARTIALS}"))
 """Whether this session has its work tables (a cheap check; CREATE ... IF NOT EXISTS of three
-tables took 6 ms)."""
+tables took 6 ms), and the transaction's settings in the same round trip: work_mem so a backfill
+piece's groups fit in memory; JIT off, since compiling the ~100 aggregate expressions costs more
+than it saves."""
 
 
 @cache
@@ -177,19 +180,18 @@ DELETE_TEMP = sql.SQL("DELETE FROM {}; DELETE FROM {}; DELETE FROM {}").format(
     _i(PARTIALS), _i(SEGMENTS), _i(CELLS))
 
 LOAD_CELLS = sql.SQL(
-    "INSERT INTO {c} SELECT * FROM unnest(%(tz)b::text[], %(start)b::timestamptz[],"
-    " %(lh_start)b::timestamptz[], %(lh_end)b::timestamptz[], %(day)b::date[],"
-    " %(day_start)b::timestamptz[], %(day_end)b::timestamptz[])").format(c=_i(CELLS))
-"""Cells of zones, as computed by shared.timeutil.cells (binary arrays, one element per cell:
-text arrays took longer to quote than the statement to run)."""
-
-LOAD_SEGMENTS = sql.SQL(
-    "INSERT INTO {s} SELECT l.id, z.lo, z.hi, make_interval(secs => z.shift)"
-    " FROM unnest(%(tz)b::text[], %(lo)b::timestamptz[], %(hi)b::timestamptz[],"
+    "WITH cells AS (INSERT INTO {c} SELECT * FROM unnest(%(tz)b::text[],"
+    " %(start)b::timestamptz[], %(lh_start)b::timestamptz[], %(lh_end)b::timestamptz[],"
+    " %(day)b::date[], %(day_start)b::timestamptz[], %(day_end)b::timestamptz[]) RETURNING 1)"
+    " INSERT INTO {s} SELECT l.id, z.lo, z.hi, make_interval(secs => z.shift)"
+    " FROM unnest(%(run_tz)b::text[], %(lo)b::timestamptz[], %(hi)b::timestamptz[],"
     " %(shift)b::int[]) AS z(tz, lo, hi, shift) JOIN locations l ON l.tz_name = z.tz"
-).format(s=_i(SEGMENTS))
-"""Offset runs of zones, for every location in that zone: a local hour starts where the UTC
-clock, shifted by `shift`, starts an hour (or at the run's start, an offset change)."""
+).format(c=_i(CELLS), s=_i(SEGMENTS))
+"""Cells of zones as computed by shared.timeutil.cells, and the zones' offset runs for every
+location in them, in one statement (a data-modifying WITH runs whether read or not; binary
+arrays: text arrays took longer to quote than the
+statement to run). A local hour starts where the UTC clock, shifted by `shift`, starts an hour,
+or at the run's start (an offset change)."""
 
 
 def _cell_of_reading() -> sql.Composable:
@@ -241,10 +243,11 @@ def load_partials_range(tables: tuple[str, ...] = ALL_TABLES) -> sql.Composed:
 
 
 UNMATCHED_CELLS = sql.SQL(
-    "SELECT count(*) FROM {p} p JOIN locations l ON l.id = p.location"
-    " LEFT JOIN {c} z ON z.tz = l.tz_name AND z.start = p.cell WHERE z.start IS NULL"
+    "(SELECT count(*) FROM {p} p JOIN locations l ON l.id = p.location"
+    " LEFT JOIN {c} z ON z.tz = l.tz_name AND z.start = p.cell WHERE z.start IS NULL)"
 ).format(p=_i(PARTIALS), c=_i(CELLS))
-"""Partials whose cell the cell table does not hold (a mismatch of the two time rules)."""
+"""Partials whose cell the cell table does not hold (a mismatch of the two time rules): the
+local tables' write returns it, and a recompute that finds any fails."""
 
 
 # ---- merging partials into a table's buckets ------------------------------------------------
@@ -306,9 +309,9 @@ def aggregate_expr(col: Column, slots: sql.Composable = _HOUR_SLOTS) -> sql.Comp
         return sql.SQL("({}::float8 / {})").format(
             _merged(f"above_{s}_{float(col.param or 0):g}"), sql.Literal(SLOTS_PER_HOUR))
     if rule is Rollup.HOURS_WITH_ANY:
-        # Distinct local clock hours with any amount: a cell lies in one local hour.
-        return sql.SQL("(count(DISTINCT z.lh_start) FILTER (WHERE {} > 0))::float8").format(
-            _p(f"hi_{s}"))
+        # Local clock hours with any amount: each counted at its first such cell (a window in
+        # `_buckets` marks it; count(DISTINCT) sorted every group on its own).
+        return sql.SQL("(count(*) FILTER (WHERE p.{}))::float8").format(_i(f"first_any_{s}"))
     if rule is Rollup.GDD:
         return sql.SQL("greatest(0, ({} + {}) / 2 - {})").format(
             _merged(f"hi_{s}"), _merged(f"lo_{s}"), sql.Literal(float(col.param or 0)))
@@ -385,17 +388,27 @@ def _buckets(table: str) -> sql.Composable:
             " GROUP BY p.hour, p.device, p.latest").format(exprs=exprs, p=_i(PARTIALS))
     start, end = ("lh_start", "lh_end") if table == "local_hourly" else ("day_start",
                                                                           "day_end")
-    slots = sql.SQL("(date_part('epoch', z.{e} - z.{s}) / {slot})::int").format(
+    slots = sql.SQL("(date_part('epoch', p.{e} - p.{s}) / {slot})::int").format(
         s=_i(start), e=_i(end), slot=sql.Literal(SLOT_SECONDS))
     exprs = sql.SQL(", ").join(sql.SQL("{} AS {}").format(aggregate_expr(c, slots), _i(c.name))
                                for c in value_cols)
+    # For each "hours with any" column, whether a cell is the first of its local hour with
+    # any amount (a local hour holds one or two cells).
+    firsts = [sql.SQL(
+        ", q.{hi} > 0 AND NOT coalesce(bool_or(q.{hi} > 0) OVER (PARTITION BY q.device,"
+        " q.location, z.lh_start ORDER BY q.cell ROWS BETWEEN UNBOUNDED PRECEDING AND"
+        " 1 PRECEDING), false) AS {name}").format(
+        hi=_i(f"hi_{c.source}"), name=_i(f"first_any_{c.source}"))
+        for c in value_cols if c.rollup is Rollup.HOURS_WITH_ANY]
     return sql.SQL(
-        "SELECT z.{s} AS time, p.device, p.location, z.{e} AS b_end, sum(p.n) AS n,"
-        " min(z.day) AS day, {exprs}"
-        " FROM {p} p JOIN locations l ON l.id = p.location"
-        " JOIN {c} z ON z.tz = l.tz_name AND z.start = p.cell"
-        " GROUP BY z.{s}, p.device, p.location, z.{e}").format(
-        s=_i(start), e=_i(end), exprs=exprs, p=_i(PARTIALS), c=_i(CELLS))
+        "SELECT p.{s} AS time, p.device, p.location, p.{e} AS b_end, sum(p.n) AS n,"
+        " min(p.day) AS day, {exprs}"
+        " FROM (SELECT q.*, z.{s}, z.{e}, z.day{firsts} FROM {p} q"
+        "  JOIN locations l ON l.id = q.location"
+        "  JOIN {c} z ON z.tz = l.tz_name AND z.start = q.cell) p"
+        " GROUP BY p.{s}, p.device, p.location, p.{e}").format(
+        s=_i(start), e=_i(end), exprs=exprs, p=_i(PARTIALS), c=_i(CELLS),
+        firsts=sql.SQL("").join(firsts))
 
 
 @cache
@@ -408,7 +421,8 @@ def write(table: str, *, scope: str) -> sql.Composed:
     every row starting in [%(del_lo)s, %(del_hi)s) of
     the devices %(devices)s (NULL: all) in worker share %(share)s of %(shares)s. A bucket found
     at two locations (a device moved between zones whose buckets share a start) keeps the
-    location with more readings. Returns one row: (rows written, rows deleted).
+    location with more readings. Returns one row: (rows written, rows deleted, partials
+    outside every cell: must be 0).
     """
     t = TABLES[table]
     local_date = (sql.SQL("a.day") if table != "hourly"
@@ -469,7 +483,8 @@ def write(table: str, *, scope: str) -> sql.Composed:
         "  ON CONFLICT (device, time) DO UPDATE SET {sets}, update_time = EXCLUDED.update_time"
         "  RETURNING device, time),"
         " gone AS ({stale} RETURNING 1)"
-        " SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM gone)").format(
+        " SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM gone), {unmatched}").format(
+        unmatched=UNMATCHED_CELLS if table != "hourly" else sql.SQL("0"),
         t=_i(table), names=names, exprs=exprs, buckets=_buckets(table), d=local_date,
         et=_et(table), sets=sets, stale=stale)
 

@@ -167,17 +167,29 @@ class Cell:
 
 
 def cells(tz: tzinfo, start: datetime, end: datetime) -> list[Cell]:
-    """The cells of zone `tz` covering `[start, end)` (`start` on a UTC hour), in order."""
+    """The cells of zone `tz` covering `[start, end)` (from the UTC hour of `start`), in
+    order."""
     out: list[Cell] = []
-    t = hour_bounds(start)[0]
+    hour = hour_bounds(start)[0]
+    while hour < end:
+        out.extend(_hour_cells(hour, tz))
+        hour += HOUR
+    return out
+
+
+@lru_cache(maxsize=65536)
+def _hour_cells(hour: datetime, tz: tzinfo) -> tuple[Cell, ...]:
+    # The scheduler asks for the same zones' recent hours every minute.
+    out: list[Cell] = []
+    t, end = hour, hour + HOUR
     while t < end:
         lh = local_hour_bounds(t, tz)
-        cell_end = min(hour_bounds(t)[1], lh[1])
+        cell_end = min(end, lh[1])
         day = local_date(t, tz)
         out.append(Cell(t, cell_end, int(_offset(t, tz).total_seconds()), lh, day,
                         local_day_bounds(day, tz)))
         t = cell_end
-    return out
+    return tuple(out)
 
 
 def offset_segments(found: list[Cell]) -> list[tuple[datetime, datetime, int]]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from aggregate import jobs
 from shared.columns import TABLES, Rollup
@@ -104,3 +105,21 @@ def test_kc_schedule_water_balance_and_missing_inputs(db) -> None:
     assert none and all(r["et"] is None and r["etc"] is None and r["kc"] == 1.0
                         and r["crop_water_demand"] is None for r in none)
     assert all(r["et"] is None for r in fetch(db, "SELECT et FROM hourly WHERE device = 'KC2'"))
+
+
+def test_a_reading_outside_every_cell_fails_the_recompute(db, monkeypatch) -> None:
+    """The SQL rule that puts a reading in a cell and the Python cells must agree; when they
+    do not (here: Python's cells lose one), the recompute fails instead of dropping readings."""
+    from aggregate import rollups
+    from shared import timeutil
+    from tests.support.rollups import insert_readings, make_location, series
+
+    loc = make_location(db, "Asia/Kolkata")
+    start = datetime(2024, 6, 1, tzinfo=UTC)
+    insert_readings(db, "X1", loc, series(start, start + timedelta(hours=3),
+                                          tair=lambda i, t: 20.0))
+    real = timeutil.cells
+    monkeypatch.setattr(rollups.timeutil, "cells", lambda tz, lo, hi: [
+        c for c in real(tz, lo, hi) if c.start != start])  # the cell of the first readings
+    with pytest.raises(RuntimeError, match="fall in no cell"):
+        run_all(db)

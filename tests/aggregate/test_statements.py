@@ -23,6 +23,11 @@ def test_every_column_has_a_rule(table: str) -> None:
                 Rollup.CREATE_TIME, Rollup.UPDATE_TIME):
             continue
         text = statements.aggregate_expr(col).as_string(None)
+        if col.rollup is Rollup.HOURS_WITH_ANY:
+            # Counted at the first cell of each local hour with any amount (a window over the
+            # cells' maxima of the source, in the table's write).
+            assert f'"first_any_{col.source}"' in text
+            text += statements.write(table, scope="pairs").as_string(None)
         if col.source:
             # The merge reads partial statistics; those read the source column from the rows.
             used = [n for n in per_cell if f'"{n}"' in text]
@@ -33,6 +38,8 @@ def test_every_column_has_a_rule(table: str) -> None:
 def test_statements_name_only_registry_columns(table: str) -> None:
     known = {c.name for t in TABLES.values() for c in t.columns}
     known |= {s.name for s in statements.stats()}
+    known |= {f"first_any_{c.source}" for c in TABLES[table].columns
+              if c.rollup is Rollup.HOURS_WITH_ANY}
     known |= {table, statements.PARTIALS, statements.SEGMENTS, statements.CELLS, "calibrated",
               "end", "lh_start", "lh_end", "day_start", "day_end"}
     for stmt in (statements.load_partials_buckets(table),
