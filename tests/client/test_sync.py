@@ -90,6 +90,13 @@ def test_sync_mirrors_daily_across_a_late_reading(farm: tuple[str, str, str],
         assert changed[0]["maxt"] == 45.0 and changed[0]["update_time"] > first[0]["update_time"]
         _apply(mirror, changed)
         assert mirror == _server_table(client)
+        with psycopg.connect(url) as conn:
+            stored = conn.execute("SELECT count(*), max(maxt), max(update_time) FROM daily"
+                                  " WHERE device = 'L1'").fetchone()
+        assert stored is not None and stored[0] == len(mirror) and stored[1] == 45.0
+        newest = max(datetime.fromisoformat(r["update_time"].replace("Z", "+00:00"))
+                     for r in mirror.values())
+        assert newest == stored[2]
 
         # A new process resumes from the state file: only later changes.
         resumed = Sync(client, "daily", device="L1", state=state)
