@@ -225,9 +225,30 @@ def test_a_user_signs_in_charts_a_device_switches_units_zooms_and_downloads_csv(
     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
     assert query["format"] == "csv" and query["temp"] == "f" and query["device"] == "A1"
     assert query["select"] == "time,tair,rh" and query["local_time"] == "America/Chicago"
+    # Local time: UTC instead of the device's zone; the axis and the CSV follow.
+    first_tick = browser.execute_script("return window.sdsDashboard.main.axes[0]._values[0]")
+    Select(browser.find_element(By.ID, "tz")).select_by_value("UTC")
+    chart_drawn(browser, "chart", loads=3)
+    assert chart.get_attribute("data-zone") == "UTC"
+    assert "local_time=UTC" in browser.find_element(By.ID, "csv").get_attribute("href")
+    assert browser.execute_script(
+        "return window.sdsDashboard.main.axes[0]._values[0]") != first_tick
+    # A zone the API does not know: its own 400 message, shown; nothing drawn from it.
+    Select(browser.find_element(By.ID, "tz")).select_by_value("custom")
+    wait_for(browser, "!document.getElementById('tz-custom').hidden")
+    box = browser.find_element(By.ID, "tz-custom")
+    box.send_keys("Mars/Olympus_Mons")
+    box.send_keys("\t")  # change event
+    wait_for(browser, "document.getElementById('chart').dataset.state === 'error'")
+    assert "local_time" in browser.find_element(By.ID, "status").text
+    logged = console_errors(browser)  # the browser logs the 400 itself; nothing else
+    assert len(logged) == 1 and "400" in logged[0], logged
+    Select(browser.find_element(By.ID, "tz")).select_by_value("America/Chicago")
+    chart_drawn(browser, "chart", loads=4)
+
     # Another table: daily, its own columns.
     Select(browser.find_element(By.ID, "table")).select_by_value("daily")
-    chart_drawn(browser, "chart", loads=3)
+    chart_drawn(browser, "chart", loads=5)
     assert chart.get_attribute("data-series") == "meant,maxt,mint"  # registry order
     assert_series_drawn(browser, "chart", 3)
     snap(browser, shots, "05-device-daily")
