@@ -315,6 +315,7 @@ start_all() {
 
 $headline
   API           http://$bind/api/v2/   (docs: /api/v2/doc; nginx edge in front of $API_INSTANCES API instance(s) from $API_HOST:$API_PORT0)
+  dashboard     http://$bind/   (sign in with the demo user's email and password in $DEMO_OUT)
   PostgreSQL    127.0.0.1:${SDS_PG_PORT:-55432}, database sds   (superuser shell: deploy/services.sh psql)
   MQTT broker   127.0.0.1:$SDS_MQTT_PORT
   secrets       $SECRETS

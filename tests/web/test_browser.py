@@ -27,6 +27,7 @@ from selenium.webdriver.support.ui import Select
 from tests.support.apiserver import gunicorn_api
 from tests.support.browser import chromium, console_errors, wait_for
 from tests.support.dashboard import A_PAYLOAD, B_SECRET, PASSWORDS, STEPS, World
+from tests.support.services import NginxEdge
 
 # Series colours of device.js / quarantine.js, in column order.
 COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"]
@@ -371,3 +372,24 @@ def test_signing_out_ends_the_session_everywhere(server: str, browser: WebDriver
     assert status == 401 and "revoked" in body
     browser.get(f"{server}/dashboard/devices/A1")
     assert "/dashboard/login" in browser.current_url
+
+
+def test_through_the_nginx_edge(server: str, browser: WebDriver, world: World,
+                                tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Behind the shipped edge (deploy/nginx/nginx.conf): the sign-in form's Origin check,
+    the cookie, the chart's API requests (gzipped there) and the CSV link all work."""
+    edge = NginxEdge().start([urlsplit(server).netloc], tmp_path_factory.mktemp("web-edge"))
+    try:
+        base = f"http://127.0.0.1:{edge.port}"
+        sign_in(browser, base, "user@a.example")
+        browser.get(f"{base}/dashboard/devices/A1")
+        chart_drawn(browser, "chart", loads=1)
+        assert int(browser.find_element(By.ID, "chart").get_attribute("data-points")) == STEPS
+        assert_series_drawn(browser, "chart", 2)
+        href = browser.find_element(By.ID, "csv").get_attribute("href")
+        assert href.startswith(f"{base}/api/v2/data/calibrated?")
+        assert fetch_header(browser, href, "Content-Disposition").startswith("attachment;")
+        assert fetch_header(browser, href, "Content-Encoding") == "gzip"
+    finally:
+        edge.stop()
+
