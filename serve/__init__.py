@@ -95,10 +95,10 @@ def create_app(settings: Settings | None = None) -> Flask:
             }},
             "security": [{"apikey": []}, {"basic": []}, {"bearer": []}],
         },
-        # Swagger UI: "Try it out" open from the start, the key kept across reloads, and
-        # request times shown.
-        OPENAPI_SWAGGER_UI_CONFIG={"tryItOutEnabled": True, "persistAuthorization": True,
-                                   "displayRequestDuration": True, "deepLinking": True},
+        # Swagger UI: "Try it out" open from the start, request times shown. The key is not
+        # persisted (persistAuthorization would keep it in the browser's localStorage).
+        OPENAPI_SWAGGER_UI_CONFIG={"tryItOutEnabled": True, "displayRequestDuration": True,
+                                   "deepLinking": True},
         MAX_CONTENT_LENGTH=1024 * 1024,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]  # keys keep their documented order

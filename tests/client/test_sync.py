@@ -17,6 +17,7 @@ from sds_client import ApiError, Client, Sync
 
 from shared import accounts
 from tests.support.apiserver import gunicorn_api
+from tests.support.figures import Figures
 from tests.support.rollups import insert_readings, run_all, series
 
 START = datetime(2024, 7, 1, 5, tzinfo=UTC)  # local midnight in Chicago (CDT)
@@ -59,7 +60,7 @@ def _apply(mirror: dict[tuple[str, str], dict[str, Any]], rows: list[dict[str, A
 
 
 def test_sync_mirrors_daily_across_a_late_reading(farm: tuple[str, str, str],
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, figures: Figures) -> None:
     url, base, key = farm
     state = tmp_path / "daily-L1.json"
     mirror: dict[tuple[str, str], dict[str, Any]] = {}
@@ -90,6 +91,11 @@ def test_sync_mirrors_daily_across_a_late_reading(farm: tuple[str, str, str],
         assert changed[0]["maxt"] == 45.0 and changed[0]["update_time"] > first[0]["update_time"]
         _apply(mirror, changed)
         assert mirror == _server_table(client)
+        figures.record("sync.late_reading_rows", f"{len(changed)} of {len(mirror)}",
+                       section="rollup",
+                       title="Rows an incremental sync() of daily pulls after one late reading",
+                       target="only the recomputed day",
+                       source="tests/client/test_sync.py")
         with psycopg.connect(url) as conn:
             stored = conn.execute("SELECT count(*), max(maxt), max(update_time) FROM daily"
                                   " WHERE device = 'L1'").fetchone()
