@@ -6,8 +6,12 @@
 #                    Anything already running is left alone, so a rerun changes nothing and takes
 #                    seconds; a changed instance count starts or stops instances and reloads the
 #                    edge without dropping a request.
-#   stop             stops the processes (the edge first, gracefully), then PostgreSQL and mosquitto
+#   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
 #   status           what is running
+# Broker profile (docs/operations.md): SDS_BROKER=mosquitto (default, one broker) or
+#   SDS_BROKER=rabbitmq-cluster deploy/run.sh   a 3-node RabbitMQ cluster on this machine whose
+#   quorum queues survive a node crash (deploy/rabbitmq.sh); the ingester and simulator then
+#   speak MQTT 3.1.1 and fail over between the nodes. The choice is remembered until changed.
 # Run as root. State, logs and pids live under <repo>/.state (docs/operations.md).
 set -euo pipefail
 
@@ -20,6 +24,7 @@ DEMO_STAMP=$STATE/demo.done
 DEMO_OUT=$STATE/demo-credentials.txt
 DEMO_DEVICES=$STATE/demo-devices.json
 MQ_PASSWD=$STATE/mosquitto/passwd
+RMQ_DEFS=$STATE/rabbitmq/definitions.json
 EDGE_DIR=$STATE/nginx
 EDGE_CONF=$EDGE_DIR/nginx.conf
 
@@ -262,10 +267,17 @@ start_all() {
     say "sds db upgrade"
     "$VENV/bin/sds" db upgrade || die "sds db upgrade failed"
 
+    local broker accounts=(--mqtt-passwd-file "$MQ_PASSWD") broker_logs
+    broker=$(cat "$STATE/broker-profile" 2>/dev/null || echo mosquitto)
+    broker_logs=$STATE/mosquitto/mosquitto.log
+    if [[ $broker == rabbitmq-cluster ]]; then
+        accounts=(--rabbitmq-definitions "$RMQ_DEFS")
+        broker_logs="$STATE/rabbitmq/node*/log/"
+    fi
     if [[ ! -f $DEMO_STAMP ]]; then
         say "creating the demo organisation, devices and API key (first run only)"
         (umask 077 && "$VENV/bin/sds" demo --credentials-out "$DEMO_DEVICES" \
-            --mqtt-passwd-file "$MQ_PASSWD" >"$DEMO_OUT") || die "sds demo failed"
+            "${accounts[@]}" >"$DEMO_OUT") || die "sds demo failed"
         touch "$DEMO_STAMP"
         cat "$DEMO_OUT"
         # The demo added the devices' passwords to the broker's password file.
@@ -317,10 +329,10 @@ $headline
   API           http://$bind/api/v2/   (docs: /api/v2/doc; nginx edge in front of $API_INSTANCES API instance(s) from $API_HOST:$API_PORT0)
   dashboard     http://$bind/   (sign in with the demo user's email and password in $DEMO_OUT)
   PostgreSQL    127.0.0.1:${SDS_PG_PORT:-55432}, database sds   (superuser shell: deploy/services.sh psql)
-  MQTT broker   127.0.0.1:$SDS_MQTT_PORT
+  MQTT broker   127.0.0.1:$SDS_MQTT_PORT   ($broker${SDS_MQTT_FAILOVER:+; other nodes $SDS_MQTT_FAILOVER})
   secrets       $SECRETS
   demo login    $DEMO_OUT
-  logs          $LOGS/{ingest,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $STATE/mosquitto/mosquitto.log
+  logs          $LOGS/{ingest,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # deploy/services.sh {start|stop|status|reload-broker|psql|standby-init|promote}: the running
-# service's own PostgreSQL 15 (+ TimescaleDB), its optional hot standby, and mosquitto, with all
+# service's own PostgreSQL 15 (+ TimescaleDB), its optional hot standby, and the broker, with all
 # their state under <repo>/.state. Not the system ones, and no systemd: processes are started
 # directly and tracked by pid files. Run as root.
 #   start          initdb / first-run setup if needed, then start whatever is not running
 #   stop           pg_ctl stop -m fast; SIGTERM to the broker (it saves its store on the way out)
 #   status         what is running; exit 0 when all are, 3 otherwise
-#   reload-broker  SIGHUP the broker so it rereads passwd and acl (after `sds device register`)
+#   reload-broker  make the broker reread its accounts (after `sds device register`): SIGHUP to
+#                  mosquitto, or an import of the definitions file into the RabbitMQ cluster
 #   psql [args]    psql as the superuser into database sds, over the unix socket
 #   standby-init   make a hot standby of the running primary (pg_basebackup through the
 #                  replication slot sds_standby) and start it; start/stop/status include it
 #   promote        promote the standby to primary and retire the old primary (docs/operations.md
 #                  "Hot standby and promotion")
-# Ports: SDS_PG_PORT (default 55432), SDS_PG_STANDBY_PORT (55433), SDS_MQTT_PORT (1883); all
+# Broker profile: SDS_BROKER=mosquitto (default) or rabbitmq-cluster (deploy/rabbitmq.sh); the
+# choice is remembered in .state/broker-profile for later stop/status/reload-broker calls.
+# Ports: SDS_PG_PORT (default 55432), SDS_PG_STANDBY_PORT (55433), SDS_MQTT_PORT (1883, mosquitto); all
 # listen on 127.0.0.1 only. SDS_PG_STANDBY_SYNC=off makes the standby asynchronous.
 set -euo pipefail
 
@@ -40,6 +43,13 @@ MQ_DIR=$STATE/mosquitto
 MQ_CONF=$MQ_DIR/mosquitto.conf
 MQ_PID=$MQ_DIR/mosquitto.pid
 SECRETS=$STATE/secrets.env
+PROFILE_FILE=$STATE/broker-profile
+BROKER=${SDS_BROKER:-$(cat "$PROFILE_FILE" 2>/dev/null || echo mosquitto)}
+case $BROKER in
+mosquitto | rabbitmq-cluster) ;;
+*) die "SDS_BROKER must be mosquitto or rabbitmq-cluster (got '$BROKER')" ;;
+esac
+RABBIT=("bash" "$REPO/deploy/rabbitmq.sh")
 
 # PostgreSQL refuses to run as root. Run from a directory postgres can enter, so that neither
 # pg_ctl nor psql complains about the caller's (root's) working directory.
@@ -426,7 +436,9 @@ status() {
             rc=3
         fi
     fi
-    if mq_running; then
+    if [[ $BROKER == rabbitmq-cluster ]]; then
+        "${RABBIT[@]}" status || rc=3
+    elif mq_running; then
         # The port from the config it runs with, which SDS_MQTT_PORT may no longer match.
         local mq_port
         mq_port=$(awk '$1 == "listener" {print $2; exit}' "$MQ_CONF")
@@ -447,19 +459,27 @@ start)
     pg_start
     pg_bootstrap
     sb_start
-    mq_start
+    echo "$BROKER" >"$PROFILE_FILE"
+    if [[ $BROKER == rabbitmq-cluster ]]; then
+        mq_stop >/dev/null # one broker at a time: devices must not split between two
+        "${RABBIT[@]}" start
+    else
+        [[ ! -d $STATE/rabbitmq ]] || "${RABBIT[@]}" stop >/dev/null
+        mq_start
+    fi
     status
     say "connection settings: $SECRETS (source it with: set -a; . $SECRETS; set +a)"
     ;;
 stop)
     mq_stop
+    [[ ! -d $STATE/rabbitmq ]] || "${RABBIT[@]}" stop
     pg_stop
     ;;
 status)
     status
     ;;
 reload-broker)
-    mq_reload
+    if [[ $BROKER == rabbitmq-cluster ]]; then "${RABBIT[@]}" reload; else mq_reload; fi
     ;;
 standby-init)
     mkdir -p "$LOGS"

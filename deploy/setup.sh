@@ -21,8 +21,11 @@ flock 9
 # What the service runs on. curl is only for the README's examples; procps gives pgrep/ps.
 # nginx-light is the edge in front of the API (deploy/nginx/nginx.conf; started by run.sh with
 # its own config, never Debian's default site: the policy below keeps its service from starting).
+# rabbitmq-server: the replicated broker profile (SDS_BROKER=rabbitmq-cluster) and its tests; its
+# own system node is never started by us (policy-rc.d below) and, if running, left alone.
 RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients python3 python3-venv
-    python3-dev build-essential ca-certificates procps curl openssl nginx-light)
+    python3-dev build-essential ca-certificates procps curl openssl nginx-light
+    rabbitmq-server)
 # What the browser tests drive (tests/support/browser.py): Debian's Chromium and its WebDriver.
 TEST_PKGS=(chromium chromium-driver)
 # Debian's npm installs the dashboard's chart library from the npm registry (step 4). A machine
@@ -169,5 +172,6 @@ bash "$REPO/deploy/lib/web_assets.sh"
 # ---- 5. Summary -----------------------------------------------------------------------------------
 pg_version=$("$PG_BIN/postgres" --version | awk '{print $3}')
 mq_version=$(dpkg-query -W -f='${Version}' mosquitto)
+rmq_version=$(dpkg-query -W -f='${Version}' rabbitmq-server)
 py_version=$("$VENV/bin/python" -c 'import platform; print(platform.python_version())')
-say "ready in ${SECONDS}s: PostgreSQL $pg_version, TimescaleDB $tsdb_version, mosquitto $mq_version, Python $py_version"
+say "ready in ${SECONDS}s: PostgreSQL $pg_version, TimescaleDB $tsdb_version, mosquitto $mq_version, RabbitMQ $rmq_version, Python $py_version"

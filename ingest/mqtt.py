@@ -1,4 +1,4 @@
-"""paho-mqtt wiring of the ingester: one MQTT 5 connection with a persistent session.
+"""paho-mqtt wiring of the ingester: one MQTT 5 (or 3.1.1) connection with a persistent session.
 
 - paho 2.x, `CallbackAPIVersion.VERSION2`, MQTT 5, a fixed client id, `clean_start=False` and a
   SessionExpiryInterval: the broker keeps the session and queues QoS 1 messages while the
@@ -17,6 +17,10 @@
   client's CONNECT property over max_inflight_messages).
 - Every (re)connect first calls `may_connect`, which raises to veto it (the leader check: a
   leader that lost its lock must not take the session back from its standby).
+- The RabbitMQ cluster profile (`SDS_MQTT_PROTOCOL=3.1.1`, ingest/brokers.py): MQTT 3.1.1 with
+  `clean_session=False` instead of Clean Start and Session Expiry, the broker's `mqtt.prefetch`
+  instead of Receive Maximum, no Retain Handling (that broker keeps no retained messages), and
+  each reconnect goes to the next node of `SDS_MQTT_FAILOVER`.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ingest import shards
+from ingest import brokers, shards
 from ingest.metrics import Metrics
 from shared.config import Settings
 
@@ -54,6 +58,13 @@ class MqttLink:
         self.retire = retire
         self.unsubscribed = threading.Event()
         self.metrics = metrics
+        self.protocol = brokers.protocol(settings)  # ValueError for an unknown version
+        if self.protocol != mqtt.MQTTv5 and settings.ingest_shards > 1:
+            # Shards share the stream through an MQTT 5 shared subscription ($share), which
+            # MQTT 3.1.1 (and RabbitMQ 3.10) does not have.
+            raise ValueError("SDS_INGEST_SHARDS: shards need MQTT 5 shared subscriptions; with "
+                             "SDS_MQTT_PROTOCOL=3.1.1 (the RabbitMQ cluster profile) run one")
+        self.rotation = brokers.Rotation(settings)
         self.receive_maximum = max(1, min(65535, settings.ingest_receive_maximum))
         self.ready = threading.Event()  # set once subscribed (tests wait on it)
         self._deliver = on_message
@@ -73,14 +84,17 @@ class MqttLink:
     def start(self) -> None:
         """Connect in the background (retrying with back-off) and run paho's network thread."""
         s = self.settings
-        props = Properties(PacketTypes.CONNECT)
-        props.SessionExpiryInterval = s.mqtt_session_expiry
-        props.ReceiveMaximum = self.receive_maximum
-        log.info("connecting to mqtt %s:%d as %s (client id %s, receive maximum %d)",
-                 s.mqtt_host, s.mqtt_port, s.mqtt_username or "(anonymous)", s.mqtt_client_id,
+        props = None
+        if self.protocol == mqtt.MQTTv5:
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = s.mqtt_session_expiry
+            props.ReceiveMaximum = self.receive_maximum
+        log.info("connecting to mqtt %s as %s (MQTT %s, client id %s, receive maximum %d)",
+                 ", ".join(f"{h}:{p}" for h, p in self.rotation.endpoints),
+                 s.mqtt_username or "(anonymous)", s.mqtt_protocol, s.mqtt_client_id,
                  self.receive_maximum)
-        self.client.connect_async(s.mqtt_host, s.mqtt_port, keepalive=s.mqtt_keepalive,
-                                  clean_start=False, properties=props)
+        brokers.connect_async(self.client, s, keepalive=s.mqtt_keepalive, persistent=True,
+                              properties=props)
         logging.getLogger("paho").addFilter(self._quiet_when_stopping)
         self.client.loop_start()
 
@@ -118,21 +132,28 @@ class MqttLink:
 
     def _make_client(self) -> mqtt.Client:
         s = self.settings
-        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=s.mqtt_client_id,
-                             protocol=mqtt.MQTTv5, manual_ack=True)
+        client = brokers.new_client(s, s.mqtt_client_id, persistent=True, manual_ack=True)
         client.enable_logger(logging.getLogger("paho"))
         if s.mqtt_username:
             client.username_pw_set(s.mqtt_username, s.mqtt_password)
         if s.mqtt_tls_ca:
             client.tls_set(ca_certs=s.mqtt_tls_ca)
         client.reconnect_delay_set(min_delay=1, max_delay=30)
-        client.on_pre_connect = lambda _c, _u: self._may_connect()
+        client.on_pre_connect = self._on_pre_connect
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_message = self._on_message
         client.on_subscribe = self._on_subscribe
         client.on_unsubscribe = self._on_unsubscribe
         return client
+
+    def _on_pre_connect(self, client: mqtt.Client, _userdata: object) -> None:
+        # With several broker nodes, each attempt goes to the next one (a dead node's clients
+        # reach a live one on their next try); then the leader check may veto the attempt.
+        host, port = self.rotation.advance(client)
+        if len(self.rotation.endpoints) > 1:
+            log.info("connecting to broker node %s:%d", host, port)
+        self._may_connect()
 
     def _quiet_when_stopping(self, record: logging.LogRecord) -> bool:
         # paho 2.2 logs "Client is not connected" at ERROR when its loop ends after our own
@@ -156,11 +177,17 @@ class MqttLink:
                       "ingester while it was away may be lost", self.settings.mqtt_client_id)
         else:
             log.info("connected; new session (first start, or the broker lost the old one)")
+        filters = shards.subscriptions(self.settings)
         if self.retire:
-            client.unsubscribe(shards.subscriptions(self.settings))
+            client.unsubscribe(filters)
             return
-        opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
-        client.subscribe([(t, opts) for t in shards.subscriptions(self.settings)])
+        if self.protocol == mqtt.MQTTv5:
+            opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
+            client.subscribe([(t, opts) for t in filters])
+        else:
+            # MQTT 3.1.1 cannot refuse retained messages; the cluster profile keeps none
+            # (mqtt.retained_message_store = noop), so a resubscribe replays nothing.
+            client.subscribe([(t, 1) for t in filters])
 
     def _on_unsubscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
                         _reason_codes: list[ReasonCode], _props: Properties | None) -> None:

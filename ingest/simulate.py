@@ -34,6 +34,7 @@ import click
 import paho.mqtt.client as mqtt
 import psycopg
 
+from ingest import brokers
 from ingest.derive import saturation_vapour_pressure
 from ingest.topics import HEALTH, READINGS, topic_for
 from shared import db
@@ -212,8 +213,9 @@ class _Device:
         self.rng = rng
         self.bad_ratio = bad_ratio
         self.counts = counts
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
-                                  client_id=f"sim-{site.device}", protocol=mqtt.MQTTv5)
+        # Client id = device name: the RabbitMQ cluster profile lets a device's clean session
+        # start only under its own name (shared/rabbit.py).
+        self.client = brokers.new_client(settings, site.device, persistent=False)
         if password is not None:
             self.client.username_pw_set(site.device, password)
         if settings.mqtt_tls_ca:
@@ -221,7 +223,9 @@ class _Device:
         self.client.reconnect_delay_set(1, 30)
         self.refused: str | None = None
         self.client.on_connect = self._on_connect
-        self.client.connect_async(settings.mqtt_host, settings.mqtt_port, keepalive=60)
+        rotation = brokers.Rotation(settings)  # several cluster nodes: the next on reconnect
+        self.client.on_pre_connect = lambda client, _u: rotation.advance(client)
+        brokers.connect_async(self.client, settings, keepalive=60)
         self.client.loop_start()
         self.pending: list[mqtt.MQTTMessageInfo] = []
 

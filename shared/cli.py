@@ -27,7 +27,7 @@ import paho.mqtt.client as mqtt
 import psycopg
 from psycopg import sql
 
-from shared import accounts, clitools, config, migrate, sealing
+from shared import accounts, clitools, config, migrate, rabbit, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
 from shared.logs import configure_logging
@@ -211,6 +211,21 @@ def _set_mqtt_passwords(passwd_file: Path, passwords: dict[str, str]) -> None:
     passwd_file.write_text("\n".join(kept + hashed) + "\n")
 
 
+def _set_rabbitmq_users(definitions: Path, passwords: dict[str, str], prefix: str) -> None:
+    """Add or replace device accounts (user, permissions, topic permissions equal to the
+    mosquitto ACL) in a RabbitMQ definitions file, as salted hashes (shared/rabbit.py)."""
+    try:
+        defs = rabbit.load(definitions)
+    except ValueError as exc:  # also json.JSONDecodeError
+        raise click.ClickException(f"{definitions}: {exc}") from None
+    try:
+        for name, password in passwords.items():
+            rabbit.add_device(defs, name, password, prefix=prefix)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    rabbit.save(definitions, defs)
+
+
 @device.command("register")
 @click.argument("name")
 @click.option("--org", "org_name", required=True, help="Organisation name or id.")
@@ -218,19 +233,27 @@ def _set_mqtt_passwords(passwd_file: Path, passwords: dict[str, str]) -> None:
 @click.option("--model", default=None)
 @click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
               help="Also give the device a broker password in this mosquitto password file.")
+@click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
+              help="Also give the device a broker account in this RabbitMQ definitions file "
+                   "(the cluster profile; import it with deploy/services.sh reload-broker).")
 @pass_ctx
 def device_register(obj: _Context, name: str, org_name: str, dev_type: str | None,
-                    model: str | None, mqtt_passwd_file: Path | None) -> None:
+                    model: str | None, mqtt_passwd_file: Path | None,
+                    rabbitmq_definitions: Path | None) -> None:
     """Register device NAME (state New until its first reading)."""
+    password = secrets.token_urlsafe(18)
     with obj.conn() as conn:
         did = accounts.register_device(conn, org=accounts.org_id(conn, org_name), name=name,
                                        type=dev_type, model=model)
         if mqtt_passwd_file:
-            password = secrets.token_urlsafe(18)
             _set_mqtt_passwords(mqtt_passwd_file, {name: password})
+        if rabbitmq_definitions:
+            _set_rabbitmq_users(rabbitmq_definitions, {name: password},
+                                obj.settings.topic_prefix)
     click.echo(f"device {name} id {did}")
-    if mqtt_passwd_file:
-        click.echo(f"mqtt username {name} password {password} (reload the broker: SIGHUP)")
+    if mqtt_passwd_file or rabbitmq_definitions:
+        click.echo(f"mqtt username {name} password {password} "
+                   "(reload the broker: deploy/services.sh reload-broker)")
 
 
 def _instant_or_now(value: str, name: str) -> datetime:
@@ -686,10 +709,12 @@ DEMO_SITES = (
               help="Write {device: mqtt password} JSON here for `sds simulate`.")
 @click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
               help="mosquitto password file to add the demo devices to.")
+@click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
+              help="RabbitMQ definitions file to add the demo devices to (cluster profile).")
 @click.option("--days", default=30, show_default=True, help="Deployments start this many days ago.")
 @pass_ctx
 def demo(obj: _Context, credentials_out: Path | None, mqtt_passwd_file: Path | None,
-         days: int) -> None:
+         rabbitmq_definitions: Path | None, days: int) -> None:
     """Create a demo organisation, user, locations in several zones, devices and an API key."""
     password = secrets.token_urlsafe(12)
     start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
@@ -714,6 +739,9 @@ def demo(obj: _Context, credentials_out: Path | None, mqtt_passwd_file: Path | N
                                                  "apikeys:read"], sealer=_sealer(obj.settings))
         if mqtt_passwd_file:
             _set_mqtt_passwords(mqtt_passwd_file, device_passwords)
+        if rabbitmq_definitions:
+            _set_rabbitmq_users(rabbitmq_definitions, device_passwords,
+                                obj.settings.topic_prefix)
     if credentials_out:
         credentials_out.write_text(json.dumps(device_passwords, indent=2))
         credentials_out.chmod(0o600)

@@ -50,6 +50,13 @@ class Settings:
     mqtt_client_id: str = _f(
         "ingester", "Fixed client id: the broker keeps its session (the shipped broker uses the "
         "user name as client id, so keep it equal to SDS_MQTT_USERNAME)")
+    mqtt_protocol: str = _f(
+        "5", "MQTT version the ingester and simulator speak: 5 (mosquitto) or 3.1.1 (the "
+        "RabbitMQ cluster profile; RabbitMQ 3.10 has no MQTT 5)")
+    mqtt_failover: str = _f(
+        "", "More brokers of the same cluster as host:port,host:port: every reconnect moves "
+        "to the next one (the RabbitMQ cluster profile's other nodes; empty: only "
+        "SDS_MQTT_HOST:SDS_MQTT_PORT)")
     mqtt_tls_ca: str | None = _f(None, "CA file; when set the ingester connects with TLS")
     mqtt_keepalive: int = _f(30, "MQTT keepalive (s)")
     mqtt_session_expiry: int = _f(

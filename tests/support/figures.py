@@ -43,6 +43,11 @@ PROMISES = """\
   `autosave_on_changes true` only narrows that window to the last change (mosquitto sends the
   PUBACK before it saves) and divides publish throughput by 4-70 as the queue grows (measured
   below), so it is not shipped.
+- **Replicated broker profile.** With `SDS_BROKER=rabbitmq-cluster` (three RabbitMQ nodes, the
+  ingester's session in a quorum queue), a device's PUBACK comes after a majority of nodes stored
+  the message, so a SIGKILL of any one node, the queue leader's included, loses no acknowledged
+  reading (measured below, missing 0 and extra 0). With two of three nodes down, publishes are
+  not acknowledged until a second node is back.
 - **Stuck peers.** A database path that stops answering is cut by the ingester's write
   watchdog after `SDS_INGEST_DB_WATCHDOG` (default 30 s) and the batch retried, with no ack sent
   while stuck; a frozen broker is detected by MQTT keepalive and reconnected to after it resumes.

@@ -1,0 +1,254 @@
+"""The RabbitMQ cluster profile's broker accounts and node settings (docs/operations.md); pure.
+
+Accounts are kept as a RabbitMQ definitions document (JSON: vhost, users with salted SHA-256
+password hashes, permissions, topic permissions). `sds device register --rabbitmq-definitions`
+merges a device into that file and `deploy/services.sh reload-broker` imports it into the
+running cluster (`rabbitmqctl import_definitions`), the way the mosquitto profile writes its
+password file and reloads the broker. The file holds hashes only, never a password.
+
+What the permissions grant is the shipped mosquitto ACL (deploy/mosquitto/acl), in RabbitMQ's
+terms. The MQTT plugin publishes to the topic exchange `amq.topic` of the vhost `sds`, with the
+topic's `/` turned into `.`, and keeps each MQTT session's subscriptions in a queue named
+`mqtt-subscription-<client id>qos<0|1>`. RabbitMQ 3.10 leaves a `.` inside a topic level as it
+is, so it would split the level in two (`sensors/D.1/readings` becomes the routing key
+`sensors.D.1.readings`, which `sensors/+/readings` does not match): device names with a `.`
+are refused in this profile.
+
+- a device (user = device name) may publish only under `sensors/<its name>/` (topic write
+  permission on `amq.topic`), may read nothing, and may configure only the queues named after
+  its own client id; so it cannot consume, unbind or delete the ingester's queue even if it
+  connects with the ingester's client id;
+- the ingester may read `sensors/#` and use the queues of its own client id (and of its
+  numbered shards, `<client id>-<n>`), and may publish nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+VHOST = "sds"
+EXCHANGE = "amq.topic"
+HASHING = "rabbit_password_hashing_sha256"
+NOTHING = "^$"
+
+
+def password_hash(password: str, salt: bytes | None = None) -> str:
+    """RabbitMQ's stored form of a password: base64(salt + sha256(salt + utf8 password)),
+    with a 4-byte random salt (rabbit_password_hashing_sha256)."""
+    salt = secrets.token_bytes(4) if salt is None else salt
+    return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
+
+
+def check_name(name: str, what: str = "device name") -> None:
+    """ValueError for a name the MQTT plugin cannot carry as one topic level (a `.`)."""
+    if "." in name:
+        raise ValueError(f"{what} {name!r} contains '.': RabbitMQ 3.10's MQTT plugin turns it "
+                         "into a topic level separator, so the cluster profile cannot carry it")
+
+
+def queue_pattern(client_id: str, *, shards: bool = False) -> str:
+    """Regex (unanchored body) of the queue names the MQTT plugin uses for `client_id`'s
+    session; with shards, also those of `<client_id>-<n>`."""
+    suffix = "(-[0-9]+)?" if shards else ""
+    return f"mqtt-subscription-{re.escape(client_id)}{suffix}qos[01]"
+
+
+def empty_definitions() -> dict[str, Any]:
+    """A definitions document holding the service vhost and nothing else."""
+    return {"vhosts": [{"name": VHOST}], "users": [], "permissions": [],
+            "topic_permissions": []}
+
+
+def _put(defs: dict[str, Any], key: str, entry: dict[str, Any], match: tuple[str, ...]) -> None:
+    rows = [r for r in defs.setdefault(key, [])
+            if any(r.get(k) != entry.get(k) for k in match)]
+    rows.append(entry)
+    defs[key] = rows
+
+
+def add_user(defs: dict[str, Any], name: str, password: str, *, configure: str, write: str,
+             read: str, topic_write: str, topic_read: str) -> None:
+    """Add or replace one user with its vhost and topic permissions."""
+    _put(defs, "users", {"name": name, "password_hash": password_hash(password),
+                         "hashing_algorithm": HASHING, "tags": []}, ("name",))
+    _put(defs, "permissions", {"user": name, "vhost": VHOST, "configure": configure,
+                               "write": write, "read": read}, ("user", "vhost"))
+    _put(defs, "topic_permissions", {"user": name, "vhost": VHOST, "exchange": EXCHANGE,
+                                     "write": topic_write, "read": topic_read},
+         ("user", "vhost", "exchange"))
+
+
+def add_device(defs: dict[str, Any], name: str, password: str, *,
+               prefix: str = "sensors") -> None:
+    """A device account: publish under `{prefix}/{name}/` only (mosquitto's
+    `pattern write sensors/%u/#`), read nothing, configure only its own session queues.
+    ValueError for a name with a `.` (see the module docstring)."""
+    check_name(name)
+    check_name(prefix, "topic prefix")
+    own = queue_pattern(name)
+    topic = re.escape(prefix) + r"\." + re.escape(name)
+    add_user(defs, name, password,
+             configure=f"^{own}$",
+             # Publishing needs write on the exchange; a subscription (which the ACL then
+             # refuses anyway) would need write on its own queue.
+             write=f"^({re.escape(EXCHANGE)}|{own})$",
+             read=f"^{own}$",
+             topic_write=f"^{topic}(\\..*)?$",
+             topic_read=NOTHING)
+
+
+def add_ingester(defs: dict[str, Any], name: str, password: str, *, client_id: str,
+                 prefix: str = "sensors") -> None:
+    """The ingester's account: read `{prefix}/#` through the queues of its own client id (and
+    its shards'), publish nothing."""
+    own = queue_pattern(client_id, shards=True)
+    exchange = re.escape(EXCHANGE)
+    add_user(defs, name, password,
+             configure=f"^{own}$",
+             write=f"^{own}$",  # binding its queue to the exchange
+             read=f"^({exchange}|{own})$",
+             topic_write=NOTHING,
+             topic_read=f"^{re.escape(prefix)}(\\..*)?$")
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The definitions file at `path`, or an empty document if there is none yet."""
+    if not path.exists():
+        return empty_definitions()
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a RabbitMQ definitions document")
+    return doc
+
+
+def save(path: Path, defs: dict[str, Any]) -> None:
+    """Write the document; a new file is created private (it holds password hashes)."""
+    if not path.exists():
+        path.touch(mode=0o600)
+    # Rewritten in place: owner and mode (set by deploy/services.sh) stay.
+    path.write_text(json.dumps(defs, indent=1, sort_keys=True) + "\n")
+
+
+# ---- node settings (shared by deploy/services.sh and the test cluster) ---------------------------
+
+# Lean Erlang VM for a shared two-core machine: one scheduler thread, no busy-waiting schedulers,
+# a small async pool; distribution listens on loopback only.
+ERL_ARGS = ("+S 1:1 +SDcpu 1:1 +SDio 2 +A 4 +sbwt none +sbwtdcpu none +sbwtdio none "
+            "-kernel inet_dist_use_interface {127,0,0,1}")
+
+
+def render_node_conf(template: str, *, amqp_port: int, mqtt_port: int, peers: list[str],
+                     bind: str = "127.0.0.1") -> str:
+    """deploy/rabbitmq/rabbitmq.conf with one node's ports and the cluster's member list."""
+    peer_lines = "\n".join(f"cluster_formation.classic_config.nodes.{i} = {name}"
+                           for i, name in enumerate(peers, 1))
+    return (template.replace("@BIND@", bind).replace("@AMQP_PORT@", str(amqp_port))
+            .replace("@MQTT_PORT@", str(mqtt_port)).replace("@PEERS@", peer_lines)
+            # The boot-time admin user gets a random password nobody keeps (and may log in from
+            # loopback only): accounts come from the definitions file.
+            .replace("@DEFAULT_PASS@", secrets.token_urlsafe(24)))
+
+
+def node_env(*, name: str, node_dir: Path, dist_port: int, amqp_port: int,
+             epmd_port: int) -> dict[str, str]:
+    """The RABBITMQ_* / ERL_* environment that gives a node its own name, ports and files
+    (nothing of the system node's /etc/rabbitmq, /var/lib/rabbitmq or default ports)."""
+    return {
+        "RABBITMQ_NODENAME": name,
+        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+        "RABBITMQ_NODE_PORT": str(amqp_port),
+        "RABBITMQ_DIST_PORT": str(dist_port),
+        "RABBITMQ_CONFIG_FILE": str(node_dir / "rabbitmq.conf"),
+        "RABBITMQ_ADVANCED_CONFIG_FILE": str(node_dir / "advanced.config"),
+        "RABBITMQ_CONF_ENV_FILE": str(node_dir / "rabbitmq-env.conf"),
+        "RABBITMQ_ENABLED_PLUGINS_FILE": str(node_dir / "enabled_plugins"),
+        "RABBITMQ_MNESIA_BASE": str(node_dir / "mnesia"),
+        "RABBITMQ_LOG_BASE": str(node_dir / "log"),
+        "RABBITMQ_PID_FILE": str(node_dir / "beam.pid"),
+        "RABBITMQ_IO_THREAD_POOL_SIZE": "4",
+        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": ERL_ARGS,
+        "ERL_EPMD_PORT": str(epmd_port),
+        "ERL_EPMD_ADDRESS": "127.0.0.1",
+    }
+
+
+# ---- the deployed cluster (deploy/rabbitmq.sh) ---------------------------------------------------
+
+def deploy_ports(base: int, index: int) -> dict[str, int]:
+    """Node `index`'s ports in a deployed cluster: AMQP base+10i+2, MQTT base+10i+3,
+    distribution base+10i+5 (default base 41800: none of RabbitMQ's or mosquitto's defaults)."""
+    return {"amqp": base + 10 * index + 2, "mqtt": base + 10 * index + 3,
+            "dist": base + 10 * index + 5}
+
+
+def deploy_epmd_port(base: int) -> int:
+    """The cluster's own epmd port (not the shared default 4369)."""
+    return base + 69
+
+
+def deploy_node_name(index: int) -> str:
+    return f"sds-{index}@localhost"
+
+
+def _write_if_changed(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m shared.rabbit node DIR INDEX NODES BASE`: write node INDEX's files under
+    DIR/nodeINDEX and print its environment (KEY=VALUE lines) for deploy/rabbitmq.sh;
+    `python -m shared.rabbit accounts FILE CLIENT_ID PREFIX [DEVICES_JSON]`: put the ingester's
+    account (password from SDS_MQTT_PASSWORD) into definitions FILE, and the devices of a
+    {device: password} file that FILE does not have yet."""
+    if len(argv) == 5 and argv[0] == "node":
+        base_dir, index, nodes, base = Path(argv[1]), int(argv[2]), int(argv[3]), int(argv[4])
+        node_dir = base_dir / f"node{index}"
+        (node_dir / "mnesia").mkdir(parents=True, exist_ok=True)
+        (node_dir / "log").mkdir(exist_ok=True)
+        ports = deploy_ports(base, index)
+        template = (Path(__file__).resolve().parents[1] / "deploy" / "rabbitmq"
+                    / "rabbitmq.conf").read_text()
+        conf_path = node_dir / "rabbitmq.conf"
+        old = conf_path.read_text() if conf_path.exists() else ""
+        conf = render_node_conf(template, amqp_port=ports["amqp"], mqtt_port=ports["mqtt"],
+                                peers=[deploy_node_name(i) for i in range(nodes)])
+        # Keep the boot-time password already written (it differs on every render).
+        kept = re.search(r"^default_pass = .*$", old, re.M)
+        if kept:
+            conf = re.sub(r"^default_pass = .*$", lambda _m: kept.group(0), conf, flags=re.M)
+        _write_if_changed(conf_path, conf)
+        _write_if_changed(node_dir / "enabled_plugins", "[rabbitmq_mqtt].\n")
+        _write_if_changed(node_dir / "rabbitmq-env.conf", "# the environment sets everything\n")
+        env = node_env(name=deploy_node_name(index), node_dir=node_dir, dist_port=ports["dist"],
+                       amqp_port=ports["amqp"], epmd_port=deploy_epmd_port(base))
+        env["SDS_NODE_MQTT_PORT"] = str(ports["mqtt"])
+        sys.stdout.write("".join(f"{k}={v}\n" for k, v in env.items()))
+        return 0
+    if len(argv) in (4, 5) and argv[0] == "accounts":
+        path = Path(argv[1])
+        defs = load(path)
+        add_ingester(defs, "ingester", os.environ["SDS_MQTT_PASSWORD"], client_id=argv[2],
+                     prefix=argv[3])
+        known = {u.get("name") for u in defs.get("users", [])}
+        if len(argv) == 5 and Path(argv[4]).exists():
+            # Devices made under the mosquitto profile (`sds demo` keeps their passwords).
+            for name, password in json.loads(Path(argv[4]).read_text()).items():
+                if name not in known:
+                    add_device(defs, name, password, prefix=argv[3])
+        save(path, defs)
+        return 0
+    sys.stderr.write(_main.__doc__ or "")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

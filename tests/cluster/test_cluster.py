@@ -1,0 +1,284 @@
+"""The RabbitMQ cluster profile on a real 3-node cluster (started once for this module): the
+ingester's MQTT 3.1.1 mode with its session in a quorum queue, device accounts equal to the
+mosquitto ACL, and the ledger through a SIGKILL of a broker node and of the queue's leader
+(reliability plan R9 for the replicated broker: 0 acknowledged readings lost)."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import paho.mqtt.client as mqtt
+import psycopg
+import pytest
+
+from ingest import brokers
+from shared.config import Settings
+from tests.cluster.conftest import (
+    DEVICES,
+    DevicePublisher,
+    cluster_settings,
+    drop_session,
+    queue_of,
+)
+from tests.ingest.conftest import RunningIngester, make_site, wait_for
+from tests.support.figures import Figures
+from tests.support.rabbit import RabbitCluster, log_has
+
+pytestmark = pytest.mark.chaos  # a cluster takes ~30 s to start: the full run only
+
+SOURCE = "tests/cluster/test_cluster.py"
+
+
+def stored(url: str, device: str) -> list[datetime]:
+    with psycopg.connect(url) as c:
+        return [r[0] for r in c.execute("SELECT time FROM calibrated WHERE device = %s",
+                                        (device,))]
+
+
+def quarantined(url: str) -> int:
+    with psycopg.connect(url) as c:
+        row = c.execute("SELECT count(*) FROM quarantine").fetchone()
+        return int(row[0]) if row else 0
+
+
+def device_client(cluster: RabbitCluster, user: str, *, client_id: str | None = None,
+                  node: int = 0, clean: bool = True) -> tuple[mqtt.Client, list[str]]:
+    """A connected (or refused) MQTT 3.1.1 client; the list collects connect/disconnect
+    events as 'connect:<reason>' / 'disconnect'."""
+    s = Settings(mqtt_host="127.0.0.1", mqtt_port=cluster.mqtt_ports[node],
+                 mqtt_protocol="3.1.1")
+    c = brokers.new_client(s, client_id or user, persistent=not clean)
+    c.username_pw_set(user, DEVICES.get(user, "ingester-test-password"))
+    events: list[str] = []
+    c.on_connect = lambda _c, _u, _f, rc, _p: events.append(f"connect:{rc}")
+    c.on_disconnect = lambda *_a: events.append("disconnect")
+    c.reconnect_delay_set(5, 10)  # rare retries: the tests look at single attempts
+    brokers.connect_async(c, s, keepalive=5)
+    c.loop_start()
+    wait_for(lambda: events, 15, what=f"an answer to {user}'s connect")
+    return c, events
+
+
+def publish_acked(c: mqtt.Client, topic: str, body: bytes, timeout: float = 5.0) -> bool:
+    info = c.publish(topic, body, qos=1)
+    try:
+        info.wait_for_publish(timeout)
+    except (RuntimeError, ValueError):
+        return False
+    return info.is_published()
+
+
+def close(c: mqtt.Client) -> None:
+    c.disconnect()
+    c.loop_stop()
+
+
+# ---- the profile itself ------------------------------------------------------------------------
+
+def test_nodes_are_private_and_lean(cluster: RabbitCluster) -> None:
+    """No default ports or node names; only the MQTT plugin; one scheduler per node."""
+    assert 1883 not in cluster.mqtt_ports and 5672 not in [n.amqp_port for n in cluster.nodes]
+    assert len({n.name for n in cluster.nodes}) == 3
+    assert all(not n.name.startswith("rabbit@") for n in cluster.nodes)
+    plugins = cluster.ctl("list", "--enabled", "--minimal", tool="rabbitmq-plugins")
+    assert "rabbitmq_mqtt" in plugins and "rabbitmq_management" not in plugins
+    schedulers = cluster.ctl("eval", "erlang:system_info(schedulers_online).")
+    assert schedulers.strip() == "1"
+
+
+def test_ingester_session_is_a_replicated_quorum_queue(
+        cluster: RabbitCluster, settings: Settings, conn: psycopg.Connection,
+        database_url: str) -> None:
+    """MQTT 3.1.1 with clean_session=False: the broker keeps the ingester's subscription in a
+    quorum queue on all three nodes; readings published while the ingester is away are
+    delivered when it comes back (session present), acknowledged only after their commit."""
+    make_site(conn, device="C1")
+    s = cluster_settings(settings, cluster)
+    run = RunningIngester(s).start()
+    try:
+        q = next(q for q in cluster.queues() if q["name"] == queue_of(s))
+        assert q["type"] == "quorum"
+        assert len(q["members"]) == 3
+        dev = DevicePublisher(cluster, "C1", first=1)
+        try:
+            live = dev.run(5, rate=50)
+            dev.wait_acked(5)
+            wait_for(lambda: set(live) <= set(stored(database_url, "C1")), 20,
+                     what="live readings stored")
+            run.stop()
+            # Offline: the quorum queue holds these for the ingester's session.
+            away = dev.run(300, rate=1000, minutes_ago=60 * 24 * 3)
+            dev.wait_acked(305)
+        finally:
+            dev.close()
+        run = RunningIngester(s).start()
+        wait_for(lambda: set(away) <= set(stored(database_url, "C1")), 30,
+                 what="the offline backlog stored")
+        assert run.metric("sds_ingest_session_present") == 1
+        rows = stored(database_url, "C1")
+        assert len(rows) == len(set(rows)) == 305
+    finally:
+        run.stop()
+        drop_session(s)
+
+
+# ---- device accounts: the mosquitto ACL in RabbitMQ's terms --------------------------------------
+
+def test_device_publishes_only_under_its_own_topic(cluster: RabbitCluster) -> None:
+    """`pattern write sensors/%u/#`: own topic (any depth) acknowledged; another device's topic
+    refused (never PUBACKed, the broker closes the connection and logs why); a name is not a
+    prefix of a longer one (D1 cannot write as D12); subscribing is refused."""
+    c, events = device_client(cluster, "C2")
+    try:
+        assert events[0] == "connect:Success"
+        assert publish_acked(c, "sensors/C2/readings", b"{}")
+        assert publish_acked(c, "sensors/C2/some/deeper/level", b"{}")
+        assert not publish_acked(c, "sensors/C3/readings", b"forged", timeout=3)
+        wait_for(lambda: log_has(cluster, r"access to topic 'sensors\.C3\.readings' in "
+                                          r"exchange 'amq\.topic' in vhost 'sds' refused for "
+                                          r"user 'C2'"), 10, what="the refusal in the log")
+    finally:
+        close(c)
+    c, events = device_client(cluster, "D1")
+    try:
+        assert events[0] == "connect:Success"
+        assert publish_acked(c, "sensors/D1/readings", b"{}")
+        assert not publish_acked(c, "sensors/D12/readings", b"forged", timeout=3)
+    finally:
+        close(c)
+    c, events = device_client(cluster, "C3")
+    got: list[bytes] = []
+    c.on_message = lambda _c, _u, m: got.append(m.payload)
+    try:
+        c.subscribe("sensors/#", qos=1)
+        wait_for(lambda: "disconnect" in events, 10, what="the refused subscription")
+        other, _ = device_client(cluster, "C4")
+        assert publish_acked(other, "sensors/C4/readings", b"{}")
+        close(other)
+        time.sleep(1)
+        assert got == []
+    finally:
+        close(c)
+
+
+def test_device_cannot_take_the_ingesters_session(
+        cluster: RabbitCluster, settings: Settings, conn: psycopg.Connection,
+        database_url: str) -> None:
+    """A device that connects with the ingester's client id: a clean session is refused (it
+    would delete the ingester's queue; `configure` is denied), a persistent one may connect but
+    can neither consume nor delete the queue. RabbitMQ 3.10 still disconnects the ingester
+    (client ids are not bound to users), which reconnects; no acknowledged reading is lost."""
+    make_site(conn, device="C5")
+    s = cluster_settings(settings, cluster)
+    run = RunningIngester(s).start()
+    dev = DevicePublisher(cluster, "C5", first=2)
+    try:
+        def clean_thief() -> None:
+            c, events = device_client(cluster, "C4", client_id=s.mqtt_client_id, node=1)
+            close(c)
+            assert events[0] != "connect:Success", events
+
+        def persistent_thief() -> None:
+            c, events = device_client(cluster, "C4", client_id=s.mqtt_client_id, node=2,
+                                      clean=False)
+            got: list[bytes] = []
+            c.on_message = lambda _c, _u, m: got.append(m.payload)
+            c.subscribe("sensors/+/readings", qos=1)
+            time.sleep(1.5)
+            close(c)
+            assert got == []
+
+        times = dev.run(400, rate=100, during={100: clean_thief, 250: persistent_thief})
+        dev.wait_acked(len(times))
+        wait_for(lambda: dev.acked <= set(stored(database_url, "C5")), 60, every=0.2,
+                 what="every PUBACKed reading stored")
+        assert queue_of(s) in {q["name"] for q in cluster.queues()}
+        assert log_has(cluster, r"MQTT cannot start a clean session: `configure` permission "
+                                r"missing for queue")
+        rows = stored(database_url, "C5")
+        assert len(rows) == len(set(rows)) and set(rows) <= set(times)
+    finally:
+        dev.close()
+        run.stop()
+        drop_session(s)
+
+
+# ---- ledger through broker node crashes ----------------------------------------------------------
+
+N = 3000
+RATE = 250.0
+
+
+def _ledger_under_kill(cluster: RabbitCluster, settings: Settings, conn: psycopg.Connection,
+                       database_url: str, device: str, *, victim: str) -> dict[str, object]:
+    """Publish N readings while one node is SIGKILLed a third of the way in; return the ledger.
+    victim='node': the node the device publishes through (not the queue's leader);
+    victim='leader': the node leading the ingester's quorum queue (the ingester is connected
+    there too)."""
+    make_site(conn, device=device)
+    s = cluster_settings(settings, cluster, first=0)
+    run = RunningIngester(s).start()
+    dev: DevicePublisher | None = None
+    killed: list[int] = []
+    try:
+        leader = cluster.queue_leader(queue_of(s))
+        others = [i for i in range(cluster.size) if i != leader]
+        target = others[0] if victim == "node" else leader
+        dev = DevicePublisher(cluster, device, first=others[0])
+        kill_at = N // 3
+        times = dev.run(N, RATE, during={kill_at: lambda: (cluster.kill(target),
+                                                           killed.append(target))})
+        dev.wait_acked(N, timeout=120)
+        wait_for(lambda: dev is not None and dev.acked <= set(stored(database_url, device)),
+                 120, every=0.5, what="every PUBACKed reading stored")
+        rows = stored(database_url, device)
+        ledger = {"published": len(times), "acked": len(dev.acked),
+                  "missing": len(dev.acked - set(rows)), "extra": len(set(rows) - set(times)),
+                  "stored twice": len(rows) - len(set(rows)),
+                  "longest PUBACK pause s": round(dev.longest_gap(), 1),
+                  "ingester reconnects": int(run.metric("sds_ingest_connects_total")) - 1}
+        if victim == "leader":
+            new_leader = cluster.queue_leader(queue_of(s))
+            assert new_leader != target, "the queue kept a dead leader"
+            ledger["new leader elected"] = True
+        return ledger
+    finally:
+        if dev is not None:
+            dev.close()
+        run.stop()
+        for index in killed:
+            cluster.restart_node(index)
+        cluster.wait_members(cluster.size)
+        drop_session(s)
+
+
+def test_ledger_broker_node_sigkill(cluster: RabbitCluster, settings: Settings,
+                                    conn: psycopg.Connection, database_url: str,
+                                    figures: Figures) -> None:
+    """SIGKILL of the node a device publishes through: the device reconnects to the next node
+    and resends what was not acknowledged; 0 acknowledged readings missing, 0 extra."""
+    ledger = _ledger_under_kill(cluster, settings, conn, database_url, "C1", victim="node")
+    figures.record("delivery.ledger.cluster_node_sigkill", ledger, section="delivery",
+                   title=f"RabbitMQ cluster profile (3 nodes, quorum queue): SIGKILL of the "
+                         f"device's broker node during a {N}-message run at {RATE:.0f}/s",
+                   target="missing 0, extra 0", source=SOURCE)
+    assert ledger["acked"] == N
+    assert ledger["missing"] == 0 and ledger["extra"] == 0 and ledger["stored twice"] == 0
+
+
+def test_ledger_queue_leader_sigkill(cluster: RabbitCluster, settings: Settings,
+                                     conn: psycopg.Connection, database_url: str,
+                                     figures: Figures) -> None:
+    """SIGKILL of the node leading the ingester's quorum queue (the ingester is connected to it):
+    a follower is elected leader, the ingester reconnects to another node and resumes its
+    session; what was committed but not acknowledged comes back (DUP) and is absorbed by the
+    key; 0 acknowledged readings missing, 0 extra."""
+    ledger = _ledger_under_kill(cluster, settings, conn, database_url, "C2", victim="leader")
+    figures.record("delivery.ledger.cluster_leader_sigkill", ledger, section="delivery",
+                   title=f"RabbitMQ cluster profile (3 nodes, quorum queue): SIGKILL of the "
+                         f"queue leader's node during a {N}-message run at {RATE:.0f}/s",
+                   target="missing 0, extra 0", source=SOURCE)
+    assert ledger["acked"] == N
+    assert ledger["missing"] == 0 and ledger["extra"] == 0 and ledger["stored twice"] == 0
+    assert quarantined(database_url) == 0
