@@ -72,7 +72,7 @@ prepare() {
     # The ingester's account (password from secrets.env) and the vhost, kept with the devices';
     # demo devices made under the mosquitto profile are added from their credentials file.
     (set -a && . "$SECRETS" && set +a \
-        && "$VENV/bin/python" -m shared.rabbit accounts "$DEFS" "${SDS_MQTT_CLIENT_ID:-sds-ingester}" \
+        && "$VENV/bin/python" -m shared.rabbit accounts "$DEFS" "${SDS_MQTT_CLIENT_ID:-ingester}" \
             "${SDS_TOPIC_PREFIX:-sensors}" "$STATE/demo-devices.json")
     chmod 600 "$DEFS"
     local i
@@ -95,8 +95,10 @@ start_node() {
     node_env "$i"
     rm -f "$(node_pidfile "$i")"
     say "rabbitmq: starting node sds-$i@localhost (MQTT 127.0.0.1:$port)"
-    (cd "$RMQ_DIR/node$i" && setsid runuser -u rabbitmq -- env -i "${NODE_ENV[@]}" \
-        "$RABBIT_BIN/rabbitmq-server" >>"$log" 2>&1 </dev/null &)
+    # exec: no shell stays behind holding our caller's stdout; setsid: a Ctrl-C here does not
+    # reach the node.
+    (cd "$RMQ_DIR/node$i" && exec setsid runuser -u rabbitmq -- env -i "${NODE_ENV[@]}" \
+        "$RABBIT_BIN/rabbitmq-server") >>"$log" 2>&1 </dev/null &
     # One at a time: 3.10 refuses a node's join to its MQTT client-id tracker while that Raft
     # cluster's leader is fresh, and does not retry (tests/support/rabbit.py).
     local t
@@ -135,8 +137,27 @@ cmd_start() {
 
 cmd_reload() {
     chown rabbitmq:rabbitmq "$DEFS"
-    ctl import_definitions "$DEFS" >/dev/null
+    # Retried: right after a boot the CLI has once failed to reach a node whose MQTT port was
+    # already open (seen once in tests on a loaded machine).
+    local try
+    for ((try = 1; ; try++)); do
+        if ctl import_definitions "$DEFS" >"$LOGS/rabbitmq-import.log" 2>&1; then break; fi
+        if ((try == 10)); then
+            log_tail "$LOGS/rabbitmq-import.log"
+            die "could not import $DEFS into the cluster"
+        fi
+        sleep 2
+    done
     say "rabbitmq: imported the accounts in $DEFS"
+    # An import only adds and updates: delete the users the file no longer has (retired devices).
+    local users user
+    users=$(mktemp)
+    ctl list_users --formatter json >"$users"
+    for user in $(cd "$REPO" && "$VENV/bin/python" -m shared.rabbit stale-users "$DEFS" "$users"); do
+        ctl delete_user "$user" >/dev/null
+        say "rabbitmq: deleted user $user (no longer in $DEFS)"
+    done
+    rm -f "$users"
 }
 
 cmd_stop() {

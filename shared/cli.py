@@ -308,6 +308,18 @@ def _reload_broker(passwd_file: Path, pid_file: Path | None) -> str:
     return f"broker reloaded (SIGHUP to mosquitto pid {pid})"
 
 
+_RABBIT_HELP = ("RabbitMQ definitions file of the cluster profile (deploy layout: "
+                ".state/rabbitmq/definitions.json); import it with deploy/services.sh "
+                "reload-broker.")
+_RABBIT_RELOAD = "accounts written; import them: deploy/services.sh reload-broker"
+
+
+def _one_account_file(passwd_file: Path | None, definitions: Path | None) -> None:
+    if passwd_file is None and definitions is None:
+        raise click.UsageError("give --mqtt-passwd-file (mosquitto) or --rabbitmq-definitions "
+                               "(the RabbitMQ cluster profile)")
+
+
 def _remove_mqtt_user(passwd_file: Path, user: str) -> bool:
     """Drop `user`'s line from a mosquitto password file; whether it was there."""
     if not passwd_file.exists():
@@ -331,16 +343,19 @@ _PID_HELP = "Broker pid file (default: mosquitto.pid beside the password file)."
 @click.option("--from", "start", required=True, help=_FROM_HELP)
 @click.option("--type", "dev_type", default=None)
 @click.option("--model", default=None)
-@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), required=True,
+@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
               help=_PASSWD_HELP)
+@click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
+              help=_RABBIT_HELP)
 @click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
               help=_PID_HELP)
 @pass_ctx
 def device_add(obj: _Context, name: str, org_name: str, loc: str, start: str,
-               dev_type: str | None, model: str | None, mqtt_passwd_file: Path,
-               broker_pid_file: Path | None) -> None:
+               dev_type: str | None, model: str | None, mqtt_passwd_file: Path | None,
+               rabbitmq_definitions: Path | None, broker_pid_file: Path | None) -> None:
     """Add device NAME in one step: register it, deploy it at a location, give it a broker
     password and reload the broker. Prints the password (shown only this once)."""
+    _one_account_file(mqtt_passwd_file, rabbitmq_definitions)
     t0 = _instant_or_now(start, "--from")
     password = secrets.token_urlsafe(18)
     with obj.conn() as conn:
@@ -351,10 +366,17 @@ def device_add(obj: _Context, name: str, org_name: str, loc: str, start: str,
                                      start=t0)
         # Last inside the transaction: a refused deployment leaves no password behind, and
         # a failing password file leaves no device.
-        _set_mqtt_passwords(mqtt_passwd_file, {name: password})
+        if rabbitmq_definitions:
+            _set_rabbitmq_users(rabbitmq_definitions, {name: password},
+                                obj.settings.topic_prefix)
+        if mqtt_passwd_file:
+            _set_mqtt_passwords(mqtt_passwd_file, {name: password})
     click.echo(f"device {name} id {did}, deployment {dep} at {loc} from {t0.isoformat()}")
     click.echo(f"mqtt username {name} password {password}")
-    click.echo(_reload_broker(mqtt_passwd_file, broker_pid_file))
+    if mqtt_passwd_file:
+        click.echo(_reload_broker(mqtt_passwd_file, broker_pid_file))
+    if rabbitmq_definitions:
+        click.echo(_RABBIT_RELOAD)
     click.echo(f"the device publishes to {obj.settings.topic_prefix}/{name}/readings; check "
                f"with: sds device publish-test {name}")
 
@@ -436,11 +458,13 @@ def device_show(obj: _Context, name: str) -> None:
 @click.option("--at", "at", required=True, help="ISO 8601 instant the device stopped, or `now`.")
 @click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
               help="Also remove its broker password from this file and reload the broker.")
+@click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
+              help="Also remove its account from this RabbitMQ definitions file.")
 @click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
               help=_PID_HELP)
 @pass_ctx
 def device_retire(obj: _Context, name: str, at: str, mqtt_passwd_file: Path | None,
-                  broker_pid_file: Path | None) -> None:
+                  rabbitmq_definitions: Path | None, broker_pid_file: Path | None) -> None:
     """Retire device NAME: state Retired, its open deployment ended at --at, and (with
     --mqtt-passwd-file) its broker login removed. Its data stays."""
     t_end = _instant_or_now(at, "--at")
@@ -463,6 +487,11 @@ def device_retire(obj: _Context, name: str, at: str, mqtt_passwd_file: Path | No
             (t_end, dev[0], t_end)).rowcount
         conn.execute("UPDATE devices SET state = 'Retired' WHERE id = %s", (dev[0],))
         removed = _remove_mqtt_user(mqtt_passwd_file, name) if mqtt_passwd_file else False
+        removed_rabbit = False
+        if rabbitmq_definitions and rabbitmq_definitions.exists():
+            defs = rabbit.load(rabbitmq_definitions)
+            removed_rabbit = rabbit.remove_user(defs, name)
+            rabbit.save(rabbitmq_definitions, defs)
     click.echo(f"device {name} retired at {t_end.isoformat()}"
                + (", its deployment ended" if ended else ", it had no deployment to end"))
     if mqtt_passwd_file:
@@ -471,18 +500,25 @@ def device_retire(obj: _Context, name: str, at: str, mqtt_passwd_file: Path | No
                                                                     broker_pid_file))
         else:
             click.echo(f"no broker password for {name} in {mqtt_passwd_file}")
+    if rabbitmq_definitions:
+        click.echo(f"broker account removed; {_RABBIT_RELOAD}" if removed_rabbit
+                   else f"no broker account for {name} in {rabbitmq_definitions}")
 
 
 @device.command("rotate-password")
 @click.argument("name")
-@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), required=True,
+@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
               help=_PASSWD_HELP)
+@click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
+              help=_RABBIT_HELP)
 @click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
               help=_PID_HELP)
 @pass_ctx
-def device_rotate_password(obj: _Context, name: str, mqtt_passwd_file: Path,
+def device_rotate_password(obj: _Context, name: str, mqtt_passwd_file: Path | None,
+                           rabbitmq_definitions: Path | None,
                            broker_pid_file: Path | None) -> None:
     """Give device NAME a new broker password (the old one stops working at the reload)."""
+    _one_account_file(mqtt_passwd_file, rabbitmq_definitions)
     with obj.conn() as conn:
         dev = conn.execute("SELECT state FROM devices WHERE name = %s", (name,)).fetchone()
     if dev is None:
@@ -490,9 +526,15 @@ def device_rotate_password(obj: _Context, name: str, mqtt_passwd_file: Path,
     if dev[0] == "Retired":
         raise click.ClickException(f"device {name!r} is retired")
     password = secrets.token_urlsafe(18)
-    _set_mqtt_passwords(mqtt_passwd_file, {name: password})
+    if rabbitmq_definitions:
+        _set_rabbitmq_users(rabbitmq_definitions, {name: password}, obj.settings.topic_prefix)
+    if mqtt_passwd_file:
+        _set_mqtt_passwords(mqtt_passwd_file, {name: password})
     click.echo(f"mqtt username {name} password {password}")
-    click.echo(_reload_broker(mqtt_passwd_file, broker_pid_file))
+    if mqtt_passwd_file:
+        click.echo(_reload_broker(mqtt_passwd_file, broker_pid_file))
+    if rabbitmq_definitions:
+        click.echo(_RABBIT_RELOAD)
 
 
 @device.command("publish-test")
@@ -547,8 +589,11 @@ def device_publish_test(obj: _Context, name: str, reading: str | None, timeout: 
 def _publish_as_device(settings: Settings, name: str, password: str, topic: str,
                        body: bytes) -> None:
     """Publish once with QoS 1 as the device; ClickException when the broker refuses."""
-    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"{name}-publish-test",
-                         protocol=mqtt.MQTTv5)
+    # The RabbitMQ cluster profile speaks MQTT 3.1.1 and lets a device start a clean session
+    # only under client ids of its own (shared/rabbit.py allows this one).
+    protocol = mqtt.MQTTv311 if settings.mqtt_protocol == "3.1.1" else mqtt.MQTTv5
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
+                         client_id=f"{name}{rabbit.PUBLISH_TEST_SUFFIX}", protocol=protocol)
     client.username_pw_set(name, password)
     if settings.mqtt_tls_ca:
         client.tls_set(ca_certs=settings.mqtt_tls_ca)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 VHOST = "sds"
+BOOT_ADMIN = "sds-admin-disabled"  # deploy/rabbitmq/rabbitmq.conf's default_user
 EXCHANGE = "amq.topic"
 HASHING = "rabbit_password_hashing_sha256"
 NOTHING = "^$"
@@ -54,10 +55,13 @@ def check_name(name: str, what: str = "device name") -> None:
                          "into a topic level separator, so the cluster profile cannot carry it")
 
 
+PUBLISH_TEST_SUFFIX = "-publish-test"  # `sds device publish-test` connects as <device><this>
+
+
 def queue_pattern(client_id: str, *, shards: bool = False) -> str:
     """Regex (unanchored body) of the queue names the MQTT plugin uses for `client_id`'s
-    session; with shards, also those of `<client_id>-<n>`."""
-    suffix = "(-[0-9]+)?" if shards else ""
+    session, and for `<client_id>-publish-test`'s; with shards, also `<client_id>-<n>`'s."""
+    suffix = "(-[0-9]+)?" if shards else f"({re.escape(PUBLISH_TEST_SUFFIX)})?"
     return f"mqtt-subscription-{re.escape(client_id)}{suffix}qos[01]"
 
 
@@ -117,6 +121,24 @@ def add_ingester(defs: dict[str, Any], name: str, password: str, *, client_id: s
              read=f"^({exchange}|{own})$",
              topic_write=NOTHING,
              topic_read=f"^{re.escape(prefix)}(\\..*)?$")
+
+
+def remove_user(defs: dict[str, Any], name: str) -> bool:
+    """Drop a user and its permissions from the document; whether it was there. (An import
+    adds and updates only: deploy/rabbitmq.sh reload also deletes the cluster's users that the
+    file no longer has.)"""
+    before = len(defs.get("users", []))
+    for key in ("users", "permissions", "topic_permissions"):
+        field = "name" if key == "users" else "user"
+        defs[key] = [r for r in defs.get(key, []) if r.get(field) != name]
+    return len(defs["users"]) != before
+
+
+def stale_users(defs: dict[str, Any], cluster_users: list[dict[str, Any]]) -> list[str]:
+    """Users the cluster has (`rabbitmqctl list_users --formatter json`) that the document no
+    longer lists (retired devices), except the boot-time admin."""
+    wanted = {u.get("name") for u in defs.get("users", [])} | {BOOT_ADMIN}
+    return sorted(str(u["user"]) for u in cluster_users if u.get("user") not in wanted)
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -208,7 +230,9 @@ def _main(argv: list[str]) -> int:
     DIR/nodeINDEX and print its environment (KEY=VALUE lines) for deploy/rabbitmq.sh;
     `python -m shared.rabbit accounts FILE CLIENT_ID PREFIX [DEVICES_JSON]`: put the ingester's
     account (password from SDS_MQTT_PASSWORD) into definitions FILE, and the devices of a
-    {device: password} file that FILE does not have yet."""
+    {device: password} file that FILE does not have yet;
+    `python -m shared.rabbit stale-users FILE USERS_JSON`: print the cluster's users that FILE
+    no longer lists."""
     if len(argv) == 5 and argv[0] == "node":
         base_dir, index, nodes, base = Path(argv[1]), int(argv[2]), int(argv[3]), int(argv[4])
         node_dir = base_dir / f"node{index}"
@@ -232,6 +256,10 @@ def _main(argv: list[str]) -> int:
                        amqp_port=ports["amqp"], epmd_port=deploy_epmd_port(base))
         env["SDS_NODE_MQTT_PORT"] = str(ports["mqtt"])
         sys.stdout.write("".join(f"{k}={v}\n" for k, v in env.items()))
+        return 0
+    if len(argv) == 3 and argv[0] == "stale-users":
+        stale = stale_users(load(Path(argv[1])), json.loads(Path(argv[2]).read_text()))
+        sys.stdout.write("".join(f"{u}\n" for u in stale))
         return 0
     if len(argv) in (4, 5) and argv[0] == "accounts":
         path = Path(argv[1])

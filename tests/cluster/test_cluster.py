@@ -5,14 +5,19 @@ mosquitto ACL, and the ledger through a SIGKILL of a broker node and of the queu
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import datetime
+from pathlib import Path
 
 import paho.mqtt.client as mqtt
 import psycopg
 import pytest
+from click.testing import CliRunner, Result
 
 from ingest import brokers
+from shared import rabbit
+from shared.cli import main
 from shared.config import Settings
 from tests.cluster.conftest import (
     DEVICES,
@@ -202,6 +207,47 @@ def test_device_cannot_take_the_ingesters_session(
         dev.close()
         run.stop()
         drop_session(s)
+
+
+def test_provisioning_path_end_to_end(cluster: RabbitCluster, settings: Settings,
+                                      database_url: str, tmp_path: Path) -> None:
+    """`sds device add --rabbitmq-definitions`, the import `reload-broker` runs, then
+    `sds device publish-test` over MQTT 3.1.1: the new device's report is stored. After
+    `sds device retire` and the reload's delete, its login is refused."""
+    defs = tmp_path / "definitions.json"
+    s = cluster_settings(settings, cluster)
+    env = {"SDS_DATABASE_URL": database_url, "SDS_MQTT_HOST": "127.0.0.1",
+           "SDS_MQTT_PORT": str(cluster.mqtt_ports[1]), "SDS_MQTT_PROTOCOL": "3.1.1"}
+    runner = CliRunner()
+
+    def sds(*args: str, **extra: str) -> Result:
+        return runner.invoke(main, list(args), env={**env, **extra})
+
+    assert sds("org", "create", "Prov").exit_code == 0
+    assert sds("location", "create", "--org", "Prov", "--name", "P", "--tz", "UTC",
+               "--elev", "100").exit_code == 0
+    r = sds("device", "add", "P-1", "--org", "Prov", "--location", "P", "--from",
+            "2024-07-01T00:00:00Z", "--rabbitmq-definitions", str(defs))
+    assert r.exit_code == 0, r.output
+    password = r.output.split("password ")[1].split()[0]
+    cluster.import_definitions(defs)  # what reload-broker does
+    run = RunningIngester(s).start()
+    try:
+        r = sds("device", "publish-test", "P-1", SDS_DEVICE_PASSWORD=password)
+        assert r.exit_code == 0, r.output
+        assert "stored: health row P-1" in r.output
+    finally:
+        run.stop()
+        drop_session(s)
+    assert sds("device", "retire", "P-1", "--at", "now", "--rabbitmq-definitions",
+               str(defs)).exit_code == 0
+    # What reload-broker does after its import: delete the users the file no longer lists.
+    users = json.loads(cluster.ctl("list_users", "--formatter", "json"))
+    stale = rabbit.stale_users(rabbit.load(defs), users)
+    assert "P-1" in stale and rabbit.BOOT_ADMIN not in stale
+    cluster.ctl("delete_user", "P-1")
+    r = sds("device", "publish-test", "P-1", SDS_DEVICE_PASSWORD=password)
+    assert r.exit_code != 0 and "refused" in r.output
 
 
 # ---- ledger through broker node crashes ----------------------------------------------------------

@@ -14,7 +14,7 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import psycopg
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from ingest import brokers
 from shared import rabbit
@@ -72,6 +72,7 @@ def test_device_queues_are_its_own_only() -> None:
     (perm,) = defs["permissions"]
     assert _full(perm["configure"], "mqtt-subscription-A-1qos1")
     assert _full(perm["configure"], "mqtt-subscription-A-1qos0")
+    assert _full(perm["configure"], "mqtt-subscription-A-1-publish-testqos1")
     for other in ("mqtt-subscription-A-12qos1", "mqtt-subscription-sds-ingesterqos1",
                   "mqtt-subscription-A-1qos1x", "mqtt-subscription-A-1-2qos1"):
         assert not _full(perm["configure"], other)
@@ -153,3 +154,51 @@ def test_rotation_moves_to_the_next_node_on_each_attempt() -> None:
     seen = [rotation.advance(client) for _ in range(3)]
     assert seen == [("h0", 1), ("h1", 2), ("h0", 1)]
     assert (client.host, client.port) == ("h0", 1)
+
+
+def test_device_lifecycle_keeps_the_definitions(tmp_path: Path, database_url: str) -> None:
+    """add writes the account, rotate-password replaces its hash, retire removes it; add or
+    rotate without any account file is a usage error that changes nothing."""
+    runner = CliRunner()
+    env = {"SDS_DATABASE_URL": database_url}
+
+    def sds(*args: str) -> Result:
+        return runner.invoke(main, list(args), env=env)
+
+    assert sds("org", "create", "Acme").exit_code == 0
+    assert sds("location", "create", "--org", "Acme", "--name", "Field",
+               "--tz", "UTC").exit_code == 0
+    defs_path = tmp_path / "definitions.json"
+    start = "2024-07-01T00:00:00Z"
+    r = sds("device", "add", "B-1", "--org", "Acme", "--location", "Field", "--from", start)
+    assert r.exit_code == 2 and "--rabbitmq-definitions" in r.output
+    r = sds("device", "add", "B-1", "--org", "Acme", "--location", "Field", "--from", start,
+            "--rabbitmq-definitions", str(defs_path))
+    assert r.exit_code == 0, r.output
+    assert "deploy/services.sh reload-broker" in r.output
+    first = json.loads(defs_path.read_text())["users"][0]["password_hash"]
+    r = sds("device", "rotate-password", "B-1", "--rabbitmq-definitions", str(defs_path))
+    assert r.exit_code == 0, r.output
+    password = r.output.split("password ")[1].split()[0]
+    (user,) = json.loads(defs_path.read_text())["users"]
+    assert user["password_hash"] != first
+    salt = base64.b64decode(user["password_hash"])[:4]
+    assert user["password_hash"] == rabbit.password_hash(password, salt=salt)
+    r = sds("device", "retire", "B-1", "--at", "now", "--rabbitmq-definitions", str(defs_path))
+    assert r.exit_code == 0, r.output
+    defs = json.loads(defs_path.read_text())
+    assert defs["users"] == defs["permissions"] == defs["topic_permissions"] == []
+
+
+def test_stale_users_are_those_the_file_dropped(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """deploy/rabbitmq.sh reload deletes these from the cluster (an import never deletes)."""
+    defs = rabbit.empty_definitions()
+    rabbit.add_device(defs, "A1", "pw")
+    rabbit.save(tmp_path / "defs.json", defs)
+    (tmp_path / "users.json").write_text(json.dumps(
+        [{"user": "A1", "tags": []}, {"user": "A2", "tags": []},
+         {"user": rabbit.BOOT_ADMIN, "tags": ["administrator"]}]))
+    assert rabbit._main(["stale-users", str(tmp_path / "defs.json"),
+                         str(tmp_path / "users.json")]) == 0
+    assert capsys.readouterr().out == "A2\n"

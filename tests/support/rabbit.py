@@ -216,10 +216,18 @@ class RabbitCluster:
         rabbit.add_ingester(defs, ingester[0], ingester[1], client_id=ingester_client_id)
         for name, password in (devices or {}).items():
             rabbit.add_device(defs, name, password)
-        path = self.base_dir / "definitions.json"
+        path = self.base_dir / "import.json"
         path.write_text(json.dumps(defs))
-        _chown_tree(path, "rabbitmq")
-        self.ctl("import_definitions", str(path))
+        self.import_definitions(path)
+
+    def import_definitions(self, path: Path) -> None:
+        """`rabbitmqctl import_definitions` of a file (copied where user rabbitmq can read it),
+        as `deploy/services.sh reload-broker` does."""
+        own = self.base_dir / "import.json"
+        if path.resolve() != own.resolve():
+            shutil.copyfile(path, own)
+        _chown_tree(own, "rabbitmq")
+        self.ctl("import_definitions", str(own))
 
     def log_text(self) -> str:
         return "\n".join(n.log_text() for n in self.nodes)
