@@ -9,13 +9,14 @@ the next node, so a client whose node died reaches a live one on its next attemp
 from __future__ import annotations
 
 import paho.mqtt.client as mqtt
+from paho.mqtt.properties import Properties
 
 from shared.config import Settings
 
 PROTOCOLS = {"5": mqtt.MQTTv5, "3.1.1": mqtt.MQTTv311}
 
 
-def protocol(settings: Settings) -> int:
+def protocol(settings: Settings) -> mqtt.MQTTProtocolVersion:
     """paho's protocol constant for SDS_MQTT_PROTOCOL; ValueError names the valid values."""
     try:
         return PROTOCOLS[settings.mqtt_protocol]
@@ -62,15 +63,15 @@ def new_client(settings: Settings, client_id: str, *, persistent: bool,
     """A paho 2.x client in the configured MQTT version. persistent=True asks the broker to
     keep the session (MQTT 3.1.1's clean_session=False; for MQTT 5 see `connect_async`)."""
     proto = protocol(settings)
-    kwargs: dict[str, object] = {}
-    if proto != mqtt.MQTTv5:
-        kwargs["clean_session"] = not persistent
+    if proto == mqtt.MQTTv5:
+        return mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                           protocol=proto, manual_ack=manual_ack)
     return mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=proto,
-                       manual_ack=manual_ack, **kwargs)
+                       manual_ack=manual_ack, clean_session=not persistent)
 
 
 def connect_async(client: mqtt.Client, settings: Settings, *, keepalive: int,
-                  persistent: bool = False, properties: object | None = None) -> None:
+                  persistent: bool = False, properties: Properties | None = None) -> None:
     """connect_async to the first endpoint. MQTT 5: Clean Start off when persistent, with the
     given CONNECT properties (SessionExpiryInterval, ReceiveMaximum); MQTT 3.1.1 carries neither
     (the session flag was given to the client, the window is the broker's own setting)."""

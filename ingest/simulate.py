@@ -224,7 +224,11 @@ class _Device:
         self.refused: str | None = None
         self.client.on_connect = self._on_connect
         rotation = brokers.Rotation(settings)  # several cluster nodes: the next on reconnect
-        self.client.on_pre_connect = lambda client, _u: rotation.advance(client)
+
+        def next_node(client: mqtt.Client, _userdata: Any) -> None:
+            rotation.advance(client)
+
+        self.client.on_pre_connect = next_node
         brokers.connect_async(self.client, settings, keepalive=60)
         self.client.loop_start()
         self.pending: list[mqtt.MQTTMessageInfo] = []

@@ -19,15 +19,15 @@ from ingest import brokers
 from shared import rabbit
 from shared.cli import main
 from shared.config import Settings
-from tests.cluster.conftest import (
+from tests.support.clustering import (
     DEVICES,
     DevicePublisher,
     cluster_settings,
     drop_session,
     queue_of,
 )
-from tests.ingest.conftest import RunningIngester, make_site, wait_for
 from tests.support.figures import Figures
+from tests.support.ingesting import RunningIngester, make_site, wait_for
 from tests.support.rabbit import RabbitCluster, log_has
 
 pytestmark = pytest.mark.chaos  # a cluster takes ~30 s to start: the full run only
