@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import re
+import threading
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -17,6 +18,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from ingest import brokers
+from ingest.metrics import Metrics
+from ingest.mqtt import MqttLink
 from shared import rabbit
 from shared.cli import main
 from shared.config import Settings
@@ -202,3 +205,14 @@ def test_stale_users_are_those_the_file_dropped(tmp_path: Path,
     assert rabbit._main(["stale-users", str(tmp_path / "defs.json"),
                          str(tmp_path / "users.json")]) == 0
     assert capsys.readouterr().out == "A2\n"
+
+
+def test_shards_need_mqtt5() -> None:
+    """Shards share the stream through `$share` (MQTT 5 only): the 3.1.1 mode refuses them."""
+    with pytest.raises(ValueError, match="SDS_INGEST_SHARDS"):
+        MqttLink(Settings(mqtt_protocol="3.1.1", ingest_shards=2, ingest_shard=1), Metrics(),
+                 on_message=lambda *_a: None, may_connect=lambda: None,
+                 stopping=threading.Event())
+    link = MqttLink(Settings(mqtt_protocol="3.1.1"), Metrics(), on_message=lambda *_a: None,
+                    may_connect=lambda: None, stopping=threading.Event())
+    assert link.client.protocol == mqtt.MQTTv311
