@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any
 from uuid import UUID
+from zoneinfo import ZoneInfo
 
 import psycopg
 
@@ -45,7 +46,7 @@ class Bucket:
     start: datetime
     end: datetime
     location: UUID | None = None
-    tz: str | None = None
+    tz: ZoneInfo | None = None  # the location's zone, made once from its name
 
     @property
     def slots(self) -> int:
@@ -83,8 +84,9 @@ def resolve_marks(
         "device": [m[0] for m in marks], "bucket": [m[1] for m in marks],
         "span": _SPAN[table]}).fetchall()
     found: list[Bucket] = []
-    for device, start, location, tz in rows:
-        b_start, b_end = bucket_of(table, start, tz)
+    for device, start, location, tz_name in rows:
+        tz = zone(tz_name)
+        b_start, b_end = timeutil.bucket_of(table, start, tz)
         if b_start == start:
             found.append(Bucket(device, start, b_end, location, tz))
     return sorted(found, key=lambda b: (b.device, b.start, str(b.location)))
@@ -113,14 +115,14 @@ def _prepare(conn: psycopg.Connection) -> None:
         conn.execute(statements.create_temp())
 
 
-def load_cells(conn: psycopg.Connection, ranges: dict[str, list[tuple[datetime, datetime]]]
-               ) -> None:
+def load_cells(conn: psycopg.Connection,
+               ranges: dict[ZoneInfo, list[tuple[datetime, datetime]]]) -> None:
     """Load the cells and offset runs (shared.timeutil.cells) of each zone over its ranges."""
     arrays: dict[str, list[Any]] = {k: [] for k in (
         "tz", "start", "lh_start", "lh_end", "day", "day_start", "day_end")}
     runs: dict[str, list[Any]] = {"run_tz": [], "lo": [], "hi": [], "shift": []}
-    for tz_name, spans in sorted(ranges.items()):
-        tz = zone(tz_name)
+    for tz, spans in sorted(ranges.items(), key=lambda kv: kv[0].key):
+        tz_name = tz.key  # the SQL side joins locations.tz_name
         ordered: list[timeutil.Cell] = []
         for lo, hi in _union(spans):  # many devices share a zone's buckets: each cell once
             ordered.extend(timeutil.cells(tz, lo, hi))
@@ -174,7 +176,7 @@ def recompute(
     local = table in LOCAL_TABLES
     if buckets:
         if local:
-            ranges: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+            ranges: dict[ZoneInfo, list[tuple[datetime, datetime]]] = defaultdict(list)
             for b in buckets:
                 assert b.tz is not None, b
                 ranges[b.tz].append((b.start, b.end))
@@ -238,7 +240,7 @@ def recompute_range(
     lo = hour_bounds(start)[0] - LOOKAHEAD if first else start
     hi = end + LOOKAHEAD
     if any(t in LOCAL_TABLES for t in tables):
-        zones = [r[0] for r in conn.execute("SELECT DISTINCT tz_name FROM locations")]
+        zones = [zone(r[0]) for r in conn.execute("SELECT DISTINCT tz_name FROM locations")]
         load_cells(conn, {z: [(lo, hi)] for z in zones})
     clock.lap("cells")
     params: dict[str, Any] = {

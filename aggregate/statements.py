@@ -233,11 +233,12 @@ def load_partials_buckets(table: str) -> sql.Composed:
 @cache
 def load_partials_range(tables: tuple[str, ...] = ALL_TABLES) -> sql.Composed:
     """Partials of every reading in [%(lo)s, %(hi)s), of the devices %(devices)s (NULL: all)
-    in worker share %(share)s of %(shares)s (hash of the device name)."""
+    in worker share %(share)s of %(shares)s (hash of the device name; bigint, since abs() of the
+    smallest integer hashtext can return overflows an integer)."""
     where = sql.SQL(
         " WHERE c.time >= %(lo)s AND c.time < %(hi)s"
         " AND (%(devices)s::text[] IS NULL OR c.device = ANY(%(devices)s::text[]))"
-        " AND (%(shares)s::int = 1 OR abs(hashtext(c.device)) %% %(shares)s::int"
+        " AND (%(shares)s::int = 1 OR abs(hashtext(c.device)::bigint) %% %(shares)s::int"
         " = %(share)s::int)")
     return _load(sql.SQL("calibrated c"), where, tables)
 
@@ -459,7 +460,7 @@ def write(table: str, *, scope: str) -> sql.Composed:
         stale = sql.SQL(
             "DELETE FROM {t} r WHERE r.time >= %(del_lo)s AND r.time < %(del_hi)s"
             " AND (%(devices)s::text[] IS NULL OR r.device = ANY(%(devices)s::text[]))"
-            " AND (%(shares)s::int = 1 OR abs(hashtext(r.device)) %% %(shares)s::int"
+            " AND (%(shares)s::int = 1 OR abs(hashtext(r.device)::bigint) %% %(shares)s::int"
             " = %(share)s::int)"
             " AND NOT EXISTS (SELECT 1 FROM w WHERE w.device = r.device AND w.time = r.time)"
         ).format(t=_i(table))
