@@ -183,7 +183,7 @@ class Ingester:
                     dup: bool) -> None:
         # Decoding here (pure, see payload.py) overlaps with the worker's wait for the database.
         item = self.inbound(generation, mid, qos, topic, payload)
-        item.dup = dup
+        item.dup = item.message.dup = dup
         self._queue.put(item)
 
     def inbound(self, generation: int, mid: int, qos: int, topic: str,

@@ -167,8 +167,8 @@ class Committer:
             self.metrics.redelivered.inc(redelivered)
             # INFO only here: redeliveries follow a crash or a lost connection, they are rare.
             log.info("batch of %d with %d redelivered (DUP) messages: %d readings were already "
-                     "stored (duplicates suppressed)", len(batch), redelivered,
-                     result.duplicates)
+                     "stored (duplicates suppressed), %d quarantine rows were already there",
+                     len(batch), redelivered, result.duplicates, result.requarantine_skipped)
         self._fault("after_commit_before_ack")
         if not self._may_ack(len(batch)):
             return

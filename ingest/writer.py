@@ -17,6 +17,7 @@ outside the transaction could label readings with a location the device has just
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -78,11 +79,17 @@ class Message:
     device: str | None
     kind: str | None
     decoded: Decoded
+    dup: bool = False  # the broker flagged it as a redelivery (its rows may be stored already)
     # Quarter hours the readings fall in, computed on creation (in paho's thread, off the
     # writer's critical path). Every rollup bucket boundary in every zone, DST changes
     # included, is on a quarter hour, so a quarter's start names the same buckets as any
     # reading inside it.
     quarters: set[datetime] = field(init=False)
+
+    def digest(self) -> bytes:
+        """SHA-256 of topic, NUL and payload: names the message in quarantine."""
+        return hashlib.sha256(self.topic.encode("utf-8", "surrogateescape") + b"\0"
+                              + self.payload).digest()
 
     def __post_init__(self) -> None:
         self.quarters = ({t.replace(minute=t.minute - t.minute % 15, second=0, microsecond=0)
@@ -100,6 +107,7 @@ class BatchResult:
     quarantined: Counter[str] = field(default_factory=Counter)  # rejections by reason
     quarantine_rows: Counter[str] = field(default_factory=Counter)  # rows by device label
     quarantine_bytes: Counter[str] = field(default_factory=Counter)  # bytes by device label
+    requarantine_skipped: int = 0  # rows of DUP redeliveries already in quarantine
 
     def add(self, other: BatchResult) -> None:
         """Add another result's counts to this one."""
@@ -109,6 +117,7 @@ class BatchResult:
         self.quarantined.update(other.quarantined)
         self.quarantine_rows.update(other.quarantine_rows)
         self.quarantine_bytes.update(other.quarantine_bytes)
+        self.requarantine_skipped += other.requarantine_skipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,14 +383,26 @@ def _write_quarantine(
     carried: set[int] = set()  # id() of messages whose whole payload is already on a row
     quarantined, rows_by, bytes_by = result.quarantined, result.quarantine_rows, \
         result.quarantine_bytes
+    digests = {id(m): m.digest() for m, _ in rows} | {
+        id(m): m.digest() for m in messages if m.decoded.summarised}
+    # A redelivery of a message whose rows committed before a crash (its ack never went out):
+    # quarantined once already, so not again.
+    asked = [digests[id(m)] for m in {id(m): m for m, _ in rows}.values() if m.dup]
+    asked += [digests[id(m)] for m in messages if m.dup and m.decoded.summarised]
+    seen = {bytes(r[0]) for r in conn.execute(
+        "SELECT sds_quarantine_seen(%s)", (asked,))} if asked else set()
+    if seen:
+        result.requarantine_skipped = sum(1 for m, _ in rows if digests[id(m)] in seen)
+        rows = [(m, r) for m, r in rows if digests[id(m)] not in seen]
+        messages = [m for m in messages if digests.get(id(m)) not in seen]
     with conn.cursor() as cur:
         with cur.copy("COPY quarantine (received_at, topic, device, reason, detail,"
-                      " reading_index, payload) FROM STDIN") as copy:
+                      " reading_index, payload, message_digest) FROM STDIN") as copy:
 
             def put(msg: Message, code: str, detail: str, index: int | None,
                     payload: bytes) -> None:
                 copy.write_row((msg.received, msg.topic, msg.device, code, detail, index,
-                                payload))
+                                payload, digests[id(msg)]))
                 label = msg.device if msg.device in known else UNREGISTERED
                 rows_by[label] += 1
                 bytes_by[label] += len(payload) + len(detail)

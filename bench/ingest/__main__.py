@@ -14,6 +14,12 @@ the same run:
 
 Both sides of (a) drain the same messages, queued in turn for each side's own persistent
 session. Ratios print at the end; see docs/benchmarks.md.
+
+`--shards N` (default: the machine's cores) runs (a) and (b) with N ingester shards
+(ingest/shards.py: N processes sharing `$share/sds-ingest/...`, each with its own persistent
+session, created before the backlog is queued so each holds its share); the baselines stay one
+bare paho consumer and one COPY client. `--curve 1,2,4` repeats (a) and (b) for each shard count
+(the scaling curve in docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from paho.mqtt.properties import Properties
 from bench.ingest.naive import NaiveIngester
 from ingest import simulate, writer
 from ingest.derive import derive
+from ingest.shards import shard_settings, subscriptions
 from shared import accounts, migrate
 from shared.columns import READING_INPUTS
 from shared.config import PREFIX, Settings
@@ -107,6 +114,15 @@ class Bench:
 
     # -- sessions and backlog -----------------------------------------------------------------
 
+    def ingester_sessions(self, prefix: str, client_id: str, shards: int) -> None:
+        """Create the persistent sessions the ingester (or each of its shards) will resume,
+        with its own subscriptions, then leave them offline."""
+        for k in range(1, shards + 1) if shards > 1 else [0]:
+            s = shard_settings(self.settings(prefix, client_id).replace(
+                ingest_shards=shards, ingest_shard=k))
+            for topic in subscriptions(s):
+                self.subscribe_session(s.mqtt_client_id, topic)
+
     def subscribe_session(self, client_id: str, topic: str) -> None:
         """Create a persistent session subscribed to `topic`, then leave it offline."""
         c = mqtt_client(client_id)
@@ -140,30 +156,47 @@ class Bench:
                 raise RuntimeError("mosquitto_pub failed")
         return time.monotonic() - start
 
-    def ingester_drain(self, prefix: str, client_id: str, expected: int) -> tuple[float, int]:
-        """Run `python -m ingest` on the queued backlog until `expected` rows are stored;
-        returns (seconds, rows). Timed from its metrics endpoint coming up (the process is
-        imported and about to connect) to the last row committed."""
-        s = self.settings(prefix, client_id)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
-        for name in ("database_url", "mqtt_host", "mqtt_port", "mqtt_client_id", "topic_prefix",
-                     "metrics_port", "log_level"):
-            env[PREFIX + name.upper()] = str(getattr(s, name))
-        env[PREFIX + "MQTT_USERNAME"] = ""
-        errlog = open(self.base / f"ingest-{prefix}.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "ingest"], cwd=ROOT, env=env,
-                                stdout=errlog, stderr=errlog)
-        url = f"http://127.0.0.1:{s.metrics_port}/metrics"
+    def ingester_drain(self, prefix: str, client_id: str, expected: int,
+                       shards: int = 1) -> tuple[float, int]:
+        """Run `python -m ingest` (one process per shard) on the queued backlog until
+        `expected` rows are stored; returns (seconds, rows). Timed from the last metrics
+        endpoint coming up (every process imported and about to connect) to the last row
+        committed."""
+        base = self.settings(prefix, client_id)
+        procs, urls, logs = [], [], []
+        for k in range(1, shards + 1) if shards > 1 else [0]:
+            s = base.replace(ingest_shards=shards, ingest_shard=k,
+                             metrics_port=free_port() - 100 - max(k, 1) + 1 if shards > 1
+                             else base.metrics_port)
+            env = {k2: v for k2, v in os.environ.items() if not k2.startswith(PREFIX)}
+            for name in ("database_url", "mqtt_host", "mqtt_port", "mqtt_client_id",
+                         "topic_prefix", "metrics_port", "log_level", "ingest_shards",
+                         "ingest_shard"):
+                env[PREFIX + name.upper()] = str(getattr(s, name))
+            env[PREFIX + "MQTT_USERNAME"] = ""
+            errlog = open(self.base / f"ingest-{prefix}-{k}.log", "ab")
+            logs.append(errlog)
+            procs.append(subprocess.Popen([sys.executable, "-m", "ingest"], cwd=ROOT, env=env,
+                                          stdout=errlog, stderr=errlog))
+            urls.append(f"http://127.0.0.1:{shard_settings(s).metrics_port}/metrics")
+
+        def stored() -> float:
+            return sum(scrape(u) or 0 for u in urls)
+
         try:
-            wait_until(lambda: scrape(url) is not None, 60, 0.02, "ingester metrics endpoint")
+            wait_until(lambda: all(scrape(u) is not None for u in urls), 60, 0.02,
+                       "ingester metrics endpoints")
             start = time.monotonic()
-            wait_until(lambda: (scrape(url) or 0) >= expected, 1800, 0.1,
+            wait_until(lambda: stored() >= expected, 1800, 0.1,
                        f"ingester storing {expected} rows")
             elapsed = time.monotonic() - start
         finally:
-            proc.terminate()
-            proc.wait(60)
-            errlog.close()
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                proc.wait(60)
+            for errlog in logs:
+                errlog.close()
         return elapsed, self.count()
 
 
@@ -225,37 +258,52 @@ def single_lines(bench: Bench, per_device: int) -> dict[str, list[bytes]]:
     return out
 
 
-def scenario_a(bench: Bench, messages: int, results: dict[str, float]) -> None:
+def scenario_a(bench: Bench, messages: int, results: dict[str, float], shards: int = 1,
+               bare: float | None = None) -> float:
     per_device = messages // len(bench.devices)
     n = per_device * len(bench.devices)
     lines = single_lines(bench, per_device)
     # The same messages are queued for each side in turn, so each drains a broker holding
     # exactly its own backlog (the broker's periodic save costs grow with what it holds).
-    bench.subscribe_session("bench-bare-a", "ba1/+/readings")
-    took = bench.publish_backlog("ba1", lines)
-    log(f"(a) {n} single-reading messages queued in {took:.1f} s ({n / took:.0f} msg/s)")
-    bare = bare_drain(bench.broker.port, "bench-bare-a", "ba1/+/readings", n)
-    log(f"(a) bare paho + json.loads drained {n} in {bare:.1f} s: {n / bare:.0f} msg/s")
-    bench.subscribe_session("bench-ingester-a", "ba2/+/readings")
-    bench.publish_backlog("ba2", lines)
-    ours, rows = bench.ingester_drain("ba2", "bench-ingester-a", n)
-    log(f"(a) ingester committed {rows} readings in {ours:.1f} s: {n / ours:.0f} readings/s")
-    results.update(a_bare=n / bare, a_ours=n / ours, a_ratio=bare / ours, a_n=n)
+    if bare is None:
+        bench.subscribe_session("bench-bare-a", "ba1/+/readings")
+        took = bench.publish_backlog("ba1", lines)
+        log(f"(a) {n} single-reading messages queued in {took:.1f} s ({n / took:.0f} msg/s)")
+        bare = bare_drain(bench.broker.port, "bench-bare-a", "ba1/+/readings", n)
+        log(f"(a) bare paho + json.loads drained {n} in {bare:.1f} s: {n / bare:.0f} msg/s")
+    prefix, cid = f"ba2s{shards}", f"bench-ingester-a{shards}"
+    bench.ingester_sessions(prefix, cid, shards)
+    bench.publish_backlog(prefix, lines)
+    ours, rows = bench.ingester_drain(prefix, cid, n, shards)
+    log(f"(a) ingester, {shards} shard(s), committed {rows} readings in {ours:.1f} s: "
+        f"{n / ours:.0f} readings/s")
+    results.update(a_bare=n / bare, a_ours=n / ours, a_ratio=bare / ours, a_n=n,
+                   a_shards=shards)
+    results[f"a_ratio_{shards}_shards"] = bare / ours
     bench.truncate()
+    return bare
 
 
-def scenario_b(bench: Bench, readings: int, batch_rows: int, results: dict[str, float]) -> None:
+def scenario_b(bench: Bench, readings: int, batch_rows: int, results: dict[str, float],
+               shards: int = 1, base: float | None = None) -> float:
     per_device_msgs = max(1, readings // 288 // len(bench.devices))
     n = per_device_msgs * 288 * len(bench.devices)
     lines = single_lines(bench, per_device_msgs * 288)
     batched = {d: [b"[" + b",".join(ls[i:i + 288]) + b"]" for i in range(0, len(ls), 288)]
                for d, ls in lines.items()}
-    bench.subscribe_session("bench-ingester-b", "bb/+/readings")
+    prefix, cid = f"bbs{shards}", f"bench-ingester-b{shards}"
+    bench.ingester_sessions(prefix, cid, shards)
     log(f"(b) publishing {n} readings as {n // 288} messages of 288")
-    bench.publish_backlog("bb", batched)
-    ours, rows = bench.ingester_drain("bb", "bench-ingester-b", n)
-    log(f"(b) ingester committed {rows} readings in {ours:.1f} s: {n / ours:.0f} readings/s")
+    bench.publish_backlog(prefix, batched)
+    ours, rows = bench.ingester_drain(prefix, cid, n, shards)
+    log(f"(b) ingester, {shards} shard(s), committed {rows} readings in {ours:.1f} s: "
+        f"{n / ours:.0f} readings/s")
     bench.truncate()
+    if base is not None:
+        results.update(b_base=n / base, b_ours=n / ours, b_ratio=base / ours, b_n=n,
+                       b_shards=shards)
+        results[f"b_ratio_{shards}_shards"] = base / ours
+        return base
     # Baseline: the same rows (derived values included, computed outside the timing), staged
     # with the writer's own binary COPY and upserted, committing every `batch_rows` rows.
     rows_ready = []
@@ -281,8 +329,11 @@ def scenario_b(bench: Bench, readings: int, batch_rows: int, results: dict[str, 
                     cur.execute(writer._INSERT_FROM_STAGE)
         base = time.monotonic() - start
     log(f"(b) COPY+upsert straight from Python: {n} rows in {base:.1f} s: {n / base:.0f} rows/s")
-    results.update(b_base=n / base, b_ours=n / ours, b_ratio=base / ours, b_n=n)
+    results.update(b_base=n / base, b_ours=n / ours, b_ratio=base / ours, b_n=n,
+                   b_shards=shards)
+    results[f"b_ratio_{shards}_shards"] = base / ours
     bench.truncate()
+    return base
 
 
 def scenario_c(bench: Bench, messages: int, results: dict[str, float]) -> None:
@@ -327,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--devices", type=int, default=10, help="devices (default 10)")
     p.add_argument("--quick", action="store_true", help="a tenth of every size")
     p.add_argument("--only", default="abc", help="scenarios to run, e.g. 'ab'")
+    p.add_argument("--shards", type=int, default=os.cpu_count() or 1,
+                   help="ingester shards for (a) and (b) (default: the machine's cores)")
+    p.add_argument("--curve", default="",
+                   help="comma-separated shard counts to run (a) and (b) with, e.g. 1,2,4")
     args = p.parse_args(argv)
     if args.quick:
         args.messages //= 10
@@ -336,10 +391,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="sds-bench-ingest-") as tmp:
         bench = Bench(Path(tmp), args.devices)
         try:
-            if "a" in args.only:
-                scenario_a(bench, args.messages, results)
-            if "b" in args.only:
-                scenario_b(bench, args.batched_readings, args.baseline_batch_rows, results)
+            counts = [int(x) for x in args.curve.split(",") if x] or [args.shards]
+            bare = base = None
+            for shards in counts:
+                if "a" in args.only:
+                    bare = scenario_a(bench, args.messages, results, shards, bare)
+                if "b" in args.only:
+                    base = scenario_b(bench, args.batched_readings, args.baseline_batch_rows,
+                                      results, shards, base)
             if "c" in args.only:
                 scenario_c(bench, args.naive_messages, results)
         finally:

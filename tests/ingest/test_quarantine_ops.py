@@ -7,8 +7,11 @@ tests/security/test_rls.py); `sds quarantine purge|stats` work as the database o
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -19,7 +22,16 @@ from ingest import quarantine
 from shared import db
 from shared.cli import main
 from shared.config import Settings
-from tests.support.ingesting import RunningIngester, wait_for
+from tests.support.figures import Figures
+from tests.support.ingesting import (
+    IngesterProcess,
+    Ledger,
+    RunningIngester,
+    Site,
+    iso,
+    now_slot,
+    wait_for,
+)
 
 AGES_DAYS = {"A1": [0.1, 2, 29, 31, 400], "A2": [0.5, 40], None: [45]}
 
@@ -105,3 +117,52 @@ def test_purge_and_stats_commands(conn: psycopg.Connection, database_url: str) -
     assert _ages(conn) == [0]
     bad = runner.invoke(main, ["quarantine", "purge"], env=env)
     assert bad.exit_code == 2 and "--older-than-days" in bad.output
+
+
+def test_redelivered_bad_message_is_quarantined_once(
+    conn: psycopg.Connection, site: Site, mqtt_settings: Settings, publisher: Ledger,
+    tmp_path: Path, figures: Figures,
+) -> None:
+    """The ingester commits a batch's quarantine rows, then dies before its acks (SIGKILL at
+    after_commit_before_ack): the broker redelivers the messages (DUP) to the next process,
+    which stores their readings once (the key) and adds no second quarantine row (the
+    message digest)."""
+    topic = f"{mqtt_settings.topic_prefix}/{site.device}/readings"
+    proc = IngesterProcess(mqtt_settings, tmp_path / "ingest.log")
+    proc.start(fault_at="after_commit_before_ack", fault_every=1)
+    proc.wait_subscribed(1)
+    mixed = json.dumps([{"time": iso(now_slot(10)), "tair": 1.0},
+                        {"time": iso(now_slot(15)), "tair": 999.0}]).encode()
+    try:
+        assert publisher.publish(topic, b"not json")
+        assert publisher.publish(topic, mixed)
+        proc.wait_exit(30)  # killed by its fault hook right after the commit
+        rows_before = _count(conn, "SELECT count(*) FROM quarantine")
+        assert rows_before >= 1
+        proc.start()
+        wait_for(lambda: "quarantine rows were already there" in proc.log(), 30,
+                 what="the redelivered batch")
+        wait_for(lambda: _count(conn, "SELECT count(*) FROM calibrated") == 1, 30,
+                 what="the good reading")
+        time.sleep(0.5)
+        by_reason = dict(conn.execute(
+            "SELECT reason, count(*) FROM quarantine GROUP BY reason").fetchall())
+    finally:
+        proc.terminate()
+    skipped = sum(int(n) for n in re.findall(r"(\d+) quarantine rows were already there",
+                                             proc.log()))
+    assert by_reason == {"bad_json": 1, "out_of_range": 1}
+    assert skipped >= rows_before  # what the first process committed came again, suppressed
+    figures.record("security.redelivered_quarantine", {
+        "rows after the crash": rows_before, "redelivered rows suppressed": skipped,
+        "rows in the end": sum(by_reason.values())}, section="security",
+        title="Bad messages committed to quarantine, ingester SIGKILLed before its acks, "
+              "redelivered (DUP) to the next process",
+        target="each quarantined once (message digest)",
+        source="tests/ingest/test_quarantine_ops.py")
+
+
+def _count(conn: psycopg.Connection, query: str) -> int:
+    conn.rollback()
+    row = conn.execute(query).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0

@@ -51,9 +51,13 @@ PROMISES = """\
 - **Stuck peers.** A database path that stops answering is cut by the ingester's write
   watchdog after `SDS_INGEST_DB_WATCHDOG` (default 30 s) and the batch retried, with no ack sent
   while stuck; a frozen broker is detected by MQTT keepalive and reconnected to after it resumes.
-- **One active ingester.** The leader holds a PostgreSQL lock as a lease
+- **One active ingester per session.** The leader holds a PostgreSQL lock as a lease
   (`SDS_INGEST_LOCK_TIMEOUT`, default 30 s); a standby takes over when the leader dies or
-  freezes, and a leader that lost its lease sends no further acks and exits.
+  freezes, and a leader that lost its lease sends no further acks and exits. With
+  `SDS_INGEST_SHARDS` > 1 each shard is such a session with its own lock and standby: 20
+  SIGKILLs of shard leaders in a 20,000-message run lose nothing (missing 0, extra 0). mosquitto
+  keeps a dead or offline shard's share in its session until it is resumed (measured below), so
+  a removed shard's session is drained and ended with `python -m ingest --retire`.
 - **Queue capacity.** `max_queued_messages` is raised from mosquitto's silent default of 1000 to
   1,000,000, so an ingester outage of a day at 500 devices (144k messages) loses nothing.
 - **Bad input.** Each malformed or implausible message or reading is quarantined with its reason
