@@ -252,7 +252,9 @@ def recompute_range(
     conn.execute(statements.load_partials_range(tuple(t for t in TABLE_ORDER if t in tables)),
                  params)
     conn.execute("RESET enable_sort; RESET enable_mergejoin")
-    row = conn.execute(f"SELECT coalesce(sum(n), 0) FROM {statements.PARTIALS}").fetchone()
+    # PARTIALS is the module constant naming the temporary table, never input.
+    total = f"SELECT coalesce(sum(n), 0) FROM {statements.PARTIALS}"  # nosec B608
+    row = conn.execute(total).fetchone()
     readings = int(row[0]) if row else 0
     clock.lap("partials")
     written = 0
