@@ -81,6 +81,21 @@ ingest_pidfiles() {
     return 0
 }
 
+# The shards of an old layout (count $1) whose sessions a new layout (count $2) no longer uses;
+# 0 names the session of an unsharded ingester.
+retire_targets() {
+    local prev=$1 new=$2 k
+    if ((prev == new)); then
+        return 0
+    elif ((prev == 1)); then
+        echo 0
+    elif ((new == 1)); then
+        for ((k = 1; k <= prev; k++)); do echo "$k"; done
+    else
+        for ((k = new + 1; k <= prev; k++)); do echo "$k"; done
+    fi
+}
+
 # When the shard count changed since the last start, the sessions of shards that no longer exist
 # would keep receiving their share of the stream (mosquitto queues to an offline shared
 # subscriber) and lose it when they expire: drain and end each of them with `--retire`, after
@@ -89,15 +104,7 @@ retire_old_shards() {
     local prev_file=$STATE/ingest-shards prev k
     prev=$(cat "$prev_file" 2>/dev/null || true)
     if [[ -n $prev && $prev != "$INGEST_SHARDS" ]]; then
-        local targets=()
-        if ((prev == 1)); then
-            targets=(0)
-        elif ((INGEST_SHARDS == 1)); then
-            for ((k = 1; k <= prev; k++)); do targets+=("$k"); done
-        else
-            for ((k = INGEST_SHARDS + 1; k <= prev; k++)); do targets+=("$k"); done
-        fi
-        for k in "${targets[@]}"; do
+        for k in $(retire_targets "$prev" "$INGEST_SHARDS"); do
             say "ingest: retiring the session of shard $k of $prev (drain, then end it)"
             env "SDS_INGEST_SHARDS=$prev" "SDS_INGEST_SHARD=$k" timeout 600 \
                 "$VENV/bin/python" -m ingest --retire >>"$LOGS/ingest-retire.log" 2>&1 \
@@ -345,6 +352,9 @@ Try:
 EOF
     ((failed == 0)) || die "some processes did not stay up; see the logs above"
 }
+
+# Sourced (by the tests of its functions), it only defines them.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 case ${1:-start} in
 start) start_all ;;

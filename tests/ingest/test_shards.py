@@ -10,7 +10,9 @@ SIGKILLs of shard leaders (each replaced by its standby) in a 20,000-message run
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -250,3 +252,56 @@ def test_shard_sigkill_ledger(
                   f"2 shards x (leader + standby), {SHARD_KILLS} leader SIGKILLs in a "
                   f"{SHARD_MESSAGES:,}-message run at 500 msg/s (issue 17)", database_url, run,
                   source="tests/ingest/test_shards.py", kills=kills, seconds=round(elapsed, 1))
+
+
+# ---- deploy/run.sh's shard layout ---------------------------------------------------------------
+
+RUN_SH = Path(__file__).resolve().parents[2] / "deploy" / "run.sh"
+
+
+def _run_sh(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`script` in bash with deploy/run.sh sourced (which only defines its functions then)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
+    return subprocess.run(["bash", "-c", f'. "{RUN_SH}"; {script}'], capture_output=True,
+                          text=True, env={**base, **env}, timeout=30)
+
+
+def test_run_sh_starts_shards_with_standbys() -> None:
+    one = _run_sh('api_layout; echo "${INGEST_PROCS[@]}"')
+    assert one.stdout.split() == ["ingest"]
+    three = _run_sh('api_layout; echo "${INGEST_PROCS[@]}"; VENV=/v; proc_argv ingest-2-standby;'
+                    ' echo "${ARGV[@]}"; proc_argv ingest-3; echo "${ARGV[@]}"',
+                    SDS_INGEST_SHARDS="3", SDS_METRICS_PORT="9108")
+    layout, standby, shard = three.stdout.splitlines()
+    assert layout.split() == ["ingest-1", "ingest-1-standby", "ingest-2", "ingest-2-standby",
+                              "ingest-3", "ingest-3-standby"]
+    assert standby == ("env SDS_INGEST_SHARDS=3 SDS_INGEST_SHARD=2 SDS_METRICS_PORT=9158 "
+                       "/v/bin/python -m ingest")
+    assert shard == "env SDS_INGEST_SHARDS=3 SDS_INGEST_SHARD=3 /v/bin/python -m ingest"
+    no_standby = _run_sh('api_layout; echo "${INGEST_PROCS[@]}"', SDS_INGEST_SHARDS="2",
+                         SDS_INGEST_STANDBY="0")
+    assert no_standby.stdout.split() == ["ingest-1", "ingest-2"]
+    bad = _run_sh("api_layout", SDS_INGEST_SHARDS="17")
+    assert bad.returncode != 0 and "1..16" in bad.stderr
+
+
+@pytest.mark.parametrize("prev,new,targets", [
+    (1, 3, ["0"]), (4, 2, ["3", "4"]), (3, 1, ["1", "2", "3"]), (2, 4, []), (2, 2, [])])
+def test_run_sh_retires_the_sessions_a_new_layout_drops(
+    tmp_path: Path, prev: int, new: int, targets: list[str],
+) -> None:
+    """retire_old_shards runs `python -m ingest --retire` once per dropped session, with the old
+    layout's shard settings, and records the new count."""
+    calls = tmp_path / "calls"
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(
+        f'#!/bin/sh\necho "$SDS_INGEST_SHARDS $SDS_INGEST_SHARD $*" >> {calls}\n')
+    (venv / "python").chmod(0o755)
+    (tmp_path / "ingest-shards").write_text(f"{prev}\n")
+    out = _run_sh(f'STATE={tmp_path}; LOGS={tmp_path}; VENV={tmp_path}/venv; api_layout;'
+                  " retire_old_shards", SDS_INGEST_SHARDS=str(new))
+    assert out.returncode == 0, out.stderr
+    made = calls.read_text().splitlines() if calls.exists() else []
+    assert made == [f"{prev} {k} -m ingest --retire" for k in targets]
+    assert (tmp_path / "ingest-shards").read_text().strip() == str(new)
