@@ -43,21 +43,46 @@ node_env() {
     NODE_ENV+=("HOME=$RMQ_HOME" "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "LANG=C.UTF-8" "LC_ALL=C.UTF-8")
 }
 
+# A RabbitMQ CLI tool against node I, with the cluster's cookie and epmd.
+cli_on() {
+    local i=$1 tool=$2
+    shift 2
+    node_env "$i"
+    (cd "$RMQ_DIR" && runuser -u rabbitmq -- env -i "${NODE_ENV[@]}" \
+        "$RABBIT_BIN/$tool" -n "sds-$i@localhost" -q "$@")
+}
+
 # A RabbitMQ CLI tool (rabbitmqctl, rabbitmq-queues, rabbitmq-diagnostics...) against the first
-# running node, with the cluster's cookie and epmd.
+# running node.
 cli() {
     local tool=$1 i
     shift
     [[ $tool =~ ^rabbitmq(ctl|-queues|-diagnostics|-plugins|-upgrade)$ ]] || die "unknown tool '$tool'"
     for ((i = 0; i < NODES; i++)); do
         if node_running "$i"; then
-            node_env "$i"
-            (cd "$RMQ_DIR" && runuser -u rabbitmq -- env -i "${NODE_ENV[@]}" \
-                "$RABBIT_BIN/$tool" -n "sds-$i@localhost" -q "$@")
+            cli_on "$i" "$tool" "$@"
             return
         fi
     done
     die "no RabbitMQ node is running"
+}
+
+# A fresh node that peer discovery left on its own (it gives up after 10 x 0.5 s; seen once on
+# a loaded machine) is joined to node 0's cluster by hand.
+ensure_joined() {
+    local i=$1 t
+    for ((t = 0; t < 30; t++)); do
+        if cli_on "$i" rabbitmqctl cluster_status --formatter json 2>/dev/null \
+            | grep -q '"running_nodes":\[[^]]*"sds-0@localhost"'; then
+            return
+        fi
+        sleep 1
+    done
+    warn "node sds-$i@localhost did not join the cluster by itself; joining it to sds-0@localhost"
+    cli_on "$i" rabbitmqctl stop_app
+    cli_on "$i" rabbitmqctl reset
+    cli_on "$i" rabbitmqctl join_cluster sds-0@localhost
+    cli_on "$i" rabbitmqctl start_app
 }
 ctl() { cli rabbitmqctl "$@"; }
 
@@ -92,6 +117,8 @@ start_node() {
         return
     fi
     port_open "$port" && die "port $port is taken by another process; set SDS_RABBITMQ_PORT_BASE"
+    local fresh=""
+    [[ -n $(ls -A "$RMQ_DIR/node$i/mnesia" 2>/dev/null) ]] || fresh=1
     node_env "$i"
     rm -f "$(node_pidfile "$i")"
     say "rabbitmq: starting node sds-$i@localhost (MQTT 127.0.0.1:$port)"
@@ -103,7 +130,10 @@ start_node() {
     # cluster's leader is fresh, and does not retry (tests/support/rabbit.py).
     local t
     for ((t = 0; t < 1200; t++)); do
-        if port_open "$port" && node_running "$i"; then return; fi
+        if port_open "$port" && node_running "$i"; then
+            if [[ -n $fresh ]] && ((i > 0)); then ensure_joined "$i"; fi
+            return
+        fi
         sleep 0.1
     done
     log_tail "$log"

@@ -328,3 +328,63 @@ def test_ledger_queue_leader_sigkill(cluster: RabbitCluster, settings: Settings,
     assert ledger["acked"] == N
     assert ledger["missing"] == 0 and ledger["extra"] == 0 and ledger["stored twice"] == 0
     assert quarantined(database_url) == 0
+
+
+def test_ledger_two_nodes_down(cluster: RabbitCluster, settings: Settings,
+                               conn: psycopg.Connection, database_url: str,
+                               figures: Figures) -> None:
+    """Beyond the promise: SIGKILL of two of the three nodes (the queue's followers) during
+    publishing. Without a majority nothing may be acknowledged; the device keeps what it has
+    not got a PUBACK for and resends it once a second node is back (10 s later here). The
+    ledger still closes: 0 acknowledged readings missing, 0 extra."""
+    device = "C3"
+    make_site(conn, device=device)
+    s = cluster_settings(settings, cluster, first=0)
+    run = RunningIngester(s).start()
+    dev: DevicePublisher | None = None
+    killed: list[int] = []
+    outage: list[float] = []
+    try:
+        leader = cluster.queue_leader(queue_of(s))
+        followers = [i for i in range(cluster.size) if i != leader]
+        dev = DevicePublisher(cluster, device, first=leader)
+        n = 1500
+
+        def kill_two() -> None:
+            for index in followers:
+                cluster.kill(index)
+                killed.append(index)
+            outage.append(time.monotonic())
+
+        times = dev.run(n, RATE, during={n // 3: kill_two})
+        time.sleep(max(0.0, outage[0] + 10 - time.monotonic()))
+        outage.append(time.monotonic())
+        cluster.restart_node(followers[0])  # a majority again
+        killed.remove(followers[0])
+        dev.wait_acked(n, timeout=180)
+        wait_for(lambda: dev is not None and dev.acked <= set(stored(database_url, device)),
+                 180, every=0.5, what="every PUBACKed reading stored")
+        rows = stored(database_url, device)
+        # PUBACKs that arrived while one node was left (give in-flight acks 0.5 s to land).
+        during = sum(1 for t in dev.ack_times if outage[0] + 0.5 < t < outage[1])
+        ledger = {"published": len(times), "acked": len(dev.acked),
+                  "missing": len(dev.acked - set(rows)), "extra": len(set(rows) - set(times)),
+                  "stored twice": len(rows) - len(set(rows)),
+                  "acknowledged with one node left": during,
+                  "longest PUBACK pause s": round(dev.longest_gap(), 1)}
+        figures.record("delivery.ledger.cluster_two_nodes_down", ledger, section="delivery",
+                       title=f"RabbitMQ cluster profile: SIGKILL of two of three nodes during a "
+                             f"{n}-message run at {RATE:.0f}/s, one back after 10 s",
+                       target="missing 0, extra 0; nothing acknowledged without a majority",
+                       source=SOURCE)
+        assert ledger["acked"] == n
+        assert ledger["missing"] == 0 and ledger["extra"] == 0
+        assert during == 0
+    finally:
+        if dev is not None:
+            dev.close()
+        run.stop()
+        for index in killed:
+            cluster.restart_node(index)
+        cluster.wait_members(cluster.size)
+        drop_session(s)

@@ -117,6 +117,8 @@ class RabbitCluster:
             for node in self.nodes:
                 self._launch(node)
                 self._await_node(node)
+                if node.index > 0:
+                    self._ensure_joined(node)
             self.wait_members(self.size)
         except BaseException:
             self.cleanup()
@@ -276,6 +278,31 @@ class RabbitCluster:
             time.sleep(0.2)
         raise ServiceError(f"rabbitmq node {node.name}: MQTT port {node.mqtt_port} not open "
                            f"after {START_TIMEOUT}s\n{_tail(node.dir / 'stdout.log')}")
+
+    def _ensure_joined(self, node: RabbitNode) -> None:
+        """Join a freshly booted node to node 0's cluster if peer discovery left it on its own
+        (seen once on a loaded machine: discovery gives up after 10 x 0.5 s and the node boots
+        as a cluster of one; longer retries would delay the first node's boot as much)."""
+        first = self.nodes[0].name
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                status = json.loads(self.ctl("cluster_status", "--formatter", "json",
+                                             node=node.index))
+            except (ServiceError, ValueError):
+                time.sleep(1)
+                continue
+            if first in status.get("running_nodes", []):
+                return
+            if first in status.get("disk_nodes", []):
+                time.sleep(1)  # a member, still syncing
+                continue
+            break
+        self.ctl("stop_app", node=node.index)
+        self.ctl("reset", node=node.index)
+        self.ctl("join_cluster", first, node=node.index)
+        self.ctl("start_app", node=node.index)
+        self._await_node(node)
 
     def _stop_node(self, node: RabbitNode) -> None:
         if node.proc is not None and node.proc.poll() is None:
