@@ -252,8 +252,8 @@ def recompute_range(
     conn.execute(statements.load_partials_range(tuple(t for t in TABLE_ORDER if t in tables)),
                  params)
     conn.execute("RESET enable_sort; RESET enable_mergejoin")
-    # PARTIALS is the module constant naming the temporary table, never input.
-    total = f"SELECT coalesce(sum(n), 0) FROM {statements.PARTIALS}"  # nosec B608
+    total = ("SELECT coalesce(sum(n), 0) FROM "  # nosec B608  a constant table name, not input
+             + statements.PARTIALS)
     row = conn.execute(total).fetchone()
     readings = int(row[0]) if row else 0
     clock.lap("partials")
