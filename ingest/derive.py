@@ -9,13 +9,20 @@ Sea-level pressure reduces station pressure with the hypsometric equation of the
 atmosphere's lapse rate (0.0065 K/m), using the reading's air temperature; without a temperature
 the FAO-56 eq. 7 standard-atmosphere ratio (20 C at the station) is used. Without the location's
 elevation (device not deployed, or elevation unknown) it is left empty rather than guessed.
+
+`calibrated_values` and `health_values` build the values of one stored row: every number rounded
+to its column's precision in its stored unit (`shared.units.stored_decimals`), the derived ones
+computed from the values as sent and rounded once, after. Validation (ingest/payload.py) has
+already checked the values as sent; see docs/decisions.md "rounding at write".
 """
 
 from __future__ import annotations
 
 import math
 
+from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES, Column
 from shared.fao56 import ES_A, ES_B, ES_C, dew_point, pressure_at, sat_vapour_pressure
+from shared.units import stored_decimals
 
 LAPSE_RATE = 0.0065  # K/m, standard atmosphere
 _HYPSOMETRIC_EXP = 5.257  # g / (R_d x lapse rate)
@@ -23,8 +30,34 @@ _HYPSOMETRIC_EXP = 5.257  # g / (R_d x lapse rate)
 
 # FAO-56 eq. 11 and its inverse live in shared/fao56.py (also used by aggregate/et.py).
 saturation_vapour_pressure = sat_vapour_pressure
-__all__ = ["dew_point", "saturation_vapour_pressure", "actual_vapour_pressure", "derive",
-           "derive_row", "sea_level_pressure"]
+__all__ = ["DERIVED", "actual_vapour_pressure", "calibrated_values", "derive", "derive_row",
+           "dew_point", "health_values", "saturation_vapour_pressure", "sea_level_pressure"]
+
+DERIVED = ("tdew", "ea", "vpd", "slp")  # the calibrated columns computed here, in row order
+
+
+def _places(col: Column) -> float | None:
+    """10 ** the column's stored decimals (None for text): values round as round(v * p) / p,
+    the double nearest a number of that many decimals, as the API rounds its conversions
+    (serve/queries.py) and four times faster per row than round(v, n)."""
+    return float(10 ** stored_decimals(col)) if col.is_numeric else None
+
+
+_READING_PLACES = tuple((c.name, _places(c)) for c in READING_INPUTS)
+_DERIVED_PLACES = tuple(_places(TABLES["calibrated"].column(n)) for n in DERIVED)
+_HEALTH_PLACES = tuple((c.name, _places(c)) for c in HEALTH_INPUTS)
+
+
+def _check_bounds_survive_rounding() -> None:
+    # Rounding happens after the range checks: a value in range stays in range after rounding
+    # only when each bound is a number of the stored precision (0..1 for rh, -60..70 for tair).
+    for col in READING_INPUTS + HEALTH_INPUTS:
+        places = _places(col)
+        if col.valid_range is not None and places is not None:
+            assert all(round(b * places) / places == b for b in col.valid_range), col.name
+
+
+_check_bounds_survive_rounding()
 
 
 def actual_vapour_pressure(tair: float, rh: float) -> float:
@@ -64,3 +97,28 @@ def derive(values: dict[str, float | str | None], elev: float | None) -> dict[st
 
     tdew, ea, vpd, slp = derive_row(number("tair"), number("rh"), number("p"), elev)
     return {"tdew": tdew, "ea": ea, "vpd": vpd, "slp": slp}
+
+
+def calibrated_values(
+    values: dict[str, float | str | None], elev: float | None,
+) -> tuple[float | None, ...]:
+    """The stored values of one reading: its input fields (registry order), then `DERIVED`,
+    each rounded to its column's stored decimals. The derived values are computed from the
+    values as sent, not from their rounded forms, so each is rounded once."""
+    get = values.get
+    # Every reading input is a number (payload.py made ints floats); hot path, so inlined.
+    row: list[float | None] = [
+        None if (v := get(name)) is None else round(v * p) / p  # type: ignore[operator]
+        for name, p in _READING_PLACES]
+    for v, p in zip(derive_row(get("tair"), get("rh"), get("p"), elev),  # type: ignore[arg-type]
+                    _DERIVED_PLACES, strict=True):
+        row.append(None if v is None else round(v * p) / p)  # type: ignore[operator]
+    return tuple(row)
+
+
+def health_values(values: dict[str, float | str | None]) -> tuple[float | str | None, ...]:
+    """The stored values of one health report (registry order), numbers rounded to their
+    column's stored decimals, text as sent."""
+    get = values.get
+    return tuple(v if p is None or v is None or type(v) is str else round(v * p) / p
+                 for v, p in ((get(name), p) for name, p in _HEALTH_PLACES))

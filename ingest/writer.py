@@ -29,7 +29,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from ingest.derive import derive_row
+from ingest.derive import DERIVED, calibrated_values, health_values
 from ingest.payload import SUMMARISED, Decoded, Reading, Rejection
 from ingest.topics import READINGS
 from shared import dirty
@@ -46,9 +46,7 @@ DB_REJECTED = "db_rejected"
 UNREGISTERED = "(unregistered)"
 
 STAGE = "ingest_stage"
-_DERIVED = ("tdew", "ea", "vpd", "slp")
-_INPUT_NAMES = tuple(c.name for c in READING_INPUTS)
-_CAL_COLUMNS = ("time", "device", "location") + tuple(c.name for c in READING_INPUTS) + _DERIVED
+_CAL_COLUMNS = ("time", "device", "location") + tuple(c.name for c in READING_INPUTS) + DERIVED
 _HEALTH_COLUMNS = ("time", "device", "location") + tuple(c.name for c in HEALTH_INPUTS)
 assert set(_CAL_COLUMNS) == set(TABLES["calibrated"].column_names)
 STAGE_COLUMNS = _CAL_COLUMNS
@@ -289,11 +287,9 @@ def _write_readings(
         # Readings of one message mostly share a deployment: check the last one first.
         if dep is None or t < dep.start or (dep.end is not None and t >= dep.end):
             dep = _deployment_at(deps, t)
-        values = reading.values
-        get = values.get
-        staged[key] = (t, device, dep.location if dep else None, *map(get, _INPUT_NAMES),
-                       *derive_row(get("tair"), get("rh"), get("p"),  # type: ignore[arg-type]
-                                   dep.elev if dep else None))
+        # Rounded to each column's precision here, after validation saw the values as sent.
+        staged[key] = (t, device, dep.location if dep else None,
+                       *calibrated_values(reading.values, dep.elev if dep else None))
     with conn.cursor() as cur:
         stage_rows(cur, staged.values())
         cur.execute(_INSERT_FROM_STAGE)
@@ -336,7 +332,7 @@ def _write_health(
             continue
         dep = _deployment_at(deployments.get(device, []), report.time)
         rows[key] = (report.time, device, dep.location if dep else None,
-                     *(report.values.get(c.name) for c in HEALTH_INPUTS))
+                     *health_values(report.values))
     cols = sql.SQL(", ").join(map(sql.Identifier, _HEALTH_COLUMNS))
     types = ["timestamptz", "text", "uuid"] + [c.dtype for c in HEALTH_INPUTS]
     arrays = sql.SQL(", ").join(
@@ -351,6 +347,9 @@ def _write_health(
         if device not in newest or newest[device].time < report.time:
             newest[device] = report
     names = sorted(newest)
+    # The device keeps the newest report's values as stored (rounded), not as sent.
+    latest = {n: dict(zip(_HEALTH_COLUMNS[3:], health_values(newest[n].values), strict=True))
+              for n in names}
     conn.execute(
         "UPDATE devices d SET batt_pct = coalesce(v.batt_pct, d.batt_pct),"
         " batt_volt = coalesce(v.batt_volt, d.batt_volt),"
@@ -361,8 +360,7 @@ def _write_health(
         " WHERE d.name = v.name AND NOT EXISTS ("
         "   SELECT 1 FROM health h WHERE h.device = v.name AND h.time > v.time)",
         (names, [newest[n].time for n in names],
-         *([newest[n].values.get(f) for n in names] for f in ("batt_pct", "batt_volt", "rssi")),
-         [newest[n].values.get("fw") for n in names]),
+         *([latest[n][f] for n in names] for f in ("batt_pct", "batt_volt", "rssi", "fw"))),
     )
     return stored
 
