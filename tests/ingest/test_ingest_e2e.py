@@ -13,7 +13,9 @@ from ingest import derive
 from ingest.client import Ingester
 from ingest.committer import Delivery
 from shared import accounts
+from shared.columns import TABLES
 from shared.config import Settings
+from shared.units import stored_decimals
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     ELEV,
@@ -49,9 +51,11 @@ def test_reading_stored_with_derived_values(
                        " slp, swdw FROM calibrated").fetchone()
     assert row[0] == t and row[1] == site.location
     assert row[2:7] == pytest.approx((25.0, 0.6, 97.0, 3.5, 0.2))
+    # Derived from the values as sent, stored rounded to each column's precision.
     expected = derive.derive({"tair": 25.0, "rh": 0.6, "p": 97.0}, ELEV)
     assert row[7:11] == pytest.approx(
-        (expected["tdew"], expected["ea"], expected["vpd"], expected["slp"]), rel=1e-5)
+        [round(v, stored_decimals(TABLES["calibrated"].column(n)))  # type: ignore[arg-type]
+         for n, v in expected.items()], rel=1e-6)
     assert row[10] > 97.0 and row[11] is None
     state, last_post, last_seen = conn.execute(
         "SELECT state, last_post, last_seen FROM devices WHERE name = 'A1'").fetchone()
