@@ -19,6 +19,8 @@ already checked the values as sent; see docs/decisions.md "rounding at write".
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import cast
 
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES, Column
 from shared.fao56 import ES_A, ES_B, ES_C, dew_point, pressure_at, sat_vapour_pressure
@@ -36,25 +38,27 @@ __all__ = ["DERIVED", "actual_vapour_pressure", "calibrated_values", "derive", "
 DERIVED = ("tdew", "ea", "vpd", "slp")  # the calibrated columns computed here, in row order
 
 
-def _places(col: Column) -> float | None:
-    """10 ** the column's stored decimals (None for text): values round as round(v * p) / p,
-    the double nearest a number of that many decimals, as the API rounds its conversions
+def _power(col: Column) -> float:
+    """10 ** the column's stored decimals: values round as round(v * p) / p, the double
+    nearest a number of that many decimals, as the API rounds its conversions
     (serve/queries.py) and four times faster per row than round(v, n)."""
-    return float(10 ** stored_decimals(col)) if col.is_numeric else None
+    return float(10 ** stored_decimals(col))
 
 
-_READING_PLACES = tuple((c.name, _places(c)) for c in READING_INPUTS)
-_DERIVED_PLACES = tuple(_places(TABLES["calibrated"].column(n)) for n in DERIVED)
-_HEALTH_PLACES = tuple((c.name, _places(c)) for c in HEALTH_INPUTS)
+# Every reading input is a number (the row is all numbers); health carries text (fw) too.
+assert all(c.is_numeric for c in READING_INPUTS)
+_READING_PLACES = tuple((c.name, _power(c)) for c in READING_INPUTS)
+_DERIVED_PLACES = tuple(_power(TABLES["calibrated"].column(n)) for n in DERIVED)
+_HEALTH_PLACES = tuple((c.name, _power(c) if c.is_numeric else None) for c in HEALTH_INPUTS)
 
 
 def _check_bounds_survive_rounding() -> None:
     # Rounding happens after the range checks: a value in range stays in range after rounding
     # only when each bound is a number of the stored precision (0..1 for rh, -60..70 for tair).
     for col in READING_INPUTS + HEALTH_INPUTS:
-        places = _places(col)
-        if col.valid_range is not None and places is not None:
-            assert all(round(b * places) / places == b for b in col.valid_range), col.name
+        if col.valid_range is not None and col.is_numeric:
+            p = _power(col)
+            assert all(round(b * p) / p == b for b in col.valid_range), col.name
 
 
 _check_bounds_survive_rounding()
@@ -105,20 +109,20 @@ def calibrated_values(
     """The stored values of one reading: its input fields (registry order), then `DERIVED`,
     each rounded to its column's stored decimals. The derived values are computed from the
     values as sent, not from their rounded forms, so each is rounded once."""
-    get = values.get
     # Every reading input is a number (payload.py made ints floats); hot path, so inlined.
-    row: list[float | None] = [
-        None if (v := get(name)) is None else round(v * p) / p  # type: ignore[operator]
-        for name, p in _READING_PLACES]
-    for v, p in zip(derive_row(get("tair"), get("rh"), get("p"), elev),  # type: ignore[arg-type]
-                    _DERIVED_PLACES, strict=True):
-        row.append(None if v is None else round(v * p) / p)  # type: ignore[operator]
+    get = cast("Callable[[str], float | None]", values.get)
+    row = [None if (v := get(name)) is None else round(v * p) / p for name, p in _READING_PLACES]
+    for v, p in zip(derive_row(get("tair"), get("rh"), get("p"), elev), _DERIVED_PLACES,
+                    strict=True):
+        row.append(None if v is None else round(v * p) / p)
     return tuple(row)
 
 
 def health_values(values: dict[str, float | str | None]) -> tuple[float | str | None, ...]:
     """The stored values of one health report (registry order), numbers rounded to their
     column's stored decimals, text as sent."""
-    get = values.get
-    return tuple(v if p is None or v is None or type(v) is str else round(v * p) / p
-                 for v, p in ((get(name), p) for name, p in _HEALTH_PLACES))
+    out: list[float | str | None] = []
+    for name, p in _HEALTH_PLACES:
+        v = values.get(name)
+        out.append(round(v * p) / p if p is not None and isinstance(v, float) else v)
+    return tuple(out)

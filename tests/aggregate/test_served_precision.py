@@ -14,9 +14,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import pytest
-
 import psycopg
+import pytest
 
 from ingest import writer
 from ingest.handler import handle
