@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
@@ -52,12 +52,6 @@ class Bucket:
     def slots(self) -> int:
         """5-minute slots in the bucket (12 per hour; 276/288/294/300 per local day)."""
         return slots(self.start, self.end)
-
-
-def bucket_of(table: str, t: datetime, tz: str | tzinfo | None) -> tuple[datetime, datetime]:
-    """The `[start, end)` of the `table` bucket containing instant `t` (zone for local tables):
-    shared.timeutil.bucket_of, with a zone name accepted."""
-    return timeutil.bucket_of(table, t, zone(tz) if isinstance(tz, str) else tz)
 
 
 def claim_marks(conn: psycopg.Connection, *, table: str, limit: int) -> list[tuple[str, datetime]]:

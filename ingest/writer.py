@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
+from zoneinfo import ZoneInfo
 
 import psycopg
 from psycopg import sql
@@ -123,7 +124,7 @@ class _Deployment:
     start: datetime
     end: datetime | None
     location: UUID
-    tz_name: str
+    tz: ZoneInfo  # made once per batch from the location's name (shared.timeutil.zone)
     elev: float | None
 
 
@@ -249,7 +250,7 @@ def _deployments(
     ).fetchall()
     out: dict[str, list[_Deployment]] = defaultdict(list)
     for dev_id, start, end, loc, tz_name, elev in rows:
-        out[by_id[dev_id]].append(_Deployment(start, end, loc, tz_name, elev))
+        out[by_id[dev_id]].append(_Deployment(start, end, loc, zone(tz_name), elev))
     return out
 
 
@@ -306,14 +307,14 @@ def _marks(quarters: dict[str, set[datetime]],
     quarter = timedelta(minutes=15)
     for device, qs in quarters.items():
         deps = deployments.get(device, [])
-        by_tz: dict[str | None, list[datetime]] = defaultdict(list)
+        by_tz: dict[ZoneInfo | None, list[datetime]] = defaultdict(list)
         for q in qs:
-            hits: list[str | None] = [d.tz_name for d in deps if d.start < q + quarter and (
+            hits: list[ZoneInfo | None] = [d.tz for d in deps if d.start < q + quarter and (
                 d.end is None or q < d.end)]
-            for tz_name in hits or [None]:
-                by_tz[tz_name].append(q)
-        for tz_name, ts in by_tz.items():
-            marks |= dirty.bucket_marks(device, ts, zone(tz_name) if tz_name else None)
+            for tz in hits or [None]:
+                by_tz[tz].append(q)
+        for tz, ts in by_tz.items():
+            marks |= dirty.bucket_marks(device, ts, tz)
     return marks
 
 

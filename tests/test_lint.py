@@ -8,8 +8,9 @@
 - no block of 10 or more copied lines in production code (pylint's duplicate-code check);
 - tests and benchmarks import helpers from tests/support, never from a test module or a
   conftest;
-- production code connects only through shared.db.connect and takes advisory locks only
-  through shared.locks.
+- production code connects only through shared.db.connect, takes advisory locks only
+  through shared.locks, and makes a time zone from its name only in shared.timeutil (`zone`,
+  cached, BadParameter for unknown names); from there zones travel as zones.
 
 Each runs alone too, e.g. `.venv/bin/python -m pytest tests/test_lint.py -k mypy`, or the tool
 itself from the repository root: `.venv/bin/mypy`, `.venv/bin/lint-imports`,
@@ -118,17 +119,18 @@ def test_tests_and_benchmarks_import_no_test_module(folder: str) -> None:
                      "there if it is not yet):\n" + "\n".join(bad))
 
 
-# ---- one home for connections and locks --------------------------------------------------------
+# ---- one home for connections, locks and zones --------------------------------------------------
 
 ONE_HOME = {
     "psycopg.connect(": "shared/db.py",  # every process connects through shared.db.connect
     "pg_try_advisory_lock(": "shared/locks.py",  # every leader lock is a shared.locks name
     "pg_advisory_lock(": "shared/locks.py",
     "pg_advisory_unlock(": "shared/locks.py",
+    "ZoneInfo(": "shared/timeutil.py",  # a zone is made from its name by timeutil.zone only
 }
 
 
-def test_connections_and_advisory_locks_have_one_home() -> None:
+def test_connections_locks_and_zones_have_one_home() -> None:
     files = [f for package in PRODUCTION for f in sorted((ROOT / package).rglob("*.py"))]
     assert len(files) > 20
     bad = [f"{f.relative_to(ROOT)}: {needle} (belongs in {home})"

@@ -12,7 +12,7 @@ import pytest
 
 from aggregate import jobs, rollups
 from shared import dirty
-from shared.timeutil import zone
+from shared.timeutil import bucket_of, zone
 from tests.support.rollups import fetch, insert_readings, make_location, run_all, series
 
 END = datetime(2024, 7, 20, 12, 0, tzinfo=UTC)  # "now" of these scenarios
@@ -53,7 +53,7 @@ def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta, figure
     run_all(db)
     db.commit()
     before = _stamp(db)
-    buckets = {t: rollups.bucket_of(t, missing, "America/Chicago") for t in TABLES}
+    buckets = {t: bucket_of(t, missing, zone("America/Chicago")) for t in TABLES}
     old = {t: fetch(db, f"SELECT sample_pct FROM {t} WHERE time = %s", buckets[t][0])[0]
            for t in TABLES}
 
