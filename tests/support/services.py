@@ -147,6 +147,49 @@ class _Server(ABC):
         self.cleanup()
 
 
+class _ProcessServer(_Server):
+    """A server run in the foreground as one Popen handle on one port (mosquitto, gunicorn,
+    nginx): the handle and port bookkeeping they share."""
+
+    _port: int | None
+    _proc: subprocess.Popen[bytes] | None
+
+    def is_running(self) -> bool:
+        """Whether the (master) process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError(f"{type(self).__name__} not started")
+        return self._port
+
+    @property
+    def pid(self) -> int:
+        return self._require_proc().pid
+
+    def _require_proc(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            raise ServiceError(f"{type(self).__name__} not started")
+        return self._proc
+
+
+class _PreforkServer(_ProcessServer):
+    """A master with worker processes (gunicorn, nginx)."""
+
+    def kill(self) -> None:
+        """SIGKILL the master and its workers (a crash: in-flight connections are reset)."""
+        if self._proc is not None and self._proc.poll() is None:
+            workers = _children(self._proc.pid)
+            self._proc.kill()
+            for pid in workers:
+                try:
+                    os.kill(pid, _signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self._proc.wait(timeout=STOP_TIMEOUT)
+
+
 class PostgresServer(_Server):
     """A throwaway PostgreSQL 15 cluster with TimescaleDB preloaded, trust auth, loopback only."""
 
@@ -427,7 +470,7 @@ def conf_settings(text: str) -> dict[str, str]:
     return settings
 
 
-class MosquittoBroker(_Server):
+class MosquittoBroker(_ProcessServer):
     """A mosquitto broker on a free 127.0.0.1 port, started in the foreground with a Popen handle.
 
     Faults go to this broker's pid only: signal(SIGSTOP), kill() (SIGKILL: loses what was queued
@@ -538,10 +581,6 @@ class MosquittoBroker(_Server):
         self.stop()
         self._launch()
 
-    def is_running(self) -> bool:
-        """Whether the broker process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
     def log_text(self) -> str:
         """The broker's log file plus anything it wrote to stderr."""
         parts = [
@@ -549,21 +588,7 @@ class MosquittoBroker(_Server):
         ]
         return "\n".join(parts)
 
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise ServiceError("MosquittoBroker not started")
-        return self._port
-
-    @property
-    def pid(self) -> int:
-        return self._require_proc().pid
-
     # -- internals ------------------------------------------------------------------------------
-    def _require_proc(self) -> subprocess.Popen[bytes]:
-        if self._proc is None:
-            raise ServiceError("MosquittoBroker not started")
-        return self._proc
 
     def _launch(self) -> None:
         # Readiness comes from the log ("... running" after the listener opened), read from where
@@ -614,7 +639,7 @@ def render_nginx_conf(directory: Path, listen: str, upstreams: list[str]) -> str
             .replace("@LISTEN@", listen).replace("@UPSTREAMS@", servers))
 
 
-class GunicornServer(_Server):
+class GunicornServer(_PreforkServer):
     """The API as deployed (gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app) on a free port.
 
     `env` adds SDS_* settings (SDS_DATABASE_URL at least); the access log goes to base_dir.
@@ -666,39 +691,9 @@ class GunicornServer(_Server):
                 proc.kill()
                 proc.wait(timeout=STOP_TIMEOUT)
 
-    def kill(self) -> None:
-        """SIGKILL the master and its workers (a crash: in-flight connections are reset)."""
-        if self._proc is not None and self._proc.poll() is None:
-            workers = _children(self._proc.pid)
-            self._proc.kill()
-            for pid in workers:
-                try:
-                    os.kill(pid, _signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self._proc.wait(timeout=STOP_TIMEOUT)
-
-    def is_running(self) -> bool:
-        """Whether the master is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise ServiceError("GunicornServer not started")
-        return self._port
-
-    @property
-    def pid(self) -> int:
-        return self._require_proc().pid
-
-    def _require_proc(self) -> subprocess.Popen[bytes]:
-        if self._proc is None:
-            raise ServiceError("GunicornServer not started")
-        return self._proc
 
 
-class NginxEdge(_Server):
+class NginxEdge(_PreforkServer):
     """The shipped edge (deploy/nginx/nginx.conf) on a free port in front of given upstreams,
     in the foreground with its own directory for config, pid, logs and temp files."""
 
@@ -744,32 +739,6 @@ class NginxEdge(_Server):
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def kill(self) -> None:
-        """SIGKILL the master; its workers exit when they notice (they watch the master)."""
-        if self._proc is not None and self._proc.poll() is None:
-            workers = _children(self._proc.pid)
-            self._proc.kill()
-            for pid in workers:
-                try:
-                    os.kill(pid, _signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            self._proc.wait(timeout=STOP_TIMEOUT)
-
-    def is_running(self) -> bool:
-        """Whether the master is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise ServiceError("NginxEdge not started")
-        return self._port
-
-    def _require_proc(self) -> subprocess.Popen[bytes]:
-        if self._proc is None:
-            raise ServiceError("NginxEdge not started")
-        return self._proc
 
 
 def _children(pid: int) -> list[int]:
