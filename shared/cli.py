@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from importlib.metadata import entry_points
@@ -336,6 +337,22 @@ _PASSWD_HELP = "mosquitto password file of the broker (deploy layout: .state/mos
 _PID_HELP = "Broker pid file (default: mosquitto.pid beside the password file)."
 
 
+def _broker_account_options(command: Callable[..., None]) -> Callable[..., None]:
+    """The options naming where a device's broker account lives (mosquitto password file or
+    RabbitMQ definitions) and which broker to reload: one definition for add and
+    rotate-password."""
+    for option in reversed((
+        click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
+                     help=_PASSWD_HELP),
+        click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
+                     help=_RABBIT_HELP),
+        click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
+                     help=_PID_HELP),
+    )):
+        command = option(command)
+    return command
+
+
 @device.command("add")
 @click.argument("name")
 @click.option("--org", "org_name", required=True, help="Organisation name or id.")
@@ -343,12 +360,7 @@ _PID_HELP = "Broker pid file (default: mosquitto.pid beside the password file)."
 @click.option("--from", "start", required=True, help=_FROM_HELP)
 @click.option("--type", "dev_type", default=None)
 @click.option("--model", default=None)
-@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
-              help=_PASSWD_HELP)
-@click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
-              help=_RABBIT_HELP)
-@click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
-              help=_PID_HELP)
+@_broker_account_options
 @pass_ctx
 def device_add(obj: _Context, name: str, org_name: str, loc: str, start: str,
                dev_type: str | None, model: str | None, mqtt_passwd_file: Path | None,
@@ -507,12 +519,7 @@ def device_retire(obj: _Context, name: str, at: str, mqtt_passwd_file: Path | No
 
 @device.command("rotate-password")
 @click.argument("name")
-@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
-              help=_PASSWD_HELP)
-@click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
-              help=_RABBIT_HELP)
-@click.option("--broker-pid-file", type=click.Path(path_type=Path), default=None,
-              help=_PID_HELP)
+@_broker_account_options
 @pass_ctx
 def device_rotate_password(obj: _Context, name: str, mqtt_passwd_file: Path | None,
                            rabbitmq_definitions: Path | None,
