@@ -24,7 +24,7 @@ from tests.support.ingesting import wait_for
 pytestmark = pytest.mark.chaos
 
 ROOT = Path(__file__).resolve().parents[2]
-INTERVAL = 2  # seconds between runs of each job
+INTERVAL = 4  # seconds between runs of each job (room for resumed runs to start when busy)
 PAUSE_TICKS = 3  # intervals the process stays frozen (at least)
 JOBS = ("hourly", "local_hourly", "daily")
 
