@@ -191,6 +191,10 @@ def deploy_device(
                 "INSERT INTO deployments (device_id, location_id, during)"
                 " VALUES (%s, %s, %s) RETURNING id",
                 (dev[0], location, Range(start, end, "[)"))).fetchone()
+            # FOR UPDATE conflicts with the FOR KEY SHARE an ingest batch holds on the row
+            # (ingest/writer.py): the relabelling below waits for such a batch and sees its
+            # rows, and a batch that starts later waits for this one and sees the deployment.
+            conn.execute("SELECT 1 FROM devices WHERE id = %s FOR UPDATE", (dev[0],))
             conn.execute(
                 "UPDATE devices SET last_deploy = greatest(last_deploy, %s) WHERE id = %s",
                 (start, dev[0]))

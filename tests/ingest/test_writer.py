@@ -4,13 +4,16 @@ caller's transaction, without a broker or an ingester around it."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 
 from ingest import writer
 from ingest.handler import handle
-from tests.support.ingesting import Site, iso, make_site, now_slot
+from shared import accounts
+from tests.support.ingesting import Site, iso, make_site, now_slot, wait_for
 
 
 def _readings(device: str, *times: datetime, tair: float = 20.5) -> writer.Message:
@@ -92,3 +95,124 @@ def test_an_undeployed_device_stores_readings_without_a_location(
     assert result.stored == 1
     assert conn.execute("SELECT location FROM calibrated WHERE device = 'U1'").fetchone() == (
         None,)
+
+
+def _waiting_query(conn: psycopg.Connection, pid: int) -> str | None:
+    """The statement backend `pid` is running while it waits for a lock, else None."""
+    row = conn.execute("SELECT query FROM pg_stat_activity WHERE pid = %s"
+                       " AND wait_event_type = 'Lock'", (pid,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # reported by the test's assertion
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def test_concurrent_batches_of_one_device_wait_only_at_the_end(
+        conn: psycopg.Connection, database_url: str) -> None:
+    """Two batches of the same device (two shards): the second writes its readings while the
+    first is still open and waits only at its closing statements (marks, device row)."""
+    make_site(conn)
+    writer.prepare(conn)
+    # An earlier reading, committed: its chunk exists (creating a chunk is a lock of its own,
+    # taken once per chunk interval, not per batch).
+    writer.write_batch(conn, [_readings("A1", now_slot(65))])
+    conn.commit()
+    first = _readings("A1", now_slot(60), now_slot(55))
+    second = _readings("A1", now_slot(50), now_slot(45))
+    with psycopg.connect(database_url) as other, psycopg.connect(database_url,
+                                                                autocommit=True) as watch:
+        writer.prepare(other)
+        writer.write_batch(conn, [first])  # open, uncommitted
+
+        def second_batch() -> None:
+            writer.write_batch(other, [second])
+            other.commit()
+
+        thread, errors = _in_thread(second_batch)
+        try:
+            pid = other.info.backend_pid
+            wait_for(lambda: _waiting_query(watch, pid), 10, what="the second batch to wait")
+            waiting = _waiting_query(watch, pid) or ""
+            assert "rollup_dirty" in waiting or "UPDATE devices" in waiting, waiting
+            # Its readings went in before it waited: it holds calibrated's insert lock.
+            assert _count(watch, "SELECT count(*) FROM pg_locks WHERE pid = %s AND granted"
+                          " AND mode = 'RowExclusiveLock' AND relation = 'calibrated'::regclass",
+                          pid) == 1
+        finally:
+            conn.commit()
+            thread.join(10)
+        assert not thread.is_alive() and not errors, errors
+    assert _count(conn, "SELECT count(*) FROM calibrated WHERE device = 'A1'") == 5
+
+
+def test_a_deployment_change_waits_for_an_open_batch_and_relabels_its_rows(
+        conn: psycopg.Connection, database_url: str) -> None:
+    """A batch holds its device row (KEY SHARE) until it commits: a move of the device
+    (deploy_device, FOR UPDATE) waits for it and then relabels the batch's readings."""
+    site = make_site(conn)
+    t = now_slot(30)
+    writer.prepare(conn)
+    writer.write_batch(conn, [_readings("A1", t)])  # labelled with the old location, open
+    with psycopg.connect(database_url) as mover, psycopg.connect(database_url,
+                                                                autocommit=True) as watch:
+        new_loc = accounts.create_location(mover, org=site.org, loc=accounts.LocationInput(
+            name="moved", tz_name="Asia/Kolkata", lat=28.6, lon=77.2, elev=216.0))
+        mover.commit()
+
+        def move() -> None:
+            accounts.deploy_device(mover, device="A1", location=new_loc, start=t)
+            mover.commit()
+
+        thread, errors = _in_thread(move)
+        try:
+            pid = mover.info.backend_pid
+            wait_for(lambda: _waiting_query(watch, pid), 10, what="the move to wait")
+            assert "FOR UPDATE" in (_waiting_query(watch, pid) or "")
+        finally:
+            conn.commit()
+            thread.join(10)
+        assert not thread.is_alive() and not errors, errors
+    assert conn.execute("SELECT location FROM calibrated WHERE device = 'A1'").fetchone() == (
+        new_loc,)
+
+
+def test_a_batch_after_an_open_deployment_change_sees_the_new_location(
+        conn: psycopg.Connection, database_url: str) -> None:
+    """The other order: a move holds the device row until it commits; a batch that starts
+    meanwhile waits at its KEY SHARE and labels its readings with the new location."""
+    site = make_site(conn)
+    t = now_slot(30)
+    new_loc = accounts.create_location(conn, org=site.org, loc=accounts.LocationInput(
+        name="moved", tz_name="Asia/Kolkata", lat=28.6, lon=77.2, elev=216.0))
+    conn.commit()
+    accounts.deploy_device(conn, device="A1", location=new_loc, start=t - timedelta(hours=1))
+    with psycopg.connect(database_url) as ingest, psycopg.connect(database_url,
+                                                                 autocommit=True) as watch:
+        writer.prepare(ingest)
+
+        def batch() -> None:
+            writer.write_batch(ingest, [_readings("A1", t)])
+            ingest.commit()
+
+        thread, errors = _in_thread(batch)
+        try:
+            pid = ingest.info.backend_pid
+            wait_for(lambda: _waiting_query(watch, pid), 10, what="the batch to wait")
+            assert "FOR KEY SHARE" in (_waiting_query(watch, pid) or "")
+        finally:
+            conn.commit()
+            thread.join(10)
+        assert not thread.is_alive() and not errors, errors
+    assert conn.execute("SELECT location FROM calibrated WHERE device = 'A1'").fetchone() == (
+        new_loc,)
