@@ -24,7 +24,7 @@ from functools import cache
 from psycopg import sql
 
 from shared.columns import TABLES, Column, Rollup
-from shared.units import stored_decimals
+from shared.units import stored_rounding
 
 _BOOKKEEPING = frozenset({Rollup.CREATE_TIME, Rollup.UPDATE_TIME})
 _KEYS = ("time", "device", "location")
@@ -329,8 +329,7 @@ def _rounded(expr: sql.Composable, col: Column) -> sql.Composable:
     (float8 round: half to even, as the API's conversion rounds)."""
     if not col.is_numeric:
         return expr
-    power = sql.Literal(float(10 ** stored_decimals(col)))
-    rounded = sql.SQL("(round({} * {}) / {})").format(expr, power, power)
+    rounded = stored_rounding(expr, col)
     if col.rollup is Rollup.CIRCULAR_MEAN:
         return sql.SQL("mod({}::numeric, 360)::float8").format(rounded)
     return rounded

@@ -10,10 +10,11 @@ atmosphere's lapse rate (0.0065 K/m), using the reading's air temperature; witho
 the FAO-56 eq. 7 standard-atmosphere ratio (20 C at the station) is used. Without the location's
 elevation (device not deployed, or elevation unknown) it is left empty rather than guessed.
 
-`calibrated_values` and `health_values` build the values of one stored row: every number rounded
-to its column's precision in its stored unit (`shared.units.stored_decimals`), the derived ones
-computed from the values as sent and rounded once, after. Validation (ingest/payload.py) has
-already checked the values as sent; see docs/decisions.md "rounding at write".
+`calibrated_inputs` builds the values of one `calibrated` row as sent plus the derived ones
+computed from them; the writer's insert from its staging table rounds each to its column's
+stored decimals (`shared.units.stored_rounding`, in the database: a tenth of the cost of doing
+it here, per reading). `health_values` builds a `health` row rounded here (few rows). Validation
+(ingest/payload.py) has already checked the values as sent; see docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import math
 from collections.abc import Callable
 from typing import cast
 
-from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES, Column
+from shared.columns import HEALTH_INPUTS, READING_INPUTS, Column
 from shared.fao56 import ES_A, ES_B, ES_C, dew_point, pressure_at, sat_vapour_pressure
 from shared.units import stored_decimals
 
@@ -32,7 +33,7 @@ _HYPSOMETRIC_EXP = 5.257  # g / (R_d x lapse rate)
 
 # FAO-56 eq. 11 and its inverse live in shared/fao56.py (also used by aggregate/et.py).
 saturation_vapour_pressure = sat_vapour_pressure
-__all__ = ["DERIVED", "actual_vapour_pressure", "calibrated_values", "derive", "derive_row",
+__all__ = ["DERIVED", "actual_vapour_pressure", "calibrated_inputs", "derive", "derive_row",
            "dew_point", "health_values", "saturation_vapour_pressure", "sea_level_pressure"]
 
 DERIVED = ("tdew", "ea", "vpd", "slp")  # the calibrated columns computed here, in row order
@@ -47,8 +48,7 @@ def _power(col: Column) -> float:
 
 # Every reading input is a number (the row is all numbers); health carries text (fw) too.
 assert all(c.is_numeric for c in READING_INPUTS)
-_READING_PLACES = tuple((c.name, _power(c)) for c in READING_INPUTS)
-_DERIVED_PLACES = tuple(_power(TABLES["calibrated"].column(n)) for n in DERIVED)
+_READING_NAMES = tuple(c.name for c in READING_INPUTS)
 _HEALTH_PLACES = tuple((c.name, _power(c) if c.is_numeric else None) for c in HEALTH_INPUTS)
 
 
@@ -103,19 +103,14 @@ def derive(values: dict[str, float | str | None], elev: float | None) -> dict[st
     return {"tdew": tdew, "ea": ea, "vpd": vpd, "slp": slp}
 
 
-def calibrated_values(
+def calibrated_inputs(
     values: dict[str, float | str | None], elev: float | None,
 ) -> tuple[float | None, ...]:
-    """The stored values of one reading: its input fields (registry order), then `DERIVED`,
-    each rounded to its column's stored decimals. The derived values are computed from the
-    values as sent, not from their rounded forms, so each is rounded once."""
+    """One reading's input fields (registry order), then `DERIVED` computed from them, all as
+    sent: unrounded (the writer's insert rounds each once, to its column's stored decimals)."""
     # Every reading input is a number (payload.py made ints floats); hot path, so inlined.
     get = cast("Callable[[str], float | None]", values.get)
-    row = [None if (v := get(name)) is None else round(v * p) / p for name, p in _READING_PLACES]
-    for v, p in zip(derive_row(get("tair"), get("rh"), get("p"), elev), _DERIVED_PLACES,
-                    strict=True):
-        row.append(None if v is None else round(v * p) / p)
-    return tuple(row)
+    return (*map(get, _READING_NAMES), *derive_row(get("tair"), get("rh"), get("p"), elev))
 
 
 def health_values(values: dict[str, float | str | None]) -> tuple[float | str | None, ...]:

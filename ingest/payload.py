@@ -298,7 +298,18 @@ def _may_repeat_keys(payload: bytes, value: dict[str, Any] | list[Any]) -> bool:
     Every key in the bytes matches `_KEY_TOKEN` once (escaped quotes in strings may add
     matches); the parsed value holds one key per distinct key. Equal counts: nothing repeated.
     """
-    return len(_KEY_TOKEN.findall(payload)) != _count_keys(payload, value)
+    return _key_tokens(payload) != _count_keys(payload, value)
+
+
+def _key_tokens(payload: bytes) -> int:
+    """How many times `_KEY_TOKEN` matches `payload`.
+
+    Without a blank before any colon (what every JSON encoder writes) each match is the two
+    bytes `":`, which `bytes.count` finds in a tenth of the regular expression's time (most of
+    that is building the list of matches: thousands per catch-up message)."""
+    if b" :" in payload or b"\n:" in payload or b"\t:" in payload or b"\r:" in payload:
+        return len(_KEY_TOKEN.findall(payload))
+    return payload.count(b'":')
 
 
 def _count_keys(payload: bytes, value: dict[str, Any] | list[Any]) -> int:

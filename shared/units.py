@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from psycopg import sql
+
 from shared.columns import Column, Measure
 from shared.errors import BadParameter
 
@@ -106,3 +108,14 @@ def convert(value: float | None, col: Column, unit: Unit) -> float | None:
         return None
     scale, offset = factors(col, unit)
     return round(value * scale + offset, decimals(col, unit))
+
+
+def stored_rounding(expr: sql.Composable, col: Column) -> sql.Composable:
+    """SQL rounding the float8 `expr` to `col`'s stored decimals: `round(v * 10^n) / 10^n`,
+    half to even (float8 round), the formula the API rounds its conversions with. Rollups
+    (aggregate.statements) and readings (the ingester's insert from its staging table) are
+    rounded by this one expression when written; text columns pass through."""
+    if not col.is_numeric:
+        return expr
+    power = sql.Literal(float(10 ** stored_decimals(col)))
+    return sql.SQL("(round({} * {}) / {})").format(expr, power, power)

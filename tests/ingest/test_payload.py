@@ -232,3 +232,21 @@ def test_docs_field_table_matches_registry() -> None:
         if col.valid_range:
             lo, hi = col.valid_range
             assert f"{lo:g} .. {hi:g}" in line, col.name
+
+
+@given(st.lists(st.sampled_from([b'"', b":", b" ", b"\t", b"\r", b"\n", b"a", b"\\", b"{", b","]),
+                max_size=40).map(b"".join))
+def test_key_token_count_matches_the_regular_expression(data: bytes) -> None:
+    """The fast count of key tokens (bytes.count when no blank precedes a colon) is the
+    regular expression's count for any bytes."""
+    assert payload._key_tokens(data) == len(payload._KEY_TOKEN.findall(data))
+
+
+def test_repeated_key_in_compact_json_is_rejected() -> None:
+    """Compact encoding (no blanks at all, the fast count's case): a repeated key is still
+    seen, and the other element is stored."""
+    t = "2024-07-01T11:55:00Z"
+    out = decode(None, raw=f'[{{"time":"{t}","tair":1,"tair":2}},{{"time":"{t}","rh":0.5}}]'
+                 .encode())
+    assert [(r.index, r.code) for r in out.rejections] == [(0, "duplicate_key")]
+    assert [r.index for r in out.readings] == [1]

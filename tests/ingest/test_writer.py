@@ -4,16 +4,22 @@ caller's transaction, without a broker or an ingester around it."""
 from __future__ import annotations
 
 import json
+import math
+import random
+import struct
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+from psycopg import sql
 
-from ingest import writer
+from ingest import derive, writer
 from ingest.handler import handle
 from shared import accounts
-from tests.support.ingesting import Site, iso, make_site, now_slot, wait_for
+from shared.columns import READING_INPUTS, TABLES
+from shared.units import stored_decimals
+from tests.support.ingesting import ELEV, Site, iso, make_site, now_slot, wait_for
 
 
 def _readings(device: str, *times: datetime, tair: float = 20.5) -> writer.Message:
@@ -216,3 +222,44 @@ def test_a_batch_after_an_open_deployment_change_sees_the_new_location(
         assert not thread.is_alive() and not errors, errors
     assert conn.execute("SELECT location FROM calibrated WHERE device = 'A1'").fetchone() == (
         new_loc,)
+
+
+def test_stored_values_are_the_python_rounding_of_the_values_as_sent(
+        conn: psycopg.Connection) -> None:
+    """The insert rounds in the database (float8 `round`, half to even): every stored value,
+    sent or derived, equals round(v * 10^n) / 10^n in Python stored as its column's type,
+    for random values and for values a half step from a boundary."""
+    make_site(conn)
+    rng = random.Random(7)
+    inputs = [c for c in READING_INPUTS if c.valid_range is not None]
+    sent: dict[datetime, dict[str, float]] = {}
+    for k in range(200):
+        values: dict[str, float] = {}
+        for col in inputs:
+            lo, hi = col.valid_range
+            step = 10.0 ** -stored_decimals(col)
+            v = rng.uniform(lo, hi)
+            if k % 2:  # a half step: where rounding half to even and half up differ
+                v = min(hi, max(lo, (math.floor(v / step) + 0.5) * step))
+            values[col.name] = v
+        sent[now_slot(5 * (k + 1))] = values
+    body = json.dumps([{"time": iso(t), **v} for t, v in sent.items()]).encode()
+    writer.prepare(conn)
+    with conn.transaction():
+        assert writer.write_batch(conn, [handle("sensors/A1/readings", body)]).stored == 200
+    names = [c.name for c in inputs] + list(derive.DERIVED)
+    # ::float8: every bit of the stored value (a real's text form is its shortest decimal).
+    rows = conn.execute(sql.SQL("SELECT time, {} FROM calibrated WHERE device = 'A1'").format(
+        sql.SQL(", ").join(sql.SQL("{}::float8").format(sql.Identifier(n))
+                           for n in names))).fetchall()
+    assert len(rows) == 200
+    for t, *stored in rows:
+        as_sent = sent[t]
+        expected = {**as_sent, **derive.derive(as_sent, ELEV)}
+        for name, got in zip(names, stored, strict=True):
+            col = TABLES["calibrated"].column(name)
+            p = float(10 ** stored_decimals(col))
+            want = round(expected[name] * p) / p
+            if col.dtype == "real":  # the float4 nearest the rounded double
+                want = struct.unpack("f", struct.pack("f", want))[0]
+            assert got == want, (name, expected[name], got, want)
