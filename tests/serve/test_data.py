@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -498,6 +499,45 @@ def test_csv_body_not_read_frees_its_connection(client: FlaskClient, world: Worl
     streamed.close()
     assert len(csv_rows(get(client, world, "calibrated", accept="text/csv", device="D4",
                             start_time="2024-07-01", limit=10000))) == 2501
+
+
+def test_a_long_page_plans_its_cursor_for_every_row(client: FlaskClient, world: World,
+                                                    app: Flask,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its first chunk a JSON page reads through a server-side cursor that it reads to the
+    end, so the cursor is planned for all its rows like a plain SELECT (cursor_tuple_fraction
+    1, not the default 0.1 that picks a slower fast-start plan); the setting ends with the
+    page's transaction."""
+    pool = app.extensions["db"]
+    handed: list[Any] = []
+    getconn = pool.getconn
+
+    def recording_getconn(*args: Any, **kwargs: Any) -> Any:
+        conn = getconn(*args, **kwargs)
+        handed.append(conn)
+        return conn
+
+    monkeypatch.setattr(pool, "getconn", recording_getconn)
+    # No end_time: the window ends now, so the page is streamed (not built whole for an ETag).
+    streamed = client.get(f"{URL}/calibrated?device=D4&start_time=2024-07-01&limit=10000",
+                          headers=world.headers())
+    assert streamed.status_code == 200 and "ETag" not in streamed.headers
+    assert next(streamed.response) == b"["  # planned: the cursor is open, rows not yet read
+    page_conn = handed[-1]
+    assert page_conn.execute("SHOW cursor_tuple_fraction").fetchone()[0] == "1"
+    body = b"[" + b"".join(streamed.response)
+    streamed.close()
+    assert len(orjson.loads(body)) == D4_ROWS
+    monkeypatch.undo()
+    conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+    try:
+        assert page_conn in conns
+        for conn in conns:
+            assert conn.execute("SHOW cursor_tuple_fraction").fetchone()[0] == "0.1"
+            conn.rollback()
+    finally:
+        for conn in conns:
+            pool.putconn(conn)
 
 
 @pytest.mark.parametrize("params,accept", [
