@@ -96,36 +96,56 @@ def drain(
     return total
 
 
+def _recorded(
+    pool: ConnectionPool, job: str, work: Callable[[], tuple[int, str | None]], *,
+    guard: Guard, runner: str | None, metrics: Metrics | None,
+) -> int | None:
+    """Run `work` as one run of `job`, recorded in job_runs and aggregate_runs and counted in
+    the metrics by outcome (ok, error, lost_lock). `work` returns its count and a note that
+    status shows as the run's error (None: a clean run). Returns the count, or None when this
+    process did not lead (no run recorded) or lost the lock mid-run; other errors are recorded
+    and raised."""
+    try:
+        run_id = _start(pool, job, runner or runner_name(), guard)
+    except LeadershipLost as exc:
+        log.warning("job %s not started: %s", job, exc)
+        return None
+    try:
+        count, note = work()
+    except LeadershipLost as exc:
+        # Expected when the lock session ended mid-run: the open transaction rolled back, and
+        # the new leader does its work again (pending marks, rows still past the horizon).
+        _finish(pool, job, run_id, buckets=0, error=f"LeadershipLost: {exc}")
+        log.warning("job %s rolled back: %s", job, exc)
+        if metrics is not None:
+            metrics.runs.labels(job, "lost_lock").inc()
+        return None
+    except Exception as exc:
+        _finish(pool, job, run_id, buckets=0, error=f"{type(exc).__name__}: {exc}")
+        if metrics is not None:
+            metrics.runs.labels(job, "error").inc()
+        raise
+    _finish(pool, job, run_id, buckets=count, error=note)
+    if metrics is not None:
+        metrics.runs.labels(job, "ok").inc()
+    return count
+
+
 def run_job(
     pool: ConnectionPool, settings: Settings, *, table: str, guard: Guard = _no_guard,
     runner: str | None = None, metrics: Metrics | None = None,
 ) -> int:
     """One scheduled run of the `table` rollup, recorded in job_runs and aggregate_runs."""
-    runner = runner or runner_name()
-    try:
-        run_id = _start(pool, table, runner, guard)
-    except LeadershipLost as exc:
-        log.warning("job %s not started: %s", table, exc)
-        return 0
     started = datetime.now(UTC)
-    try:
-        n = drain(pool, table=table, low_quality_pct=settings.low_quality_pct, guard=guard)
-    except LeadershipLost as exc:
-        # Expected when the lock session ended mid-run: the batch rolled back, its marks are
-        # pending again, and the new leader recomputes them.
-        _finish(pool, table, run_id, buckets=0, error=f"LeadershipLost: {exc}")
-        log.warning("job %s rolled back: %s", table, exc)
-        if metrics is not None:
-            metrics.runs.labels(table, "lost_lock").inc()
+
+    def work() -> tuple[int, str | None]:
+        return drain(pool, table=table, low_quality_pct=settings.low_quality_pct,
+                     guard=guard), None
+
+    n = _recorded(pool, table, work, guard=guard, runner=runner, metrics=metrics)
+    if n is None:
         return 0
-    except Exception as exc:
-        _finish(pool, table, run_id, buckets=0, error=f"{type(exc).__name__}: {exc}")
-        if metrics is not None:
-            metrics.runs.labels(table, "error").inc()
-        raise
-    _finish(pool, table, run_id, buckets=n, error=None)
     if metrics is not None:
-        metrics.runs.labels(table, "ok").inc()
         metrics.buckets.labels(table).inc(n)
         with pool.connection() as conn:
             row = conn.execute("SELECT count(*) FROM rollup_dirty WHERE rollup = %s",
@@ -145,31 +165,18 @@ def run_retention(
 ) -> int:
     """One scheduled retention pass (aggregate.lifecycle), recorded in job_runs and
     aggregate_runs as job `retention` with the rows removed as its count."""
-    runner = runner or runner_name()
-    try:
-        run_id = _start(pool, RETENTION_JOB, runner, guard)
-    except LeadershipLost as exc:
-        log.warning("job %s not started: %s", RETENTION_JOB, exc)
-        return 0
-    try:
+    results: list[lifecycle.Result] = []
+
+    def work() -> tuple[int, str | None]:
         with pool.connection() as conn:
-            results = lifecycle.run(conn, settings, guard=guard)
-    except LeadershipLost as exc:
-        _finish(pool, RETENTION_JOB, run_id, buckets=0, error=f"LeadershipLost: {exc}")
-        log.warning("job %s rolled back: %s", RETENTION_JOB, exc)
+            results.extend(lifecycle.run(conn, settings, guard=guard))
+        blocked = "; ".join(f"{r.table}: {r.blocked}" for r in results if r.blocked)
+        # A run held back by pending rollups is not an error, but status must say why.
+        return sum(r.rows for r in results), f"held back: {blocked}" if blocked else None
+
+    removed = _recorded(pool, RETENTION_JOB, work, guard=guard, runner=runner, metrics=metrics)
+    if removed is None:
         return 0
-    except Exception as exc:
-        _finish(pool, RETENTION_JOB, run_id, buckets=0, error=f"{type(exc).__name__}: {exc}")
-        if metrics is not None:
-            metrics.runs.labels(RETENTION_JOB, "error").inc()
-        raise
-    removed = sum(r.rows for r in results)
-    blocked = "; ".join(f"{r.table}: {r.blocked}" for r in results if r.blocked)
-    # A run held back by pending rollups is not an error, but status must say why.
-    _finish(pool, RETENTION_JOB, run_id, buckets=removed,
-            error=f"held back: {blocked}" if blocked else None)
-    if metrics is not None:
-        metrics.runs.labels(RETENTION_JOB, "ok").inc()
     for r in results:
         log.info("retention %s: %d rows exported to %s and removed%s", r.table, r.rows,
                  r.manifest or "-", f" (held back: {r.blocked})" if r.blocked else "")
