@@ -5,21 +5,23 @@ any database work. `DataPage.plan` takes one pooled connection, which the page o
 body is consumed or closed, and runs the lookups and the first statements: a JSON page usually
 takes one statement, the first chunk of rows plus one (so `X-Cursor-Next`, which must be known
 before the body starts, is known too), with the device's tenant check inside it; longer pages
-continue in a REPEATABLE READ transaction through a server-side cursor, streamed a chunk at a
-time. A CSV page is a COPY ... TO STDOUT streamed block by block, after the next page's key,
-in one REPEATABLE READ transaction. The page is then the response body (`serve.render` formats).
+continue in a REPEATABLE READ transaction with one more statement whose rows are streamed a
+chunk at a time. A CSV page is a COPY ... TO STDOUT streamed block by block, after the next
+page's key, in one REPEATABLE READ transaction. The page is then the response body
+(`serve.render` formats).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, tzinfo
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 import psycopg
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 blp = Blueprint("data", __name__, url_prefix="/api/v2/data",
                 description="Time series rows, JSON or CSV, with keyset paging.")
 
-CHUNK_ROWS = 1000  # rows per FETCH from the server-side cursor, and per body chunk
+CHUNK_ROWS = 1000  # rows per chunk read from the database, and per body chunk
 
 _HEADERS_DOC = {
     "X-Cursor-Next": {"description": "Send as cursor= (same other parameters) for the next "
@@ -310,10 +312,19 @@ class DataPage:
         One statement reads the first chunk plus one row (with the tenant check of the device).
         When that answers the whole page (at most CHUNK_ROWS rows, or a listing ending within
         the chunk) the connection is freed before the body is sent. Otherwise a REPEATABLE READ
-        transaction reads the rest of the page through a server-side cursor, keyset-continued
-        from the first row not yet sent, and the next page's key counted from there: the page
-        holds exactly `limit` rows, none twice. (A row stored behind that point after the first
-        statement is not in this listing, as with any row stored behind a cursor.)
+        transaction reads the next page's key and then the rest of the page, keyset-continued
+        from the first row not yet sent: the page holds exactly `limit` rows, none twice. (A row
+        stored behind that point after the first statement is not in this listing, as with any
+        row stored behind a cursor.)
+
+        The rest is one SELECT whose rows arrive CHUNK_ROWS at a time (libpq's chunked rows
+        mode, libpq >= 17, which psycopg-binary bundles), so only one chunk is in memory here.
+        It was a server-side cursor fetched a chunk at a time; on the bench's 10k page that
+        cost a FETCH round trip per chunk and, with the default cursor_tuple_fraction, a
+        fast-start plan a third slower than the plain SELECT (docs/benchmarks.md). As one
+        statement the rest is under statement_timeout as a whole; at most 9,000 rows of binary
+        values, it fits the socket buffers, so PostgreSQL ends it without waiting for a slow
+        reader (and the edge buffers the answer anyway).
         """
         probe = min(scan.limit, CHUNK_ROWS)
         stmt, params = queries.page_statement(scan, limit=probe + 1)
@@ -333,17 +344,22 @@ class DataPage:
                                                                    first[probe][-1]),
                                    limit=scan.limit - probe)
         conn.autocommit = False
-        # The cursor is read to its end (the page's LIMIT), so plan it for all its rows, as a
-        # plain SELECT is: the default cursor_tuple_fraction (0.1) favours a fast-start plan
-        # that took about a third longer over 9,000 rows (docs/benchmarks.md). Same round trip.
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;"
-                     " SET LOCAL cursor_tuple_fraction = 1")
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         self.following = queries.next_key(conn, rest)
         stmt, params = queries.page_statement(rest)
-        cursor = self._resources.enter_context(conn.cursor(name="sds_page", binary=True))
-        cursor.execute(stmt, params)
-        self._body = render.json_body(writer, first[:probe],
-                                      lambda: cursor.fetchmany(CHUNK_ROWS), CHUNK_ROWS)
+        cursor = self._resources.enter_context(conn.cursor(binary=True))
+        # A generator (typed as an iterator): closed unfinished, it cancels the statement and
+        # drains what was sent, so the connection goes back idle.
+        rows = cast(Generator[tuple[Any, ...], None, None],
+                    cursor.stream(stmt, params, size=CHUNK_ROWS))
+        self._resources.callback(rows.close)
+        # Send the statement and wait for its first rows: a statement that fails is still a
+        # JSON error, sent before the headers.
+        head = next(rows, None)
+        pending = itertools.chain(() if head is None else (head,), rows)
+        self._body = render.json_body(
+            writer, first[:probe], lambda: list(itertools.islice(pending, CHUNK_ROWS)),
+            CHUNK_ROWS)
 
     def _plan_csv(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
         """Next-page key and body of a CSV page: COPY (page) TO STDOUT, streamed block by block

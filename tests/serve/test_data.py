@@ -501,43 +501,35 @@ def test_csv_body_not_read_frees_its_connection(client: FlaskClient, world: Worl
                             start_time="2024-07-01", limit=10000))) == 2501
 
 
-def test_a_long_page_plans_its_cursor_for_every_row(client: FlaskClient, world: World,
-                                                    app: Flask,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past its first chunk a JSON page reads through a server-side cursor that it reads to the
-    end, so the cursor is planned for all its rows like a plain SELECT (cursor_tuple_fraction
-    1, not the default 0.1 that picks a slower fast-start plan); the setting ends with the
-    page's transaction."""
+def test_long_json_page_abandoned_frees_its_connection(client: FlaskClient, world: World,
+                                                      app: Flask) -> None:
+    """A JSON page longer than one chunk streams the rest of its rows from one statement; a
+    body never read (HEAD) or left half-read (a client gone) ends that statement, and the
+    connection goes back to the pool idle, as it came."""
     pool = app.extensions["db"]
-    handed: list[Any] = []
-    getconn = pool.getconn
-
-    def recording_getconn(*args: Any, **kwargs: Any) -> Any:
-        conn = getconn(*args, **kwargs)
-        handed.append(conn)
-        return conn
-
-    monkeypatch.setattr(pool, "getconn", recording_getconn)
     # No end_time: the window ends now, so the page is streamed (not built whole for an ETag).
-    streamed = client.get(f"{URL}/calibrated?device=D4&start_time=2024-07-01&limit=10000",
-                          headers=world.headers())
+    url = f"{URL}/calibrated?device=D4&start_time=2024-07-01&limit=10000"
+    for _ in range(pool.max_size + 2):
+        response = client.head(url, headers=world.headers(), buffered=True)
+        assert response.status_code == 200 and response.data == b""
+    streamed = client.get(url, headers=world.headers())
     assert streamed.status_code == 200 and "ETag" not in streamed.headers
-    assert next(streamed.response) == b"["  # planned: the cursor is open, rows not yet read
-    page_conn = handed[-1]
-    assert page_conn.execute("SHOW cursor_tuple_fraction").fetchone()[0] == "1"
-    body = b"[" + b"".join(streamed.response)
+    pieces = [next(streamed.response) for _ in range(3)]  # "[", the first chunk, a second
+    assert pieces[0] == b"[" and pieces[2].startswith(b',{"time":')
     streamed.close()
-    assert len(orjson.loads(body)) == D4_ROWS
-    monkeypatch.undo()
     conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
     try:
-        assert page_conn in conns
         for conn in conns:
-            assert conn.execute("SHOW cursor_tuple_fraction").fetchone()[0] == "0.1"
+            assert conn.autocommit is False
+            assert conn.info.transaction_status == conn.info.transaction_status.IDLE
+            assert conn.execute("SELECT 1").fetchone() == (1,)
             conn.rollback()
     finally:
         for conn in conns:
             pool.putconn(conn)
+    whole = client.get(url, headers=world.headers())
+    assert len(orjson.loads(whole.get_data())) == D4_ROWS
+    assert pool.get_stats().get("requests_errors", 0) == 0
 
 
 @pytest.mark.parametrize("params,accept", [
