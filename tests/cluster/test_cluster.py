@@ -195,14 +195,11 @@ def test_device_cannot_take_the_ingesters_session(
             assert got == []
 
         times = dev.run(400, rate=100, during={100: clean_thief, 250: persistent_thief})
-        dev.wait_acked(len(times))
-        wait_for(lambda: dev.acked <= set(stored(database_url, "C5")), 60, every=0.2,
-                 what="every PUBACKed reading stored")
+        ledger = settled_ledger(dev, times, database_url, timeout=90)
         assert queue_of(s) in {q["name"] for q in cluster.queues()}
         assert log_has(cluster, r"MQTT cannot start a clean session: `configure` permission "
                                 r"missing for queue")
-        rows = stored(database_url, "C5")
-        assert len(rows) == len(set(rows)) and set(rows) <= set(times)
+        assert ledger["stored twice"] == 0 and ledger["extra"] == 0
     finally:
         dev.close()
         run.stop()
@@ -256,47 +253,76 @@ N = 3000
 RATE = 250.0
 
 
+def settled_ledger(dev: DevicePublisher, times: list[datetime], url: str, *,
+                   timeout: float) -> dict[str, object]:
+    """Wait for a PUBACK of every reading `dev` published (`times`) and for every PUBACKed one
+    to be stored, then the ledger (reliability plan section 6): published, acked, missing
+    (PUBACKed, not stored), extra (stored, never published), stored twice."""
+    dev.wait_acked(len(times), timeout=timeout)
+    wait_for(lambda: dev.acked <= set(stored(url, dev.name)), timeout, every=0.5,
+             what="every PUBACKed reading stored")
+    rows = stored(url, dev.name)
+    return {"published": len(times), "acked": len(dev.acked),
+            "missing": len(dev.acked - set(rows)), "extra": len(set(rows) - set(times)),
+            "stored twice": len(rows) - len(set(rows))}
+
+
+class Crash:
+    """A crash scenario's ingester (on node 0 first) and the nodes it SIGKILLs; on leaving,
+    the device publisher `dev` is closed, the ingester stopped, every node still down
+    restarted and the ingester's session queue dropped, so the next scenario finds the whole
+    cluster."""
+
+    def __init__(self, cluster: RabbitCluster, settings: Settings, conn: psycopg.Connection,
+                 device: str) -> None:
+        make_site(conn, device=device)
+        self.cluster = cluster
+        self.settings = cluster_settings(settings, cluster, first=0)
+        self.dev: DevicePublisher | None = None
+        self.down: list[int] = []
+        self.run = RunningIngester(self.settings).start()
+
+    def __enter__(self) -> Crash:
+        return self
+
+    def kill(self, index: int) -> None:
+        self.cluster.kill(index)
+        self.down.append(index)
+
+    def restart(self, index: int) -> None:
+        self.cluster.restart_node(index)
+        self.down.remove(index)
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.dev is not None:
+            self.dev.close()
+        self.run.stop()
+        for index in self.down:
+            self.cluster.restart_node(index)
+        self.cluster.wait_members(self.cluster.size)
+        drop_session(self.settings)
+
+
 def _ledger_under_kill(cluster: RabbitCluster, settings: Settings, conn: psycopg.Connection,
                        database_url: str, device: str, *, victim: str) -> dict[str, object]:
     """Publish N readings while one node is SIGKILLed a third of the way in; return the ledger.
     victim='node': the node the device publishes through (not the queue's leader);
     victim='leader': the node leading the ingester's quorum queue (the ingester is connected
     there too)."""
-    make_site(conn, device=device)
-    s = cluster_settings(settings, cluster, first=0)
-    run = RunningIngester(s).start()
-    dev: DevicePublisher | None = None
-    killed: list[int] = []
-    try:
-        leader = cluster.queue_leader(queue_of(s))
+    with Crash(cluster, settings, conn, device) as crash:
+        leader = cluster.queue_leader(queue_of(crash.settings))
         others = [i for i in range(cluster.size) if i != leader]
         target = others[0] if victim == "node" else leader
-        dev = DevicePublisher(cluster, device, first=others[0])
-        kill_at = N // 3
-        times = dev.run(N, RATE, during={kill_at: lambda: (cluster.kill(target),
-                                                           killed.append(target))})
-        dev.wait_acked(N, timeout=120)
-        wait_for(lambda: dev is not None and dev.acked <= set(stored(database_url, device)),
-                 120, every=0.5, what="every PUBACKed reading stored")
-        rows = stored(database_url, device)
-        ledger = {"published": len(times), "acked": len(dev.acked),
-                  "missing": len(dev.acked - set(rows)), "extra": len(set(rows) - set(times)),
-                  "stored twice": len(rows) - len(set(rows)),
-                  "longest PUBACK pause s": round(dev.longest_gap(), 1),
-                  "ingester reconnects": int(run.metric("sds_ingest_connects_total")) - 1}
+        dev = crash.dev = DevicePublisher(cluster, device, first=others[0])
+        times = dev.run(N, RATE, during={N // 3: lambda: crash.kill(target)})
+        ledger = settled_ledger(dev, times, database_url, timeout=120)
+        ledger["longest PUBACK pause s"] = round(dev.longest_gap(), 1)
+        ledger["ingester reconnects"] = int(crash.run.metric("sds_ingest_connects_total")) - 1
         if victim == "leader":
-            new_leader = cluster.queue_leader(queue_of(s))
+            new_leader = cluster.queue_leader(queue_of(crash.settings))
             assert new_leader != target, "the queue kept a dead leader"
             ledger["new leader elected"] = True
         return ledger
-    finally:
-        if dev is not None:
-            dev.close()
-        run.stop()
-        for index in killed:
-            cluster.restart_node(index)
-        cluster.wait_members(cluster.size)
-        drop_session(s)
 
 
 def test_ledger_broker_node_sigkill(cluster: RabbitCluster, settings: Settings,
@@ -338,40 +364,27 @@ def test_ledger_two_nodes_down(cluster: RabbitCluster, settings: Settings,
     not got a PUBACK for and resends it once a second node is back (10 s later here). The
     ledger still closes: 0 acknowledged readings missing, 0 extra."""
     device = "C3"
-    make_site(conn, device=device)
-    s = cluster_settings(settings, cluster, first=0)
-    run = RunningIngester(s).start()
-    dev: DevicePublisher | None = None
-    killed: list[int] = []
     outage: list[float] = []
-    try:
-        leader = cluster.queue_leader(queue_of(s))
+    with Crash(cluster, settings, conn, device) as crash:
+        leader = cluster.queue_leader(queue_of(crash.settings))
         followers = [i for i in range(cluster.size) if i != leader]
-        dev = DevicePublisher(cluster, device, first=leader)
+        dev = crash.dev = DevicePublisher(cluster, device, first=leader)
         n = 1500
 
         def kill_two() -> None:
             for index in followers:
-                cluster.kill(index)
-                killed.append(index)
+                crash.kill(index)
             outage.append(time.monotonic())
 
         times = dev.run(n, RATE, during={n // 3: kill_two})
         time.sleep(max(0.0, outage[0] + 10 - time.monotonic()))
         outage.append(time.monotonic())
-        cluster.restart_node(followers[0])  # a majority again
-        killed.remove(followers[0])
-        dev.wait_acked(n, timeout=180)
-        wait_for(lambda: dev is not None and dev.acked <= set(stored(database_url, device)),
-                 180, every=0.5, what="every PUBACKed reading stored")
-        rows = stored(database_url, device)
+        crash.restart(followers[0])  # a majority again
+        ledger = settled_ledger(dev, times, database_url, timeout=180)
         # PUBACKs that arrived while one node was left (give in-flight acks 0.5 s to land).
         during = sum(1 for t in dev.ack_times if outage[0] + 0.5 < t < outage[1])
-        ledger = {"published": len(times), "acked": len(dev.acked),
-                  "missing": len(dev.acked - set(rows)), "extra": len(set(rows) - set(times)),
-                  "stored twice": len(rows) - len(set(rows)),
-                  "acknowledged with one node left": during,
-                  "longest PUBACK pause s": round(dev.longest_gap(), 1)}
+        ledger["acknowledged with one node left"] = during
+        ledger["longest PUBACK pause s"] = round(dev.longest_gap(), 1)
         figures.record("delivery.ledger.cluster_two_nodes_down", ledger, section="delivery",
                        title=f"RabbitMQ cluster profile: SIGKILL of two of three nodes during a "
                              f"{n}-message run at {RATE:.0f}/s, one back after 10 s",
@@ -380,11 +393,3 @@ def test_ledger_two_nodes_down(cluster: RabbitCluster, settings: Settings,
         assert ledger["acked"] == n
         assert ledger["missing"] == 0 and ledger["extra"] == 0
         assert during == 0
-    finally:
-        if dev is not None:
-            dev.close()
-        run.stop()
-        for index in killed:
-            cluster.restart_node(index)
-        cluster.wait_members(cluster.size)
-        drop_session(s)
