@@ -31,8 +31,10 @@ from tests.support.ingesting import (
     Ledger,
     RunningIngester,
     Site,
+    count,
     iso,
     now_slot,
+    topic,
     wait_for,
 )
 
@@ -196,19 +198,13 @@ def test_million_element_payload_decodes_to_a_bounded_result() -> None:
 
 # ---- end to end ----------------------------------------------------------------------------------
 
-def _count(conn: psycopg.Connection, query: str, *args: object) -> int:
-    conn.rollback()
-    row = conn.execute(query, args).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
 def test_hostile_elements_end_to_end(
     conn: psycopg.Connection, site: Site, mqtt_settings: Settings, ingester: RunningIngester,
     publisher: Ledger, figures: Figures,
 ) -> None:
     """The property through the real pipeline: zero internal_error, every good element stored,
     every hostile one quarantined with its index and the topic's device."""
-    topic = f"{mqtt_settings.topic_prefix}/{site.device}/readings"
+    readings = topic(mqtt_settings, site.device)
     examples = {"n": 0, "good": 0, "hostile": 0}
 
     @given(st.data())
@@ -219,12 +215,12 @@ def test_hostile_elements_end_to_end(
         # Each example's good readings get slots of their own (the database keeps rows).
         slot0 = now_slot(60 * 24 * 2) - timedelta(hours=examples["n"])
         payload, good, hostile = data.draw(hostile_array(slot0))
-        last = _count(conn, "SELECT coalesce(max(id), 0) FROM quarantine")
-        assert publisher.publish(topic, payload)
-        wait_for(lambda: _count(conn, "SELECT count(*) FROM quarantine WHERE id > %s", last)
+        last = count(conn, "SELECT coalesce(max(id), 0) FROM quarantine")
+        assert publisher.publish(readings, payload)
+        wait_for(lambda: count(conn, "SELECT count(*) FROM quarantine WHERE id > %s", last)
                  >= len(hostile), what="hostile elements quarantined")
         for t in good.values():
-            wait_for(lambda t=t: _count(conn, "SELECT count(*) FROM calibrated WHERE device = %s"
+            wait_for(lambda t=t: count(conn, "SELECT count(*) FROM calibrated WHERE device = %s"
                                         " AND time = %s", site.device, t), what=f"good {t}")
         rows = conn.execute("SELECT reading_index, reason, device FROM quarantine WHERE id > %s",
                             (last,)).fetchall()
@@ -235,7 +231,7 @@ def test_hostile_elements_end_to_end(
         examples["hostile"] += len(hostile)
 
     run()
-    assert _count(conn, "SELECT count(*) FROM quarantine WHERE reason = %s",
+    assert count(conn, "SELECT count(*) FROM quarantine WHERE reason = %s",
                   INTERNAL_ERROR) == 0
     assert ingester.metric("sds_ingest_quarantine_rows_total", {"device": site.device}) > 0
     figures.record("security.hostile_elements", {
@@ -278,20 +274,20 @@ def test_million_element_payload_bounded_rows_and_memory(
     the ingester to 827 MB RSS and delayed another device's reading by 31 s."""
     assert ingester_process.proc is not None
     pid = ingester_process.proc.pid
-    topic = f"{mqtt_settings.topic_prefix}/{site.device}/readings"
+    readings = topic(mqtt_settings, site.device)
     payload = b"[" + b",".join([b"1"] * 1_000_000) + b"]"
     assert len(payload) < mqtt_settings.ingest_max_payload
     baseline = _vm_hwm_mb(pid)
     for _ in range(3):
-        assert publisher.publish(topic, payload, timeout=30)
+        assert publisher.publish(readings, payload, timeout=30)
     sent = time.monotonic()
     t = now_slot(15)
-    assert publisher.publish(topic, json.dumps({"time": iso(t), "tair": 3.5}).encode())
-    wait_for(lambda: _count(conn, "SELECT count(*) FROM calibrated WHERE time = %s", t), 60,
+    assert publisher.publish(readings, json.dumps({"time": iso(t), "tair": 3.5}).encode())
+    wait_for(lambda: count(conn, "SELECT count(*) FROM calibrated WHERE time = %s", t), 60,
              what="the next reading stored")
     delay = time.monotonic() - sent
-    rows = _count(conn, "SELECT count(*) FROM quarantine")
-    size = _count(conn, "SELECT sum(octet_length(payload) + octet_length(detail))"
+    rows = count(conn, "SELECT count(*) FROM quarantine")
+    size = count(conn, "SELECT sum(octet_length(payload) + octet_length(detail))"
                         " FROM quarantine")
     summaries = conn.execute("SELECT detail FROM quarantine WHERE reason = %s",
                              (SUMMARISED,)).fetchall()

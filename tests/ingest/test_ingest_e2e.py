@@ -22,20 +22,12 @@ from tests.support.ingesting import (
     Ledger,
     RunningIngester,
     Site,
+    count,
     iso,
     now_slot,
+    topic,
     wait_for,
 )
-
-
-def count(conn: psycopg.Connection, query: str, *args: object) -> int:
-    conn.rollback()  # a fresh snapshot on every poll
-    row = conn.execute(query, args).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
-def topic(s: Settings, device: str = "A1", kind: str = "readings") -> str:
-    return f"{s.topic_prefix}/{device}/{kind}"
 
 
 def test_reading_stored_with_derived_values(

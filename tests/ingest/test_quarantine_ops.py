@@ -28,8 +28,10 @@ from tests.support.ingesting import (
     Ledger,
     RunningIngester,
     Site,
+    count,
     iso,
     now_slot,
+    topic,
     wait_for,
 )
 
@@ -127,22 +129,22 @@ def test_redelivered_bad_message_is_quarantined_once(
     after_commit_before_ack): the broker redelivers the messages (DUP) to the next process,
     which stores their readings once (the key) and adds no second quarantine row (the
     message digest)."""
-    topic = f"{mqtt_settings.topic_prefix}/{site.device}/readings"
+    readings = topic(mqtt_settings, site.device)
     proc = IngesterProcess(mqtt_settings, tmp_path / "ingest.log")
     proc.start(fault_at="after_commit_before_ack", fault_every=1)
     proc.wait_subscribed(1)
     mixed = json.dumps([{"time": iso(now_slot(10)), "tair": 1.0},
                         {"time": iso(now_slot(15)), "tair": 999.0}]).encode()
     try:
-        assert publisher.publish(topic, b"not json")
-        assert publisher.publish(topic, mixed)
+        assert publisher.publish(readings, b"not json")
+        assert publisher.publish(readings, mixed)
         proc.wait_exit(30)  # killed by its fault hook right after the commit
-        rows_before = _count(conn, "SELECT count(*) FROM quarantine")
+        rows_before = count(conn, "SELECT count(*) FROM quarantine")
         assert rows_before >= 1
         proc.start()
         wait_for(lambda: "quarantine rows were already there" in proc.log(), 30,
                  what="the redelivered batch")
-        wait_for(lambda: _count(conn, "SELECT count(*) FROM calibrated") == 1, 30,
+        wait_for(lambda: count(conn, "SELECT count(*) FROM calibrated") == 1, 30,
                  what="the good reading")
         time.sleep(0.5)
         by_reason = dict(conn.execute(
@@ -160,9 +162,3 @@ def test_redelivered_bad_message_is_quarantined_once(
               "redelivered (DUP) to the next process",
         target="each quarantined once (message digest)",
         source="tests/ingest/test_quarantine_ops.py")
-
-
-def _count(conn: psycopg.Connection, query: str) -> int:
-    conn.rollback()
-    row = conn.execute(query).fetchone()
-    return int(row[0]) if row and row[0] is not None else 0

@@ -1,6 +1,7 @@
 """Ingest test support: a registered, deployed device; MQTT settings isolated per test; an
 in-process ingester; a subprocess ingester for kill tests; a QoS 1 publisher that records the
-PUBACKed set; a paced ledger publisher (`Run`) and the ledger check. Used by tests/ingest,
+PUBACKed set; a paced ledger publisher (`Run`) and the ledger check; a device's topic and a
+polled count. Used by tests/ingest,
 tests/chaos and bench; tests/ingest/conftest.py registers the fixtures."""
 
 from __future__ import annotations
@@ -55,6 +56,19 @@ def now_slot(minutes_ago: int = 0) -> datetime:
 
 def iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def topic(s: Settings, device: str = DEVICE, kind: str = "readings") -> str:
+    """The topic `device` publishes its `kind` messages on, under the test's topic prefix."""
+    return f"{s.topic_prefix}/{device}/{kind}"
+
+
+def count(conn: psycopg.Connection, query: str, *args: object) -> int:
+    """A scalar query's value as an int (0 for no row or NULL), read in a fresh snapshot so
+    that a poll sees what the ingester committed since the last one."""
+    conn.rollback()
+    row = conn.execute(query, args).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
 
 
 @dataclasses.dataclass
