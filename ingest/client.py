@@ -18,7 +18,6 @@ quarantine retention hourly (ingest/quarantine.py).
 from __future__ import annotations
 
 import logging
-import queue
 import signal
 import threading
 import time
@@ -58,7 +57,6 @@ class Ingester:
                                   settings.mqtt_client_id).set(1)
         self.fault = FaultHook(settings, progress=self.metrics.acked._value.get)
         self.handler = Handler(settings.topic_prefix, Limits.from_settings(settings))
-        self._queue: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
         self._stopping = Stopping()
         self._lost = threading.Event()  # another ingester took the leader lock
         self._finished = threading.Event()  # run() is over: the heartbeat ends
@@ -73,6 +71,7 @@ class Ingester:
             settings, self.metrics, ack=self.link.ack, leader=self.leader,
             watchdog=self.watchdog, fault=self.fault, stopping=self._stopping,
             step_down=self._step_down, window=self.link.receive_maximum)
+        self._queue = self.committer.inbox()
         self.ready = self.link.ready  # set once subscribed (tests wait on it)
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -116,6 +115,7 @@ class Ingester:
         if self.link.retire:
             threading.Thread(target=self._retire_when_drained, name="retire", daemon=True
                              ).start()
+        self._open_database()
         self.link.start()
         drained = False
         try:
@@ -134,6 +134,16 @@ class Ingester:
             self.leader.release()
             log.info("ingester stopped: %d messages acknowledged, %d acks withheld",
                      self.metrics.acked._value.get(), self.metrics.ack_skipped._value.get())
+
+    def _open_database(self) -> None:
+        """Open the write session before the broker delivers (the first batch then starts
+        writing at once); if it fails, the first batch retries it with back-off."""
+        try:
+            with self.watchdog.guard("opening the database session", self.committer.connections):
+                self.committer.db()
+        except psycopg.Error as exc:
+            log.warning("cannot open the database session yet (the first batch retries): %s",
+                        str(exc).strip() or type(exc).__name__)
 
     def _lead(self) -> bool:
         """Block until this process holds the leader lock (False if stopped first)."""

@@ -5,8 +5,10 @@
   on a new connection until it commits. A message is therefore stored and acked, quarantined and
   acked, or left unacked for the broker to redeliver.
 - A batch flushes when it reaches its size limit (never above the MQTT window, Receive
-  Maximum) or when its oldest message has waited SDS_INGEST_FLUSH_INTERVAL, whichever comes
-  first; a batch that waited for more than the window would stall forever.
+  Maximum), or BATCH_BYTES of payload, or when its oldest message has waited
+  SDS_INGEST_FLUSH_INTERVAL, whichever comes first; a batch that waited for more than the
+  window would stall forever. Paho's thread hands messages over through an `Inbox`, which
+  wakes the committer when a batch falls due, not per message.
 - A database write that hangs (a blackholed network path: no error, no reply) is broken by the
   watchdog after SDS_INGEST_DB_WATCHDOG seconds (ingest/watchdog.py) and retried on a new
   connection; nothing is acknowledged while it is stuck.
@@ -18,9 +20,9 @@
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,7 +38,11 @@ from shared.config import Settings
 
 log = logging.getLogger(__name__)
 
-BATCH_BYTES = 16 * 1024 * 1024  # flush early when a batch holds this much payload
+# A batch is due once this much payload waits. Catch-up messages (a day of readings, ~110 KB
+# each) then make batches of about 20 messages, so the committer starts writing at once and
+# keeps pace with decoding: with 16 MiB, two shards drained a backlog of them in 4.1-4.6 s, with
+# 2 MiB in 3.0-3.1 s (docs/benchmarks.md). Small messages reach the batch size first.
+BATCH_BYTES = 2 * 1024 * 1024
 STOP_GRACE = 10.0  # seconds a stopping ingester keeps retrying its last commit
 DB_BACKOFF_MAX = 30.0
 # Errors after which the same batch may succeed on a new connection: the server went away, was
@@ -85,6 +91,73 @@ class Stopping:
 Ack = Callable[[int, int, int], bool]  # (generation, mid, qos) -> sent
 
 
+class Inbox:
+    """Received messages on their way from paho's thread to the committer's.
+
+    The committer is woken when a batch is due, not once per message: when the first message
+    of a batch arrives (its flush deadline starts), and when a whole batch (messages or bytes)
+    is waiting. A plain queue woke the committer for every message of a backlog, which then
+    took the GIL from paho's thread message by message.
+    """
+
+    def __init__(self, limit: int, max_bytes: int = BATCH_BYTES) -> None:
+        self.limit = limit
+        self.max_bytes = max_bytes
+        self._items: deque[Delivery] = deque()
+        self._bytes = 0
+        self._ready = threading.Condition(threading.Lock())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def empty(self) -> bool:
+        """True when nothing is waiting."""
+        return not self._items
+
+    def put(self, item: Delivery) -> None:
+        """Add a received message (from paho's thread)."""
+        with self._ready:
+            self._items.append(item)
+            before = self._bytes
+            self._bytes += len(item.message.payload)
+            # Only on the changes a waiting committer acts on (take() looks at the state itself
+            # before it waits, so a committer that was busy misses nothing).
+            if len(self._items) in (1, self.limit) or before < self.max_bytes <= self._bytes:
+                self._ready.notify()
+
+    def take(self, interval: float, wait: float) -> list[Delivery]:
+        """The next batch once it is due (a whole batch waiting, or its oldest message has
+        waited `interval` seconds), waiting at most `wait` seconds; [] when none is due."""
+        end = time.monotonic() + wait
+        with self._ready:
+            while True:
+                now = time.monotonic()
+                if self._items and (self._full() or now >= self._items[0].arrived + interval):
+                    return self._pop(self.limit)
+                if now >= end:
+                    return []
+                due = min(end, self._items[0].arrived + interval) if self._items else end
+                self._ready.wait(due - now)
+
+    def drain(self) -> list[Delivery]:
+        """Everything waiting, now (stopping)."""
+        with self._ready:
+            return self._pop(len(self._items))
+
+    def _full(self) -> bool:
+        return len(self._items) >= self.limit or self._bytes >= self.max_bytes
+
+    def _pop(self, most: int) -> list[Delivery]:
+        batch: list[Delivery] = []
+        size = 0
+        while self._items and len(batch) < most and size < self.max_bytes:
+            item = self._items.popleft()
+            batch.append(item)
+            size += len(item.message.payload)
+        self._bytes -= size
+        return batch
+
+
 class Committer:
     """Batches, commits and acknowledges, in the thread that calls `work` (or `flush`)."""
 
@@ -106,48 +179,27 @@ class Committer:
         """Every session a write may be blocked on (for the watchdog to break)."""
         return [self._conn, *self._leader.connections()]
 
-    def work(self, inbox: queue.SimpleQueue[Delivery]) -> None:
-        """Batch what arrives in `inbox`, commit and ack, until stopping; then commit and
-        ack what was already received."""
+    def inbox(self) -> Inbox:
+        """An inbox whose batches fit this committer's batch limit."""
+        return Inbox(self.batch_limit)
+
+    def work(self, inbox: Inbox) -> None:
+        """Commit and ack the batches of `inbox` as they fall due, until stopping; then commit
+        and ack what was already received."""
         interval = self.settings.ingest_flush_interval
-        batch: list[Delivery] = []
-        size = 0
-        deadline = 0.0
+        inbox.limit = self.batch_limit  # as it is now (tests change it after construction)
         while not self._stopping.event.is_set():
             # Bounded wait, so a stop request is seen within 0.2 s whatever the interval.
-            timeout = min(0.2, max(0.0, deadline - time.monotonic())) if batch else 0.2
-            try:
-                item: Delivery | None = inbox.get(timeout=timeout)
-            except queue.Empty:
-                item = None
-            while item is not None:
-                self._fault("after_receive")
-                if not batch:
-                    deadline = item.arrived + interval
-                batch.append(item)
-                size += len(item.message.payload)
-                if len(batch) >= self.batch_limit or size >= BATCH_BYTES:
-                    break
-                # Take what is already waiting before deciding to flush: when the worker falls
-                # behind, every queued message is past its deadline, and flushing one at a
-                # time would make it fall further behind.
-                try:
-                    item = inbox.get_nowait()
-                except queue.Empty:
-                    item = None
-            self.metrics.held.set(len(batch))
-            if batch and (len(batch) >= self.batch_limit or size >= BATCH_BYTES
-                          or time.monotonic() >= deadline):
+            batch = inbox.take(interval, 0.2)
+            self.metrics.held.set(len(inbox) + len(batch))
+            if batch:
+                for _ in batch:
+                    self._fault("after_receive")
                 self.flush(batch)
-                batch, size = [], 0
-                self.metrics.held.set(0)
+                self.metrics.held.set(len(inbox))
         # Stopping: what was already received is committed and acked; anything later is left
         # for the broker to redeliver to the next run.
-        while True:
-            try:
-                batch.append(inbox.get_nowait())
-            except queue.Empty:
-                break
+        batch = inbox.drain()
         for start in range(0, len(batch), self.batch_limit):
             self.flush(batch[start:start + self.batch_limit])
 

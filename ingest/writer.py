@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -308,25 +308,29 @@ def _write_readings(
     (idempotent) recompute but keeps the insert a plain statement (asking the database which
     rows were new measured half as fast again).
     """
-    staged: dict[tuple[str, datetime], tuple[Any, ...]] = {}
-    last_device: str | None = None
-    deps: list[_Deployment] = []
-    dep: _Deployment | None = None
-    for device, reading in readings:
-        t = reading.time
-        key = (device, t)
-        if key in staged:  # first write wins, inside the batch as in the table
-            continue
-        if device != last_device:
-            last_device, deps, dep = device, deployments.get(device, []), None
-        # Readings of one message mostly share a deployment: check the last one first.
-        if dep is None or t < dep.start or (dep.end is not None and t >= dep.end):
-            dep = _deployment_at(deps, t)
-        # As sent: the insert rounds them, after validation judged the values as sent.
-        staged[key] = (t, device, dep.location if dep else None,
-                       *calibrated_inputs(reading.values, dep.elev if dep else None))
+    def rows() -> Iterator[tuple[Any, ...]]:
+        seen: set[tuple[str, datetime]] = set()
+        last_device: str | None = None
+        deps: list[_Deployment] = []
+        dep: _Deployment | None = None
+        for device, reading in readings:
+            t = reading.time
+            key = (device, t)
+            if key in seen:  # first write wins, inside the batch as in the table
+                continue
+            seen.add(key)
+            if device != last_device:
+                last_device, deps, dep = device, deployments.get(device, []), None
+            # Readings of one message mostly share a deployment: check the last one first.
+            if dep is None or t < dep.start or (dep.end is not None and t >= dep.end):
+                dep = _deployment_at(deps, t)
+            # As sent: the insert rounds them, after validation judged the values as sent.
+            yield (t, device, dep.location if dep else None,
+                   *calibrated_inputs(reading.values, dep.elev if dep else None))
+
     with conn.cursor() as cur:
-        stage_rows(cur, staged.values())
+        # Streamed: the server parses each chunk of the COPY while the next rows are built.
+        stage_rows(cur, rows())
         cur.execute(_INSERT_FROM_STAGE)
         inserted = max(cur.rowcount, 0)
     return inserted, len(readings) - inserted
