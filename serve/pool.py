@@ -21,7 +21,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 log = logging.getLogger(__name__)
 
-# Where the pool lives on the app (tests and benchmarks read it there too).
+# Where the pool lives on the app; everything else, tests and benchmarks included, asks pool().
 EXTENSION = "db"
 
 

@@ -102,6 +102,8 @@ def _get(client: Any, path: str, headers: dict[str, str]) -> Callable[[], object
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print a table with ratios."""
+    from serve.pool import pool
+
     parser = argparse.ArgumentParser(prog="python -m bench.auth", description=__doc__.split(
         "\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer requests (about 10 s)")
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         finally:
             for app in (cached, uncached, unlimited):
-                app.extensions["db"].close()
+                pool(app).close()
         stored = credentials.hash_password(PASSWORD)
         rows["argon2 verify alone"] = _time(
             lambda: credentials.verify_password(stored, PASSWORD), max(20, n // 20))

@@ -331,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         base = InProcess(url)
         try:
             from serve import create_app
+            from serve.pool import pool
             from shared.config import Settings
 
             jsonify_app = create_app(Settings(database_url=url, cursor_secret=CURSOR_SECRET))
@@ -480,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
             big_server.stop()
             base.conn.close()
-            jsonify_app.extensions["db"].close()
+            pool(jsonify_app).close()
 
     print()
     print(f"bench.serve ({'big' if args.big else 'quick' if args.quick else 'default'} run, "

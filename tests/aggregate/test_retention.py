@@ -24,6 +24,7 @@ from aggregate.storage_cli import storage_cli
 from shared import accounts
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
+from tests.support.apps import close_app
 from tests.support.rollups import insert_readings, make_location, run_all
 
 NOW = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
@@ -130,7 +131,7 @@ def _api_pages(url: str, since: datetime) -> dict[str, Any]:
             out[name] = r.get_json()
         return out
     finally:
-        app.extensions["db"].close()
+        close_app(app)
 
 
 def _chunks_ending_before(url: str, table: str, t: datetime) -> int:

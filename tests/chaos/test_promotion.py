@@ -23,9 +23,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from serve.pool import READ_EXTENSION
 from shared import accounts
 from shared.config import Settings
+from tests.support.apps import close_app
 from tests.support.chaos import chaos_settings
 from tests.support.databases import migrate_database
 from tests.support.figures import Figures
@@ -174,8 +174,7 @@ def test_promotion_drill_loses_no_acked_reading(
         scheduler.terminate()
         scheduler.wait(30)
         sched_log.close()
-        app.extensions["db"].close()
-        app.extensions[READ_EXTENSION].standby.close()
+        close_app(app)  # the primary's pool and the standby's
     rows = stored_times(promoted)
     name = loss.__name__.strip("_")  # type: ignore[attr-defined]
     figures.record(f"delivery.ledger.promotion_{name}",

@@ -21,6 +21,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from serve import create_app
+from serve.pool import pool
 from shared.config import Settings
 from tests.support.access_world import World, apikey, basic
 from tests.support.apps import close_app
@@ -45,7 +46,7 @@ def _add_faulty_routes(app: Flask) -> None:
     @public
     def bad_sql() -> Any:
         # A real database error: the message holds SQL and the relation's name.
-        with app.extensions["db"].connection() as conn:
+        with pool(app).connection() as conn:
             conn.execute(f"SELECT secret_column FROM no_such_table_{PLANTED[-4:]}")
         return {}
 

@@ -11,6 +11,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from serve.errors import Blueprint
+from serve.pool import pool
 from shared.columns import TABLES
 from shared.errors import Conflict, TooManyRequests
 from tests.support.apps import close_app, make_app
@@ -150,7 +151,7 @@ def faulty_app(world: World) -> Iterator[Flask]:
     @blp.route("/timeout")
     @public
     def timeout():  # type: ignore[no-untyped-def]
-        with app.extensions["db"].connection() as conn:
+        with pool(app).connection() as conn:
             conn.execute("SET LOCAL statement_timeout = 10")
             conn.execute("SELECT pg_sleep(1)")
 

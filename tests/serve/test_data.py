@@ -10,6 +10,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from serve.pool import pool as pool_of
 from shared.columns import TABLES
 from tests.support.data_world import (
     D4_ROWS,
@@ -423,7 +424,7 @@ def test_empty_result(client: FlaskClient, world: World) -> None:
 
 def test_head_request_frees_its_connection(client: FlaskClient, world: World,
                                            app: Flask) -> None:
-    pool = app.extensions["db"]
+    pool = pool_of(app)
     for _ in range(pool.max_size + 2):
         # buffered: the client closes the body as a WSGI server does; nothing is iterated.
         response = client.head(f"{URL}/hourly?device=D1&start_time=2024-07-01",
@@ -441,7 +442,7 @@ def test_every_table_serves_every_column(client: FlaskClient, world: World) -> N
 
 
 def test_statement_timeout_is_set_on_api_connections(app: Flask) -> None:
-    with app.extensions["db"].connection() as conn:
+    with pool_of(app).connection() as conn:
         assert conn.execute("SHOW statement_timeout").fetchone()[0] == "30s"
         assert conn.execute("SHOW TimeZone").fetchone()[0] == "UTC"
 
@@ -487,7 +488,7 @@ def test_csv_values_match_json_values(client: FlaskClient, world: World) -> None
 def test_csv_body_not_read_frees_its_connection(client: FlaskClient, world: World,
                                                 app: Flask) -> None:
     """A CSV page whose COPY is abandoned (HEAD, or a client gone) ends the COPY cleanly."""
-    pool = app.extensions["db"]
+    pool = pool_of(app)
     for _ in range(pool.max_size + 2):
         response = client.head(f"{URL}/calibrated?device=D4&start_time=2024-07-01&limit=10000",
                                headers=world.headers(Accept="text/csv"), buffered=True)
@@ -506,7 +507,7 @@ def test_long_json_page_abandoned_frees_its_connection(client: FlaskClient, worl
     """A JSON page longer than one chunk streams the rest of its rows from one statement; a
     body never read (HEAD) or left half-read (a client gone) ends that statement, and the
     connection goes back to the pool idle, as it came."""
-    pool = app.extensions["db"]
+    pool = pool_of(app)
     # No end_time: the window ends now, so the page is streamed (not built whole for an ETag).
     url = f"{URL}/calibrated?device=D4&start_time=2024-07-01&limit=10000"
     for _ in range(pool.max_size + 2):
@@ -544,7 +545,7 @@ def test_connections_go_back_to_the_pool_as_they_came(
         accept: str | None) -> None:
     """JSON pages run in autocommit; the pool (and the other endpoints) must never see that."""
     get(client, world, "calibrated", accept=accept, **params).close()
-    pool = app.extensions["db"]
+    pool = pool_of(app)
     conns = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
     try:
         for conn in conns:

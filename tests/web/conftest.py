@@ -10,6 +10,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from tests.support.apps import close_app
 from tests.support.dashboard import World, make_app, seed
 from tests.support.databases import clone_template
 
@@ -34,7 +35,7 @@ def app(world: World) -> Iterator[Flask]:
     try:
         yield application
     finally:
-        application.extensions["db"].close()
+        close_app(application)
 
 
 @pytest.fixture

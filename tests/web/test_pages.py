@@ -17,6 +17,7 @@ from serve.access import change_password
 from serve.web import charts, model
 from shared import units
 from shared.config import Settings
+from tests.support.apps import close_app
 from tests.support.dashboard import (
     A_PAYLOAD,
     B_SECRET,
@@ -98,7 +99,7 @@ def test_secure_cookie_setting(world: World) -> None:
         r = sign_in(app.test_client(), "user@a.example")
         assert "Secure" in r.headers["Set-Cookie"]
     finally:
-        app.extensions["db"].close()
+        close_app(app)
 
 
 def test_sign_in_is_throttled_with_the_apis_counts(world: World) -> None:
@@ -119,7 +120,7 @@ def test_sign_in_is_throttled_with_the_apis_counts(world: World) -> None:
     finally:
         with psycopg.connect(world.url) as conn:
             conn.execute("DELETE FROM login_failures")
-        app.extensions["db"].close()
+        close_app(app)
 
 
 def test_forms_need_the_sessions_csrf_value(client: FlaskClient) -> None:
@@ -188,7 +189,7 @@ def test_a_password_change_ends_dashboard_sessions(world: World) -> None:
         assert r.status_code == 302 and "ended=1" in r.headers["Location"]
         assert "session has ended" in text(client.get(r.headers["Location"]))
     finally:
-        app.extensions["db"].close()
+        close_app(app)
 
 
 def test_pages_send_protective_headers(client: FlaskClient) -> None:
