@@ -45,12 +45,24 @@ api_layout() {
     PROCS+=(edge simulate)
 }
 
-# The ingesters, from the settings: SDS_INGEST_SHARDS (default 1) shards sharing the stream
-# (ingest/shards.py), each with a standby (SDS_INGEST_STANDBY, default 1 with several shards,
-# 0 with one) that takes the shard's broker session over when its leader dies. One shard runs
-# as "ingest" with a plain subscription, as before shards existed.
+# The ingesters, from the settings: SDS_INGEST_SHARDS (default: one per core, at most 16, with
+# mosquitto; 1 with the RabbitMQ cluster profile, whose MQTT 3.1.1 has no shared subscriptions)
+# shards sharing the stream (ingest/shards.py), each with a standby (SDS_INGEST_STANDBY, default
+# 1 with several shards, 0 with one) that takes the shard's broker session over when its leader
+# dies. One shard runs as "ingest" with a plain subscription, as before shards existed.
+default_shards() {
+    local broker cores
+    broker=${SDS_BROKER:-$(cat "$STATE/broker-profile" 2>/dev/null || echo mosquitto)}
+    if [[ $broker == rabbitmq-cluster ]]; then
+        echo 1
+        return
+    fi
+    cores=$(nproc 2>/dev/null || echo 1)
+    echo $((cores > 16 ? 16 : cores))
+}
+
 ingest_layout() {
-    INGEST_SHARDS=${SDS_INGEST_SHARDS:-1}
+    INGEST_SHARDS=${SDS_INGEST_SHARDS:-$(default_shards)}
     [[ $INGEST_SHARDS =~ ^[1-9][0-9]*$ ]] && ((INGEST_SHARDS <= 16)) \
         || die "SDS_INGEST_SHARDS must be 1..16, not '$INGEST_SHARDS'"
     local standby=${SDS_INGEST_STANDBY:-$((INGEST_SHARDS > 1 ? 1 : 0))} k

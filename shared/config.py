@@ -72,7 +72,8 @@ class Settings:
     ingest_shards: int = _f(
         1, "Ingester shards sharing the stream through the MQTT 5 shared subscription "
         "$share/sds-ingest/{prefix}/# (1: one ingester, plain subscription; at most 16). Shard k "
-        "logs in as SDS_MQTT_USERNAME-k with client id SDS_MQTT_CLIENT_ID-k")
+        "logs in as SDS_MQTT_USERNAME-k with client id SDS_MQTT_CLIENT_ID-k. deploy/run.sh "
+        "starts one per core when unset (1 with SDS_BROKER=rabbitmq-cluster)")
     ingest_shard: int = _f(
         0, "This process's shard, 1..SDS_INGEST_SHARDS (deploy/run.sh sets it; 0 with one shard)")
     ingest_quarantine_rows_per_message: int = _f(

@@ -267,7 +267,7 @@ def _run_sh(script: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_run_sh_starts_shards_with_standbys() -> None:
-    one = _run_sh('api_layout; echo "${INGEST_PROCS[@]}"')
+    one = _run_sh('api_layout; echo "${INGEST_PROCS[@]}"', SDS_INGEST_SHARDS="1")
     assert one.stdout.split() == ["ingest"]
     three = _run_sh('api_layout; echo "${INGEST_PROCS[@]}"; VENV=/v; proc_argv ingest-2-standby;'
                     ' echo "${ARGV[@]}"; proc_argv ingest-3; echo "${ARGV[@]}"',
@@ -283,6 +283,21 @@ def test_run_sh_starts_shards_with_standbys() -> None:
     assert no_standby.stdout.split() == ["ingest-1", "ingest-2"]
     bad = _run_sh("api_layout", SDS_INGEST_SHARDS="17")
     assert bad.returncode != 0 and "1..16" in bad.stderr
+
+
+def test_run_sh_defaults_to_one_shard_per_core() -> None:
+    """Without SDS_INGEST_SHARDS: one shard per core (at most 16) on mosquitto, each with a
+    standby; one shard on the RabbitMQ cluster profile (MQTT 3.1.1: no shared subscription)."""
+    cores = min(os.cpu_count() or 1, 16)
+    default = _run_sh('api_layout; echo "$INGEST_SHARDS"; echo "${INGEST_PROCS[@]}"',
+                      SDS_BROKER="mosquitto")
+    count, procs = default.stdout.splitlines()
+    assert int(count) == cores
+    assert procs.split() == (["ingest"] if cores == 1 else [
+        name for k in range(1, cores + 1) for name in (f"ingest-{k}", f"ingest-{k}-standby")])
+    cluster = _run_sh('api_layout; echo "$INGEST_SHARDS"; echo "${INGEST_PROCS[@]}"',
+                      SDS_BROKER="rabbitmq-cluster")
+    assert cluster.stdout.split() == ["1", "ingest"]
 
 
 @pytest.mark.parametrize("prev,new,targets", [
