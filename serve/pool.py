@@ -75,7 +75,7 @@ class ReadRouter:
     idle primary it ages although the standby is current. A standby not yet at the position
     gets CATCH_UP_WAIT to reach it (streaming applies in milliseconds), so a commit made just
     before the check does not count as lag. A measurement is reused for CHECK_EVERY seconds
-    (with its age added), so a worker asks at most once a second.
+    (with its age added), so a worker asks at most once a second; `forget()` drops it.
     """
 
     def __init__(self, primary: ConnectionPool, standby: ConnectionPool, max_staleness: float,
@@ -119,6 +119,13 @@ class ReadRouter:
             return None, "standby has replayed nothing yet"
         return max(0.0, float(since_replay)), f"standby {since_replay:.1f} s behind"
 
+    def forget(self) -> None:
+        """Drop the last measurement, so the next read measures the standby again instead of
+        reusing it (for up to CHECK_EVERY, or RETRY_UNREACHABLE after a failed check): for a
+        caller that knows the standby has just changed (replay paused, server stopped)."""
+        with self._lock:
+            self._measured_at = None
+
     def choose(self) -> ReadChoice:
         """The pool for this read, with its header."""
         now = self._clock()
@@ -143,12 +150,19 @@ def attach_reads(app: Flask, router: ReadRouter) -> None:
     app.extensions[READ_EXTENSION] = router
 
 
+def read_router(app: Flask | None = None) -> ReadRouter | None:
+    """The read router of `app` (or of the current app); None when no standby is configured."""
+    owner = app if app is not None else cast(
+        Flask, current_app._get_current_object())  # type: ignore[attr-defined]
+    return cast("ReadRouter | None", owner.extensions.get(READ_EXTENSION))
+
+
 def read_pool(app: Flask | None = None) -> ReadChoice:
     """Where a read-only view should read: the standby when one is configured and current
     enough, else the primary (header None: no standby configured)."""
     owner = app if app is not None else cast(
         Flask, current_app._get_current_object())  # type: ignore[attr-defined]
-    router = owner.extensions.get(READ_EXTENSION)
+    router = read_router(owner)
     if router is None:
         return ReadChoice(pool(owner), None)
-    return cast(ReadRouter, router).choose()
+    return router.choose()

@@ -8,13 +8,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pytest
 from flask import Flask
 
-from serve.pool import READ_EXTENSION, ReadRouter
+from serve.pool import CHECK_EVERY, ReadRouter, read_router
 from shared import accounts
 from shared.config import Settings
 from tests.support.apps import close_app
@@ -95,6 +95,37 @@ def _get(app: Flask, key: str) -> tuple[str, int, Any]:
     return r.headers["X-Read-Source"], len(body), body[-1]["time"] if body else None
 
 
+def _router(app: Flask) -> ReadRouter:
+    router = read_router(app)
+    assert router is not None, "the app has a read URL"
+    return router
+
+
+def test_a_measurement_is_reused_until_it_ages_or_is_forgotten() -> None:
+    """Pure: the router asks the standby once per CHECK_EVERY, and again at once after
+    forget(); the age of a reused measurement is added to its lag."""
+    now = [100.0]
+    measured: list[float] = []
+
+    class Router(ReadRouter):
+        def measure(self) -> tuple[float | None, str]:
+            measured.append(now[0])
+            return 0.5, "standby 0.5 s behind"
+
+    primary, standby = cast(Any, object()), cast(Any, object())  # never used: no real measure
+    router = Router(primary, standby, max_staleness=10, clock=lambda: now[0])
+    assert router.choose().header == "standby; lag=0.5"
+    now[0] += CHECK_EVERY / 2
+    assert router.choose().header == f"standby; lag={0.5 + CHECK_EVERY / 2:.1f}"
+    assert measured == [100.0]
+    router.forget()
+    assert router.choose().pool is standby
+    assert measured == [100.0, now[0]]
+    now[0] += CHECK_EVERY
+    router.choose()
+    assert len(measured) == 3
+
+
 def test_reads_come_from_the_standby_and_fall_back_past_the_staleness_bound(
     app: Flask, pair: tuple[PostgresServer, PostgresServer, str],
 ) -> None:
@@ -110,7 +141,7 @@ def test_reads_come_from_the_standby_and_fall_back_past_the_staleness_bound(
         with psycopg.connect(primary.dsn("api")) as c:
             c.execute("INSERT INTO calibrated (time, device, tair) VALUES (%s, 'R1', 21)",
                       (T0 + timedelta(days=1),))
-        app.extensions[READ_EXTENSION]._measured_at = None  # measure now, not in up to 1 s
+        _router(app).forget()  # measure now, not in up to 1 s
         source, rows, _last = _get(app, key)
         assert source.startswith("standby") and rows == 100, source
 
@@ -154,10 +185,10 @@ def test_writes_go_to_the_primary_and_a_lost_standby_falls_back(
     with psycopg.connect(primary.dsn("api")) as c:
         seen = c.execute("SELECT last_seen FROM api_keys").fetchone()[0]
     assert seen is not None  # the credential check wrote to the primary (a standby refuses)
-    router: ReadRouter = app.extensions[READ_EXTENSION]
+    router = _router(app)
     standby.stop()
     try:
-        router._measured_at = None
+        router.forget()
         source, rows, _last = _get(app, key)
         assert source == 'primary; reason="standby unreachable"' and rows >= 100
     finally:

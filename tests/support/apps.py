@@ -39,10 +39,10 @@ def make_app(url: str, **overrides: Any) -> Flask:
 
 def close_app(app: Flask) -> None:
     """Close the app's pools (and their threads): the primary's and a standby's, if any."""
-    from serve.pool import READ_EXTENSION, pool
+    from serve.pool import pool, read_router
 
     pool(app).close()
-    router = app.extensions.get(READ_EXTENSION)
+    router = read_router(app)
     if router is not None:
         router.standby.close()
 
