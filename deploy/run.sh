@@ -351,7 +351,7 @@ $headline
   MQTT broker   127.0.0.1:$SDS_MQTT_PORT   ($broker${SDS_MQTT_FAILOVER:+; other nodes $SDS_MQTT_FAILOVER})
   secrets       $SECRETS
   demo login    $DEMO_OUT
-  logs          $LOGS/{ingest,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
+  logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 
