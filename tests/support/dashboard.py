@@ -1,4 +1,4 @@
-"""The dashboard tests' seeded world (tests/web), the app built on it, and form sign-in.
+"""The dashboard tests' seeded world (tests/web) and form sign-in (the app: tests/support/apps).
 
 Org A: admin `admin@a.example` and user `user@a.example`; location "North field"
 (America/Chicago) with device A1 (a week of 5-minute readings of tair, rh, p, wind_speed ending
@@ -19,11 +19,9 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from flask import Flask
 from flask.testing import FlaskClient
 
 from shared import accounts
-from shared.config import Settings
 
 END = datetime(2026, 3, 8, tzinfo=UTC)  # newest 5-minute reading
 STEPS = 7 * 24 * 12  # a week of 5-minute readings
@@ -138,16 +136,6 @@ def seed(url: str) -> World:
         for table in ("calibrated", "hourly", "daily", "quarantine"):
             conn.execute(f"ANALYZE {table}")
     return World(url, org_a, org_b, north, b_field, quarantine_a, quarantine_b)
-
-
-def make_app(url: str, **overrides: Any) -> Flask:
-    """The app (API and dashboard) on the database at `url`, database roles on."""
-    from serve import create_app
-
-    settings = Settings(database_url=url, metrics_port=0, aggregate_metrics_port=0,
-                        db_pool_min=1, db_pool_max=4, cursor_secret="web-test-cursor-secret",
-                        api_rate_limit=1_000_000)
-    return create_app(settings.replace(**overrides))
 
 
 def csrf_of(html: str) -> str:

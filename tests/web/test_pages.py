@@ -17,14 +17,13 @@ from serve.access import change_password
 from serve.web import charts, model
 from shared import units
 from shared.config import Settings
-from tests.support.apps import close_app
+from tests.support.apps import close_app, make_app
 from tests.support.dashboard import (
     A_PAYLOAD,
     B_SECRET,
     PASSWORDS,
     World,
     csrf_of,
-    make_app,
     sign_in,
 )
 
