@@ -110,14 +110,25 @@ class _CheckoutPool(ConnectionPool):
         super().__init__(*args, **kwargs)
 
     def getconn(self, timeout: float | None = None) -> psycopg.Connection:
-        """A connection from the pool, prepared by the checkout callback."""
-        conn = super().getconn(timeout=timeout)
-        try:
-            self._checkout(conn)
-        except BaseException:
-            self.putconn(conn)
-            raise
-        return conn
+        """A connection from the pool, prepared by the checkout callback.
+
+        The callback's statement is the connection's first use, so it finds a connection whose
+        server went away (a restart, a promoted standby): that one is discarded and the next
+        tried, up to the pool's size, so a request does not fail for each stale connection."""
+        for attempt in range(self.max_size + 1):
+            conn = super().getconn(timeout=timeout)
+            try:
+                self._checkout(conn)
+            except psycopg.OperationalError:
+                self.putconn(conn)  # a broken connection is closed and replaced by the pool
+                if conn.broken and attempt < self.max_size:
+                    continue
+                raise
+            except BaseException:
+                self.putconn(conn)
+                raise
+            return conn
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def make_pool(

@@ -51,3 +51,24 @@ def test_pool_sets_role_on_connect_and_runs_checkout_per_connection(
     finally:
         pool.close()
     assert len(seen) == 2
+
+
+def test_checkout_pool_replaces_connections_whose_server_went_away(settings: Settings) -> None:
+    """Every pooled session ended by the server (as when the primary is lost and a standby
+    promoted): the next checkouts get new connections without an error."""
+    pool = db.make_pool(settings.replace(db_pool_min=2, db_pool_max=2), name="stale-test",
+                        role=db.ROLE_API,
+                        checkout=lambda conn: db.set_request_scope(conn, None, None))
+    try:
+        pids = set()
+        with pool.connection() as a, pool.connection() as b:
+            pids = {a.info.backend_pid, b.info.backend_pid}
+        with psycopg.connect(settings.database_url, autocommit=True) as admin:
+            for pid in pids:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        for _ in range(3):
+            with pool.connection() as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+                assert conn.info.backend_pid not in pids
+    finally:
+        pool.close()
