@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 # keeps pace with decoding: with 16 MiB, two shards drained a backlog of them in 4.1-4.6 s, with
 # 2 MiB in 3.0-3.1 s (docs/benchmarks.md). Small messages reach the batch size first.
 BATCH_BYTES = 2 * 1024 * 1024
+# A batch is also due once nothing has arrived for this fraction of the flush interval.
+QUIET_FRACTION = 0.1
 STOP_GRACE = 10.0  # seconds a stopping ingester keeps retrying its last commit
 DB_BACKOFF_MAX = 30.0
 # Errors after which the same batch may succeed on a new connection: the server went away, was
@@ -126,18 +128,23 @@ class Inbox:
                 self._ready.notify()
 
     def take(self, interval: float, wait: float) -> list[Delivery]:
-        """The next batch once it is due (a whole batch waiting, or its oldest message has
-        waited `interval` seconds), waiting at most `wait` seconds; [] when none is due."""
+        """The next batch once it is due, waiting at most `wait` seconds; [] when none is due.
+
+        Due: a whole batch is waiting, or its oldest message has waited `interval` seconds, or
+        nothing has arrived for a tenth of that (the stream paused: waiting longer would only
+        delay what is there, as at the end of a backlog or between sparse messages)."""
         end = time.monotonic() + wait
+        quiet = interval * QUIET_FRACTION
         with self._ready:
             while True:
                 now = time.monotonic()
-                if self._items and (self._full() or now >= self._items[0].arrived + interval):
-                    return self._pop(self.limit)
+                if self._items:
+                    due = min(self._items[0].arrived + interval, self._items[-1].arrived + quiet)
+                    if self._full() or now >= due:
+                        return self._pop(self.limit)
                 if now >= end:
                     return []
-                due = min(end, self._items[0].arrived + interval) if self._items else end
-                self._ready.wait(due - now)
+                self._ready.wait((min(end, due) if self._items else end) - now)
 
     def drain(self) -> list[Delivery]:
         """Everything waiting, now (stopping)."""

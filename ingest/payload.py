@@ -298,6 +298,8 @@ def _may_repeat_keys(payload: bytes, value: dict[str, Any] | list[Any]) -> bool:
     Every key in the bytes matches `_KEY_TOKEN` once (escaped quotes in strings may add
     matches); the parsed value holds one key per distinct key. Equal counts: nothing repeated.
     """
+    if type(value) is dict and payload.count(b"{") == 1 and b"[" not in payload:
+        return _key_tokens(payload) != len(value)  # one flat object: the common message
     return _key_tokens(payload) != _count_keys(payload, value)
 
 

@@ -69,8 +69,10 @@ _CREATE_STAGE = sql.SQL("CREATE TEMP TABLE IF NOT EXISTS {} ({}) ON COMMIT DELET
         sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(t))
         for n, t in zip(_CAL_COLUMNS, _STAGE_TYPES, strict=True)))
 _COLS_SQL = sql.SQL(", ").join(map(sql.Identifier, _CAL_COLUMNS))
+# The batch statements are rendered to bytes once here: a composed statement is rendered again
+# on every execution (about a microsecond per message of a 500-message batch).
 _COPY_STAGE = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-    sql.Identifier(STAGE), _COLS_SQL)
+    sql.Identifier(STAGE), _COLS_SQL).as_bytes(None)
 # First write wins: a key already stored (or staged twice) is left as it is.
 _INSERT_FROM_STAGE = sql.SQL(
     "INSERT INTO calibrated ({cols}) SELECT {values} FROM {stage}"
@@ -78,8 +80,11 @@ _INSERT_FROM_STAGE = sql.SQL(
     cols=_COLS_SQL, stage=sql.Identifier(STAGE), values=sql.SQL(", ").join(
         sql.Identifier(n) if n in _KEY_TYPES
         else stored_rounding(sql.Identifier(n), TABLES["calibrated"].column(n))
-        for n in _CAL_COLUMNS))
+        for n in _CAL_COLUMNS)).as_bytes(None)
 assert set(_HEALTH_COLUMNS) == set(TABLES["health"].column_names)
+
+
+_INTO_QUARTER = tuple(timedelta(minutes=m) for m in range(15))  # minutes past a quarter hour
 
 
 @dataclass(slots=True)
@@ -109,10 +114,10 @@ class Message:
                               + self.payload).digest()
 
     def __post_init__(self) -> None:
-        # Accepted readings are on the 5-minute grid (payload.py), so only the minute moves;
-        # a third of them already start a quarter. Hot path: one per reading.
-        self.quarters = ({r.time if not (m := r.time.minute % 15)
-                          else r.time.replace(minute=r.time.minute - m)
+        # Accepted readings are on the 5-minute grid (payload.py), so only the minute moves.
+        # Hot path, one per reading: subtracting a ready timedelta is six times cheaper than
+        # datetime.replace.
+        self.quarters = ({r.time - _INTO_QUARTER[r.time.minute % 15]
                           for r in self.decoded.readings} if self.kind == READINGS else set())
 
 

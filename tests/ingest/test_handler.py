@@ -42,3 +42,19 @@ def test_a_decoder_bug_becomes_internal_error(monkeypatch: pytest.MonkeyPatch) -
     msg = Handler("sensors", Limits()).handle("sensors/A1/readings", b"{}", NOW)
     assert [(r.code, "boom" in r.detail) for r in msg.decoded.rejections] == [
         ("internal_error", True)]
+
+
+def test_message_names_the_quarter_hours_of_its_readings() -> None:
+    """Every 5-minute slot of an hour maps to the start of its quarter (the dirty marks are
+    computed per quarter)."""
+    base = datetime(2024, 6, 30, 23, 0, tzinfo=UTC)
+    body = json.dumps([{"time": base.replace(minute=m).isoformat(), "tair": 1.0}
+                       for m in range(0, 60, 5)]).encode()
+    message = handle("sensors/A1/readings", body,
+                     received=datetime(2024, 7, 1, 0, 0, tzinfo=UTC))
+    assert len(message.decoded.readings) == 12
+    assert message.quarters == {base.replace(minute=q) for q in (0, 15, 30, 45)}
+    health = handle("sensors/A1/health", json.dumps(
+        {"time": base.isoformat(), "batt_pct": 50.0}).encode(),
+        received=datetime(2024, 7, 1, 0, 0, tzinfo=UTC))
+    assert health.quarters == set()

@@ -27,14 +27,43 @@ def test_a_full_batch_is_due_at_once_and_the_rest_waits() -> None:
 
 
 def test_a_partial_batch_is_due_after_the_interval() -> None:
-    inbox = Inbox(limit=100)
-    inbox.put(_delivery(1, arrived=time.monotonic() - 1.0))  # waited a second already
+    """A steady stream (a message every 10 ms, never quiet for a tenth of the 0.4 s interval):
+    the batch is due when its oldest message has waited the interval."""
+    inbox = Inbox(limit=1000)
+    inbox.put(_delivery(0, arrived=time.monotonic() - 1.0))  # waited a second already
+    assert [d.mid for d in inbox.take(interval=0.4, wait=0)] == [0]
+    stop = threading.Event()
+
+    def stream() -> None:
+        mid = 1
+        while not stop.is_set():
+            inbox.put(_delivery(mid))
+            mid += 1
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=stream)
+    thread.start()
+    try:
+        started = time.monotonic()
+        batch = inbox.take(interval=0.4, wait=5)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(5)
+    assert batch and batch[0].mid == 1
+    assert 0.3 <= took < 2.0, took
+    assert len(batch) >= 15  # about 40 arrived meanwhile; far fewer on a busy machine
+
+
+def test_a_paused_stream_flushes_after_a_tenth_of_the_interval() -> None:
+    """Nothing arrives after a message: its batch is due once the stream has been quiet for
+    a tenth of the interval, not the whole interval (the end of a backlog, sparse devices)."""
+    inbox = Inbox(limit=1000)
+    inbox.put(_delivery(1))
     inbox.put(_delivery(2))
-    assert [d.mid for d in inbox.take(interval=0.5, wait=0)] == [1, 2]
-    inbox.put(_delivery(3))
     started = time.monotonic()
-    assert [d.mid for d in inbox.take(interval=0.3, wait=5)] == [3]
-    assert 0.2 <= time.monotonic() - started < 2.0
+    assert [d.mid for d in inbox.take(interval=2.0, wait=5)] == [1, 2]
+    assert 0.15 <= time.monotonic() - started < 1.5
 
 
 def test_bytes_make_a_batch_due_too() -> None:
