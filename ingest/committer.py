@@ -6,7 +6,8 @@
   acked, or left unacked for the broker to redeliver.
 - A batch flushes when it reaches its size limit (never above the MQTT window, Receive
   Maximum), or BATCH_BYTES of payload, or when its oldest message has waited
-  SDS_INGEST_FLUSH_INTERVAL, whichever comes first; a batch that waited for more than the
+  SDS_INGEST_FLUSH_INTERVAL (or nothing arrived for QUIET_FRACTION of it), whichever comes
+  first; a batch that waited for more than the
   window would stall forever. Paho's thread hands messages over through an `Inbox`, which
   wakes the committer when a batch falls due, not per message.
 - A database write that hangs (a blackholed network path: no error, no reply) is broken by the
