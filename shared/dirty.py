@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, tzinfo
+from functools import lru_cache
 
 import psycopg
 
@@ -26,11 +27,24 @@ def bucket_marks(device: str, times: Iterable[datetime], tz: tzinfo | None) -> s
     """
     marks: set[Mark] = set()
     for t in times:
-        marks.add(("hourly", device, bucket_of("hourly", t, None)[0]))
-        if tz is not None:
-            marks.add(("local_hourly", device, bucket_of("local_hourly", t, tz)[0]))
-            marks.add(("daily", device, bucket_of("daily", t, tz)[0]))
+        if tz is None:
+            marks.add(("hourly", device, _bucket_starts(t, None)[0]))
+        else:
+            hourly, local_hourly, daily = _bucket_starts(t, tz)
+            marks.add(("hourly", device, hourly))
+            marks.add(("local_hourly", device, local_hourly))
+            marks.add(("daily", device, daily))
     return marks
+
+
+@lru_cache(maxsize=16384)
+def _bucket_starts(t: datetime, tz: tzinfo | None) -> tuple[datetime, ...]:
+    """The starts of the buckets holding `t` (hourly, and with a zone local_hourly and daily).
+    Cached: the devices of a fleet mostly share a zone and report the same 5-minute slots, so
+    a batch asks for the same few quarter hours once per device."""
+    if tz is None:
+        return (bucket_of("hourly", t, None)[0],)
+    return tuple(bucket_of(kind, t, tz)[0] for kind in ("hourly", "local_hourly", "daily"))
 
 
 def write_marks(conn: psycopg.Connection, marks: Iterable[Mark]) -> int:
