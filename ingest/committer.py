@@ -7,9 +7,9 @@
 - A batch flushes when it reaches its size limit (never above the MQTT window, Receive
   Maximum), or BATCH_BYTES of payload, or when its oldest message has waited
   SDS_INGEST_FLUSH_INTERVAL (or nothing arrived for QUIET_FRACTION of it), whichever comes
-  first; a batch that waited for more than the
-  window would stall forever. Paho's thread hands messages over through an `Inbox`, which
-  wakes the committer when a batch falls due, not per message.
+  first; a batch that waited for more than the window would stall forever. Paho's thread hands
+  messages over through an `Inbox`, which wakes the committer when a batch falls due, not per
+  message.
 - A database write that hangs (a blackholed network path: no error, no reply) is broken by the
   watchdog after SDS_INGEST_DB_WATCHDOG seconds (ingest/watchdog.py) and retried on a new
   connection; nothing is acknowledged while it is stuck.
@@ -142,23 +142,23 @@ class Inbox:
                 if self._items:
                     due = min(self._items[0].arrived + interval, self._items[-1].arrived + quiet)
                     if self._full() or now >= due:
-                        return self._pop(self.limit)
+                        return self._pop(self.limit, self.max_bytes)
                 if now >= end:
                     return []
                 self._ready.wait((min(end, due) if self._items else end) - now)
 
     def drain(self) -> list[Delivery]:
-        """Everything waiting, now (stopping)."""
+        """Everything waiting, now, whatever its size (stopping: the caller splits it)."""
         with self._ready:
-            return self._pop(len(self._items))
+            return self._pop(len(self._items), self._bytes)
 
     def _full(self) -> bool:
         return len(self._items) >= self.limit or self._bytes >= self.max_bytes
 
-    def _pop(self, most: int) -> list[Delivery]:
+    def _pop(self, most: int, max_bytes: int) -> list[Delivery]:
         batch: list[Delivery] = []
         size = 0
-        while self._items and len(batch) < most and size < self.max_bytes:
+        while self._items and len(batch) < most and size < max_bytes:
             item = self._items.popleft()
             batch.append(item)
             size += len(item.message.payload)

@@ -73,6 +73,15 @@ def test_bytes_make_a_batch_due_too() -> None:
     assert [d.mid for d in inbox.take(interval=60, wait=0)] == [1]
 
 
+def test_drain_takes_everything_past_the_byte_bound() -> None:
+    """Stopping commits all that was received: drain is not cut at a batch's bytes."""
+    inbox = Inbox(limit=100, max_bytes=10)
+    for mid in range(5):
+        inbox.put(_delivery(mid, b"[" + b" " * 8 + b"]"))  # 10 bytes each
+    assert [d.mid for d in inbox.drain()] == [0, 1, 2, 3, 4]
+    assert inbox.empty()
+
+
 def test_the_committer_is_woken_per_batch_not_per_message() -> None:
     """A producer putting 1,000 messages wakes a waiting taker about once per batch."""
     inbox = Inbox(limit=100)
