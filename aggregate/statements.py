@@ -327,9 +327,7 @@ def aggregate_expr(col: Column, slots: sql.Composable = _HOUR_SLOTS) -> sql.Comp
 def _rounded(expr: sql.Composable, col: Column) -> sql.Composable:
     """`expr` rounded to the decimals that give `col` its declared precision in every unit
     (float8 round: half to even, as the API's conversion rounds)."""
-    if not col.is_numeric:
-        return expr
-    rounded = stored_rounding(expr, col)
+    rounded = stored_rounding(expr, col)  # text columns pass through
     if col.rollup is Rollup.CIRCULAR_MEAN:
         return sql.SQL("mod({}::numeric, 360)::float8").format(rounded)
     return rounded

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import psycopg
 
-from shared.timeutil import bucket_of
+from shared.timeutil import ROLLUP_KINDS, bucket_of
 
 Mark = tuple[str, str, datetime]  # (rollup, device, bucket start UTC)
 
@@ -44,7 +44,7 @@ def _bucket_starts(t: datetime, tz: tzinfo | None) -> tuple[datetime, ...]:
     a batch asks for the same few quarter hours once per device."""
     if tz is None:
         return (bucket_of("hourly", t, None)[0],)
-    return tuple(bucket_of(kind, t, tz)[0] for kind in ("hourly", "local_hourly", "daily"))
+    return tuple(bucket_of(kind, t, tz)[0] for kind in ROLLUP_KINDS)
 
 
 def write_marks(conn: psycopg.Connection, marks: Iterable[Mark]) -> int:
