@@ -10,6 +10,7 @@ import struct
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from uuid import UUID
 
 import psycopg
 from psycopg import sql
@@ -110,18 +111,42 @@ def _waiting_query(conn: psycopg.Connection, pid: int) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+def _waits_until_commit(holder: psycopg.Connection, waiter: psycopg.Connection,
+                        work: Callable[[], object], watch: psycopg.Connection,
+                        while_waiting: Callable[[int, str], None]) -> None:
+    """Run `work` (on `waiter`) in a thread until it waits for a lock; call `while_waiting`
+    with its backend pid and the statement it waits in; then commit `holder` and check that
+    `work` finished without an error."""
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            fn()
-        except BaseException as exc:  # reported by the test's assertion
+            work()
+        except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    return thread, errors
+    try:
+        pid = waiter.info.backend_pid
+        waiting = wait_for(lambda: _waiting_query(watch, pid), 10, what="a wait for a lock")
+        while_waiting(pid, waiting)
+    finally:
+        holder.commit()
+        thread.join(10)
+    assert not thread.is_alive() and not errors, errors
+
+
+def _expect_in(fragment: str, statement: str) -> None:
+    assert fragment in statement, statement
+
+
+def _moved_to(conn: psycopg.Connection, site: Site) -> UUID:
+    """A second location of the site's organisation (a +05:30 zone), committed."""
+    loc = accounts.create_location(conn, org=site.org, loc=accounts.LocationInput(
+        name="moved", tz_name="Asia/Kolkata", lat=28.6, lon=77.2, elev=216.0))
+    conn.commit()
+    return loc
 
 
 def test_concurrent_batches_of_one_device_wait_only_at_the_end(
@@ -145,20 +170,14 @@ def test_concurrent_batches_of_one_device_wait_only_at_the_end(
             writer.write_batch(other, [second])
             other.commit()
 
-        thread, errors = _in_thread(second_batch)
-        try:
-            pid = other.info.backend_pid
-            wait_for(lambda: _waiting_query(watch, pid), 10, what="the second batch to wait")
-            waiting = _waiting_query(watch, pid) or ""
+        def at_its_closing_statements(pid: int, waiting: str) -> None:
             assert "rollup_dirty" in waiting or "UPDATE devices" in waiting, waiting
             # Its readings went in before it waited: it holds calibrated's insert lock.
             assert _count(watch, "SELECT count(*) FROM pg_locks WHERE pid = %s AND granted"
                           " AND mode = 'RowExclusiveLock' AND relation = 'calibrated'::regclass",
                           pid) == 1
-        finally:
-            conn.commit()
-            thread.join(10)
-        assert not thread.is_alive() and not errors, errors
+
+        _waits_until_commit(conn, other, second_batch, watch, at_its_closing_statements)
     assert _count(conn, "SELECT count(*) FROM calibrated WHERE device = 'A1'") == 5
 
 
@@ -172,23 +191,14 @@ def test_a_deployment_change_waits_for_an_open_batch_and_relabels_its_rows(
     writer.write_batch(conn, [_readings("A1", t)])  # labelled with the old location, open
     with psycopg.connect(database_url) as mover, psycopg.connect(database_url,
                                                                 autocommit=True) as watch:
-        new_loc = accounts.create_location(mover, org=site.org, loc=accounts.LocationInput(
-            name="moved", tz_name="Asia/Kolkata", lat=28.6, lon=77.2, elev=216.0))
-        mover.commit()
+        new_loc = _moved_to(mover, site)
 
         def move() -> None:
             accounts.deploy_device(mover, device="A1", location=new_loc, start=t)
             mover.commit()
 
-        thread, errors = _in_thread(move)
-        try:
-            pid = mover.info.backend_pid
-            wait_for(lambda: _waiting_query(watch, pid), 10, what="the move to wait")
-            assert "FOR UPDATE" in (_waiting_query(watch, pid) or "")
-        finally:
-            conn.commit()
-            thread.join(10)
-        assert not thread.is_alive() and not errors, errors
+        _waits_until_commit(conn, mover, move, watch,
+                            lambda _pid, waiting: _expect_in("FOR UPDATE", waiting))
     assert conn.execute("SELECT location FROM calibrated WHERE device = 'A1'").fetchone() == (
         new_loc,)
 
@@ -199,9 +209,7 @@ def test_a_batch_after_an_open_deployment_change_sees_the_new_location(
     meanwhile waits at its KEY SHARE and labels its readings with the new location."""
     site = make_site(conn)
     t = now_slot(30)
-    new_loc = accounts.create_location(conn, org=site.org, loc=accounts.LocationInput(
-        name="moved", tz_name="Asia/Kolkata", lat=28.6, lon=77.2, elev=216.0))
-    conn.commit()
+    new_loc = _moved_to(conn, site)
     accounts.deploy_device(conn, device="A1", location=new_loc, start=t - timedelta(hours=1))
     with psycopg.connect(database_url) as ingest, psycopg.connect(database_url,
                                                                  autocommit=True) as watch:
@@ -211,15 +219,8 @@ def test_a_batch_after_an_open_deployment_change_sees_the_new_location(
             writer.write_batch(ingest, [_readings("A1", t)])
             ingest.commit()
 
-        thread, errors = _in_thread(batch)
-        try:
-            pid = ingest.info.backend_pid
-            wait_for(lambda: _waiting_query(watch, pid), 10, what="the batch to wait")
-            assert "FOR KEY SHARE" in (_waiting_query(watch, pid) or "")
-        finally:
-            conn.commit()
-            thread.join(10)
-        assert not thread.is_alive() and not errors, errors
+        _waits_until_commit(conn, ingest, batch, watch,
+                            lambda _pid, waiting: _expect_in("FOR KEY SHARE", waiting))
     assert conn.execute("SELECT location FROM calibrated WHERE device = 'A1'").fetchone() == (
         new_loc,)
 
