@@ -136,6 +136,10 @@ def location_id(conn: psycopg.Connection, name_or_id: str, *, org: UUID | None =
 # shard: ingester, ingester-1, ...), so no device may ever have one: its password entry would
 # replace the ingester's, and its session would be the ingester's.
 RESERVED_DEVICE_NAMES = re.compile(r"^ingester(-[0-9]+)?$")
+# What a device name may be, the Python side of the devices.name CHECK constraints (0001, 0085):
+# 1-64 letters, digits, '_', '.' or '-', and not dots only ('.', '..' cannot be used in a path).
+DEVICE_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.-]{1,64}$")
+DEVICE_NAME_RULE = "1-64 letters, digits, '_', '.' or '-', not dots only"
 
 
 def register_device(
@@ -146,6 +150,8 @@ def register_device(
     reserved for the ingester's broker accounts."""
     if RESERVED_DEVICE_NAMES.match(name):
         raise BadParameter(f"device name {name!r} is reserved for the ingester's broker account")
+    if not DEVICE_NAME.match(name):
+        raise BadParameter(f"device name {name!r}: {DEVICE_NAME_RULE}")
     try:
         with conn.transaction():
             row = conn.execute(
@@ -153,7 +159,7 @@ def register_device(
                 " RETURNING id", (org, name, type, model)).fetchone()
     except pgerr.CheckViolation:
         raise BadParameter(
-            f"device name {name!r}: 1-64 letters, digits, '_', '.' or '-'") from None
+            f"device name {name!r}: {DEVICE_NAME_RULE}") from None
     except pgerr.UniqueViolation:
         raise DuplicateName(f"device {name!r} is already registered") from None
     assert row
