@@ -6,7 +6,7 @@ Each data table is a tuple of `Column` records: name, SQL type, stored unit, mea
 The SQL migrations, `select=` validation, unit conversion, rollup SQL and ingest validation all
 read this module; a test asserts the database columns equal it.
 
-Stored units (reference-facts decision 2): temperature C, pressure kPa, precipitation mm,
+Stored units (docs/spec/reference-facts.md decision 2): temperature C, pressure kPa, precipitation mm,
 ratios as fractions 0..1, speed m/s. Descriptions name the default *output* unit (C, mb, mm, %,
 m/s), since that is what a client sees without unit parameters.
 """
@@ -89,7 +89,7 @@ class Table:
     description: str
     columns: tuple[Column, ...]
     resolution: timedelta
-    default_window: timedelta  # reference-facts decision 3
+    default_window: timedelta  # docs/spec/reference-facts.md decision 3
     row_cap: int  # default page size without `limit`
 
     def column(self, name: str) -> Column:

@@ -10,7 +10,9 @@
   conftest;
 - production code connects only through shared.db.connect, takes advisory locks only
   through shared.locks, and makes a time zone from its name only in shared.timeutil (`zone`,
-  cached, BadParameter for unknown names); from there zones travel as zones.
+  cached, BadParameter for unknown names); from there zones travel as zones;
+- code and docs cite documents that are in the repository (docs/..., the spec copied to
+  docs/spec/), never the project spec beside a checkout.
 
 Each runs alone too, e.g. `.venv/bin/python -m pytest tests/test_lint.py -k mypy`, or the tool
 itself from the repository root: `.venv/bin/mypy`, `.venv/bin/lint-imports`,
@@ -21,6 +23,7 @@ aggregate serve client/sds_client` (docs/architecture.md).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -137,3 +140,41 @@ def test_connections_locks_and_zones_have_one_home() -> None:
            for f in files for needle, home in ONE_HOME.items()
            if needle in f.read_text() and f.relative_to(ROOT).as_posix() != home]
     assert not bad, "\n".join(bad)
+
+
+# Citations of documents: code and docs cite files that are in this repository (docs/...), never
+# the project spec beside a checkout (`shared/spec/...`) nor a bare "reference-facts".
+_CITING = ("shared", "ingest", "aggregate", "serve", "tests", "deploy", "docs", "bench", "client")
+_SUFFIXES = {".py", ".md", ".sh", ".sql", ".conf", ".yaml", ".js", ".html"}
+
+
+def citation_problems(text: str) -> list[str]:
+    """What is wrong with the document citations in one file's text (pure)."""
+    problems = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if "shared/spec/" in line:
+            problems.append(f"{n}: cites shared/spec/ (not in the repository; cite docs/spec/)")
+        for found in re.finditer(r"reference-facts(?!\.md|\]\(spec/)", line):
+            problems.append(f"{n}: bare reference-facts at column {found.start()} "
+                            "(cite docs/spec/reference-facts.md)")
+    return problems
+
+
+def test_citation_problems_finds_what_it_should() -> None:
+    assert citation_problems("see shared/spec/interface.md") != []
+    assert citation_problems("(reference-facts decision 7)") != []
+    assert citation_problems("(docs/spec/reference-facts.md decision 7)") == []
+    assert citation_problems("([reference-facts](spec/reference-facts.md) decision 7)") == []
+
+
+def test_every_cited_document_is_in_the_repository() -> None:
+    files = [f for d in _CITING for f in sorted((ROOT / d).rglob("*"))
+             if f.suffix in _SUFFIXES and "node_modules" not in f.parts
+             and "vendor" not in f.parts and f.parent != ROOT / "docs" / "spec"
+             and f != Path(__file__).resolve()]  # this file names the wrong forms
+    bad = [f"{f.relative_to(ROOT)}:{p}" for f in files
+           for p in citation_problems(f.read_text(errors="replace"))]
+    missing = [f"{f.relative_to(ROOT)}: {m}" for f in files
+               for m in re.findall(r"docs/[\w./-]+\.md", f.read_text(errors="replace"))
+               if not (ROOT / m).exists()]
+    assert not bad and not missing, "\n".join(bad + missing)

@@ -2,7 +2,7 @@
 
 Locations of the caller's organisation in the paged envelope, each with the device standing
 there now (`current_device`). The summary adds the latest conditions per location
-(reference-facts decision 13), converted with the unit parameters.
+(docs/spec/reference-facts.md decision 13), converted with the unit parameters.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def test_schema_record_keys_in_served_order() -> None:
 
 
 def test_reference_columns_present() -> None:
-    # Column names clients select, from reference-facts part A.
+    # Column names clients select, from docs/spec/reference-facts.md part A.
     daily = set(TABLES["daily"].column_names)
     for name in ("meant", "maxt", "mint", "maxt_time", "rh_at_mint", "crop_water_demand",
                  "dli", "sunshine_duration", "gdd", "heat_stress_hours", "create_time"):
