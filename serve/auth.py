@@ -1,5 +1,6 @@
 """Authentication and authorization of API requests: Basic, Bearer and Apikey credentials,
-scopes (docs/spec/reference-facts.md decision 11), failed-login throttling and the deprecated `?apikey=`.
+scopes (docs/spec/reference-facts.md decision 11), failed-login throttling and the deprecated
+`?apikey=`.
 
 `init_app(app)` installs a before_request hook that turns the request's credentials into a
 `Principal` (or refuses them); views declare what they need with `requires(scope)` or

@@ -6,9 +6,9 @@ Each data table is a tuple of `Column` records: name, SQL type, stored unit, mea
 The SQL migrations, `select=` validation, unit conversion, rollup SQL and ingest validation all
 read this module; a test asserts the database columns equal it.
 
-Stored units (docs/spec/reference-facts.md decision 2): temperature C, pressure kPa, precipitation mm,
-ratios as fractions 0..1, speed m/s. Descriptions name the default *output* unit (C, mb, mm, %,
-m/s), since that is what a client sees without unit parameters.
+Stored units (docs/spec/reference-facts.md decision 2): temperature C, pressure kPa,
+precipitation mm, ratios as fractions 0..1, speed m/s. Descriptions name the default *output*
+unit (C, mb, mm, %, m/s), since that is what a client sees without unit parameters.
 """
 
 from __future__ import annotations

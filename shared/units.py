@@ -1,10 +1,10 @@
 """Unit conversion, one table per measurement class (the `temp`, `pres`, `size`, `ratio` and
 `speed` query parameters).
 
-Values are stored in C, kPa, mm, fractions 0..1 and m/s (docs/spec/reference-facts.md decision 2). Every
-conversion is `stored * scale + offset`; temperature differences (`Measure.TEMP_DELTA`, e.g.
-degree days) convert by scale only. The same numbers feed Python conversion and the SQL that
-`serve` generates, so both agree.
+Values are stored in C, kPa, mm, fractions 0..1 and m/s (docs/spec/reference-facts.md
+decision 2). Every conversion is `stored * scale + offset`; temperature differences
+(`Measure.TEMP_DELTA`, e.g. degree days) convert by scale only. The same numbers feed Python
+conversion and the SQL that `serve` generates, so both agree.
 """
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 # without anyone remembering a marker. The list of fixtures is the one thing to keep current.
 SERVICE_FIXTURES = frozenset({"pg_server", "broker"})
 # Modules that start servers or processes themselves (not through the fixtures above).
-_PROCESS_WORDS = ("subprocess", "PostgresServer", "MosquittoBroker", "Popen", "RabbitCluster", "apiserver",
-                  "browser", "services.", "run_script", "gunicorn", "nginx")
+_PROCESS_WORDS = ("subprocess", "PostgresServer", "MosquittoBroker", "Popen", "RabbitCluster",
+                  "apiserver", "browser", "services.", "run_script", "gunicorn", "nginx")
 
 
 def _starts_processes(module: object) -> bool:

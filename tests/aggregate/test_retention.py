@@ -17,8 +17,8 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 from click.testing import CliRunner
+from psycopg import sql
 
 from aggregate import jobs, lifecycle
 from aggregate.storage_cli import storage_cli

@@ -148,7 +148,8 @@ def test_local_time_in_select_needs_the_parameter(client: FlaskClient, world: Wo
 # ---- time window -------------------------------------------------------------------------------
 
 def test_end_time_is_inclusive_and_cursor_continues(client: FlaskClient, world: World) -> None:
-    # docs/spec/reference-facts.md (cursor): start 2019-07-01, end 08:00, limit 5 -> 00..04 + cursor for 05:00.
+    # docs/spec/reference-facts.md (cursor): start 2019-07-01, end 08:00, limit 5 -> 00..04
+    # and a cursor for 05:00.
     first = get(client, world, "hourly", device="D1", start_time="2024-07-01",
                 end_time="2024-07-01T08:00:00Z", limit=5, select="time")
     assert [r["time"][11:13] for r in rows(first)] == ["00", "01", "02", "03", "04"]
