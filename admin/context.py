@@ -1,11 +1,12 @@
-"""What every `sds` command group shares: settings from the environment and a database
-connection for one command, with operator-readable errors instead of tracebacks."""
+"""What every `sds` command shares: settings from the environment, a database connection for one
+command with operator-readable errors instead of tracebacks, and the click context object
+(`Context`, `pass_ctx`) that carries both."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import click
 import psycopg
@@ -42,3 +43,17 @@ def connection(settings: Settings, *, name: str | None = None,
         raise click.ClickException(str(exc)) from None
     finally:
         conn.close()
+
+
+class Context:
+    """The click context object of `sds`: the settings, read once, and connections from them."""
+
+    def __init__(self) -> None:
+        self.settings = settings_from_env()
+
+    def conn(self) -> AbstractContextManager[psycopg.Connection]:
+        """A connection whose work is committed on success, rolled back on error."""
+        return connection(self.settings)
+
+
+pass_ctx = click.make_pass_decorator(Context, ensure=True)

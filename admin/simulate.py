@@ -34,10 +34,9 @@ import click
 import paho.mqtt.client as mqtt
 import psycopg
 
-from ingest import brokers
 from ingest.derive import saturation_vapour_pressure
 from ingest.topics import HEALTH, READINGS, topic_for
-from shared import db
+from shared import brokers, db
 from shared.columns import HEALTH_INPUTS, READING_INPUTS
 from shared.config import Settings
 from shared.timeutil import FIVE_MINUTES, floor_5min, parse_instant
@@ -214,12 +213,10 @@ class _Device:
         self.bad_ratio = bad_ratio
         self.counts = counts
         # Client id = device name: the RabbitMQ cluster profile lets a device's clean session
-        # start only under its own name (shared/rabbit.py).
-        self.client = brokers.new_client(settings, site.device, persistent=False)
-        if password is not None:
-            self.client.username_pw_set(site.device, password)
-        if settings.mqtt_tls_ca:
-            self.client.tls_set(ca_certs=settings.mqtt_tls_ca)
+        # start only under its own name (admin/rabbit.py).
+        self.client = brokers.new_client(settings, site.device, persistent=False,
+                                         username=site.device if password is not None else None,
+                                         password=password)
         self.client.reconnect_delay_set(1, 30)
         self.refused: str | None = None
         self.client.on_connect = self._on_connect

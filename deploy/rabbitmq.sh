@@ -36,10 +36,10 @@ node_pidfile() { echo "$RMQ_DIR/node$1/beam.pid"; }
 # The VM's pid file is written by RabbitMQ itself; its command line names the node's config.
 node_running() { pid_alive "$(node_pidfile "$1")" "beam"; }
 
-# node I's environment (KEY=VALUE lines from shared/rabbit.py, which also writes its files) into
+# node I's environment (KEY=VALUE lines from admin/rabbit.py, which also writes its files) into
 # NODE_ENV, with the cluster's HOME (its Erlang cookie) and a plain PATH.
 node_env() {
-    mapfile -t NODE_ENV < <("$VENV/bin/python" -m shared.rabbit node "$RMQ_DIR" "$1" "$NODES" "$BASE")
+    mapfile -t NODE_ENV < <("$VENV/bin/python" -m admin.rabbit node "$RMQ_DIR" "$1" "$NODES" "$BASE")
     NODE_ENV+=("HOME=$RMQ_HOME" "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "LANG=C.UTF-8" "LC_ALL=C.UTF-8")
 }
 
@@ -97,7 +97,7 @@ prepare() {
     # The ingester's account (password from secrets.env) and the vhost, kept with the devices';
     # demo devices made under the mosquitto profile are added from their credentials file.
     (set -a && . "$SECRETS" && set +a \
-        && "$VENV/bin/python" -m shared.rabbit accounts "$DEFS" "${SDS_MQTT_CLIENT_ID:-ingester}" \
+        && "$VENV/bin/python" -m admin.rabbit accounts "$DEFS" "${SDS_MQTT_CLIENT_ID:-ingester}" \
             "${SDS_TOPIC_PREFIX:-sensors}" "$STATE/demo-devices.json")
     chmod 600 "$DEFS"
     local i
@@ -183,7 +183,7 @@ cmd_reload() {
     local users user
     users=$(mktemp)
     ctl list_users --formatter json >"$users"
-    for user in $(cd "$REPO" && "$VENV/bin/python" -m shared.rabbit stale-users "$DEFS" "$users"); do
+    for user in $(cd "$REPO" && "$VENV/bin/python" -m admin.rabbit stale-users "$DEFS" "$users"); do
         ctl delete_user "$user" >/dev/null
         say "rabbitmq: deleted user $user (no longer in $DEFS)"
     done

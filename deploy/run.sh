@@ -281,7 +281,7 @@ start_all() {
 
     [[ -x $VENV/bin/sds ]] || die "$VENV/bin/sds is missing: the project is not installed in the venv (see $LOGS/pip-install.log)"
     "$VENV/bin/sds" --help >/dev/null 2>"$LOGS/sds-check.log" \
-        || { log_tail "$LOGS/sds-check.log"; die "the sds command does not run (shared/cli.py broken or missing?)"; }
+        || { log_tail "$LOGS/sds-check.log"; die "the sds command does not run (admin/cli.py broken or missing?)"; }
 
     say "sds db upgrade"
     "$VENV/bin/sds" db upgrade || die "sds db upgrade failed"

@@ -17,7 +17,7 @@
   client's CONNECT property over max_inflight_messages).
 - Every (re)connect first calls `may_connect`, which raises to veto it (the leader check: a
   leader that lost its lock must not take the session back from its standby).
-- The RabbitMQ cluster profile (`SDS_MQTT_PROTOCOL=3.1.1`, ingest/brokers.py): MQTT 3.1.1 with
+- The RabbitMQ cluster profile (`SDS_MQTT_PROTOCOL=3.1.1`, shared/brokers.py): MQTT 3.1.1 with
   `clean_session=False` instead of Clean Start and Session Expiry, the broker's `mqtt.prefetch`
   instead of Receive Maximum, no Retain Handling (that broker keeps no retained messages), and
   each reconnect goes to the next node of `SDS_MQTT_FAILOVER`.
@@ -36,8 +36,9 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ingest import brokers, shards
+from ingest import shards
 from ingest.metrics import Metrics
+from shared import brokers
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -132,12 +133,9 @@ class MqttLink:
 
     def _make_client(self) -> mqtt.Client:
         s = self.settings
-        client = brokers.new_client(s, s.mqtt_client_id, persistent=True, manual_ack=True)
+        client = brokers.new_client(s, s.mqtt_client_id, persistent=True, manual_ack=True,
+                                    username=s.mqtt_username, password=s.mqtt_password)
         client.enable_logger(logging.getLogger("paho"))
-        if s.mqtt_username:
-            client.username_pw_set(s.mqtt_username, s.mqtt_password)
-        if s.mqtt_tls_ca:
-            client.tls_set(ca_certs=s.mqtt_tls_ca)
         client.reconnect_delay_set(min_delay=1, max_delay=30)
         client.on_pre_connect = self._on_pre_connect
         client.on_connect = self._on_connect

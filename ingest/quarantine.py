@@ -1,6 +1,6 @@
 """The quarantine: the write of rejected messages and readings (`write`, from the ingester's
-batch), the ingester's hourly retention, and the operator's `sds quarantine purge|stats`
-commands.
+batch), the ingester's hourly retention, and the purge and statistics behind the operator's
+`sds quarantine purge|stats` (admin/quarantine.py).
 
 Retention (SDS_QUARANTINE_RETENTION_DAYS) runs in the leading ingester through the database
 function `sds_quarantine_purge` (migration 0063): the ingester's role may only insert into
@@ -15,14 +15,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-import click
 import psycopg
 
 from ingest.handler import Message
 from ingest.payload import SUMMARISED, Rejection
-from shared import clitools, db
+from shared import db
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -125,51 +124,6 @@ class Retention:
                          self.settings.quarantine_retention_days)
             if self._on_deleted is not None:
                 self._on_deleted(deleted)
-
-
-# ---- operator commands (`sds quarantine ...`) ----------------------------------------------------
-
-def _connect() -> psycopg.Connection:
-    settings = clitools.settings_from_env()
-    try:
-        return db.connect(settings, autocommit=True)
-    except psycopg.OperationalError as exc:
-        raise click.ClickException(
-            f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
-
-
-@click.group("quarantine")
-def quarantine() -> None:
-    """Quarantined MQTT input: sizes and purging."""
-
-
-@quarantine.command("purge")
-@click.option("--older-than-days", type=click.FloatRange(min=0), required=True,
-              help="Delete rows received more than this many days ago (0: all).")
-@click.option("--device", default=None, help="Only this device's rows.")
-@click.option("--reason", default=None, help="Only rows with this reason code.")
-@click.option("--dry-run", is_flag=True, help="Count the rows, delete nothing.")
-def purge_command(older_than_days: float, device: str | None, reason: str | None,
-                  dry_run: bool) -> None:
-    """Delete quarantine rows by age, device and reason (in chunks of 10,000)."""
-    before = datetime.now(UTC) - timedelta(days=older_than_days)
-    with _connect() as conn:
-        n = purge(conn, before=before, device=device, reason=reason, dry_run=dry_run)
-    what = "would delete" if dry_run else "deleted"
-    click.echo(f"{what} {n} quarantine rows received before {before:%Y-%m-%dT%H:%M:%SZ}"
-               + (f" of device {device}" if device else "")
-               + (f" with reason {reason}" if reason else ""))
-
-
-@quarantine.command("stats")
-def stats_command() -> None:
-    """Rows and bytes in quarantine per device and reason, largest first."""
-    with _connect() as conn:
-        rows = stats(conn)
-    click.echo(f"{'device':24} {'reason':24} {'rows':>10} {'bytes':>12}  oldest .. newest")
-    for device, reason, n, size, oldest, newest in rows:
-        click.echo(f"{device or '-':24} {reason:24} {n:>10} {size:>12}  "
-                   f"{oldest:%Y-%m-%d %H:%M} .. {newest:%Y-%m-%d %H:%M}")
 
 
 # The metric label of quarantine rows whose device is not registered (or not known at all):

@@ -43,8 +43,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from psycopg import sql
 
+from admin import simulate
 from bench.ingest.naive import NaiveIngester
-from ingest import simulate, writer
+from ingest import writer
 from ingest.derive import derive
 from ingest.shards import shard_settings, subscriptions
 from shared import accounts, migrate

@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 from psycopg import sql
 
+from admin.storage import storage_cli
 from aggregate import jobs, lifecycle
-from aggregate.storage_cli import storage_cli
 from shared import accounts, spreadsheet
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool

@@ -15,7 +15,7 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from shared.cli import main as sds
+from admin.cli import main as sds
 from tests.support.apiserver import gunicorn_api
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()

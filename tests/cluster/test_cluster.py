@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from ingest import brokers
-from shared import rabbit
-from shared.cli import main
+from admin import rabbit
+from admin.cli import main
+from shared import brokers
 from shared.config import Settings
 from tests.support.clustering import (
     DEVICES,

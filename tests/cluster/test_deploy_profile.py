@@ -15,8 +15,9 @@ import paho.mqtt.client as mqtt
 import pytest
 from click.testing import CliRunner
 
-from shared import migrate, rabbit
-from shared.cli import main
+from admin import rabbit
+from admin.cli import main
+from shared import migrate
 from tests.support.services import REPO, free_port, port_open
 
 pytestmark = [

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from click.testing import CliRunner
 
-from ingest import simulate
+from admin import simulate
 from ingest.payload import Limits, decode_payload
 from shared.config import Settings
 from tests.support.ingesting import RunningIngester, make_site, wait_for

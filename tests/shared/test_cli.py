@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from shared.cli import main
+from admin.cli import main
 from tests.support.services import MosquittoBroker
 
 

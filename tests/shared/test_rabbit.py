@@ -1,5 +1,5 @@
-"""RabbitMQ cluster profile accounts and node settings (shared/rabbit.py) and broker endpoints
-(ingest/brokers.py), without a broker: the permissions must grant exactly what the mosquitto
+"""RabbitMQ cluster profile accounts and node settings (admin/rabbit.py) and broker endpoints
+(shared/brokers.py), without a broker: the permissions must grant exactly what the mosquitto
 ACL grants. Python's `re` stands in for RabbitMQ's PCRE here (the patterns use only what both
 read alike); tests/cluster checks the same rules on a real cluster."""
 
@@ -17,11 +17,11 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from ingest import brokers
+from admin import rabbit
+from admin.cli import main
 from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
-from shared import rabbit
-from shared.cli import main
+from shared import brokers
 from shared.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]

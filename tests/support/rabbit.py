@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from shared import rabbit
+from admin import rabbit
 from tests.support.services import (
     REPO,
     ServiceError,
