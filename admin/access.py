@@ -4,16 +4,17 @@ tokens) through serve.access."""
 from __future__ import annotations
 
 import os
-from typing import cast
 from uuid import UUID
 
 import click
 import psycopg
 
-from admin.context import settings_from_env
+from admin.context import connection, settings_from_env
 from serve.access import change_password, revoke_tokens, unlock
-from shared import db
-from shared.errors import ServiceError
+from shared import accounts
+from shared.errors import ServiceError, UnknownObject
+
+CLI_NAME = "sds-access-cli"  # application_name of the command's sessions
 
 
 @click.group("access")
@@ -22,11 +23,10 @@ def access_cli() -> None:
 
 
 def _cli_user(conn: psycopg.Connection, email: str) -> UUID:
-    row = conn.execute("SELECT id FROM users WHERE lower(email) = lower(%s)",
-                       (email.strip(),)).fetchone()
-    if row is None:
-        raise click.ClickException(f"no user with email {email!r}")
-    return cast(UUID, row[0])
+    try:
+        return accounts.user_id(conn, email.strip())
+    except UnknownObject:
+        raise click.ClickException(f"no user with email {email!r}") from None
 
 
 @access_cli.command("passwd")
@@ -36,7 +36,7 @@ def passwd_command(email: str) -> None:
     user's bearer tokens and lifts a login lockout."""
     password = os.environ.get("SDS_USER_PASSWORD") or click.prompt(
         "New password", hide_input=True, confirmation_prompt=True)
-    with db.connect(settings_from_env()) as conn:
+    with connection(settings_from_env(), name=CLI_NAME) as conn:
         try:
             change_password(conn, user=_cli_user(conn, email), password=password)
         except ServiceError as exc:
@@ -48,7 +48,7 @@ def passwd_command(email: str) -> None:
 @click.argument("email")
 def unlock_command(email: str) -> None:
     """Lift the failed-login lockout of an account now instead of at the window's end."""
-    with db.connect(settings_from_env()) as conn:
+    with connection(settings_from_env(), name=CLI_NAME) as conn:
         removed = unlock(conn, email=email)
     click.echo(f"{email}: {'lockout lifted' if removed else 'no failed logins counted'}")
 
@@ -57,6 +57,6 @@ def unlock_command(email: str) -> None:
 @click.argument("email")
 def logout_command(email: str) -> None:
     """Revoke every bearer token of a user (API keys are managed with /api/v2/apikeys)."""
-    with db.connect(settings_from_env()) as conn:
+    with connection(settings_from_env(), name=CLI_NAME) as conn:
         count = revoke_tokens(conn, user=_cli_user(conn, email))
     click.echo(f"{email}: {count} bearer token(s) revoked")

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from admin import context
 from aggregate import jobs, rollups
 from aggregate.leader import LOCK_NAME
-from shared import db, locks
+from shared import locks
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from shared.errors import ServiceError
@@ -94,7 +94,7 @@ def backfill(tables: tuple[str, ...], devices: tuple[str, ...], start: str, end:
                                 devices=list(devices) or None,
                                 low_quality_pct=settings.low_quality_pct,
                                 chunk_days=chunk_days, progress=progress, workers=workers,
-                                connect=lambda: db.connect(settings, name=CLI_NAME))
+                                connect=lambda: context.plain_connection(settings, name=CLI_NAME))
     click.echo(f"{written} rows written")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from typing import Any
 
 import click
 import psycopg
@@ -26,11 +27,14 @@ def settings_from_env() -> Settings:
 
 @contextmanager
 def connection(settings: Settings, *, name: str | None = None,
-               errors: tuple[type[Exception], ...] = ()) -> Iterator[psycopg.Connection]:
-    """A connection whose work is committed on success, rolled back on error. An unreachable
+               errors: tuple[type[Exception], ...] = (), autocommit: bool = False,
+               connect_timeout: int | None = None) -> Iterator[psycopg.Connection]:
+    """The one way an `sds` command connects: work committed on success, rolled back on error
+    (autocommit=True: each statement commits, for work done in chunks). An unreachable
     database, a ServiceError and any of `errors` become a ClickException (exit status 1)."""
     try:
-        conn = db.connect(settings, name=name)
+        extra: dict[str, Any] = {"connect_timeout": connect_timeout} if connect_timeout else {}
+        conn = db.connect(settings, name=name, autocommit=autocommit, **extra)
     except psycopg.OperationalError as exc:
         raise click.ClickException(
             f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
@@ -43,6 +47,12 @@ def connection(settings: Settings, *, name: str | None = None,
         raise click.ClickException(str(exc)) from None
     finally:
         conn.close()
+
+
+def plain_connection(settings: Settings, *, name: str) -> psycopg.Connection:
+    """A connection for work that manages its own transactions (the backfill's workers); the
+    caller closes it."""
+    return db.connect(settings, name=name)
 
 
 class Context:

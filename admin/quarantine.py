@@ -3,23 +3,19 @@ owner (ingest/quarantine.py holds the queries)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 
 import click
 import psycopg
 
-from admin.context import settings_from_env
+from admin.context import connection, settings_from_env
 from ingest.quarantine import purge, stats
-from shared import db
 
 
-def _connect() -> psycopg.Connection:
-    settings = settings_from_env()
-    try:
-        return db.connect(settings, autocommit=True)
-    except psycopg.OperationalError as exc:
-        raise click.ClickException(
-            f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
+def _connect() -> AbstractContextManager[psycopg.Connection]:
+    # Autocommit: purge deletes in chunks, each its own transaction.
+    return connection(settings_from_env(), name="sds-quarantine-cli", autocommit=True)
 
 
 @click.group("quarantine")

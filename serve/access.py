@@ -19,8 +19,9 @@ def change_password(conn: psycopg.Connection, *, user: UUID, password: str) -> N
     """Set a new password: every bearer token of the user ends (they predate the change),
     cached Basic logins stop matching the stored hash, and the account's lockout is lifted.
     API keys stay (docs/auth.md)."""
-    if len(password) < 8:
-        raise BadRequest("password: at least 8 characters")
+    problem = credentials.password_problem(password)
+    if problem:
+        raise BadRequest(problem)
     row = conn.execute(
         "UPDATE users SET password_hash = %s, password_changed_at = clock_timestamp()"
         " WHERE id = %s RETURNING email", (credentials.hash_password(password), user)).fetchone()

@@ -56,8 +56,9 @@ def create_user(
     is_admin: bool = False,
 ) -> UUID:
     """A new user with an argon2id password hash; DuplicateName for a taken email (any case)."""
-    if len(password) < 8:
-        raise BadParameter("password: at least 8 characters")
+    problem = credentials.password_problem(password)
+    if problem:
+        raise BadParameter(problem)
     if "@" not in email:
         raise BadParameter(f"email: {email!r} is not an email address")
     try:

@@ -122,7 +122,7 @@ def test_tests_and_benchmarks_import_no_test_module(folder: str) -> None:
                      "there if it is not yet):\n" + "\n".join(bad))
 
 
-# ---- one home for connections, locks and zones --------------------------------------------------
+# ---- one home for each small rule ---------------------------------------------------------------
 
 ONE_HOME = {
     "psycopg.connect(": "shared/db.py",  # every process connects through shared.db.connect
@@ -130,16 +130,54 @@ ONE_HOME = {
     "pg_advisory_lock(": "shared/locks.py",
     "pg_advisory_unlock(": "shared/locks.py",
     "ZoneInfo(": "shared/timeutil.py",  # a zone is made from its name by timeutil.zone only
+    "mqtt.Client(": "shared/brokers.py",  # every MQTT client: brokers.new_client
+    "start_http_server(": "shared/metrics.py",  # every process's metrics endpoint
+    "lower(email)": "shared/accounts.py",  # the user-by-email lookup: accounts.user_id
+    "len(password) <": "shared/credentials.py",  # the password rule: password_problem
+    "db.connect(": "",  # see SCOPED_HOME: per package
+}
+# Rules that hold inside one package: (package, needle) -> the one module there that may have it.
+SCOPED_HOME = {
+    ("admin", "db.connect("): "admin/context.py",  # every sds command: context.connection
 }
 
 
-def test_connections_locks_and_zones_have_one_home() -> None:
+def one_home_violations(root: Path, files: list[Path]) -> list[str]:
+    """Where a rule with one home is written elsewhere (pure over the files given)."""
+    bad = []
+    for f in files:
+        rel = f.relative_to(root).as_posix()
+        text = f.read_text()
+        for needle, home in ONE_HOME.items():
+            if home and needle in text and rel != home:
+                bad.append(f"{rel}: {needle} (belongs in {home})")
+        for (package, needle), home in SCOPED_HOME.items():
+            if rel.startswith(package + "/") and needle in text and rel != home:
+                bad.append(f"{rel}: {needle} (in {package}/ belongs in {home})")
+    return bad
+
+
+def test_each_small_rule_has_one_home() -> None:
     files = [f for package in PRODUCTION for f in sorted((ROOT / package).rglob("*.py"))]
     assert len(files) > 20
-    bad = [f"{f.relative_to(ROOT)}: {needle} (belongs in {home})"
-           for f in files for needle, home in ONE_HOME.items()
-           if needle in f.read_text() and f.relative_to(ROOT).as_posix() != home]
+    bad = one_home_violations(ROOT, files)
     assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("serve/x.py", "conn = psycopg.connect(url)"),
+    ("ingest/x.py", "client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)"),
+    ("aggregate/x.py", "start_http_server(port)"),
+    ("serve/x.py", "SELECT id FROM users WHERE lower(email) = lower(%s)"),
+    ("serve/x.py", "if len(password) < 12:"),
+    ("admin/x.py", "with db.connect(settings) as conn:"),
+    ("shared/x.py", "ZoneInfo(name)"),
+])
+def test_a_reintroduced_copy_is_found(tmp_path: Path, path: str, text: str) -> None:
+    target = tmp_path / path
+    target.parent.mkdir(parents=True)
+    target.write_text(text + "\n")
+    assert len(one_home_violations(tmp_path, [target])) == 1
 
 
 # Citations of documents: code and docs cite files that are in this repository (docs/...), never
