@@ -78,9 +78,10 @@ def test_no_copied_blocks_in_production_code() -> None:
 
 def forbidden_imports(path: Path, source: str) -> list[str]:
     """The imports in `source` (the file at `path`) that reach into a test module or a
-    conftest (`tests.<package>.test_*`, `tests.<package>.conftest`); from bench/, anything
-    under tests/ except tests.support."""
-    bench = path.parts[0] == "bench"
+    conftest (`tests.<package>.test_*`, `tests.<package>.conftest`); from bench/ and testbed/,
+    anything under tests/ (they share the servers of testbed/, not the tests' helpers); from
+    testbed/, bench/ too."""
+    outside = path.parts[0] in ("bench", "testbed")
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -91,10 +92,13 @@ def forbidden_imports(path: Path, source: str) -> list[str]:
             continue
         for name in names:
             parts = name.split(".")
+            if path.parts[0] == "testbed" and parts[0] == "bench":
+                found.append(f"{path}:{node.lineno}: {name}")
+                break
             if parts[0] != "tests" or len(parts) < 2:
                 continue
             into_test = any(p == "conftest" or p.startswith("test_") for p in parts[1:])
-            if into_test or (bench and parts[1] != "support"):
+            if into_test or outside:
                 found.append(f"{path}:{node.lineno}: {name}")
                 break
     return found
@@ -106,13 +110,16 @@ def test_the_import_rule_can_fail() -> None:
     assert forbidden_imports(Path("tests/x/test_y.py"), "from tests.access.conftest import W\n")
     assert forbidden_imports(Path("tests/x/test_y.py"), "from tests.serve import test_data\n")
     assert forbidden_imports(Path("bench/x/__main__.py"), "import tests.aggregate.reference\n")
+    assert forbidden_imports(Path("bench/x/__main__.py"), "from tests.support import apps\n")
+    assert forbidden_imports(Path("testbed/x.py"), "from tests.support import apps\n")
+    assert forbidden_imports(Path("testbed/x.py"), "from bench.common import database\n")
     assert not forbidden_imports(Path("bench/x/__main__.py"),
-                                 "from tests.support.services import GunicornServer\n")
+                                 "from testbed.services import GunicornServer\n")
     assert not forbidden_imports(Path("tests/aggregate/test_z.py"),
                                  "from tests.aggregate import reference\n")
 
 
-@pytest.mark.parametrize("folder", ["tests", "bench"])
+@pytest.mark.parametrize("folder", ["tests", "bench", "testbed"])
 def test_tests_and_benchmarks_import_no_test_module(folder: str) -> None:
     files = sorted((ROOT / folder).rglob("*.py"))
     assert files
@@ -162,6 +169,10 @@ def test_each_small_rule_has_one_home() -> None:
     assert len(files) > 20
     bad = one_home_violations(ROOT, files)
     assert not bad, "\n".join(bad)
+    # The benchmarks connect as the service does, through shared.db.connect.
+    direct = [f.relative_to(ROOT).as_posix() for f in sorted((ROOT / "bench").rglob("*.py"))
+              if "psycopg.connect(" in f.read_text()]
+    assert not direct, f"bench connects directly (use shared.db.connect): {direct}"
 
 
 @pytest.mark.parametrize(("path", "text"), [

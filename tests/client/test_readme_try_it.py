@@ -16,7 +16,7 @@ import requests
 from click.testing import CliRunner
 
 from admin.cli import main as sds
-from tests.support.apiserver import gunicorn_api
+from testbed.apiserver import gunicorn_api
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 TRY_IT = README[README.index("### Try it"):README.index("### Docker and systemd")]

@@ -27,6 +27,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from ingest import shards
 from shared.config import Settings
+from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     IngesterProcess,
@@ -40,7 +41,6 @@ from tests.support.ingesting import (
     stored_times,
     wait_for,
 )
-from tests.support.services import MosquittoBroker
 
 
 def test_shard_identity_and_subscription() -> None:

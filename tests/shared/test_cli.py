@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from admin.cli import main
-from tests.support.services import MosquittoBroker
+from testbed.services import MosquittoBroker
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from admin import rabbit
-from tests.support.services import (
+from testbed.services import (
     REPO,
     ServiceError,
     _chown_tree,
