@@ -320,8 +320,3 @@ HEALTH_INPUTS = tuple(c for c in HEALTH if c.rollup is Rollup.INPUT)
 def table(name: str) -> Table:
     """The table called `name`; KeyError when there is none."""
     return TABLES[name]
-
-
-def describe(col: Column) -> dict[str, str]:
-    """The `/schemas/{table}` record of a column, keys in the served order."""
-    return {"column_name": col.name, "data_type": col.dtype, "description": col.description}
