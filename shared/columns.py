@@ -249,8 +249,8 @@ DAILY = _keys("Start of the device-local day (local midnight, or the first valid
            precision=3),
     Column("vpd", "real", "Vapour pressure deficit, mean (mb)", "kPa", _P, Rollup.MEAN, "vpd",
            precision=3),
-    Column("et", "real", "Reference evapotranspiration, FAO-56 daily Penman-Monteith (mm/day)",
-           "mm", _S, Rollup.ET),
+    Column("et", "real", "Reference evapotranspiration, FAO-56 daily Penman-Monteith (mm/day); "
+           "while low_quality, the sum of the hours measured so far (mm)", "mm", _S, Rollup.ET),
     Column("etc", "real", "Crop evapotranspiration, et x kc (mm/day)", "mm", _S, Rollup.ETC),
     Column("kc", "real", "Crop coefficient in force for the day", None, None, Rollup.KC,
            precision=3),
@@ -320,8 +320,3 @@ HEALTH_INPUTS = tuple(c for c in HEALTH if c.rollup is Rollup.INPUT)
 def table(name: str) -> Table:
     """The table called `name`; KeyError when there is none."""
     return TABLES[name]
-
-
-def describe(col: Column) -> dict[str, str]:
-    """The `/schemas/{table}` record of a column, keys in the served order."""
-    return {"column_name": col.name, "data_type": col.dtype, "description": col.description}

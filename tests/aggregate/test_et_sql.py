@@ -73,7 +73,7 @@ tair = st.floats(-30, 48, allow_subnormal=False)
 fraction = st.floats(0.02, 1.0, allow_subnormal=False)
 wind = st.floats(0.0, 20.0, allow_subnormal=False)
 height = st.sampled_from([2.0, 3.0, 10.0]) | st.floats(1.0, 12.0, allow_subnormal=False)
-lat = st.floats(-66.0, 66.0, allow_subnormal=False)
+lat = st.floats(-89.9, 89.9, allow_subnormal=False)  # polar days and nights too (issue 22)
 lon = st.floats(-180.0, 180.0, allow_subnormal=False)
 elev = st.floats(-50.0, 4000.0, allow_subnormal=False)
 

@@ -356,6 +356,22 @@ def test_local_time_zone_is_dst_aware_offsets_are_flat(client: FlaskClient,
     assert half[0]["local_time"] == "2024-11-03T09:30:00+0530"
 
 
+@pytest.mark.parametrize(("value", "first"), [
+    ("+0545", "2024-11-03T09:45:00+0545"),
+    ("+1030", "2024-11-03T14:30:00+1030"),
+    ("-0300", "2024-11-03T01:00:00-0300"),
+    ("-3600", "2024-11-03T03:00:00-0100"),  # digits that are no HHMM stay seconds
+])
+def test_local_time_hhmm_is_a_flat_offset(client: FlaskClient, world: World, value: str,
+                                          first: str) -> None:
+    """The colon-less offset the API writes is read back as that offset, in JSON and CSV
+    (issue 22: `+1030` was 1030 seconds)."""
+    common = dict(device="D3", start_time=FALL_BACK.isoformat(), select="time",
+                  local_time=value)
+    assert rows(get(client, world, "hourly", **common))[0]["local_time"] == first
+    assert csv_rows(get(client, world, "hourly", accept="text/csv", **common))[1][1] == first
+
+
 def test_local_time_without_time_selected(client: FlaskClient, world: World) -> None:
     got = rows(get(client, world, "hourly", device="D1", start_time="2024-07-01", limit=1,
                    select="tair", local_time="+02:00"))
