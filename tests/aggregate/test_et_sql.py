@@ -1,5 +1,6 @@
-"""The SQL FAO-56 functions (migration 0061) against the reference in aggregate/et.py: equal
-within 0.001 mm over random inputs, and on FAO-56 Examples 18 and 19."""
+"""The SQL FAO-56 functions (migration 0061) against the reference in
+tests/support/fao56_oracle.py: equal within 0.001 mm over random inputs, and on FAO-56
+Examples 18 and 19."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aggregate import et
+from tests.support import fao56_oracle as et
 
 TOLERANCE = 0.001  # mm
 PERIOD = ("SELECT sds_fao56_period_et(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)")

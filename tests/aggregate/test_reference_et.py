@@ -2,10 +2,10 @@
 generated weather (tests/aggregate/weather.py): overcast and clear days, both hemispheres, the
 tropics and high latitudes (polar day and night), partial days (issue 22).
 
-- Daily: aggregate/et.py and the rollups' SQL (migration 0090) against pyet.pm_fao56 and
-  refet.Daily (simple Rso) on the day's stored aggregates. Overcast days (Rs/Rso < 0.3) failed
-  before the 0.3 lower bound: 2.00 mm served where both give 1.735 on FAO-56 Example 18's
-  overcast weather.
+- Daily: tests/support/fao56_oracle.py and the rollups' SQL (migration 0090) against
+  pyet.pm_fao56 and refet.Daily (simple Rso) on the day's stored aggregates. Overcast days
+  (Rs/Rso < 0.3) failed before the 0.3 lower bound: 2.00 mm served where both give 1.735 on
+  FAO-56 Example 18's overcast weather.
 - Hourly: FAO-56 eq. 53 assembled from refet's hourly terms (extraterrestrial radiation,
   vapour pressures, slope, psychrometric constant) and its `etsz` with FAO-56's constants
   (Cn 37, Cd 0.34), with this service's documented rules where refet has none of its own
@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aggregate import et
 from tests.aggregate.weather import Place, day_readings
+from tests.support import fao56_oracle as et
 from tests.support.reference_et import (
     DAILY_TOL,
     fao56_hourly_from_refet,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from aggregate import et
 from shared.timeutil import zone
+from tests.support import fao56_oracle as et
 
 FIVE = timedelta(minutes=5)
 
