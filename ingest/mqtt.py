@@ -4,12 +4,16 @@
   SessionExpiryInterval: the broker keeps the session and queues QoS 1 messages while the
   ingester is away (paho's default Clean Start would discard them on every restart).
 - Subscriptions are made in `on_connect`, so every reconnect renews them. They cover all of
-  `{prefix}/#` (shared as `$share/sds-ingest/{prefix}/#` between shards, ingest/shards.py): a
+  `{prefix}/#` (shared as `$share/<secret group>/{prefix}/#` between shards, ingest/shards.py): a
   device's message on a topic the ingester does not accept is quarantined as `bad_topic`, not
   left without a subscriber. Retain Handling 2: the broker never sends a stored retained
   message on (re)subscribing. A retained publish still reaches the ingester once, as it is
   published (or queued in the session while the ingester is away), so a reconnect can neither
   re-ingest nor re-quarantine it.
+- On mosquitto it also subscribes to the broker's shared subscription count (QoS 0, retained
+  value sent at once) for the foreign group member alarm, ingest/groupwatch.py; those `$SYS`
+  messages go to the watch, never to the committer. A shard first unsubscribes the old public
+  group's filter (ingest/shards.py LEGACY_GROUP), which its resumed session may still hold.
 - `manual_ack=True`: the committer acknowledges a message after its commit. Acks carry the
   connection generation that delivered the message; an ack from an earlier connection is never
   sent on a later one (its message ids mean nothing there).
@@ -36,7 +40,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ingest import shards
+from ingest import groupwatch, shards
 from ingest.metrics import Metrics
 from shared import brokers
 from shared.config import Settings
@@ -66,6 +70,9 @@ class MqttLink:
             raise ValueError("SDS_INGEST_SHARDS: shards need MQTT 5 shared subscriptions; with "
                              "SDS_MQTT_PROTOCOL=3.1.1 (the RabbitMQ cluster profile) run one")
         self.rotation = brokers.Rotation(settings)
+        # $SYS exists on mosquitto only (the RabbitMQ profile speaks 3.1.1 and has no shards).
+        self.watch = (groupwatch.GroupWatch(settings, metrics)
+                      if self.protocol == mqtt.MQTTv5 and not retire else None)
         self.receive_maximum = max(1, min(65535, settings.ingest_receive_maximum))
         self.ready = threading.Event()  # set once subscribed (tests wait on it)
         self._deliver = on_message
@@ -176,12 +183,18 @@ class MqttLink:
         else:
             log.info("connected; new session (first start, or the broker lost the old one)")
         filters = shards.subscriptions(self.settings)
+        legacy = shards.legacy_subscriptions(self.settings)
         if self.retire:
-            client.unsubscribe(filters)
+            client.unsubscribe(filters + legacy)
             return
+        if legacy:
+            client.unsubscribe(legacy)
         if self.protocol == mqtt.MQTTv5:
             opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
-            client.subscribe([(t, opts) for t in filters])
+            wanted = [(t, opts) for t in filters]
+            if self.watch is not None:
+                wanted.append((groupwatch.TOPIC, SubscribeOptions(qos=0)))
+            client.subscribe(wanted)
         else:
             # MQTT 3.1.1 cannot refuse retained messages; the cluster profile keeps none
             # (mqtt.retained_message_store = noop), so a resubscribe replays nothing.
@@ -189,6 +202,8 @@ class MqttLink:
 
     def _on_unsubscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
                         _reason_codes: list[ReasonCode], _props: Properties | None) -> None:
+        if not self.retire:
+            return  # the old public group's filter, left on connect
         log.info("retiring: unsubscribed; draining what the session had queued")
         self.unsubscribed.set()
         self.ready.set()
@@ -214,5 +229,8 @@ class MqttLink:
             topic = msg.topic
         except UnicodeDecodeError:
             topic = repr(msg._topic)  # mosquitto refuses such topics; kept for the record
+        if self.watch is not None and topic == groupwatch.TOPIC:
+            self.watch.observe(cast(bytes, msg.payload))  # QoS 0: nothing to acknowledge
+            return
         self._deliver(self._generation, msg.mid, msg.qos, topic,
                       cast(bytes, msg.payload), bool(msg.dup))  # paho hands bytes in

@@ -103,7 +103,7 @@ class Bench:
         return Settings(database_url=self.url, mqtt_host="127.0.0.1",
                         mqtt_port=self.broker.port, mqtt_username=None,
                         mqtt_client_id=client_id, topic_prefix=prefix, metrics_port=free_port(),
-                        log_level="WARNING")
+                        log_level="WARNING", ingest_share_group=f"bench-group-{client_id}")
 
     def truncate(self) -> None:
         with db.connect(self.url, autocommit=True) as c:

@@ -1,0 +1,272 @@
+"""The `$share` group attack (issue 20 item 1) on the shipped mosquitto configuration.
+
+A device with its own ordinary credentials subscribes to the shards' shared subscription. The
+broker's acl_file cannot refuse a SUBSCRIBE (mosquitto 2.0.11 and 2.0.21 pass every subscribe
+and check read access only at delivery), so it counts the device as a member of that group and
+drops the device's round-robin share of every reading: with the old public group name
+`sds-ingest`, 1 attacker lost 1/3 of the acknowledged readings and 3 lost 3/5.
+
+The defence (ingest/shards.py, ingest/groupwatch.py): the group name is a per-install secret a
+device cannot know, so its `$share/sds-ingest/...` (or any guessed group) is a group of its own
+that takes nothing from the shards; and the ingester alarms when the broker holds shared
+subscriptions beyond the shards' own. The ledger below (a legitimate device publishing QoS 1
+while the attack runs) counts acknowledged vs stored readings exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import psycopg
+import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from ingest import groupwatch, shards
+from ingest.metrics import Metrics
+from shared.config import Settings
+from testbed.services import MosquittoBroker
+from tests.support.figures import Figures
+from tests.support.ingesting import (
+    DEVICE,
+    Ledger,
+    Run,
+    RunningIngester,
+    make_site,
+    stored_times,
+    wait_for,
+)
+
+INGESTER_PW = "ingester-secret-pw"
+DEVICE_PW = "device-a1-pw"
+ATTACKERS = [f"X{i}" for i in (1, 2, 3)]
+LEDGER_N = 300  # the issue's figure: 300 acked
+RATE = 300.0
+
+
+# ---- pure logic ---------------------------------------------------------------------------------
+
+def test_group_is_a_required_secret() -> None:
+    base = Settings(ingest_shards=2, ingest_shard=1)
+    for bad in (None, "", "sds-ingest", "short-group", "has/slash-0123456789",
+                "plus+0123456789abcdef", "hash#0123456789abcdef"):
+        with pytest.raises(ValueError, match="SDS_INGEST_SHARE_GROUP"):
+            shards.shard_settings(base.replace(ingest_share_group=bad))
+    good = base.replace(ingest_share_group="AbC_def-0123456789")
+    assert shards.subscriptions(good) == ["$share/AbC_def-0123456789/sensors/#"]
+    assert shards.expected_shared_subscriptions(good) == 2
+    # One ingester needs no group and holds no shared subscription.
+    assert shards.expected_shared_subscriptions(Settings()) == 0
+    assert shards.subscriptions(Settings()) == ["sensors/#"]
+
+
+def test_groupwatch_counts_foreign_members(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics()
+    watch = groupwatch.GroupWatch(
+        Settings(ingest_shards=3, ingest_shard=2, ingest_share_group="g" * 16), metrics)
+    caplog.set_level(logging.INFO, logger="ingest.groupwatch")
+    assert watch.observe(b"3") == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert watch.observe(b"5") == 2
+    assert metrics.registry.get_sample_value("sds_ingest_foreign_shared_subscriptions") == 2
+    assert metrics.registry.get_sample_value("sds_ingest_broker_shared_subscriptions") == 5
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "2 foreign" in errors[0].getMessage()
+    assert watch.observe(b"5") == 2  # unchanged: no second alarm line
+    assert len([r for r in caplog.records if r.levelno == logging.ERROR]) == 1
+    assert watch.observe(b"2") == 0  # fewer than expected (a shard not yet subscribed): fine
+    assert metrics.registry.get_sample_value("sds_ingest_foreign_shared_subscriptions") == 0
+    assert watch.observe(b"not a number") is None
+    # An unsharded ingester expects none: any shared subscription is foreign.
+    single = groupwatch.GroupWatch(Settings(), Metrics())
+    assert single.observe(b"1") == 1
+
+
+# ---- the attack on a real broker ----------------------------------------------------------------
+
+@pytest.fixture
+def secured_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+    """The shipped mosquitto.conf and ACL with the shard users, the publishing device and three
+    attacking devices; $SYS every second (test instrumentation: the shipped interval is 10 s)."""
+    users = {"ingester-1": INGESTER_PW, "ingester-2": INGESTER_PW, DEVICE: DEVICE_PW}
+    users |= {name: f"{name}-pw" for name in ATTACKERS}
+    broker = MosquittoBroker().start(tmp_path / "mqtt", users=users, shipped_template=True,
+                                     extra_conf="sys_interval 1")
+    yield broker
+    broker.cleanup()
+
+
+def _shard(s: Settings, k: int) -> Settings:
+    return s.replace(ingest_shards=2, ingest_shard=k)
+
+
+@pytest.fixture
+def shard_base(settings: Settings, secured_broker: MosquittoBroker) -> Settings:
+    return settings.replace(mqtt_host="127.0.0.1", mqtt_port=secured_broker.port,
+                            mqtt_username="ingester", mqtt_password=INGESTER_PW,
+                            mqtt_client_id="ingester", topic_prefix="sensors",
+                            ingest_flush_interval=0.1,
+                            ingest_share_group=f"grp-{uuid.uuid4().hex}")
+
+
+class Attacker:
+    """A device subscribing to shared groups with its own credentials (client id = user name,
+    which the shipped broker enforces)."""
+
+    def __init__(self, port: int, name: str, filters: list[str], *, persistent: bool) -> None:
+        self.name = name
+        self.granted: list[int] = []
+        self.got = 0
+        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name,
+                                  protocol=mqtt.MQTTv5)
+        self.client.username_pw_set(name, f"{name}-pw")
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = 900 if persistent else 0
+
+        def on_connect(c: mqtt.Client, *_: object) -> None:
+            c.subscribe([(f, SubscribeOptions(qos=1)) for f in filters])
+
+        def on_subscribe(_c: mqtt.Client, _u: object, _m: int, codes: list, _p: object) -> None:
+            self.granted = [int(rc.value) for rc in codes]
+
+        def on_message(*_: object) -> None:
+            self.got += 1
+
+        self.client.on_connect = on_connect
+        self.client.on_subscribe = on_subscribe
+        self.client.on_message = on_message
+        self.client.connect("127.0.0.1", port, clean_start=True, properties=props)
+        self.client.loop_start()
+        wait_for(lambda: self.granted, 10, what=f"{name}'s SUBACK")
+
+    def leave(self) -> None:
+        """Disconnect; a persistent session (and its group memberships) stays on the broker."""
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def _guesses(prefix: str) -> list[str]:
+    """What an attacker can try: the old public name (it is in the source) and likely ones."""
+    return [f"$share/{g}/{prefix}/#" for g in (shards.LEGACY_GROUP, "ingest", "ingester", "sds",
+                                               "sds-ingester", "g")]
+
+
+def _ledger(port: int, url: str) -> tuple[Run, int]:
+    """Publish LEDGER_N readings as the device with QoS 1; (run, missing) once settled."""
+    pub = Ledger("127.0.0.1", port, DEVICE, username=DEVICE, password=DEVICE_PW)
+    try:
+        run = Run(pub, f"sensors/{DEVICE}/readings", LEDGER_N, RATE).start()
+        wait_for(run.done, 60, what="ledger published")
+    finally:
+        pub.close()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not run.acked <= set(stored_times(url)):
+        time.sleep(0.2)
+    time.sleep(0.5)  # a last straggler would show up here
+    return run, len(run.acked - set(stored_times(url)))
+
+
+def _foreign(ingesters: list[RunningIngester], at_least: int) -> float:
+    """Wait until every shard's alarm gauge reached `at_least`; the first shard's value."""
+    name = "sds_ingest_foreign_shared_subscriptions"
+    wait_for(lambda: min(i.metric(name) for i in ingesters) >= at_least, 10,
+             what=f"alarm gauge >= {at_least}")
+    return ingesters[0].metric(name)
+
+
+@pytest.mark.parametrize("attackers,persistent,cross_org", [
+    (1, True, False), (3, True, True), (1, False, True), (3, False, False)],
+    ids=["1-persistent-same-org", "3-persistent-cross-org", "1-clean-cross-org",
+         "3-clean-same-org"])
+def test_share_attack_ledger(
+    conn: psycopg.Connection, database_url: str, shard_base: Settings,
+    secured_broker: MosquittoBroker, figures: Figures, caplog: pytest.LogCaptureFixture,
+    attackers: int, persistent: bool, cross_org: bool,
+) -> None:
+    """Attackers join the public and guessed groups (persistent sessions then offline, or clean
+    sessions online during the run); the two shards in their secret group store every one of
+    the device's acknowledged readings, and the alarm counts each foreign subscription."""
+    make_site(conn)
+    names = ATTACKERS[:attackers]
+    for name in names:  # registered devices, in the victim's organisation or another
+        make_site(conn, device=name, org_name="Other Org" if cross_org else "Ingest Org")
+    caplog.set_level(logging.ERROR, logger="ingest.groupwatch")
+    ingesters = [RunningIngester(_shard(shard_base, k)).start() for k in (1, 2)]
+    crew = []
+    try:
+        crew = [Attacker(secured_broker.port, n, _guesses("sensors"), persistent=persistent)
+                for n in names]
+        # mosquitto grants the subscriptions (acl_file cannot refuse one): 1 = QoS 1 granted.
+        assert all(a.granted == [1] * len(_guesses("sensors")) for a in crew)
+        if persistent:
+            for a in crew:
+                a.leave()
+        foreign = _foreign(ingesters, attackers * len(_guesses("sensors")))
+        run, missing = _ledger(secured_broker.port, database_url)
+    finally:
+        for a in crew:
+            a.leave()
+        for i in ingesters:
+            i.stop()
+    assert len(run.acked) == LEDGER_N
+    assert missing == 0
+    assert sum(a.got for a in crew) == 0  # no read grant: nothing reached an attacker
+    assert any("ALARM" in r.getMessage() for r in caplog.records)
+    mode = "persistent, offline" if persistent else "clean, online"
+    org = "another organisation" if cross_org else "the same organisation"
+    figures.record(
+        f"delivery.share_attack.{attackers}_{'persistent' if persistent else 'clean'}_"
+        f"{'cross' if cross_org else 'same'}_org",
+        {"acked": len(run.acked), "stored": len(run.acked) - missing, "missing": missing,
+         "foreign shared subscriptions alarmed": int(foreign)},
+        section="delivery",
+        title=f"$share group attack: {attackers} device(s) of {org} ({mode} sessions) join "
+              f"the public and 5 guessed groups while a device publishes {LEDGER_N} QoS 1 "
+              "readings to 2 shards in their secret group (issue 20)",
+        target="missing 0, alarm raised", source="tests/ingest/test_share_attack.py")
+
+
+def test_leaked_group_name_loses_readings_and_alarms(
+    conn: psycopg.Connection, database_url: str, shard_base: Settings,
+    secured_broker: MosquittoBroker, figures: Figures, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What the secret protects against, measured: an attacker that knows the group name (the
+    situation of every install before issue 20) takes its round-robin share, which the broker
+    then drops; the alarm names it. This is why the name must stay secret and why the alarm
+    exists."""
+    make_site(conn)
+    caplog.set_level(logging.ERROR, logger="ingest.groupwatch")
+    ingesters = [RunningIngester(_shard(shard_base, k)).start() for k in (1, 2)]
+    group = shards.group(shard_base)
+    attacker = None
+    try:
+        attacker = Attacker(secured_broker.port, "X1", [f"$share/{group}/sensors/#"],
+                            persistent=True)
+        attacker.leave()
+        foreign = _foreign(ingesters, 1)
+        run, missing = _ledger(secured_broker.port, database_url)
+    finally:
+        if attacker:
+            attacker.leave()
+        for i in ingesters:
+            i.stop()
+    assert len(run.acked) == LEDGER_N
+    # mosquitto's round robin over 3 members: one third goes to the attacker and is dropped.
+    assert LEDGER_N // 3 - 10 <= missing <= LEDGER_N // 3 + 10
+    assert foreign == 1
+    alarms = [r.getMessage() for r in caplog.records if "ALARM" in r.getMessage()]
+    assert alarms and "1 foreign" in alarms[0]
+    figures.record(
+        "delivery.share_attack.leaked_group_name",
+        {"acked": len(run.acked), "stored": len(run.acked) - missing, "missing": missing,
+         "foreign shared subscriptions alarmed": int(foreign)},
+        section="delivery",
+        title="$share group attack with the group name known (1 persistent attacker, 2 "
+              "shards): the loss the secret name prevents, and the alarm that reports it",
+        target="recorded (loss expected; alarm raised)", source="tests/ingest/test_share_attack.py")
