@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from admin import rabbit
+from admin import brokersession, rabbit
+from shared.config import Settings
 
 
 def set_mqtt_passwords(passwd_file: Path, passwords: dict[str, str]) -> None:
@@ -90,6 +91,28 @@ def one_account_file(passwd_file: Path | None, definitions: Path | None) -> None
     if passwd_file is None and definitions is None:
         raise click.UsageError("give --mqtt-passwd-file (mosquitto) or --rabbitmq-definitions "
                                "(the RabbitMQ cluster profile)")
+
+
+def has_mqtt_user(passwd_file: Path, user: str) -> bool:
+    """Whether a mosquitto password file has a line for `user`."""
+    return passwd_file.exists() and any(
+        line.split(":", 1)[0] == user for line in passwd_file.read_text().splitlines())
+
+
+def end_mqtt_session(settings: Settings, name: str, password: str, passwd_file: Path,
+                     pid_file: Path | None) -> None:
+    """Reload the broker, then end the device's session with its new password
+    (admin/brokersession.py); ClickException when the session could not be ended."""
+    reloaded = reload_broker(passwd_file, pid_file)
+    click.echo(reloaded)
+    if not reloaded.startswith("broker reloaded"):
+        click.echo("broker session not ended: the broker is not running (end it later with "
+                   "sds device rotate-password)")
+        return
+    try:
+        click.echo(brokersession.end_session(settings, name, password))
+    except brokersession.SessionNotEnded as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def remove_mqtt_user(passwd_file: Path, user: str) -> bool:

@@ -14,6 +14,8 @@ from admin.brokeraccounts import (
     PID_HELP,
     RABBIT_RELOAD,
     broker_account_options,
+    end_mqtt_session,
+    has_mqtt_user,
     one_account_file,
     reload_broker,
     remove_mqtt_user,
@@ -242,7 +244,11 @@ def device_retire(obj: Context, name: str, at: str, mqtt_passwd_file: Path | Non
             " WHERE device_id = %s AND (upper_inf(during) OR upper(during) > %s)",
             (t_end, dev[0], t_end)).rowcount
         conn.execute("UPDATE devices SET state = 'Retired' WHERE id = %s", (dev[0],))
-        removed = remove_mqtt_user(mqtt_passwd_file, name) if mqtt_passwd_file else False
+        # A throwaway password first: the session is ended with it, then the login removed.
+        throwaway = secrets.token_urlsafe(18)
+        removed = mqtt_passwd_file is not None and has_mqtt_user(mqtt_passwd_file, name)
+        if mqtt_passwd_file is not None and removed:
+            set_mqtt_passwords(mqtt_passwd_file, {name: throwaway})
         removed_rabbit = False
         if rabbitmq_definitions and rabbitmq_definitions.exists():
             defs = rabbit.load(rabbitmq_definitions)
@@ -252,8 +258,13 @@ def device_retire(obj: Context, name: str, at: str, mqtt_passwd_file: Path | Non
                + (", its deployment ended" if ended else ", it had no deployment to end"))
     if mqtt_passwd_file:
         if removed:
-            click.echo("broker password removed; " + reload_broker(mqtt_passwd_file,
-                                                                    broker_pid_file))
+            try:
+                end_mqtt_session(obj.settings, name, throwaway, mqtt_passwd_file,
+                                 broker_pid_file)
+            finally:  # the login goes even when the session could not be ended
+                remove_mqtt_user(mqtt_passwd_file, name)
+                click.echo("broker password removed; " + reload_broker(mqtt_passwd_file,
+                                                                        broker_pid_file))
         else:
             click.echo(f"no broker password for {name} in {mqtt_passwd_file}")
     if rabbitmq_definitions:
@@ -268,7 +279,8 @@ def device_retire(obj: Context, name: str, at: str, mqtt_passwd_file: Path | Non
 def device_rotate_password(obj: Context, name: str, mqtt_passwd_file: Path | None,
                            rabbitmq_definitions: Path | None,
                            broker_pid_file: Path | None) -> None:
-    """Give device NAME a new broker password (the old one stops working at the reload)."""
+    """Give device NAME a new broker password (the old one stops working at the reload) and
+    end its broker session, online or offline, with whatever it subscribed to."""
     one_account_file(mqtt_passwd_file, rabbitmq_definitions)
     with obj.conn() as conn:
         dev = conn.execute("SELECT state FROM devices WHERE name = %s", (name,)).fetchone()
@@ -283,7 +295,7 @@ def device_rotate_password(obj: Context, name: str, mqtt_passwd_file: Path | Non
         set_mqtt_passwords(mqtt_passwd_file, {name: password})
     click.echo(f"mqtt username {name} password {password}")
     if mqtt_passwd_file:
-        click.echo(reload_broker(mqtt_passwd_file, broker_pid_file))
+        end_mqtt_session(obj.settings, name, password, mqtt_passwd_file, broker_pid_file)
     if rabbitmq_definitions:
         click.echo(RABBIT_RELOAD)
 

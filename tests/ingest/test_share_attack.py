@@ -24,12 +24,14 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import psycopg
 import pytest
+from click.testing import CliRunner, Result
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from ingest import groupwatch, shards
 from ingest.metrics import Metrics
+from admin.cli import main
 from shared.config import Settings
 from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
@@ -270,3 +272,111 @@ def test_leaked_group_name_loses_readings_and_alarms(
         title="$share group attack with the group name known (1 persistent attacker, 2 "
               "shards): the loss the secret name prevents, and the alarm that reports it",
         target="recorded (loss expected; alarm raised)", source="tests/ingest/test_share_attack.py")
+
+
+# ---- lingering sessions: rotate-password, retire, --retire ---------------------------------------
+
+def _sds(database_url: str, broker: MosquittoBroker, *args: str) -> Result:
+    env = {"SDS_DATABASE_URL": database_url, "SDS_MQTT_HOST": "127.0.0.1",
+           "SDS_MQTT_PORT": str(broker.port)}
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def _session_present(port: int, name: str, password: str) -> bool:
+    """Whether the broker still holds a session for `name` (probe, then leave it as it was)."""
+    present: list[bool] = []
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name, protocol=mqtt.MQTTv5)
+    c.username_pw_set(name, password)
+    c.on_connect = lambda _c, _u, flags, *_: present.append(bool(flags.session_present))
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 0  # the probe itself leaves nothing behind
+    c.connect("127.0.0.1", port, clean_start=False, properties=props)
+    c.loop_start()
+    wait_for(lambda: present, 10, what=f"probe connect as {name}")
+    c.disconnect()
+    c.loop_stop()
+    return present[0]
+
+
+def _shared_count(ingesters: list[RunningIngester], value: int) -> None:
+    wait_for(lambda: all(i.metric("sds_ingest_broker_shared_subscriptions") == value
+                         for i in ingesters), 10, what=f"broker shared subscriptions == {value}")
+
+
+def test_rotate_and_retire_end_the_lingering_sessions(
+    conn: psycopg.Connection, database_url: str, shard_base: Settings,
+    secured_broker: MosquittoBroker, figures: Figures,
+) -> None:
+    """The worst case: attackers know the group name and joined it. `sds device rotate-password`
+    ends X1's offline persistent session and X2's online one, `sds device retire` ends X3's:
+    the broker's shared subscriptions fall back to the shards' two, the alarm clears, and the
+    ledger afterwards loses nothing. Also the item 7 recipe (rotate + reload with an offline
+    persistent `$share` session, then a clean start): the broker stays up."""
+    make_site(conn)
+    for name in ATTACKERS:
+        make_site(conn, device=name, org_name="Other Org")
+    passwd = secured_broker.data_dir.parent / "passwd"
+    (passwd.parent / "mosquitto.pid").write_text(f"{secured_broker.pid}\n")
+    ingesters = [RunningIngester(_shard(shard_base, k)).start() for k in (1, 2)]
+    secret = [f"$share/{shards.group(shard_base)}/sensors/#"]
+    crew: list[Attacker] = []
+    try:
+        crew = [Attacker(secured_broker.port, n, secret, persistent=True) for n in ATTACKERS]
+        crew[0].leave()  # X1 offline, X2 online, X3 offline
+        crew[2].leave()
+        _shared_count(ingesters, 2 + 3)
+        assert _foreign(ingesters, 3) == 3
+
+        r = _sds(database_url, secured_broker, "device", "rotate-password", "X1",
+                 "--mqtt-passwd-file", str(passwd))
+        assert r.exit_code == 0, r.output
+        assert "broker reloaded" in r.output and "broker session of X1 ended" in r.output
+        r = _sds(database_url, secured_broker, "device", "rotate-password", "X2",
+                 "--mqtt-passwd-file", str(passwd))
+        assert r.exit_code == 0, r.output
+        wait_for(lambda: not crew[1].client.is_connected(), 10, what="X2 taken over")
+        x2_pw = r.output.split("password ", 1)[1].split()[0]
+        r = _sds(database_url, secured_broker, "device", "retire", "X3", "--at", "now",
+                 "--mqtt-passwd-file", str(passwd))
+        assert r.exit_code == 0, r.output
+        assert "broker session of X3 ended" in r.output and "broker password removed" in r.output
+        assert "\nX3:" not in "\n" + passwd.read_text()
+
+        _shared_count(ingesters, 2)
+        wait_for(lambda: all(i.metric("sds_ingest_foreign_shared_subscriptions") == 0
+                             for i in ingesters), 10, what="alarm cleared")
+        assert secured_broker.is_running()
+        assert not _session_present(secured_broker.port, "X2", x2_pw)
+        run, missing = _ledger(secured_broker.port, database_url)
+    finally:
+        if len(crew) > 1:
+            crew[1].leave()
+        for i in ingesters:
+            i.stop()
+    assert secured_broker.is_running()
+    assert len(run.acked) == LEDGER_N and missing == 0
+    figures.record(
+        "delivery.share_attack.sessions_ended", {
+            "attackers in the group": 3, "shared subscriptions left after rotate/retire": 2,
+            "acked": len(run.acked), "missing": missing},
+        section="delivery",
+        title="rotate-password (offline and online attacker) and retire end the devices' "
+              "broker sessions and their group memberships; ledger afterwards (issue 20)",
+        target="2 left (the shards'), missing 0", source="tests/ingest/test_share_attack.py")
+
+
+def test_retire_ends_a_shard_session(shard_base: Settings) -> None:
+    """`python -m ingest --retire` ends the shard's session and with it its group membership:
+    the broker's shared subscription count falls from 2 to 1."""
+    ingesters = [RunningIngester(_shard(shard_base, k)).start() for k in (1, 2)]
+    try:
+        _shared_count(ingesters, 2)
+        ingesters[1].stop()
+        retiring = RunningIngester(_shard(shard_base, 2), retire=True).start()
+        retiring.thread.join(60)
+        assert not retiring.thread.is_alive(), "retire did not finish"
+        _shared_count(ingesters[:1], 1)
+        assert ingesters[0].metric("sds_ingest_foreign_shared_subscriptions") == 0
+    finally:
+        ingesters[0].stop()
+    assert not _session_present(shard_base.mqtt_port, "ingester-2", INGESTER_PW)
