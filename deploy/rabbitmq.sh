@@ -165,8 +165,33 @@ cmd_start() {
     write_client_settings
 }
 
+# End the open MQTT connections of the given users (rotated or removed devices; admin/rabbit.py
+# close_connections_expr says why it takes an eval).
+close_mqtt_connections() {
+    local conns expr
+    conns=$(mktemp)
+    ctl list_mqtt_connections -p sds user client_id --formatter json >"$conns" 2>/dev/null || echo "[]" >"$conns"
+    expr=$(cd "$REPO" && "$VENV/bin/python" -m admin.rabbit close-expr "$conns" "$@")
+    rm -f "$conns"
+    if [[ -n $expr ]]; then
+        ctl eval "$expr" >/dev/null
+        say "rabbitmq: closed the MQTT connections of: $*"
+    fi
+}
+
 cmd_reload() {
     chown rabbitmq:rabbitmq "$DEFS"
+    # Before the import: which devices' passwords the file changes (sds device rotate-password).
+    # After it their open connections are closed, so a stolen credential's connection does not
+    # outlive the rotation; a retired device's are closed with its user (issue 20).
+    local current
+    local -a ended=()
+    current=$(mktemp)
+    chown rabbitmq:rabbitmq "$current"
+    if ctl export_definitions "$current" >/dev/null 2>&1; then
+        mapfile -t ended < <(cd "$REPO" && "$VENV/bin/python" -m admin.rabbit rotated-users "$DEFS" "$current")
+    fi
+    rm -f "$current"
     # Retried: right after a boot the CLI has once failed to reach a node whose MQTT port was
     # already open (seen once in tests on a loaded machine).
     local try
@@ -186,8 +211,10 @@ cmd_reload() {
     for user in $(cd "$REPO" && "$VENV/bin/python" -m admin.rabbit stale-users "$DEFS" "$users"); do
         ctl delete_user "$user" >/dev/null
         say "rabbitmq: deleted user $user (no longer in $DEFS)"
+        ended+=("$user")  # its open connections go too
     done
     rm -f "$users"
+    ((${#ended[@]} == 0)) || close_mqtt_connections "${ended[@]}"
 }
 
 cmd_stop() {
