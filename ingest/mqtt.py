@@ -210,6 +210,11 @@ class MqttLink:
 
     def _on_subscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
                       reason_codes: list[ReasonCode], _props: Properties | None) -> None:
+        if self.watch is not None and len(reason_codes) > 1 and reason_codes[-1].is_failure:
+            # The $SYS count comes last: without it only the alarm is off, ingest goes on.
+            log.warning("broker refused %s (%s): the foreign group member alarm is off",
+                        groupwatch.TOPIC, reason_codes[-1])
+            reason_codes = reason_codes[:-1]
         failed = [rc for rc in reason_codes if rc.is_failure]
         if failed:
             log.error("subscription refused: %s", ", ".join(str(rc) for rc in failed))

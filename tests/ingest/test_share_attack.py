@@ -16,6 +16,7 @@ while the attack runs) counts acknowledged vs stored readings exactly.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,11 +28,13 @@ import pytest
 from click.testing import CliRunner, Result
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
+from admin.cli import main
 from ingest import groupwatch, shards
 from ingest.metrics import Metrics
-from admin.cli import main
+from ingest.mqtt import MqttLink
 from shared.config import Settings
 from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
@@ -88,6 +91,27 @@ def test_groupwatch_counts_foreign_members(caplog: pytest.LogCaptureFixture) -> 
     # An unsharded ingester expects none: any shared subscription is foreign.
     single = groupwatch.GroupWatch(Settings(), Metrics())
     assert single.observe(b"1") == 1
+
+
+def test_a_refused_sys_count_turns_only_the_alarm_off(caplog: pytest.LogCaptureFixture) -> None:
+    """A broker that refuses the `$SYS` subscription (last in the SUBSCRIBE) still ingests:
+    the link is ready and says the alarm is off; a refused stream subscription stays an error."""
+    def link() -> MqttLink:
+        return MqttLink(Settings(), Metrics(), on_message=lambda *_: None,
+                        may_connect=lambda: None, stopping=threading.Event())
+
+    granted = ReasonCode(PacketTypes.SUBACK, "Granted QoS 1")
+    refused = ReasonCode(PacketTypes.SUBACK, "Not authorized")
+    caplog.set_level(logging.WARNING, logger="ingest.mqtt")
+    ok = link()
+    ok._on_subscribe(ok.client, None, 1, [granted, refused], None)
+    assert ok.ready.is_set()
+    assert any("alarm is off" in r.getMessage() for r in caplog.records)
+    bad = link()
+    bad._on_subscribe(bad.client, None, 1, [refused, granted], None)
+    assert not bad.ready.is_set()
+    assert any(r.levelno == logging.ERROR and "subscription refused" in r.getMessage()
+               for r in caplog.records)
 
 
 # ---- the attack on a real broker ----------------------------------------------------------------
