@@ -65,7 +65,7 @@ def _clean_connect(settings: Settings, name: str, password: str) -> str | None:
         answered.set()
 
     client.on_connect = on_connect
-    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho: untyped
+    props = Properties(PacketTypes.CONNECT)
     props.SessionExpiryInterval = 0
     try:
         client.connect(settings.mqtt_host, settings.mqtt_port, keepalive=30, clean_start=True,
