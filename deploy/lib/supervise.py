@@ -18,6 +18,10 @@ with Debian's python3 before the venv exists.
   --stop-signal, e.g. SIGINT for PostgreSQL's fast shutdown; SIGQUIT as itself, nginx's graceful
   stop), the child's group is SIGKILLed after --stop-timeout seconds, and this process exits.
   SIGHUP, SIGUSR1 and SIGUSR2 are passed on (reloads).
+- If this supervisor itself is killed, the child gets --stop-signal (the parent-death signal): no
+  unsupervised process is left for a rerun of run.sh to collide with. A child that changes its
+  own user (mosquitto dropping root) loses that signal: `status` then shows it as running,
+  not supervised, and `stop` stops it through its own pid file.
 - --unless FILE: do not (re)start while FILE exists (a PostgreSQL retired by a promotion).
 - Visible: DIR/NAME.status (one line for deploy/*.sh status), DIR/NAME.prom (Prometheus text
   format: restarts, up, last exit, start time) and a line per start and exit on stderr (the
@@ -27,6 +31,8 @@ with Debian's python3 before the venv exists.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
 import os
 import pwd
 import select
@@ -173,7 +179,9 @@ class Supervisor:
             kwargs = {"user": pw.pw_uid, "group": pw.pw_gid,
                       "extra_groups": os.getgrouplist(self.user, pw.pw_gid)}
         # Its own process group: what it leaves behind when it dies can be killed as a group.
-        self.child = subprocess.Popen(self.argv, process_group=0, **kwargs)  # type: ignore[arg-type]
+        self.child = subprocess.Popen(self.argv, process_group=0,  # type: ignore[call-overload]
+                                      preexec_fn=functools.partial(_die_with_parent,
+                                                                   self.stop_signal), **kwargs)
         self.started_at = time.time()
         self.log(f"started pid {self.child.pid}: {' '.join(self.argv)}")
         self.publish("running")
@@ -241,6 +249,14 @@ class Supervisor:
             self.pause(delay)
         self.publish("stopped")
         return 0
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(sig: int) -> None:
+    """In the child before exec: signal `sig` when the supervisor dies (Linux prctl)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig))
 
 
 def _kill(pid: int, sig: int) -> None:
