@@ -2,12 +2,14 @@
 # deploy/run.sh [start|stop|status]: README command 1, install and run the whole service locally.
 #   start (default)  setup.sh, services.sh start, `sds db upgrade`, the demo data (first run only),
 #                    then the ingester, the scheduler, SDS_API_INSTANCES API instances (gunicorn),
-#                    the edge in front of them (nginx) and the device simulator in the background.
+#                    the edge in front of them (nginx) and the device simulator in the background,
+#                    each under its supervisor (deploy/lib/supervise.py), which restarts it with
+#                    backoff when it dies (docs/operations.md "Supervision").
 #                    Anything already running is left alone, so a rerun changes nothing and takes
 #                    seconds; a changed instance count starts or stops instances and reloads the
 #                    edge without dropping a request.
 #   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
-#   status           what is running
+#   status           what is running, with each process's restarts and last exit
 # Broker profile (docs/operations.md): SDS_BROKER=mosquitto (default, one broker) or
 #   SDS_BROKER=rabbitmq-cluster deploy/run.sh   a 3-node RabbitMQ cluster on this machine whose
 #   quorum queues survive a node crash (deploy/rabbitmq.sh); the ingester and simulator then
@@ -368,6 +370,7 @@ $headline
   secrets       $SECRETS
   demo login    $DEMO_OUT
   logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
+  supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 
