@@ -83,7 +83,7 @@ def prom_text(name: str, *, up: bool, restarts: int, last_exit: int | None,
               started_at: float) -> str:
     """NAME's metrics in the Prometheus text format (node_exporter's textfile collector reads
     DIR/*.prom)."""
-    label = '{process="%s"}' % name
+    label = f'{{process="{name}"}}'
     lines = [
         "# HELP sds_supervised_up 1 while the supervised process runs, 0 while it is restarting.",
         "# TYPE sds_supervised_up gauge",

@@ -15,7 +15,8 @@ holds within the documented bound:
     about 0.5 s) acknowledges a device's readings before the ingesters have reconnected (about
     1 s), and mosquitto 2.0.21 drops those instead of queueing them for the ingesters' restored
     `$share` sessions (measured here: 4-6 readings acked 0.8-1.0 s after the kill;
-    docs/operations.md "Supervision"). No other kill may cost a reading, and nothing is stored twice.
+    docs/operations.md "Supervision"). No other kill may cost a reading, and nothing is stored
+    twice.
 
 Then a rerun of run.sh changes nothing and takes seconds, and `run.sh stop` leaves no process.
 """
