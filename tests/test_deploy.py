@@ -4,6 +4,7 @@ mirror lookup (which must never write a host name into the repo)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
 import os
@@ -765,8 +766,14 @@ def test_a_killed_supervisor_takes_its_child_along(tmp_path: Path) -> None:
     so no unsupervised copy is left to collide with the next run.sh."""
     sup = Supervised(tmp_path, "--stop-signal", "INT")
     _, child, _ = wait_for(lambda: (s := sup.status())[0] == "running" and s)
-    sup.worker()
-    sup.proc.kill()
-    sup.proc.wait(WAIT)
-    wait_for(lambda: "SIGINT" in _read(sup.log))
-    wait_for(lambda: not _alive(child))
+    worker = sup.worker()
+    try:
+        sup.proc.kill()
+        sup.proc.wait(WAIT)
+        wait_for(lambda: "SIGINT" in _read(sup.log))
+        wait_for(lambda: not _alive(child))
+    finally:
+        # Nobody is left to clean the child's group up (a real master stops its own workers).
+        for pid in (worker, child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
