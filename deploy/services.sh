@@ -71,18 +71,20 @@ pg_launch() {
     local name=$1 data=$2 log=$3
     (cd "$PG_DIR" && supervise_start "$name" "$log" --user postgres --stop-signal INT \
         --stop-timeout 60 --unless "$data/RETIRED" -- "$PG_BIN/postgres" -D "$data")
-    pg_wait "$name" "$4" "$5" 120 && return 0
+    pg_wait "$name" "$4" "$5" 120 first && return 0
     stop_pidfile "$PIDS/$name.pid" "$data" 65 || true
     log_tail "$log"
     return 1
 }
 
-# pg_wait NAME PORT SOCKET SECONDS: until the server accepts connections (crash recovery first).
+# pg_wait NAME PORT SOCKET SECONDS [first]: until the server accepts connections (crash recovery
+# first). "first": its first start, which fails at once if it died (bad port, bad setting).
 pg_wait() {
     local i
     for ((i = 0; i < $4 * 10; i++)); do
         as_postgres "$PG_BIN/pg_isready" -q -h "$3" -p "$2" && return 0
         pid_alive "$PIDS/$1.pid" supervise.py || return 1
+        [[ ${5:-} != first || $(supervised_status "$1") != backoff* ]] || return 1
         sleep 0.1
     done
     return 1
