@@ -40,9 +40,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from testbed.services import free_port
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, iso, wait_for
-from tests.support.services import free_port
 
 pytestmark = [
     pytest.mark.chaos,
