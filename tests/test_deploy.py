@@ -481,6 +481,14 @@ def test_deploy_scripts_parse() -> None:
 # ---- services.sh, end to end in a scratch copy --------------------------------------------------
 
 
+def _answers(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+    except psycopg.OperationalError:
+        return False
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
 def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
     """services.sh in a copy of deploy/ (so its .state is scratch) on free ports."""
@@ -546,6 +554,17 @@ def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
         assert "already running" in second.stdout and "creating" not in second.stdout
         assert [p.stat().st_mtime_ns for p in watched] == before
         assert run("status").returncode == 0
+
+        # Both servers run under their supervisors: a SIGKILLed one is back, and status says so.
+        for name in ("broker", "postgresql"):
+            status_file = state / "supervise" / f"{name}.status"
+            child = int(status_file.read_text().split()[1])
+            os.kill(child, signal.SIGKILL)
+            wait_for(lambda f=status_file, c=child: (w := f.read_text().split())[0] == "running"
+                     and int(w[1]) != c)
+        after = wait_for(lambda: (r := run("status")).returncode == 0 and r)
+        assert after.stdout.count("1 restart, last exit: killed by SIGKILL") == 2, after.stdout
+        wait_for(lambda: _answers(secrets["SDS_DATABASE_URL"]))  # after its crash recovery
     finally:
         stopped = run("stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
