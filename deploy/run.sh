@@ -2,12 +2,14 @@
 # deploy/run.sh [start|stop|status]: README command 1, install and run the whole service locally.
 #   start (default)  setup.sh, services.sh start, `sds db upgrade`, the demo data (first run only),
 #                    then the ingester, the scheduler, SDS_API_INSTANCES API instances (gunicorn),
-#                    the edge in front of them (nginx) and the device simulator in the background.
+#                    the edge in front of them (nginx) and the device simulator in the background,
+#                    each under its supervisor (deploy/lib/supervise.py), which restarts it with
+#                    backoff when it dies (docs/operations.md "Supervision").
 #                    Anything already running is left alone, so a rerun changes nothing and takes
 #                    seconds; a changed instance count starts or stops instances and reloads the
 #                    edge without dropping a request.
 #   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
-#   status           what is running
+#   status           what is running, with each process's restarts and last exit
 # Broker profile (docs/operations.md): SDS_BROKER=mosquitto (default, one broker) or
 #   SDS_BROKER=rabbitmq-cluster deploy/run.sh   a 3-node RabbitMQ cluster on this machine whose
 #   quorum queues survive a node crash (deploy/rabbitmq.sh); the ingester and simulator then
@@ -169,13 +171,21 @@ start_proc() {
         return
     fi
     proc_argv "$name"
-    # setsid: its own session, so closing this terminal or a Ctrl-C here does not reach it.
-    # (In a script, a background child is never a process-group leader, so setsid does not fork
-    # and $! is the process itself.)
-    setsid "${ARGV[@]}" >>"$log" 2>&1 </dev/null &
-    echo $! >"$PIDS/$name.pid"
+    # Under its supervisor (deploy/lib/supervise.py), which restarts it when it dies. It stops
+    # the process within STOP_WAIT - 5 s of a stop signal, before stop_one's own SIGKILL.
+    supervise_start "$name" "$log" --stop-timeout $((STOP_WAIT - 5)) -- "${ARGV[@]}"
     STARTED=$((STARTED + 1))
-    say "$name: started (pid $!, log $log)"
+    say "$name: started under supervision (pid $(<"$PIDS/$name.pid"), log $log)"
+}
+# How long stop waits for each process (gunicorn's graceful_timeout is 20 s).
+STOP_WAIT=30
+
+# Running, and not in a restart's backoff (an unsupervised process of an older version: alive).
+proc_up() {
+    proc_alive "$1" || return 1
+    local st
+    st=$(supervised_status "$1")
+    [[ -z $st || $st == running$'\t'* ]]
 }
 
 # API instances that have a pid file, in order (those of an earlier, larger SDS_API_INSTANCES too).
@@ -188,9 +198,9 @@ serve_pidfiles() {
 
 stop_all() {
     local name
-    stop_one simulate 20
+    stop_one simulate
     # The edge first, with SIGQUIT: it stops accepting and finishes the requests in flight.
-    if stop_pidfile "$PIDS/edge.pid" "$EDGE_CONF" 30 QUIT; then
+    if stop_pidfile "$PIDS/edge.pid" "$EDGE_CONF" $STOP_WAIT QUIT; then
         say "edge: stopped (drained)"
     else
         say "edge: not running"
@@ -199,26 +209,34 @@ stop_all() {
     # "serve" is the single instance of versions before the edge.
     for name in $(serve_pidfiles) serve; do
         [[ $name == serve && ! -e $PIDS/serve.pid ]] && continue
-        stop_one "$name" 30
+        stop_one "$name"
     done
-    for name in $(ingest_pidfiles); do stop_one "$name" 20; done
-    stop_one aggregate 20
+    for name in $(ingest_pidfiles); do stop_one "$name"; done
+    stop_one aggregate
     bash "$REPO/deploy/services.sh" stop
 }
 
 stop_one() {
-    if stop_pidfile "$PIDS/$1.pid" "$(proc_marker "$1")" "$2"; then
+    if stop_pidfile "$PIDS/$1.pid" "$(proc_marker "$1")" $STOP_WAIT; then
         say "$1: stopped"
     else
         say "$1: not running"
     fi
 }
 
+# Each process's line: its supervisor's state (running, or restarting after a death), the
+# child's pid, its restarts and last exit (docs/operations.md "Supervision").
 status_all() {
-    local name rc=0
+    local name rc=0 st
     for name in "${PROCS[@]}"; do
         if proc_alive "$name"; then
-            say "$name: running (pid $(<"$PIDS/$name.pid"), log $LOGS/$name.log)"
+            st=$(supervised_status "$name")
+            if [[ -z $st ]]; then
+                say "$name: running (pid $(<"$PIDS/$name.pid"), not supervised: started by an older run.sh; run.sh stop && run.sh)"
+            else
+                say "$name: ${st%%$'\t'*} (supervisor pid $(<"$PIDS/$name.pid"), ${st#*$'\t'}; log $LOGS/$name.log)"
+                [[ $st == running$'\t'* ]] || rc=3
+            fi
         else
             say "$name: stopped"
             rc=3
@@ -306,13 +324,13 @@ start_all() {
     api_layout
     # Before the edge, one gunicorn ("serve") held the edge's port: replace it.
     if proc_alive serve; then
-        stop_one serve 30
+        stop_one serve
     fi
     edge_config
     local name
     # A changed shard count: the old layout's ingesters stop before the new one starts.
     if [[ -f $STATE/ingest-shards && $(<"$STATE/ingest-shards") != "$INGEST_SHARDS" ]]; then
-        for name in $(ingest_pidfiles); do stop_one "$name" 20; done
+        for name in $(ingest_pidfiles); do stop_one "$name"; done
     fi
     for name in "${PROCS[@]}"; do
         [[ $name == edge ]] && edge_reload_if_changed
@@ -322,15 +340,15 @@ start_all() {
     # Instances beyond a lowered SDS_API_INSTANCES: the reloaded edge no longer sends them
     # requests; stop them gracefully now.
     for name in $(serve_pidfiles); do
-        if ((${name#serve-} > API_INSTANCES)); then stop_one "$name" 30; fi
+        if ((${name#serve-} > API_INSTANCES)); then stop_one "$name"; fi
     done
     # A process that dies at once (bad config, import error) should be reported now, not found
     # later in a log.
     ((STARTED == 0)) || sleep 2
     local failed=0
     for name in "${PROCS[@]}"; do
-        if ! proc_alive "$name"; then
-            warn "$name exited right after start"
+        if ! proc_up "$name"; then
+            warn "$name exited right after start (its supervisor retries with backoff)"
             log_tail "$LOGS/$name.log" 20
             failed=1
         fi
@@ -352,6 +370,7 @@ $headline
   secrets       $SECRETS
   demo login    $DEMO_OUT
   logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
+  supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 

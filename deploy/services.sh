@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # deploy/services.sh {start|stop|status|reload-broker|psql|standby-init|promote}: the running
 # service's own PostgreSQL 15 (+ TimescaleDB), its optional hot standby, and the broker, with all
-# their state under <repo>/.state. Not the system ones, and no systemd: processes are started
-# directly and tracked by pid files. Run as root.
+# their state under <repo>/.state. Not the system ones, and no systemd: each server runs in the
+# foreground under its own supervisor (deploy/lib/supervise.py: restarted with backoff when it
+# dies), tracked by pid files .state/pids/{postgresql,postgresql-standby,broker}.pid. Run as root.
 #   start          initdb / first-run setup if needed, then start whatever is not running
-#   stop           pg_ctl stop -m fast; SIGTERM to the broker (it saves its store on the way out)
+#   stop           PostgreSQL's fast shutdown (SIGINT); SIGTERM to the broker (it saves its store)
 #   status         what is running; exit 0 when all are, 3 otherwise
 #   reload-broker  make the broker reread its accounts (after `sds device register`): SIGHUP to
 #                  mosquitto, or an import of the definitions file into the RabbitMQ cluster
@@ -58,6 +59,45 @@ pg_running() { [[ -f $PGDATA/PG_VERSION ]] && as_postgres "$PG_BIN/pg_ctl" -D "$
 sb_exists() { [[ -f $SB_DATA/PG_VERSION ]]; }
 sb_running() { sb_exists && as_postgres "$PG_BIN/pg_ctl" -D "$SB_DATA" status >/dev/null 2>&1; }
 sb_is_standby() { [[ -f $SB_DATA/standby.signal ]]; }
+# Supervised servers (a supervisor's command line holds -D <data>); pg_running/sb_running are
+# false during a supervisor's restart backoff, these are not.
+pg_supervised() { pid_alive "$PIDS/postgresql.pid" "$PGDATA"; }
+sb_supervised() { pid_alive "$PIDS/postgresql-standby.pid" "$SB_DATA"; }
+
+# pg_launch NAME DATA LOG PORT SOCKET: postgres in the foreground under its supervisor as user
+# postgres (SIGTERM becomes SIGINT, the fast shutdown; never started again once a promotion
+# retired DATA), then pg_wait. A server that does not come up is stopped: no retry loop is left.
+pg_launch() {
+    local name=$1 data=$2 log=$3
+    (cd "$PG_DIR" && supervise_start "$name" "$log" --user postgres --stop-signal INT \
+        --stop-timeout 60 --unless "$data/RETIRED" -- "$PG_BIN/postgres" -D "$data")
+    pg_wait "$name" "$4" "$5" 120 first && return 0
+    stop_pidfile "$PIDS/$name.pid" "$data" 65 || true
+    log_tail "$log"
+    return 1
+}
+
+# pg_wait NAME PORT SOCKET SECONDS [first]: until the server accepts connections (crash recovery
+# first). "first": its first start, which fails at once if it died (bad port, bad setting).
+pg_wait() {
+    local i
+    for ((i = 0; i < $4 * 10; i++)); do
+        as_postgres "$PG_BIN/pg_isready" -q -h "$3" -p "$2" && return 0
+        pid_alive "$PIDS/$1.pid" supervise.py || return 1
+        [[ ${5:-} != first || $(supervised_status "$1") != backoff* ]] || return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# pg_halt NAME DATA: stop a server, through its supervisor when it has one.
+pg_halt() {
+    if pid_alive "$PIDS/$1.pid" "$2"; then
+        stop_pidfile "$PIDS/$1.pid" "$2" 65 || true
+    else
+        as_postgres "$PG_BIN/pg_ctl" -D "$2" -m fast -w -t 60 stop >/dev/null
+    fi
+}
 # The port the running server actually listens on (line 4 of postmaster.pid), which differs from
 # $PG_PORT if SDS_PG_PORT changed since it started.
 pg_live_port() { sed -n 4p "$PGDATA/postmaster.pid" 2>/dev/null; }
@@ -66,7 +106,9 @@ psql_su() {
         -h "$PG_RUN" -p "$(pg_live_port)" "$@"
 }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-mq_running() { pid_alive "$MQ_PID" "$MQ_CONF"; }
+# A supervised broker (pid file of its supervisor), or one an older version started with -d.
+mq_supervised() { pid_alive "$PIDS/broker.pid" "$MQ_CONF"; }
+mq_running() { mq_supervised || pid_alive "$MQ_PID" "$MQ_CONF"; }
 
 secret_get() { [[ -f $SECRETS ]] && sed -n "s/^$1=//p" "$SECRETS" | tail -n 1 || true; }
 new_secret() { python3 -c 'import secrets; print(secrets.token_urlsafe(24))'; }
@@ -163,7 +205,9 @@ EOF
 )
     chown postgres:postgres "$PGDATA/sds.conf"
 
-    if pg_running; then
+    if pg_supervised || pg_running; then
+        pg_wait postgresql "$PG_PORT" "$PG_RUN" 60 || pg_running \
+            || die "the supervised PostgreSQL does not come back (see $PG_LOG, $SUPERVISE/postgresql.status)"
         say "postgresql: already running on port $(pg_live_port)"
         if [[ -n $changed ]]; then
             # synchronous_standby_names and the WAL limit apply on reload; port and preload do not.
@@ -173,8 +217,8 @@ EOF
     else
         mkdir -p "$LOGS"
         say "postgresql: starting on 127.0.0.1:$PG_PORT"
-        as_postgres "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$PG_LOG" -w -t 60 start >/dev/null \
-            || { log_tail "$PG_LOG"; die "PostgreSQL did not start (is port $PG_PORT free?)"; }
+        pg_launch postgresql "$PGDATA" "$PG_LOG" "$PG_PORT" "$PG_RUN" \
+            || die "PostgreSQL did not start (is port $PG_PORT free?)"
     fi
 }
 
@@ -190,98 +234,9 @@ sync_line() {
     fi
 }
 
-# ---- the hot standby ----------------------------------------------------------------------------
-sb_conf() {
-    write_if_changed "$SB_DATA/sds.conf" 600 <<EOF
-# Written by deploy/services.sh on each start: edit that script, not this file.
-listen_addresses = '127.0.0.1'
-port = $SB_PORT
-unix_socket_directories = '$SB_RUN'
-shared_preload_libraries = 'timescaledb'
-timescaledb.telemetry_level = off
-max_slot_wal_keep_size = '8GB'
-# Streaming from the primary through its slot; the password is in the passfile (mode 600).
-primary_conninfo = 'host=127.0.0.1 port=$PG_PORT user=sds_replica application_name=$SB_SLOT passfile=$SB_DIR/pgpass'
-primary_slot_name = '$SB_SLOT'
-# Tell the primary which rows the standby's queries still read, so its vacuum does not cancel
-# API reads here (they are bounded by SDS_STATEMENT_TIMEOUT_MS).
-hot_standby_feedback = on
-EOF
-    chown postgres:postgres "$SB_DATA/sds.conf"
-}
-
-sb_passfile() {
-    (umask 077 && printf '127.0.0.1:%s:replication:sds_replica:%s\n' "$PG_PORT" "$REPL_PW" \
-        >"$SB_DIR/pgpass")
-    chown postgres:postgres "$SB_DIR/pgpass"
-}
-
-sb_start() {
-    sb_exists || return 0
-    if sb_running; then
-        say "postgresql standby: already running on port $(sed -n 4p "$SB_DATA/postmaster.pid")"
-        return
-    fi
-    mkdir -p "$SB_RUN"
-    chown postgres:postgres "$SB_DIR" "$SB_RUN"
-    sb_passfile
-    sb_conf >/dev/null
-    say "postgresql standby: starting on 127.0.0.1:$SB_PORT"
-    as_postgres "$PG_BIN/pg_ctl" -D "$SB_DATA" -l "$SB_LOG" -w -t 120 start >/dev/null \
-        || { log_tail "$SB_LOG"; die "the standby did not start (is port $SB_PORT free?)"; }
-}
-
-sb_stop() {
-    if sb_running; then
-        say "postgresql standby: stopping (fast)"
-        as_postgres "$PG_BIN/pg_ctl" -D "$SB_DATA" -m fast -w -t 60 stop >/dev/null
-    fi
-}
-
-sb_init() {
-    pg_running || die "the primary is not running: $0 start first"
-    ! sb_exists || die "a standby already exists in $SB_DATA"
-    local exists
-    exists=$(psql_su -d postgres -tA -c "SELECT count(*) FROM pg_roles WHERE rolname = 'sds_replica'")
-    if [[ $exists == 0 ]]; then
-        say "postgresql: creating the replication role sds_replica"
-        psql_su -d postgres -v pw="$REPL_PW" <<<"CREATE ROLE sds_replica LOGIN REPLICATION PASSWORD :'pw';"
-    else
-        psql_su -d postgres -v pw="$REPL_PW" <<<"ALTER ROLE sds_replica LOGIN REPLICATION PASSWORD :'pw';"
-    fi
-    # A slot left by an earlier standby would hold WAL for nobody.
-    psql_su -d postgres -tA -c "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = '$SB_SLOT' AND NOT active" >/dev/null
-    mkdir -p "$SB_DIR" "$SB_RUN"
-    chown postgres:postgres "$SB_DIR" "$SB_RUN"
-    chmod 700 "$SB_DIR"
-    ensure_traversable postgres "$SB_DIR"
-    sb_passfile
-    say "pg_basebackup of 127.0.0.1:$PG_PORT into $SB_DATA (slot $SB_SLOT)"
-    as_postgres "$PG_BIN/pg_basebackup" -d "host=127.0.0.1 port=$PG_PORT user=sds_replica passfile=$SB_DIR/pgpass" \
-        -D "$SB_DATA" -X stream -C -S "$SB_SLOT" --checkpoint=fast >"$LOGS/pg_basebackup.log" 2>&1 \
-        || { log_tail "$LOGS/pg_basebackup.log"; rm -rf "$SB_DATA"; die "pg_basebackup failed"; }
-    as_postgres touch "$SB_DATA/standby.signal"
-    sb_start
-    # Now that the standby exists: the multi-host URLs and (unless off) synchronous commits.
-    load_secrets
-    pg_start
-}
-
-sb_promote() {
-    sb_exists && sb_is_standby || die "there is no standby to promote in $SB_DATA"
-    sb_running || sb_start
-    say "promoting the standby on port $SB_PORT"
-    as_postgres "$PG_BIN/pg_ctl" -D "$SB_DATA" -w -t 120 promote >/dev/null
-    if pg_running; then
-        say "stopping the old primary (fast)"
-        as_postgres "$PG_BIN/pg_ctl" -D "$PGDATA" -m fast -w -t 60 stop >/dev/null || true
-    fi
-    if [[ -f $PGDATA/PG_VERSION ]]; then
-        echo "retired by deploy/services.sh promote at $(date -u +%FT%TZ)" >"$RETIRED"
-        say "the old primary in $PGDATA is retired: it will not start again (see docs/operations.md)"
-    fi
-    say "the standby on port $SB_PORT is the primary now; processes reconnect to it through SDS_DATABASE_URL"
-}
+# ---- the hot standby: deploy/lib/pg_standby.sh --------------------------------------------------
+# shellcheck source=deploy/lib/pg_standby.sh
+. "$REPO/deploy/lib/pg_standby.sh"
 
 # Role sds (login, not superuser) owns database sds. The extensions are created here by the
 # superuser, because a non-superuser may not create timescaledb (the migrations guard it too).
@@ -329,9 +284,9 @@ SQL
 
 pg_stop() {
     sb_stop
-    if pg_running; then
+    if pg_supervised || pg_running; then
         say "postgresql: stopping (fast)"
-        as_postgres "$PG_BIN/pg_ctl" -D "$PGDATA" -m fast -w -t 60 stop >/dev/null
+        pg_halt postgresql "$PGDATA"
     else
         say "postgresql: not running"
     fi
@@ -392,15 +347,15 @@ mq_start() {
     fi
     say "mosquitto: starting on 127.0.0.1:$MQTT_PORT"
     rm -f "$MQ_PID"
-    # -d: mosquitto daemonises and writes pid_file; config errors still come back synchronously.
-    mosquitto -c "$MQ_CONF" -d 2>>"$MQ_DIR/stderr.log" \
-        || { log_tail "$MQ_DIR/stderr.log"; log_tail "$MQ_DIR/mosquitto.log"; die "mosquitto did not start"; }
+    # In the foreground under its supervisor; it still drops to user mosquitto and writes pid_file.
+    supervise_start broker "$LOGS/broker.log" -- mosquitto -c "$MQ_CONF"
     local i
     for ((i = 0; i < 100; i++)); do
-        if mq_running && port_open "$MQTT_PORT"; then return; fi
+        if supervised_running broker && port_open "$MQTT_PORT"; then return; fi
         sleep 0.1
     done
-    log_tail "$MQ_DIR/stderr.log"
+    stop_pidfile "$PIDS/broker.pid" "$MQ_CONF" 30 || true
+    log_tail "$LOGS/broker.log"
     log_tail "$MQ_DIR/mosquitto.log"
     die "mosquitto did not start listening on $MQTT_PORT within 10 s"
 }
@@ -408,7 +363,7 @@ mq_start() {
 mq_stop() {
     if mq_running; then
         say "mosquitto: stopping (SIGTERM, saves its store)"
-        stop_pidfile "$MQ_PID" "$MQ_CONF" 30 || true
+        stop_pidfile "$PIDS/broker.pid" "$MQ_CONF" 30 || stop_pidfile "$MQ_PID" "$MQ_CONF" 30 || true
     else
         say "mosquitto: not running"
     fi
@@ -416,12 +371,19 @@ mq_stop() {
 
 mq_reload() {
     if [[ -f $MQ_DIR/passwd ]]; then mq_fix_perms; fi
-    if mq_running; then
+    if pid_alive "$MQ_PID" "$MQ_CONF"; then
         kill -HUP "$(<"$MQ_PID")"
         say "mosquitto: reloaded passwd and acl (SIGHUP to pid $(<"$MQ_PID"))"
     else
-        say "mosquitto: not running; it reads passwd and acl when it starts"
+        say "mosquitto: not running (or restarting); it reads passwd and acl when it starts"
     fi
+}
+
+# ", <its supervisor's words>" (restarts, last exit) for a supervised server.
+sup_note() {
+    local st
+    st=$(supervised_status "$1")
+    if [[ -n $st ]]; then echo ", ${st#*$'\t'}"; else echo ", not supervised (started by an older services.sh: stop, then start)"; fi
 }
 
 status() {
@@ -429,28 +391,28 @@ status() {
     if [[ -f $RETIRED ]]; then
         say "postgresql: retired by a promotion (the standby is the primary)"
     elif pg_running; then
-        say "postgresql: running, port $(pg_live_port), data $PGDATA, log $PG_LOG"
+        say "postgresql: running, port $(pg_live_port), data $PGDATA, log $PG_LOG$(sup_note postgresql)"
     else
-        say "postgresql: stopped"
+        say "postgresql: $(pg_supervised && echo restarting || echo stopped)$(pg_supervised && sup_note postgresql)"
         rc=3
     fi
     if sb_exists; then
         if sb_running; then
-            say "postgresql standby: running$(sb_is_standby || echo ' (promoted: the primary)'), port $(sed -n 4p "$SB_DATA/postmaster.pid"), data $SB_DATA, log $SB_LOG"
+            say "postgresql standby: running$(sb_is_standby || echo ' (promoted: the primary)'), port $(sed -n 4p "$SB_DATA/postmaster.pid"), data $SB_DATA, log $SB_LOG$(sup_note postgresql-standby)"
         else
-            say "postgresql standby: stopped"
+            say "postgresql standby: $(sb_supervised && echo restarting || echo stopped)$(sb_supervised && sup_note postgresql-standby)"
             rc=3
         fi
     fi
     if [[ $BROKER == rabbitmq-cluster ]]; then
         "${RABBIT[@]}" status || rc=3
-    elif mq_running; then
+    elif mq_running && { ! mq_supervised || supervised_running broker; }; then
         # The port from the config it runs with, which SDS_MQTT_PORT may no longer match.
         local mq_port
         mq_port=$(awk '$1 == "listener" {print $2; exit}' "$MQ_CONF")
-        say "mosquitto: running, pid $(<"$MQ_PID"), port $mq_port, log $MQ_DIR/mosquitto.log"
+        say "mosquitto: running, pid $(<"$MQ_PID"), port $mq_port, log $MQ_DIR/mosquitto.log$(sup_note broker)"
     else
-        say "mosquitto: stopped"
+        say "mosquitto: $(mq_supervised && echo restarting || echo stopped)$(mq_supervised && sup_note broker)"
         rc=3
     fi
     return $rc

@@ -4,6 +4,7 @@ mirror lookup (which must never write a host name into the repo)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import importlib.util
 import os
@@ -54,6 +55,7 @@ def _load_module(path: Path, name: str) -> ModuleType:
 
 
 apt_mirror = _load_module(REPO / "deploy" / "lib" / "apt_mirror.py", "sds_apt_mirror")
+supervise = _load_module(REPO / "deploy" / "lib" / "supervise.py", "sds_supervise")
 
 
 # ---- PostgreSQL ---------------------------------------------------------------------------------
@@ -468,7 +470,7 @@ def test_repo_names_no_debian_host() -> None:
 def test_deploy_scripts_parse() -> None:
     scripts = [
         *sorted((REPO / "deploy").glob("*.sh")),
-        REPO / "deploy" / "lib" / "common.sh",
+        *sorted((REPO / "deploy" / "lib").glob("*.sh")),
         REPO / ".ci" / "run",
     ]
     for script in scripts:
@@ -477,6 +479,14 @@ def test_deploy_scripts_parse() -> None:
 
 
 # ---- services.sh, end to end in a scratch copy --------------------------------------------------
+
+
+def _answers(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=2) as conn:
+            return conn.execute("SELECT 1").fetchone() == (1,)
+    except psycopg.OperationalError:
+        return False
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
@@ -544,6 +554,17 @@ def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
         assert "already running" in second.stdout and "creating" not in second.stdout
         assert [p.stat().st_mtime_ns for p in watched] == before
         assert run("status").returncode == 0
+
+        # Both servers run under their supervisors: a SIGKILLed one is back, and status says so.
+        for name in ("broker", "postgresql"):
+            status_file = state / "supervise" / f"{name}.status"
+            child = int(status_file.read_text().split()[1])
+            os.kill(child, signal.SIGKILL)
+            wait_for(lambda f=status_file, c=child: (w := f.read_text().split())[0] == "running"
+                     and int(w[1]) != c)
+        after = wait_for(lambda: (r := run("status")).returncode == 0 and r)
+        assert after.stdout.count("1 restart, last exit: killed by SIGKILL") == 2, after.stdout
+        wait_for(lambda: _answers(secrets["SDS_DATABASE_URL"]))  # after its crash recovery
     finally:
         stopped = run("stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
@@ -595,3 +616,183 @@ def test_services_sh_standby_streams_synchronously_and_promotes(tmp_path: Path) 
     finally:
         stopped = run("stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+# ---- the supervisor (deploy/lib/supervise.py) ---------------------------------------------------
+
+
+def test_restart_delay_doubles_to_its_cap() -> None:
+    """Backoff: 0.5 s, doubling per repeated failure, at most 30 s; never gives up."""
+    assert [supervise.restart_delay(n) for n in range(1, 10)] == [
+        0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert supervise.restart_delay(10_000) == 30.0  # no overflow, still retrying
+    with pytest.raises(ValueError):
+        supervise.restart_delay(0)
+
+
+def test_failures_reset_after_a_healthy_run() -> None:
+    """A run of STABLE_AFTER seconds or more restarts at the first delay again; a quicker
+    death counts one more failure."""
+    stable = supervise.STABLE_AFTER
+    assert supervise.next_failures(0, 0.1) == 1
+    assert supervise.next_failures(5, stable - 0.1) == 6
+    assert supervise.next_failures(5, stable) == 1
+    assert supervise.restart_delay(supervise.next_failures(6, 3600.0)) == supervise.BASE_DELAY
+
+
+def test_exit_descriptions_and_codes() -> None:
+    killed = signal.SIGKILL.value  # a wait status of a process killed by SIGKILL
+    assert supervise.describe_exit(killed) == "killed by SIGKILL"
+    assert supervise.exit_code(killed) == -9
+    assert supervise.describe_exit(3 << 8) == "exit 3" and supervise.exit_code(3 << 8) == 3
+    text = supervise.prom_text("broker", up=False, restarts=2, last_exit=-9, started_at=1.5)
+    assert 'sds_supervised_restarts_total{process="broker"} 2' in text
+    assert 'sds_supervised_up{process="broker"} 0' in text
+    assert 'sds_supervised_last_exit_code{process="broker"} -9' in text
+
+
+# A child that logs the signals it gets, leaves a grandchild in its process group (like nginx's or
+# gunicorn's workers), and ends on SIGINT (the stop signal the test configures) or SIGTERM.
+CHILD = """
+import os, signal, subprocess, sys, time
+log = sys.argv[1]
+def note(sig, _f):
+    with open(log, "a") as f:
+        f.write(signal.Signals(sig).name + "\\n")
+    if sig != signal.SIGHUP:
+        sys.exit(0)
+for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, note)
+worker = subprocess.Popen(["sleep", "300"])
+with open(log + ".worker", "w") as f:
+    f.write(str(worker.pid))
+while True:
+    time.sleep(1)
+"""
+
+
+class Supervised:
+    """supervise.py running CHILD (or `command`) in tmp_path, as deploy/lib/common.sh starts it."""
+
+    def __init__(self, tmp: Path, *options: str, command: list[str] | None = None) -> None:
+        self.state, self.log = tmp / "supervise", tmp / "signals.log"
+        argv = command or [sys.executable, "-c", CHILD, str(self.log)]
+        self.proc = subprocess.Popen(
+            [sys.executable, str(REPO / "deploy" / "lib" / "supervise.py"), "--name", "t",
+             "--state", str(self.state), *options, "--", *argv],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def status(self) -> tuple[str, int, int]:
+        try:
+            state, child, restarts, _ = (
+                (self.state / "t.status").read_text().split("\t")[0].split())
+        except (OSError, ValueError):
+            return ("", 0, 0)
+        return state, int(child), int(restarts)
+
+    def worker(self) -> int:
+        return int(wait_for(lambda: _read(Path(f"{self.log}.worker")), WAIT))
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(WAIT + 5)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = _read(Path(f"/proc/{pid}/stat"))
+    return bool(stat) and stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_for(cond, timeout: float = WAIT):  # type: ignore[no-untyped-def]
+    """Poll `cond` until truthy (returned); fail after `timeout` s."""
+    deadline = dt.datetime.now() + dt.timedelta(seconds=timeout)
+    while dt.datetime.now() < deadline:
+        if value := cond():
+            return value
+        threading.Event().wait(0.05)
+    raise AssertionError(f"timed out waiting for {cond}")
+
+
+def test_supervisor_restarts_a_killed_process_and_shows_it(tmp_path: Path) -> None:
+    """SIGKILL of the child: restarted with a new pid after the first backoff step, its
+    process group's leftovers killed, the restart counted in the status and metrics files and
+    logged; SIGHUP is passed on; SIGTERM stops it as --stop-signal (SIGINT) and ends supervision."""
+    sup = Supervised(tmp_path, "--stop-signal", "INT")
+    try:
+        _, first, _ = wait_for(lambda: (s := sup.status())[0] == "running" and s)
+        worker = sup.worker()
+        Path(f"{sup.log}.worker").unlink()
+        os.kill(first, signal.SIGKILL)
+        state, second, restarts = wait_for(
+            lambda: (s := sup.status())[0] == "running" and s[1] != first and s, 5)
+        assert restarts == 1 and second != first
+        wait_for(lambda: not _alive(worker), 5)  # the old group's worker did not outlive it
+        prom = (sup.state / "t.prom").read_text()
+        assert 'sds_supervised_restarts_total{process="t"} 1' in prom
+        assert 'sds_supervised_last_exit_code{process="t"} -9' in prom
+        assert "1 restart, last exit: killed by SIGKILL" in (sup.state / "t.status").read_text()
+        assert "died after" in (sup.state / "supervise.log").read_text()
+        sup.worker()  # the new child is up and has its own worker
+        sup.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "HUP" in _read(sup.log))
+        assert sup.stop() == 0
+        assert _read(sup.log).split() == ["SIGHUP", "SIGINT"]  # SIGTERM arrived as SIGINT
+        assert sup.status()[0] == "stopped" and not _alive(second)
+    finally:
+        sup.stop()
+
+
+def test_supervisor_kills_a_child_that_ignores_the_stop_signal(tmp_path: Path) -> None:
+    sup = Supervised(tmp_path, "--stop-timeout", "1",
+                     command=["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"])
+    try:
+        _, child, _ = wait_for(lambda: (s := sup.status())[0] == "running" and s)
+        started = dt.datetime.now()
+        assert sup.stop() == 0
+        assert (dt.datetime.now() - started).total_seconds() < 5
+        assert not _alive(child)
+    finally:
+        sup.stop()
+
+
+def test_supervisor_does_not_start_while_the_unless_file_exists(tmp_path: Path) -> None:
+    """A PostgreSQL retired by a promotion (services.sh writes RETIRED) is never restarted."""
+    retired = tmp_path / "RETIRED"
+    retired.write_text("retired\n")
+    sup = Supervised(tmp_path, "--unless", str(retired))
+    try:
+        assert wait_for(lambda: sup.status()[0] == "refused")
+        assert not sup.log.exists() and sup.status()[1] == 0
+        assert sup.stop() == 0  # a stop is prompt during the wait too
+    finally:
+        sup.stop()
+
+
+def test_a_killed_supervisor_takes_its_child_along(tmp_path: Path) -> None:
+    """SIGKILL of the supervisor itself: the child gets the stop signal (parent-death signal),
+    so no unsupervised copy is left to collide with the next run.sh."""
+    sup = Supervised(tmp_path, "--stop-signal", "INT")
+    _, child, _ = wait_for(lambda: (s := sup.status())[0] == "running" and s)
+    worker = sup.worker()
+    try:
+        sup.proc.kill()
+        sup.proc.wait(WAIT)
+        wait_for(lambda: "SIGINT" in _read(sup.log))
+        wait_for(lambda: not _alive(child))
+    finally:
+        # Nobody is left to clean the child's group up (a real master stops its own workers).
+        for pid in (worker, child):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

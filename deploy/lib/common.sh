@@ -92,3 +92,37 @@ write_if_changed() {
     mv -f "$tmp" "$target"
     echo changed
 }
+
+# ---- supervision (deploy/lib/supervise.py; docs/operations.md "Supervision") ---------------------
+# Each long-running process runs under its own supervise.py, which restarts it with backoff when
+# it dies. $PIDS/<name>.pid holds the supervisor's pid; its command line holds the child's, so
+# pid_alive's marker checks work on it. The status and metrics files are in $SUPERVISE.
+SUPERVISE=$STATE/supervise
+
+# supervise_start NAME LOG [supervise.py options] -- COMMAND...: start NAME under supervision,
+# its output (and the supervisor's lines) appended to LOG. setsid: its own session, so closing
+# this terminal or a Ctrl-C here does not reach it (in a script a background child is never a
+# process-group leader, so setsid does not fork and $! is the supervisor itself).
+supervise_start() {
+    local name=$1 log=$2
+    shift 2
+    mkdir -p "$SUPERVISE" "$PIDS"
+    rm -f "$SUPERVISE/$name.status"
+    setsid /usr/bin/python3 "$REPO/deploy/lib/supervise.py" --name "$name" --state "$SUPERVISE" \
+        "$@" >>"$log" 2>&1 </dev/null &
+    echo $! >"$PIDS/$name.pid"
+}
+
+# supervised_status NAME: "STATE<TAB>words" from NAME's status file when the supervisor in
+# $PIDS/NAME.pid wrote it (STATE: running, backoff, refused, stopped); nothing otherwise (a
+# process started by an older version without a supervisor).
+supervised_status() {
+    local file=$SUPERVISE/$1.status state child restarts spid words
+    [[ -s $file && -s $PIDS/$1.pid ]] || return 0
+    IFS=$' \t' read -r state child restarts spid words <"$file" || true
+    [[ $spid == "$(<"$PIDS/$1.pid")" ]] || return 0
+    printf '%s\t%s\n' "$state" "child pid $child, $words"
+}
+
+# The wait for a just-started child to come up: true once NAME's status says running.
+supervised_running() { [[ $(supervised_status "$1") == running$'\t'* ]]; }
