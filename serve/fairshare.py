@@ -160,13 +160,27 @@ def admit() -> None:
         held.fds.append(fd)
 
 
-def _until_streamed(body: Iterable[bytes], held: Held) -> Iterator[bytes]:
-    """`body`, releasing `held` once its last chunk was sent or the server closed it (a client
-    that went away); `yield from` passes the close on to `body`."""
-    try:
-        yield from body
-    finally:
-        held.release()
+class _Releasing:
+    """A streamed body that gives `held` back after its last chunk, or when the server closes
+    it: a client gone, or a HEAD, whose body is closed without being iterated (a generator
+    never started would skip its `finally`)."""
+
+    def __init__(self, body: Iterable[bytes], held: Held) -> None:
+        self.body = body
+        self.held = held
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            yield from self.body
+        finally:
+            self.held.release()
+
+    def close(self) -> None:
+        """Release the slots and close the body (WSGI servers call this once done)."""
+        self.held.release()
+        close = getattr(self.body, "close", None)
+        if close is not None:
+            close()
 
 
 def _release_after(response: Response) -> Response:
@@ -175,7 +189,7 @@ def _release_after(response: Response) -> Response:
     held: Held | None = g.pop("fairshare", None)
     if held is not None:
         if response.is_streamed:
-            response.response = _until_streamed(cast(Iterable[bytes], response.response), held)
+            response.response = _Releasing(cast(Iterable[bytes], response.response), held)
         else:
             held.release()
     return response
