@@ -17,6 +17,7 @@ import psycopg
 
 from serve.principal import Principal
 from shared.errors import Conflict, Forbidden
+from shared.locks import lock_key
 
 ADMIN_ONLY_SCOPES = frozenset({"orgs:write", "users:write", "teams:write"})
 
@@ -40,8 +41,8 @@ def check_key_cap(conn: psycopg.Connection, principal: Principal, cap: int) -> N
     transaction ends, so the key created in it is counted by the next request."""
     if cap <= 0:
         return
-    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('apikeys:' || %s, 0))",
-                 (str(principal.user_id),))
+    # The shared.locks key scheme; a transaction lock: it ends with the transaction.
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(f"apikeys:{principal.user_id}"),))
     row = conn.execute("SELECT count(*) FROM api_keys WHERE user_id = %s",
                        (principal.user_id,)).fetchone()
     if row is not None and int(row[0]) >= cap:

@@ -193,9 +193,9 @@ class Settings:
     # --- logging ---
     log_level: str = _f("INFO", "Log level of every process")
     log_repeat_interval: float = _f(
-        60.0, "A warning or error of the same cause (same place, same exception) is written at "
-        "most once per this many seconds per process, the next one with the count dropped "
-        "(0: every one)")
+        60.0, "A traceback of the same cause (same place, same exception raised at the same "
+        "line) is written at most once per this many seconds per process, the next one with "
+        "the count dropped (0: every one)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:

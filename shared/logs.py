@@ -1,12 +1,14 @@
 """One log format for all processes; configure_logging(settings) is called once at start.
 
-Warnings and errors are bounded per cause (issue 20 item 2: a client that can trigger the same
-error in a loop must not be able to fill the disk with it): `RepeatFilter` lets the first record
-of a cause through, drops the same cause's records for `SDS_LOG_REPEAT_INTERVAL` seconds, then
-lets the next one through with the count it dropped. A cause is where the record was logged plus,
-for a traceback, the exception's type and the line that raised it, so different failures are
-never hidden behind each other. Rotation of the files the logs land in: docs/operations.md
-"Log files".
+Tracebacks are bounded per cause (issue 20 item 2: a client that can trigger the same error in a
+loop must not be able to fill the disk with it): `RepeatFilter` lets the first record with a
+traceback of a cause through, drops the same cause's for `SDS_LOG_REPEAT_INTERVAL` seconds, then
+lets the next one through with the count it dropped. A cause is where the record was logged,
+its message template, and the exception's type and the line that raised it (whatever the
+message's arguments, so a client varying a path cannot make each traceback new), so different
+failures are never hidden behind each other. Lines without a traceback all pass: they are
+operational events that tests and operators count, about 100 bytes each, and rotation bounds
+them. Rotation of the files the logs land in: docs/operations.md "Log files".
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ Cause = tuple[str, int, str, str, str]
 
 
 def cause_of(record: logging.LogRecord) -> Cause:
-    """What makes two records "the same": logger, level, call site and message template, and
-    for a traceback the exception type and the innermost frame that raised it."""
+    """What makes two records with a traceback "the same": logger, level, call site, message
+    template, and the exception type and innermost frame that raised it."""
     raised = ""
     if record.exc_info and record.exc_info[1] is not None:
         exc = record.exc_info[1]
@@ -40,8 +42,8 @@ def cause_of(record: logging.LogRecord) -> Cause:
 
 
 class RepeatFilter(logging.Filter):
-    """Passes a cause's first WARNING-or-worse record, then at most one per `interval` seconds,
-    that one saying how many of the same were dropped since. Records below WARNING pass."""
+    """Passes a cause's first record with a traceback, then at most one per `interval` seconds,
+    that one saying how many of the same were dropped since. Records without one pass."""
 
     def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
@@ -53,7 +55,7 @@ class RepeatFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Whether `record` is written; a let-through record after drops gets the count."""
-        if record.levelno < logging.WARNING or self.interval <= 0:
+        if not record.exc_info or record.exc_info[1] is None or self.interval <= 0:
             return True
         cause, now = cause_of(record), self._clock()
         with self._lock:
@@ -74,7 +76,8 @@ class RepeatFilter(logging.Filter):
 
 
 def configure_logging(settings: Settings) -> None:
-    """Log to stderr at the configured level, in the shared format, repeats bounded."""
+    """Log to stderr at the configured level, in the shared format, repeated tracebacks
+    bounded."""
     logging.basicConfig(level=settings.log_level.upper(), format=FORMAT, force=True)
     for handler in logging.getLogger().handlers:
         handler.addFilter(RepeatFilter(settings.log_repeat_interval))

@@ -119,6 +119,11 @@ def test_a_heavy_page_needs_a_slot_and_holds_it_until_its_last_byte(
     assert not slots.any_free(HEAVY, 1)  # the body has not been read yet
     assert streamed.get_data()
     assert slots.any_free(HEAVY, 1)
+    # A HEAD's body is closed without being read: its slot comes back all the same.
+    head = client.head(heavy, headers=key)
+    assert head.status_code == 200
+    head.close()
+    assert slots.any_free(HEAVY, 1)
 
 
 def test_more_keys_buy_no_more_requests(fresh_world: World, slot_dir: Path) -> None:

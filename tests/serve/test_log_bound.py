@@ -70,14 +70,21 @@ def test_different_causes_are_not_hidden_behind_each_other() -> None:
         raise ValueError("other")
     except ValueError:
         logger.error("unhandled error", exc_info=True)  # same message, another exception
-    for name in ("a", "b"):
-        logger.error("standby %s unreachable", name)  # same place and template: same cause
+    for name in ("a", "b", "a"):
+        logger.warning("job %s skipped", name)  # lines without a traceback: never dropped
+    for path in ("/x", "/y"):
+        try:
+            raise KeyError(path)
+        except KeyError:
+            # A traceback: the template and the raising line are the cause, not the arguments.
+            logger.error("page failed: %s", path, exc_info=True)
     logger.warning("query cancelled")
     logger.info("routine %d", 1)
-    logger.info("routine %d", 2)  # below WARNING: never dropped
+    logger.info("routine %d", 2)
     text = out.getvalue()
-    assert text.count("Traceback") == 2 and "ValueError: other" in text
-    assert "standby a unreachable" in text and "standby b" not in text
+    assert text.count("Traceback") == 3 and "ValueError: other" in text
+    assert text.count("job a skipped") == 2 and "job b skipped" in text
+    assert "page failed: /x" in text and "page failed: /y" not in text
     assert "query cancelled" in text and "routine 1" in text and "routine 2" in text
 
 
