@@ -81,6 +81,12 @@ def _cipher() -> Fernet:
     return cipher
 
 
+def seal(app: Flask, token: str) -> str:
+    """`token` encrypted as the session cookie holds it."""
+    cipher: Fernet = app.extensions[CIPHER]
+    return cipher.encrypt(token.encode()).decode()
+
+
 def session_token() -> str | None:
     """The bearer token of this session, decrypted; None when signed out or not ours."""
     sealed = session.get("token")
@@ -143,7 +149,7 @@ def sign_in(email: str, password: str) -> Principal:
         token = auth.issue_token(conn, user)
     session.clear()  # nothing of the signed-out session carries over (csrf included)
     session.permanent = True
-    session["token"] = _cipher().encrypt(token.encode()).decode()
+    session["token"] = seal(current_app, token)
     csrf_token()
     return Principal(user, org, "bearer")
 
