@@ -154,3 +154,21 @@ def test_slot_files_live_in_the_configured_directory(edge: NginxEdge, world: Wor
     """The heavy pool's lock files are where SDS_API_SLOT_DIR says (one directory per host)."""
     base = Path(str(tmp_path_factory.getbasetemp()))
     assert list(base.glob("fairshare*/slots/heavy.0")), "no heavy slot file was used"
+
+
+def test_the_edge_meters_exactly_the_pages_the_api_calls_heavy() -> None:
+    """deploy/nginx/nginx.conf's map of `limit` and SDS_API_HEAVY_ROWS name the same pages."""
+    import re
+
+    from shared.config import Settings
+    from tests.support.services import SHIPPED_NGINX_CONF
+
+    found = re.search(r'map \$arg_limit \$sds_heavy_page \{\s*default "";\s*"~(.+?)" heavy;',
+                      SHIPPED_NGINX_CONF.read_text())
+    assert found, "the edge's heavy-page map is gone"
+    heavy = re.compile(found.group(1))
+    rows = Settings().api_heavy_rows
+    for n in [*range(0, 20001), 10**6, 10**12]:
+        for text in (str(n), f"00{n}"):
+            assert bool(heavy.match(text)) == (n > rows), text
+    assert not heavy.match("") and not heavy.match("abc") and not heavy.match("-5000")
