@@ -42,3 +42,24 @@ def test_a_log_past_the_size_is_rotated_under_a_live_writer(tmp_path: Path) -> N
     assert live.st_blocks * 512 >= live.st_size - 4096  # no hole where the old bytes were
     assert log.read_bytes().startswith(b"new line\n")
     assert not (logs / "aggregate.log.1").exists()  # under the size: left alone
+
+
+def test_the_rotation_loop_rotates_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """deploy/logrotate/rotate-loop.sh, the long-running process a supervisor keeps up."""
+    state = tmp_path / "state"
+    (state / "logs").mkdir(parents=True)
+    log = state / "logs" / "ingest.log"
+    log.write_bytes(b"x" * (21 * 1024 * 1024))
+    loop = subprocess.Popen(
+        ["bash", str(CONF.parent / "rotate-loop.sh"), str(state)],
+        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LOGROTATE_INTERVAL": "0.2"})
+    try:
+        deadline = time.monotonic() + 20
+        while not (state / "logs" / "ingest.log.1").exists():
+            assert time.monotonic() < deadline, "the loop did not rotate the log"
+            time.sleep(0.1)
+        assert log.stat().st_size == 0
+        assert "@STATE@" not in (state / "logrotate.conf").read_text()
+    finally:
+        loop.terminate()
+        assert loop.wait(10) == 0
