@@ -35,7 +35,8 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from shared.columns import TABLES
+from shared import spreadsheet
+from shared.columns import TABLES, Column
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -266,6 +267,16 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _export_expr(col: Column) -> sql.Composable:
+    """One exported column: text that a device chose (fw) is written spreadsheet-safe in the
+    reversible form, so opening an archive in a spreadsheet runs no formula and a restore gets
+    the stored text back exactly (docs/operations.md "Export first")."""
+    ref = sql.Identifier(col.name)
+    if col.dtype != "text":
+        return ref
+    return sql.SQL("{} AS {}").format(spreadsheet.text_expr(ref, reversible=True), ref)
+
+
 def _export_group(conn: psycopg.Connection, table: str, root: Path, device: str,
                   month: datetime, lo: datetime | None, hi: datetime, part: Part,
                   group: Group | None, *, delete: bool) -> ExportFile:
@@ -278,7 +289,7 @@ def _export_group(conn: psycopg.Connection, table: str, root: Path, device: str,
     rel = Path(table) / f"device={quote(device, safe='')}" / f"month={month:%Y-%m}" / name
     target = root / rel
     target.parent.mkdir(parents=True, exist_ok=True)
-    cols = sql.SQL(", ").join(sql.Identifier(c) for c in TABLES[table].column_names)
+    cols = sql.SQL(", ").join(_export_expr(c) for c in TABLES[table].columns)
     where, params = _part_where(part, group)
     where = sql.SQL("{} AND t.device = %(device)s AND t.time >= %(m0)s AND t.time < %(m1)s"
                     ).format(where)
@@ -353,6 +364,10 @@ def apply(conn: psycopg.Connection, settings: Settings, table: str, export_dir: 
     return result
 
 
+def _text_columns(table: str) -> list[str]:
+    return [c.name for c in TABLES[table].columns if c.dtype == "text"]
+
+
 def _write_manifest(root: Path, chosen: Plan, result: Result) -> str:
     rel = Path(chosen.table) / f"manifest-{_stamp(chosen.now)}.json"
     body = {
@@ -362,7 +377,11 @@ def _write_manifest(root: Path, chosen: Plan, result: Result) -> str:
                    "chunks": p.chunks, "rows": p.rows} for p in chosen.parts],
         "files": [asdict(f) for f in result.files],
         "format": "CSV with a header line, gzip; values as PostgreSQL prints them; restore "
-                  "with COPY ... FROM ... WITH (FORMAT csv, HEADER)",
+                  "with COPY ... FROM ... WITH (FORMAT csv, HEADER), then strip one leading ' "
+                  "from the text columns " + ", ".join(_text_columns(chosen.table)) +
+                  " where they start with one (written before a text that starts with = + - "
+                  "@ TAB CR or ', so a spreadsheet runs no formula)",
+        "text_columns": _text_columns(chosen.table),
     }
     target = root / rel
     tmp = target.with_name(target.name + ".tmp")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import logging
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from shared import metrics
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,4 @@ class Metrics:
 
     def serve(self, port: int, addr: str) -> WSGIServer | None:
         """Start the HTTP endpoint in a daemon thread (port 0: disabled)."""
-        if not port:
-            return None
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        log.info("metrics on http://%s:%d/metrics", addr, port)
-        return server
+        return metrics.serve(self.registry, port, addr)

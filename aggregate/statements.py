@@ -11,7 +11,8 @@ nothing here names a data column. A recompute is two statements in the caller's 
    Which cell holds a reading comes from the offset runs Python computed for each location
    (`_sds_segments`); the cells' local hours and days come from Python too (`_sds_cells`).
 2. `write(table)`: merge the partials into `table`'s buckets, compute FAO-56 ET next to them
-   (the SQL functions of migration 0061), round every value to its column's precision, and
+   (aggregate/et_statements.py, on the SQL functions of migrations 0061 and 0090), round
+   every value to its column's precision, and
    write each row once (INSERT ... ON CONFLICT DO UPDATE, `create_time` kept); the same
    statement deletes the rows of named buckets that no longer have readings.
 """
@@ -23,6 +24,7 @@ from functools import cache
 
 from psycopg import sql
 
+from aggregate.et_statements import CELLS, PARTIALS, column_of, et_expr, so_far
 from shared.columns import TABLES, Column, Rollup
 from shared.units import stored_rounding
 
@@ -38,9 +40,7 @@ SLOTS_PER_HOUR = 3600 // SLOT_SECONDS
 _COMPASS = ("N", "NNE", "NE", "ENE", "E", "ESE", "SE", "SSE",
             "S", "SSW", "SW", "WSW", "W", "WNW", "NW", "NNW")
 
-PARTIALS = "_sds_partials"
 SEGMENTS = "_sds_segments"
-CELLS = "_sds_cells"
 
 
 def _i(name: str) -> sql.Identifier:
@@ -112,12 +112,15 @@ def stats(tables: tuple[str, ...] = ALL_TABLES) -> tuple[Stat, ...]:
             s, rule = c.source or "", c.rollup
             if rule in (Rollup.MEAN, Rollup.SUM, Rollup.ENERGY):
                 add(Stat(f"s_{s}", "float8", sql.SQL("sum({}::float8)").format(_src(s)), "sum"))
-                if rule is Rollup.MEAN:
+                # ENERGY: a partial day's hourly ET needs the hours' mean flux (et_statements).
+                if rule in (Rollup.MEAN, Rollup.ENERGY):
                     add(Stat(f"n_{s}", "bigint", sql.SQL("count({})").format(_src(s)), "sum"))
             if rule in (Rollup.MIN, Rollup.GDD):
                 add(Stat(f"lo_{s}", "float8", sql.SQL("min({})::float8").format(_src(s)),
                          "min"))
-            if rule in (Rollup.MAX, Rollup.MAX_RATE, Rollup.GDD, Rollup.HOURS_WITH_ANY):
+            # hi_ of an hour count: NULL when the source has no value in the bucket.
+            if rule in (Rollup.MAX, Rollup.MAX_RATE, Rollup.GDD, Rollup.HOURS_WITH_ANY,
+                        Rollup.HOURS_ABOVE):
                 add(Stat(f"hi_{s}", "float8", sql.SQL("max({})::float8").format(_src(s)),
                          "max"))
             if rule in (Rollup.CIRCULAR_MEAN, Rollup.COMPASS):
@@ -306,13 +309,17 @@ def aggregate_expr(col: Column, slots: sql.Composable = _HOUR_SLOTS) -> sql.Comp
     if rule is Rollup.ENERGY:
         # W/m2 (or umol/m2/s) x 300 s per reading, in MJ/m2 (mol/m2).
         return sql.SQL("({} * {} / 1e6)").format(_merged(f"s_{s}"), sql.Literal(SLOT_SECONDS))
+    # Hour counts are NULL, not 0, when the source has no value in the bucket (a station
+    # without a rain gauge has no precip_hours).
     if rule is Rollup.HOURS_ABOVE:
-        return sql.SQL("({}::float8 / {})").format(
-            _merged(f"above_{s}_{float(col.param or 0):g}"), sql.Literal(SLOTS_PER_HOUR))
+        return sql.SQL("CASE WHEN {} IS NOT NULL THEN {}::float8 / {} END").format(
+            _merged(f"hi_{s}"), _merged(f"above_{s}_{float(col.param or 0):g}"),
+            sql.Literal(SLOTS_PER_HOUR))
     if rule is Rollup.HOURS_WITH_ANY:
         # Local clock hours with any amount: each counted at its first such cell (a window in
         # `_buckets` marks it; count(DISTINCT) sorted every group on its own).
-        return sql.SQL("(count(*) FILTER (WHERE p.{}))::float8").format(_i(f"first_any_{s}"))
+        return sql.SQL("CASE WHEN {} IS NOT NULL THEN (count(*) FILTER (WHERE p.{}))::float8"
+                       " END").format(_merged(f"hi_{s}"), _i(f"first_any_{s}"))
     if rule is Rollup.GDD:
         return sql.SQL("greatest(0, ({} + {}) / 2 - {})").format(
             _merged(f"hi_{s}"), _merged(f"lo_{s}"), sql.Literal(float(col.param or 0)))
@@ -336,35 +343,6 @@ def _rounded(expr: sql.Composable, col: Column) -> sql.Composable:
 def _value_columns(table: str) -> list[Column]:
     return [c for c in TABLES[table].columns
             if c.rollup not in WATER_RULES | _BOOKKEEPING and c.name not in _KEYS]
-
-
-def _col(table: str, rule: Rollup, source: str) -> str:
-    for c in TABLES[table].columns:
-        if c.rollup is rule and c.source == source:
-            return c.name
-    raise KeyError(f"{table} has no {rule} of {source}")
-
-
-def _et(table: str) -> sql.Composable:
-    """FAO-56 reference ET of bucket row `a` at location `l` (migration 0061; NULL when an
-    input is missing)."""
-    a = {n: sql.SQL("a.{}").format(_i(n)) for n in (c.name for c in _value_columns(table))}
-    elev = sql.SQL("coalesce(l.elev::float8, 0)")
-    if table == "daily":
-        return sql.SQL(
-            "sds_fao56_daily_et({tmax}, {tmin}, {rh_max}, {rh_min}, {wind},"
-            " l.sensor_height::float8, {rs}, l.lat::float8, {elev},"
-            " extract(doy FROM a.day)::int)").format(
-            tmax=a[_col(table, Rollup.MAX, "tair")], tmin=a[_col(table, Rollup.MIN, "tair")],
-            rh_max=a[_col(table, Rollup.MAX, "rh")], rh_min=a[_col(table, Rollup.MIN, "rh")],
-            wind=a[_col(table, Rollup.MEAN, "wind_speed")],
-            rs=a[_col(table, Rollup.ENERGY, "swdw")], elev=elev)
-    return sql.SQL(
-        "sds_fao56_period_et(a.time, a.b_end, {tair}, {rh}, {wind}, l.sensor_height::float8,"
-        " {swdw}, l.lat::float8, l.lon::float8, {elev})").format(
-        tair=a[_col(table, Rollup.MEAN, "tair")], rh=a[_col(table, Rollup.MEAN, "rh")],
-        wind=a[_col(table, Rollup.MEAN, "wind_speed")],
-        swdw=a[_col(table, Rollup.MEAN, "swdw")], elev=elev)
 
 
 def _buckets(table: str) -> sql.Composable:
@@ -423,6 +401,7 @@ def write(table: str, *, scope: str) -> sql.Composed:
     outside every cell: must be 0).
     """
     t = TABLES[table]
+    daily = table == "daily"
     local_date = (sql.SQL("a.day") if table != "hourly"
                   else sql.SQL("(a.time AT TIME ZONE l.tz_name)::date"))
     values: list[tuple[str, sql.Composable]] = []
@@ -438,7 +417,7 @@ def write(table: str, *, scope: str) -> sql.Composed:
         elif c.rollup is Rollup.KC:
             values.append((c.name, _rounded(sql.SQL("a.kc"), c)))
         elif c.rollup is Rollup.WATER_BALANCE:
-            precip = sql.SQL("a.{}").format(_i(_col(table, Rollup.SUM, "precip")))
+            precip = sql.SQL("a.{}").format(_i(column_of(table, Rollup.SUM, "precip")))
             values.append((c.name, _rounded(
                 sql.SQL("({} - a.et * a.kc)").format(precip), c)))
         else:
@@ -466,13 +445,13 @@ def write(table: str, *, scope: str) -> sql.Composed:
     return sql.SQL(
         "WITH kcs AS (SELECT location_id, start_date, kc::float8 AS kc, lead(start_date, 1,"
         "  'infinity') OVER (PARTITION BY location_id ORDER BY start_date) AS until"
-        "  FROM crop_coefficients),"
+        "  FROM crop_coefficients),{so_far}"
         " w AS (INSERT INTO {t} ({names}, create_time, update_time)"
         "  SELECT DISTINCT ON (a.device, a.time) {exprs}, now(), now()"
         "  FROM (SELECT a.*, {et} AS et, coalesce(kcs.kc, l.kc::float8) AS kc"
         "   FROM ({buckets}) a LEFT JOIN locations l ON l.id = a.location"
         "   LEFT JOIN kcs ON kcs.location_id = a.location AND {d} >= kcs.start_date"
-        "    AND {d} < kcs.until"
+        "    AND {d} < kcs.until{join_so_far}"
         "   WHERE (%(lo)s::timestamptz IS NULL OR a.time >= %(lo)s)"
         "    AND (%(hi)s::timestamptz IS NULL OR a.time < %(hi)s)"
         "    AND (%(after)s::timestamptz IS NULL OR a.b_end > %(after)s)"
@@ -484,7 +463,11 @@ def write(table: str, *, scope: str) -> sql.Composed:
         " SELECT (SELECT count(*) FROM w), (SELECT count(*) FROM gone), {unmatched}").format(
         unmatched=UNMATCHED_CELLS if table != "hourly" else sql.SQL("0"),
         t=_i(table), names=names, exprs=exprs, buckets=_buckets(table), d=local_date,
-        et=_et(table), sets=sets, stale=stale)
+        et=et_expr(table), sets=sets, stale=stale,
+        so_far=sql.SQL(" so_far AS ({}),").format(so_far()) if daily else sql.SQL(""),
+        join_so_far=sql.SQL(" LEFT JOIN so_far s ON s.device = a.device"
+                            " AND s.location = a.location AND s.day_start = a.time")
+        if daily else sql.SQL(""))
 
 
 @cache

@@ -7,9 +7,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psycopg
-
-from shared import migrate
+from shared import db, migrate
 
 
 @contextmanager
@@ -18,7 +16,7 @@ def server_url(url: str | None) -> Iterator[str]:
     if url is not None:
         yield url
         return
-    from tests.support.services import PostgresServer
+    from testbed.services import PostgresServer
 
     server = PostgresServer().start()
     try:
@@ -32,21 +30,21 @@ def database(admin_url: str, *, prefix: str) -> Iterator[str]:
     """A fresh migrated database named `<prefix>_<random>` on the server of `admin_url`."""
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     base = admin_url.rpartition("/")[0]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with db.connect(admin_url, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
-    db = f"{base}/{name}"
+    url = f"{base}/{name}"
     try:
-        with psycopg.connect(db, autocommit=True) as conn:
+        with db.connect(url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(db)
-        yield db
+        migrate.upgrade(url)
+        yield url
     finally:
-        with psycopg.connect(admin_url, autocommit=True) as conn:
+        with db.connect(admin_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @contextmanager
 def scratch_database(url: str | None, *, prefix: str) -> Iterator[str]:
     """A fresh migrated database on the server of `url`, or on a throwaway server."""
-    with server_url(url) as admin, database(admin, prefix=prefix) as db:
-        yield db
+    with server_url(url) as admin, database(admin, prefix=prefix) as fresh:
+        yield fresh

@@ -244,7 +244,7 @@ edge_config() {
         # A refused or reset connection marks an instance down for 1 s (its requests go on to
         # the next one, proxy_next_upstream); short, so that a restarted instance is back at
         # once and two failures in a row rarely leave no instance. Same in
-        # tests/support/services.py (render_nginx_conf).
+        # testbed/services.py (render_nginx_conf).
         servers+="        server $API_HOST:$((API_PORT0 + k - 1)) max_fails=1 fail_timeout=1s;"$'\n'
     done
     mkdir -p "$EDGE_DIR/tmp"
@@ -281,7 +281,7 @@ start_all() {
 
     [[ -x $VENV/bin/sds ]] || die "$VENV/bin/sds is missing: the project is not installed in the venv (see $LOGS/pip-install.log)"
     "$VENV/bin/sds" --help >/dev/null 2>"$LOGS/sds-check.log" \
-        || { log_tail "$LOGS/sds-check.log"; die "the sds command does not run (shared/cli.py broken or missing?)"; }
+        || { log_tail "$LOGS/sds-check.log"; die "the sds command does not run (admin/cli.py broken or missing?)"; }
 
     say "sds db upgrade"
     "$VENV/bin/sds" db upgrade || die "sds db upgrade failed"

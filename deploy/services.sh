@@ -81,6 +81,7 @@ load_secrets() {
     CURSOR_KEY=$(secret_get SDS_CURSOR_SECRET)
     REPL_PW=$(secret_get SDS_REPLICA_PASSWORD)
     SEAL_KEYS=$(secret_get SDS_APIKEY_SEAL_KEYS)
+    SHARE_GROUP=$(secret_get SDS_INGEST_SHARE_GROUP)
     DB_PW_NEW="" MQ_PW_NEW=""
     if [[ -z $DB_PW ]]; then DB_PW=$(new_secret); DB_PW_NEW=1; fi
     if [[ -z $MQ_PW ]]; then MQ_PW=$(new_secret); MQ_PW_NEW=1; fi
@@ -94,6 +95,10 @@ load_secrets() {
         url="postgresql://sds:$DB_PW@127.0.0.1:$PG_PORT,127.0.0.1:$SB_PORT/sds?target_session_attrs=read-write"
         read_lines="SDS_DATABASE_READ_URL=postgresql://sds:$DB_PW@127.0.0.1:$SB_PORT,127.0.0.1:$PG_PORT/sds?target_session_attrs=prefer-standby"
     fi
+    # The ingester shards' shared subscription group: a secret, because mosquitto lets any
+    # client that can name a group join it (ingest/shards.py, docs/security.md). Kept once made:
+    # the shards' persistent sessions would stay subscribed to an old name as well.
+    if [[ -z $SHARE_GROUP ]]; then SHARE_GROUP="sds-$(new_secret)"; fi
     # The replication role's password (role sds_replica, made by standby-init).
     if [[ -z $REPL_PW ]]; then REPL_PW=$(new_secret); fi
     # The key sealing the stored copy of each API key (a Fernet key: 32 random bytes, url-safe
@@ -113,6 +118,7 @@ SDS_MQTT_HOST=127.0.0.1
 SDS_MQTT_PORT=$MQTT_PORT
 SDS_MQTT_USERNAME=ingester
 SDS_MQTT_PASSWORD=$MQ_PW
+SDS_INGEST_SHARE_GROUP=$SHARE_GROUP
 SDS_CURSOR_SECRET=$CURSOR_KEY
 SDS_REPLICA_PASSWORD=$REPL_PW
 SDS_APIKEY_SEAL_KEYS=$SEAL_KEYS

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 
 import psycopg
 
-from ingest import writer
+from ingest import quarantine, writer
 from ingest.faults import FaultHook
+from ingest.handler import Message
 from ingest.leader import Leader, LeadershipLost
 from ingest.metrics import Metrics
 from ingest.watchdog import Watchdog
@@ -72,7 +73,7 @@ class Delivery:
     generation: int
     mid: int
     qos: int
-    message: writer.Message
+    message: Message
     arrived: float  # time.monotonic()
     dup: bool = False  # the broker flagged it as a redelivery
 
@@ -283,7 +284,7 @@ class Committer:
         return True
 
 
-    def _commit(self, messages: list[writer.Message]) -> writer.BatchResult | None:
+    def _commit(self, messages: list[Message]) -> writer.BatchResult | None:
         delay = 0.5
         while True:
             try:
@@ -321,7 +322,7 @@ class Committer:
                 log.exception("database refused message on %s; quarantined", messages[0].topic)
                 return self._quarantine_refused(messages, exc)
 
-    def _quarantine_refused(self, messages: list[writer.Message],
+    def _quarantine_refused(self, messages: list[Message],
                             exc: psycopg.Error) -> writer.BatchResult | None:
         detail = f"database refused the message: {type(exc).__name__}: {exc}".strip()[:2000]
         delay = 0.5
@@ -330,9 +331,8 @@ class Committer:
                 with self._watchdog.guard("quarantine write", self.connections):
                     conn = self.db()
                     with conn.transaction():
-                        result = writer.quarantine_messages(conn, messages,
-                                                            code=writer.DB_REJECTED,
-                                                            detail=detail)
+                        result = writer.BatchResult.of_quarantine(quarantine.quarantine_messages(
+                            conn, messages, code=writer.DB_REJECTED, detail=detail))
                         self._leader.confirm()
                 return result
             except psycopg.Error as exc:

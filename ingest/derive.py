@@ -31,7 +31,8 @@ LAPSE_RATE = 0.0065  # K/m, standard atmosphere
 _HYPSOMETRIC_EXP = 5.257  # g / (R_d x lapse rate)
 
 
-# FAO-56 eq. 11 and its inverse live in shared/fao56.py (also used by aggregate/et.py).
+# FAO-56 eq. 11 and its inverse live in shared/fao56.py (also used by the ET test oracle,
+# tests/support/fao56_oracle.py).
 saturation_vapour_pressure = sat_vapour_pressure
 __all__ = ["DERIVED", "actual_vapour_pressure", "calibrated_inputs", "derive", "derive_row",
            "dew_point", "health_values", "saturation_vapour_pressure", "sea_level_pressure"]

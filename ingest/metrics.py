@@ -8,7 +8,9 @@ from __future__ import annotations
 import logging
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from shared import metrics
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +85,16 @@ class Metrics:
             "sds_ingest_session_unexpectedly_absent",
             "Reconnects on which the broker had no session for the ingester: messages queued "
             "for it may be lost (alarm)", registry=r)
+        # ingest/groupwatch.py, from the broker's $SYS/broker/shared_subscriptions/count
+        self.shared_subscriptions = Gauge(
+            "sds_ingest_broker_shared_subscriptions",
+            "Shared subscriptions the broker holds (all clients; mosquitto's $SYS count)",
+            registry=r)
+        self.foreign_shared = Gauge(
+            "sds_ingest_foreign_shared_subscriptions",
+            "Shared subscriptions on the broker beyond the shards' own: a client joined a shared "
+            "group (or a removed shard's session was not retired); alarm when > 0", registry=r)
 
     def serve(self, port: int, addr: str) -> WSGIServer | None:
         """Start the HTTP endpoint in a daemon thread (port 0: disabled)."""
-        if not port:
-            return None
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        log.info("metrics on http://%s:%d/metrics", addr, port)
-        return server
+        return metrics.serve(self.registry, port, addr)

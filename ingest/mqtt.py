@@ -4,12 +4,16 @@
   SessionExpiryInterval: the broker keeps the session and queues QoS 1 messages while the
   ingester is away (paho's default Clean Start would discard them on every restart).
 - Subscriptions are made in `on_connect`, so every reconnect renews them. They cover all of
-  `{prefix}/#` (shared as `$share/sds-ingest/{prefix}/#` between shards, ingest/shards.py): a
+  `{prefix}/#` (shared as `$share/<secret group>/{prefix}/#` between shards, ingest/shards.py): a
   device's message on a topic the ingester does not accept is quarantined as `bad_topic`, not
   left without a subscriber. Retain Handling 2: the broker never sends a stored retained
   message on (re)subscribing. A retained publish still reaches the ingester once, as it is
   published (or queued in the session while the ingester is away), so a reconnect can neither
   re-ingest nor re-quarantine it.
+- On mosquitto it also subscribes to the broker's shared subscription count (QoS 0, retained
+  value sent at once) for the foreign group member alarm, ingest/groupwatch.py; those `$SYS`
+  messages go to the watch, never to the committer. A shard first unsubscribes the old public
+  group's filter (ingest/shards.py LEGACY_GROUP), which its resumed session may still hold.
 - `manual_ack=True`: the committer acknowledges a message after its commit. Acks carry the
   connection generation that delivered the message; an ack from an earlier connection is never
   sent on a later one (its message ids mean nothing there).
@@ -17,7 +21,7 @@
   client's CONNECT property over max_inflight_messages).
 - Every (re)connect first calls `may_connect`, which raises to veto it (the leader check: a
   leader that lost its lock must not take the session back from its standby).
-- The RabbitMQ cluster profile (`SDS_MQTT_PROTOCOL=3.1.1`, ingest/brokers.py): MQTT 3.1.1 with
+- The RabbitMQ cluster profile (`SDS_MQTT_PROTOCOL=3.1.1`, shared/brokers.py): MQTT 3.1.1 with
   `clean_session=False` instead of Clean Start and Session Expiry, the broker's `mqtt.prefetch`
   instead of Receive Maximum, no Retain Handling (that broker keeps no retained messages), and
   each reconnect goes to the next node of `SDS_MQTT_FAILOVER`.
@@ -36,8 +40,9 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from ingest import brokers, shards
+from ingest import groupwatch, shards
 from ingest.metrics import Metrics
+from shared import brokers
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -65,6 +70,9 @@ class MqttLink:
             raise ValueError("SDS_INGEST_SHARDS: shards need MQTT 5 shared subscriptions; with "
                              "SDS_MQTT_PROTOCOL=3.1.1 (the RabbitMQ cluster profile) run one")
         self.rotation = brokers.Rotation(settings)
+        # $SYS exists on mosquitto only (the RabbitMQ profile speaks 3.1.1 and has no shards).
+        self.watch = (groupwatch.GroupWatch(settings, metrics)
+                      if self.protocol == mqtt.MQTTv5 and not retire else None)
         self.receive_maximum = max(1, min(65535, settings.ingest_receive_maximum))
         self.ready = threading.Event()  # set once subscribed (tests wait on it)
         self._deliver = on_message
@@ -132,12 +140,9 @@ class MqttLink:
 
     def _make_client(self) -> mqtt.Client:
         s = self.settings
-        client = brokers.new_client(s, s.mqtt_client_id, persistent=True, manual_ack=True)
+        client = brokers.new_client(s, s.mqtt_client_id, persistent=True, manual_ack=True,
+                                    username=s.mqtt_username, password=s.mqtt_password)
         client.enable_logger(logging.getLogger("paho"))
-        if s.mqtt_username:
-            client.username_pw_set(s.mqtt_username, s.mqtt_password)
-        if s.mqtt_tls_ca:
-            client.tls_set(ca_certs=s.mqtt_tls_ca)
         client.reconnect_delay_set(min_delay=1, max_delay=30)
         client.on_pre_connect = self._on_pre_connect
         client.on_connect = self._on_connect
@@ -178,12 +183,18 @@ class MqttLink:
         else:
             log.info("connected; new session (first start, or the broker lost the old one)")
         filters = shards.subscriptions(self.settings)
+        legacy = shards.legacy_subscriptions(self.settings)
         if self.retire:
-            client.unsubscribe(filters)
+            client.unsubscribe(filters + legacy)
             return
+        if legacy:
+            client.unsubscribe(legacy)
         if self.protocol == mqtt.MQTTv5:
             opts = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_DO_NOT_SEND)
-            client.subscribe([(t, opts) for t in filters])
+            wanted = [(t, opts) for t in filters]
+            if self.watch is not None:
+                wanted.append((groupwatch.TOPIC, SubscribeOptions(qos=0)))
+            client.subscribe(wanted)
         else:
             # MQTT 3.1.1 cannot refuse retained messages; the cluster profile keeps none
             # (mqtt.retained_message_store = noop), so a resubscribe replays nothing.
@@ -191,12 +202,19 @@ class MqttLink:
 
     def _on_unsubscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
                         _reason_codes: list[ReasonCode], _props: Properties | None) -> None:
+        if not self.retire:
+            return  # the old public group's filter, left on connect
         log.info("retiring: unsubscribed; draining what the session had queued")
         self.unsubscribed.set()
         self.ready.set()
 
     def _on_subscribe(self, _client: mqtt.Client, _userdata: object, _mid: int,
                       reason_codes: list[ReasonCode], _props: Properties | None) -> None:
+        if self.watch is not None and len(reason_codes) > 1 and reason_codes[-1].is_failure:
+            # The $SYS count comes last: without it only the alarm is off, ingest goes on.
+            log.warning("broker refused %s (%s): the foreign group member alarm is off",
+                        groupwatch.TOPIC, reason_codes[-1])
+            reason_codes = reason_codes[:-1]
         failed = [rc for rc in reason_codes if rc.is_failure]
         if failed:
             log.error("subscription refused: %s", ", ".join(str(rc) for rc in failed))
@@ -216,5 +234,8 @@ class MqttLink:
             topic = msg.topic
         except UnicodeDecodeError:
             topic = repr(msg._topic)  # mosquitto refuses such topics; kept for the record
+        if self.watch is not None and topic == groupwatch.TOPIC:
+            self.watch.observe(cast(bytes, msg.payload))  # QoS 0: nothing to acknowledge
+            return
         self._deliver(self._generation, msg.mid, msg.qos, topic,
                       cast(bytes, msg.payload), bool(msg.dup))  # paho hands bytes in

@@ -10,10 +10,8 @@ carries a short reason code (the quarantine `reason`) and a readable detail.
 
 Per-element isolation: whatever one element of an array holds (a time outside datetime's range,
 nesting deeper than any parser allows, an integer of thousands of digits, bytes that are not
-UTF-8, repeated keys), only that element is rejected. orjson parses the common case; when it
-refuses a payload, or when the payload may repeat a key (which orjson would silently resolve to
-the last value), the array is split into its elements at the byte level and each element is
-parsed on its own by the standard library, which reports repeated keys.
+UTF-8, repeated keys), only that element is rejected: the framer (ingest/jsonframe.py) parses
+each element on its own when it must, and this module validates what it found.
 
 Bounded output: at most `Limits.max_rejections` rejections are kept in full per message; the
 rest are only counted by reason (`Decoded.summarised`), so a 2 MB array of a million bad
@@ -26,9 +24,7 @@ for these checks, and decoding is on the ingester's critical path (benchmark ben
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,14 +33,20 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from ingest.jsonframe import (
+    BAD_JSON,
+    NOT_UTF8,
+    PAYLOAD_TOO_LARGE,
+    HugeInt,
+    NonFinite,
+    Unparsed,
+    frame,
+)
 from ingest.topics import HEALTH, READINGS
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, Column
 from shared.timeutil import on_5min_grid
 
 # Reason codes, in the order a reading's problems are reported (the first one names the row).
-PAYLOAD_TOO_LARGE = "payload_too_large"
-NOT_UTF8 = "not_utf8"
-BAD_JSON = "bad_json"
 BAD_SHAPE = "bad_shape"
 DEVICE_MISMATCH = "device_mismatch"
 MISSING_TIME = "missing_time"
@@ -88,13 +90,6 @@ REASONS: dict[str, str] = {
 
 _ORDER = {code: i for i, code in enumerate(REASONS)}
 MAX_FW_LENGTH = 64
-# Integers longer than this are not converted (Python refuses > 4300 digits, and no measurement
-# needs more than a few): they become a marker that the range check rejects.
-MAX_INT_DIGITS = 400
-# What a JSON key looks like in the bytes: a string's closing quote, optional blanks, a colon.
-# Every key matches once; a `"` escaped inside a string may add a match, never remove one.
-_KEY_TOKEN = re.compile(rb'"[ \t\r\n]*:')
-_JSON_BLANKS = b" \t\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,20 +161,6 @@ class Decoded:
         return len(self.rejections) + sum(self.summarised.values())
 
 
-class _NonFinite(str):
-    """Marker for NaN/Infinity literals, which Python's json accepts and JSON does not."""
-
-
-class _HugeInt(str):
-    """Marker for an integer literal longer than MAX_INT_DIGITS (kept as its text)."""
-
-
-class _Unparsed(NamedTuple):
-    """An array element that could not be parsed on its own: its reason and detail."""
-
-    code: str
-    detail: str
-
 
 Check = Callable[[Any], tuple[str, str] | None]
 
@@ -195,9 +176,9 @@ def _number_check(col: Column) -> Check:
                 return NOT_FINITE, f"{col.name}: {value!r} is not a finite number"
         elif kind is int:
             pass
-        elif kind is _NonFinite:
+        elif kind is NonFinite:
             return NOT_FINITE, f"{col.name}: {value} is not a finite number"
-        elif kind is _HugeInt:
+        elif kind is HugeInt:
             return OUT_OF_RANGE, (f"{col.name}: an integer of {len(value.lstrip('-'))} digits "
                                   f"is outside {lo:g}..{hi:g}{unit}")
         else:
@@ -262,183 +243,6 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def parse_json(payload: bytes, max_payload: int) -> tuple[Any, Rejection | None]:
-    """The JSON value of `payload`, or a message-level rejection.
-
-    The size is checked before any parsing, so an oversized payload costs no memory beyond its
-    bytes. The value of an array whose elements could not all be parsed holds an `_Unparsed`
-    in place of each such element (see `decode_payload`).
-    """
-    value, rejected, _dups, _raws = _parse(payload, max_payload)
-    return value, rejected
-
-
-_Parsed = tuple[Any, Rejection | None, dict[int | None, list[str]], list[bytes] | None]
-
-
-def _parse(payload: bytes, max_payload: int) -> _Parsed:
-    """(value, whole-message rejection, repeated keys by element index (None: the top-level
-    object), each array element's raw bytes when the careful path split them)."""
-    if len(payload) > max_payload:
-        return None, Rejection(None, PAYLOAD_TOO_LARGE,
-                               f"payload is {len(payload)} bytes; the limit is {max_payload}"
-                               ), {}, None
-    try:
-        value = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return _parse_exact(payload)
-    if isinstance(value, (dict, list)) and _may_repeat_keys(payload, value):
-        return _parse_exact(payload)
-    return value, None, {}, None
-
-
-def _may_repeat_keys(payload: bytes, value: dict[str, Any] | list[Any]) -> bool:
-    """False when no object in `value` can have lost a repeated key to orjson.
-
-    Every key in the bytes matches `_KEY_TOKEN` once (escaped quotes in strings may add
-    matches); the parsed value holds one key per distinct key. Equal counts: nothing repeated.
-    """
-    if type(value) is dict and payload.count(b"{") == 1 and b"[" not in payload:
-        return _key_tokens(payload) != len(value)  # one flat object: the common message
-    return _key_tokens(payload) != _count_keys(payload, value)
-
-
-def _key_tokens(payload: bytes) -> int:
-    """How many times `_KEY_TOKEN` matches `payload`.
-
-    Without a blank before any colon (what every JSON encoder writes) each match is the two
-    bytes `":`, which `bytes.count` finds in a tenth of the regular expression's time (most of
-    that is building the list of matches: thousands per catch-up message)."""
-    if b" :" in payload or b"\n:" in payload or b"\t:" in payload or b"\r:" in payload:
-        return len(_KEY_TOKEN.findall(payload))
-    return payload.count(b'":')
-
-
-def _count_keys(payload: bytes, value: dict[str, Any] | list[Any]) -> int:
-    top = [value] if isinstance(value, dict) else value
-    dicts = [d for d in top if type(d) is dict]
-    # Common case, checked in C: no object or array below the top level (the count of brackets
-    # in the bytes can only exceed the number of containers, through brackets in strings).
-    if payload.count(b"{") == len(dicts) and payload.count(b"[") == (
-            1 if isinstance(value, list) else 0):
-        return sum(map(len, dicts))
-    count = 0
-    stack: list[Any] = [value]  # iterative: values may nest a thousand levels deep
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            count += len(item)
-            stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
-        elif isinstance(item, list):
-            stack.extend(v for v in item if isinstance(v, (dict, list)))
-    return count
-
-
-def _parse_exact(payload: bytes) -> _Parsed:
-    """The careful path: an array is parsed element by element, so one element that is not
-    JSON, not UTF-8 or too deep rejects that element only; repeated keys are reported."""
-    elements = _split_array(payload)
-    if elements is None:  # not an array (or not a well-formed one): one value or nothing
-        value, dups = _parse_one(payload)
-        if isinstance(value, _Unparsed):
-            return None, Rejection(None, value.code, "payload " + value.detail), {}, None
-        return value, None, ({None: dups} if dups else {}), None
-    out: list[Any] = []
-    repeated: dict[int | None, list[str]] = {}
-    for index, raw in enumerate(elements):
-        try:  # orjson first (fast), the standard library where it refuses or keys may repeat
-            value, dups = orjson.loads(raw), []
-            if isinstance(value, (dict, list)) and _may_repeat_keys(raw, value):
-                value, dups = _parse_one(raw)
-        except orjson.JSONDecodeError:
-            value, dups = _parse_one(raw)
-        out.append(value)
-        if dups:
-            repeated[index] = dups
-    return out, None, repeated, elements
-
-
-def _parse_one(raw: bytes) -> tuple[Any, list[str]]:
-    """One JSON text with the standard library: (value or `_Unparsed`, repeated keys)."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return _Unparsed(NOT_UTF8, f"is not UTF-8: byte {exc.start} "
-                         f"({raw[exc.start:exc.start + 1]!r}) {exc.reason}"), []
-    repeated: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj = dict(items)
-        if len(obj) != len(items):
-            seen: set[str] = set()
-            repeated.extend(k for k, _ in items if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        return obj
-
-    try:
-        value = json.loads(text, parse_constant=_NonFinite, parse_int=_parse_int,
-                           object_pairs_hook=pairs)
-    except json.JSONDecodeError as exc:
-        return _Unparsed(BAD_JSON, f"is not JSON: {exc.msg} at line {exc.lineno} column "
-                         f"{exc.colno}"), []
-    except RecursionError:
-        return _Unparsed(BAD_JSON, "is not JSON this service accepts: nested too deeply"), []
-    return value, repeated
-
-
-def _parse_int(text: str) -> int | _HugeInt:
-    return int(text) if len(text) <= MAX_INT_DIGITS else _HugeInt(text)
-
-
-_STRUCTURE = re.compile(rb'[\[\]{},"]')
-_STRING_END = re.compile(rb'["\\]')
-
-
-def _split_array(payload: bytes) -> list[bytes] | None:
-    """The raw bytes of each element of a top-level JSON array, or None when `payload` is not
-    a well-framed array (a string-aware bracket scan; elements are not validated here).
-
-    Works on bytes: JSON's structural characters are ASCII, which never occurs inside a UTF-8
-    multi-byte sequence, so an element that is not UTF-8 is still cut out correctly.
-    """
-    body = payload.strip(_JSON_BLANKS)
-    if not body.startswith(b"["):
-        return None
-    parts: list[bytes] = []
-    depth, start, pos = 0, 1, 0
-    while True:
-        m = _STRUCTURE.search(body, pos)
-        if m is None:
-            return None  # unterminated
-        i = m.start()
-        c = body[i]
-        if c == 0x22:  # a string: skip to its closing quote, over escapes
-            j = i + 1
-            while True:
-                e = _STRING_END.search(body, j)
-                if e is None:
-                    return None
-                if body[e.start()] == 0x5C:  # backslash: skip the escaped character
-                    j = e.start() + 2
-                    continue
-                pos = e.start() + 1
-                break
-            continue
-        pos = i + 1
-        if c in b"[{":
-            depth += 1
-        elif c in b"]}":
-            depth -= 1
-            if depth == 0:
-                if c != 0x5D or body[i + 1:].strip(_JSON_BLANKS):
-                    return None  # the array closed with '}' or is followed by more
-                last = body[start:i]
-                if parts or last.strip(_JSON_BLANKS):
-                    parts.append(last)
-                return parts
-        elif depth == 1:  # a comma between top-level elements
-            parts.append(body[start:i])
-            start = i + 1
-
 
 def parse_time(raw: Any) -> datetime | tuple[str, str]:
     """An aware UTC datetime from an ISO 8601 string with an offset, else (code, detail)."""
@@ -466,10 +270,10 @@ def decode_payload(
     payload: bytes, *, kind: str, device: str, now: datetime, limits: Limits,
 ) -> Decoded:
     """Decode and validate the payload of a `kind` message published by `device` at `now`."""
-    value, rejected, repeated, raws = _parse(payload, limits.max_payload)
+    value, problem, repeated, raws = frame(payload, limits.max_payload)
     out = Decoded()
-    if rejected is not None:
-        out.rejections.append(rejected)
+    if problem is not None:
+        out.rejections.append(Rejection(None, *problem))
         return out
     if isinstance(value, dict):
         items: list[tuple[int | None, Any]] | enumerate[Any] = [(None, value)]
@@ -488,10 +292,10 @@ def decode_payload(
     for index, item in items:
         if type(item) is not dict and len(out.rejections) >= keep:
             # Past the cap (e.g. a million-element [1,1,...]): count without building a detail.
-            out.summarised[item.code if type(item) is _Unparsed else BAD_SHAPE] += 1
+            out.summarised[item.code if type(item) is Unparsed else BAD_SHAPE] += 1
             continue
         where = "" if index is None else f"reading {index}: "
-        if type(item) is _Unparsed:
+        if type(item) is Unparsed:
             out.reject(Rejection(index, item.code, f"{where}element {item.detail}",
                                  None if raws is None or index is None else raws[index]), keep)
             continue

@@ -1,5 +1,6 @@
-"""Quarantine housekeeping: the ingester's hourly retention and the operator's
-`sds quarantine purge|stats` commands.
+"""The quarantine: the write of rejected messages and readings (`write`, from the ingester's
+batch), the ingester's hourly retention, and the purge and statistics behind the operator's
+`sds quarantine purge|stats` (admin/quarantine.py).
 
 Retention (SDS_QUARANTINE_RETENTION_DAYS) runs in the leading ingester through the database
 function `sds_quarantine_purge` (migration 0063): the ingester's role may only insert into
@@ -11,13 +12,16 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime
 
-import click
 import psycopg
 
-from shared import clitools, db
+from ingest.handler import Message
+from ingest.payload import SUMMARISED, Rejection
+from shared import db
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -122,46 +126,100 @@ class Retention:
                 self._on_deleted(deleted)
 
 
-# ---- operator commands (`sds quarantine ...`) ----------------------------------------------------
-
-def _connect() -> psycopg.Connection:
-    settings = clitools.settings_from_env()
-    try:
-        return db.connect(settings, autocommit=True)
-    except psycopg.OperationalError as exc:
-        raise click.ClickException(
-            f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
+# The metric label of quarantine rows whose device is not registered (or not known at all):
+# one label for all of them, so a flood of made-up names cannot grow the label set. Not a
+# possible device name (parentheses), so it never collides with one.
+UNREGISTERED = "(unregistered)"
 
 
-@click.group("quarantine")
-def quarantine() -> None:
-    """Quarantined MQTT input: sizes and purging."""
+@dataclass(slots=True)
+class Counts:
+    """What a quarantine write did, for metrics and logs."""
+
+    rejections: Counter[str] = field(default_factory=Counter)  # by reason
+    rows: Counter[str] = field(default_factory=Counter)  # by device label
+    bytes: Counter[str] = field(default_factory=Counter)  # by device label
+    requarantine_skipped: int = 0  # rows of DUP redeliveries already in quarantine
 
 
-@quarantine.command("purge")
-@click.option("--older-than-days", type=click.FloatRange(min=0), required=True,
-              help="Delete rows received more than this many days ago (0: all).")
-@click.option("--device", default=None, help="Only this device's rows.")
-@click.option("--reason", default=None, help="Only rows with this reason code.")
-@click.option("--dry-run", is_flag=True, help="Count the rows, delete nothing.")
-def purge_command(older_than_days: float, device: str | None, reason: str | None,
-                  dry_run: bool) -> None:
-    """Delete quarantine rows by age, device and reason (in chunks of 10,000)."""
-    before = datetime.now(UTC) - timedelta(days=older_than_days)
-    with _connect() as conn:
-        n = purge(conn, before=before, device=device, reason=reason, dry_run=dry_run)
-    what = "would delete" if dry_run else "deleted"
-    click.echo(f"{what} {n} quarantine rows received before {before:%Y-%m-%dT%H:%M:%SZ}"
-               + (f" of device {device}" if device else "")
-               + (f" with reason {reason}" if reason else ""))
+# ---- the quarantine write ---------------------------------------------------------------------
+
+def write(
+    conn: psycopg.Connection, rows: list[tuple[Message, Rejection]], messages: list[Message],
+    known: set[str],
+) -> Counts:
+    """COPY the rejections to `quarantine`, plus one summary row per message of `messages`
+    whose rejections went past the cap; `known` are the registered devices among them.
+
+    A row carries the raw message, except the second and later rejected elements of an array:
+    they carry their own element, so a message costs about its size once plus its rejected
+    elements, however many rows it makes.
+    """
+    carried: set[int] = set()  # id() of messages whose whole payload is already on a row
+    done = Counts()
+    quarantined, rows_by, bytes_by = done.rejections, done.rows, done.bytes
+    digests = {id(m): m.digest() for m, _ in rows} | {
+        id(m): m.digest() for m in messages if m.decoded.summarised}
+    # A redelivery of a message whose rows committed before a crash (its ack never went out):
+    # quarantined once already, so not again.
+    asked = [digests[id(m)] for m in {id(m): m for m, _ in rows}.values() if m.dup]
+    asked += [digests[id(m)] for m in messages if m.dup and m.decoded.summarised]
+    seen = {bytes(r[0]) for r in conn.execute(
+        "SELECT sds_quarantine_seen(%s)", (asked,))} if asked else set()
+    if seen:
+        done.requarantine_skipped = sum(1 for m, _ in rows if digests[id(m)] in seen)
+        rows = [(m, r) for m, r in rows if digests[id(m)] not in seen]
+        messages = [m for m in messages if digests.get(id(m)) not in seen]
+    with conn.cursor() as cur:
+        with cur.copy("COPY quarantine (received_at, topic, device, reason, detail,"
+                      " reading_index, payload, message_digest) FROM STDIN") as copy:
+
+            def put(msg: Message, code: str, detail: str, index: int | None,
+                    payload: bytes) -> None:
+                copy.write_row((msg.received, msg.topic, msg.device, code, detail, index,
+                                payload, digests[id(msg)]))
+                label = msg.device if msg.device in known else UNREGISTERED
+                rows_by[label] += 1
+                bytes_by[label] += len(payload) + len(detail)
+
+            for msg, rej in rows:
+                payload = msg.payload
+                detail = rej.detail
+                if rej.index is not None and rej.element is not None:
+                    if id(msg) in carried:
+                        payload = rej.element
+                        detail += (" (payload: this reading only; the whole message is on its"
+                                   " first quarantined reading)")
+                    else:
+                        carried.add(id(msg))
+                put(msg, rej.code, detail, rej.index, payload)
+                quarantined[rej.code] += 1
+            for msg in messages:
+                if not msg.decoded.summarised:
+                    continue
+                counts = msg.decoded.summarised
+                total = sum(counts.values())
+                by_reason = ", ".join(f"{code} {n}" for code, n in counts.most_common())
+                put(msg, SUMMARISED, f"{total} more rejected readings, not stored one row each "
+                    f"(SDS_INGEST_QUARANTINE_ROWS_PER_MESSAGE = {len(msg.decoded.rejections)}):"
+                    f" {by_reason}; the whole message is on its first quarantined reading",
+                    None, b"")
+                quarantined.update(counts)
+    for (code, device), n in Counter((r.code, m.device) for m, r in rows).items():
+        log.warning("quarantined %d from %s: %s", n, device, code)
+    for msg in messages:
+        if msg.decoded.summarised:
+            log.warning("quarantined %d more from %s, summarised in one row: %s",
+                        sum(msg.decoded.summarised.values()), msg.device,
+                        dict(msg.decoded.summarised))
+    return done
 
 
-@quarantine.command("stats")
-def stats_command() -> None:
-    """Rows and bytes in quarantine per device and reason, largest first."""
-    with _connect() as conn:
-        rows = stats(conn)
-    click.echo(f"{'device':24} {'reason':24} {'rows':>10} {'bytes':>12}  oldest .. newest")
-    for device, reason, n, size, oldest, newest in rows:
-        click.echo(f"{device or '-':24} {reason:24} {n:>10} {size:>12}  "
-                   f"{oldest:%Y-%m-%d %H:%M} .. {newest:%Y-%m-%d %H:%M}")
+def quarantine_messages(
+    conn: psycopg.Connection, messages: list[Message], *, code: str, detail: str,
+) -> Counts:
+    """Quarantine whole messages with one reason (e.g. refused by the database)."""
+    names = sorted({m.device for m in messages if m.device})
+    known = {r[0] for r in conn.execute(
+        "SELECT name FROM devices WHERE name = ANY(%s)", (names,))} if names else set()
+    return write(conn, [(m, Rejection(None, code, detail)) for m in messages], [], known)

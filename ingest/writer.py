@@ -24,7 +24,6 @@ one).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -37,8 +36,10 @@ from zoneinfo import ZoneInfo
 import psycopg
 from psycopg import sql
 
+from ingest import quarantine
 from ingest.derive import DERIVED, calibrated_inputs, health_values
-from ingest.payload import SUMMARISED, Decoded, Reading, Rejection
+from ingest.handler import Message
+from ingest.payload import Reading, Rejection
 from ingest.topics import READINGS
 from shared import dirty
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES
@@ -49,10 +50,6 @@ log = logging.getLogger(__name__)
 
 UNKNOWN_DEVICE = "unknown_device"
 DB_REJECTED = "db_rejected"
-# The metric label of quarantine rows whose device is not registered (or not known at all):
-# one label for all of them, so a flood of made-up names cannot grow the label set. Not a
-# possible device name (parentheses), so it never collides with one.
-UNREGISTERED = "(unregistered)"
 
 STAGE = "ingest_stage"
 _CAL_COLUMNS = ("time", "device", "location") + tuple(c.name for c in READING_INPUTS) + DERIVED
@@ -84,43 +81,6 @@ _INSERT_FROM_STAGE = sql.SQL(
 assert set(_HEALTH_COLUMNS) == set(TABLES["health"].column_names)
 
 
-_INTO_QUARTER = tuple(timedelta(minutes=m) for m in range(15))  # minutes past a quarter hour
-
-
-@dataclass(slots=True)
-class Message:
-    """One received MQTT message and what decoding made of it.
-
-    `device` and `kind` come from the topic (None when the topic itself was rejected, in which
-    case `decoded` holds that rejection).
-    """
-
-    topic: str
-    payload: bytes
-    received: datetime
-    device: str | None
-    kind: str | None
-    decoded: Decoded
-    dup: bool = False  # the broker flagged it as a redelivery (its rows may be stored already)
-    # Quarter hours the readings fall in, computed on creation (in paho's thread, off the
-    # writer's critical path). Every rollup bucket boundary in every zone, DST changes
-    # included, is on a quarter hour, so a quarter's start names the same buckets as any
-    # reading inside it.
-    quarters: set[datetime] = field(init=False)
-
-    def digest(self) -> bytes:
-        """SHA-256 of topic, NUL and payload: names the message in quarantine."""
-        return hashlib.sha256(self.topic.encode("utf-8", "surrogateescape") + b"\0"
-                              + self.payload).digest()
-
-    def __post_init__(self) -> None:
-        # Accepted readings are on the 5-minute grid (payload.py), so only the minute moves.
-        # Hot path, one per reading: subtracting a ready timedelta is six times cheaper than
-        # datetime.replace.
-        self.quarters = ({r.time - _INTO_QUARTER[r.time.minute % 15]
-                          for r in self.decoded.readings} if self.kind == READINGS else set())
-
-
 @dataclass(slots=True)
 class BatchResult:
     """What one batch did, for metrics and logs."""
@@ -142,6 +102,20 @@ class BatchResult:
         self.quarantine_rows.update(other.quarantine_rows)
         self.quarantine_bytes.update(other.quarantine_bytes)
         self.requarantine_skipped += other.requarantine_skipped
+
+    def add_quarantine(self, counts: quarantine.Counts) -> None:
+        """Add what a quarantine write did."""
+        self.quarantined.update(counts.rejections)
+        self.quarantine_rows.update(counts.rows)
+        self.quarantine_bytes.update(counts.bytes)
+        self.requarantine_skipped += counts.requarantine_skipped
+
+    @classmethod
+    def of_quarantine(cls, counts: quarantine.Counts) -> BatchResult:
+        """The result of a batch that only quarantined."""
+        result = cls()
+        result.add_quarantine(counts)
+        return result
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +148,10 @@ def stage_rows(cur: psycopg.Cursor[Any], rows: Iterable[tuple[Any, ...]]) -> Non
 def write_batch(conn: psycopg.Connection, messages: list[Message]) -> BatchResult:
     """Write one batch (in the caller's transaction); returns counts for metrics."""
     result = BatchResult()
-    quarantine: list[tuple[Message, Rejection]] = []
+    rejected: list[tuple[Message, Rejection]] = []
     for msg in messages:
         for rej in msg.decoded.rejections:
-            quarantine.append((msg, rej))
+            rejected.append((msg, rej))
 
     known = _lock_devices(conn, messages)
     deployments = _deployments(conn, known)
@@ -189,7 +163,7 @@ def write_batch(conn: psycopg.Connection, messages: list[Message]) -> BatchResul
             continue
         if msg.device not in known:
             if msg.decoded.readings:
-                quarantine.append((msg, Rejection(
+                rejected.append((msg, Rejection(
                     None, UNKNOWN_DEVICE, f"device {msg.device!r} is not registered")))
             continue
         for reading in msg.decoded.readings:
@@ -209,26 +183,13 @@ def write_batch(conn: psycopg.Connection, messages: list[Message]) -> BatchResul
         marks = _marks(quarters, deployments)
     if health:
         result.health_stored = _write_health(conn, health, deployments)
-    if quarantine or any(msg.decoded.summarised for msg in messages):
-        _write_quarantine(conn, quarantine, messages, set(known), result)
+    if rejected or any(msg.decoded.summarised for msg in messages):
+        result.add_quarantine(quarantine.write(conn, rejected, messages, set(known)))
     # Last, the statements a concurrent batch of the same devices waits for (module docstring).
     dirty.write_marks(conn, marks)
     _touch_devices(conn, messages)
     if health:
         _refresh_device_health(conn, health)
-    return result
-
-
-def quarantine_messages(
-    conn: psycopg.Connection, messages: list[Message], *, code: str, detail: str,
-) -> BatchResult:
-    """Quarantine whole messages with one reason (e.g. refused by the database)."""
-    names = sorted({m.device for m in messages if m.device})
-    known = {r[0] for r in conn.execute(
-        "SELECT name FROM devices WHERE name = ANY(%s)", (names,))} if names else set()
-    result = BatchResult()
-    _write_quarantine(conn, [(m, Rejection(None, code, detail)) for m in messages], [], known,
-                      result)
     return result
 
 
@@ -412,75 +373,3 @@ def _refresh_device_health(
         (names, [newest[n].time for n in names],
          *([latest[n][f] for n in names] for f in ("batt_pct", "batt_volt", "rssi", "fw"))),
     )
-
-
-# ---- quarantine --------------------------------------------------------------------------------
-
-def _write_quarantine(
-    conn: psycopg.Connection, rows: list[tuple[Message, Rejection]], messages: list[Message],
-    known: set[str], result: BatchResult,
-) -> None:
-    """COPY the rejections to `quarantine`, plus one summary row per message whose rejections
-    went past the cap; counts go into `result`.
-
-    A row carries the raw message, except the second and later rejected elements of an array:
-    they carry their own element, so a message costs about its size once plus its rejected
-    elements, however many rows it makes.
-    """
-    carried: set[int] = set()  # id() of messages whose whole payload is already on a row
-    quarantined, rows_by, bytes_by = result.quarantined, result.quarantine_rows, \
-        result.quarantine_bytes
-    digests = {id(m): m.digest() for m, _ in rows} | {
-        id(m): m.digest() for m in messages if m.decoded.summarised}
-    # A redelivery of a message whose rows committed before a crash (its ack never went out):
-    # quarantined once already, so not again.
-    asked = [digests[id(m)] for m in {id(m): m for m, _ in rows}.values() if m.dup]
-    asked += [digests[id(m)] for m in messages if m.dup and m.decoded.summarised]
-    seen = {bytes(r[0]) for r in conn.execute(
-        "SELECT sds_quarantine_seen(%s)", (asked,))} if asked else set()
-    if seen:
-        result.requarantine_skipped = sum(1 for m, _ in rows if digests[id(m)] in seen)
-        rows = [(m, r) for m, r in rows if digests[id(m)] not in seen]
-        messages = [m for m in messages if digests.get(id(m)) not in seen]
-    with conn.cursor() as cur:
-        with cur.copy("COPY quarantine (received_at, topic, device, reason, detail,"
-                      " reading_index, payload, message_digest) FROM STDIN") as copy:
-
-            def put(msg: Message, code: str, detail: str, index: int | None,
-                    payload: bytes) -> None:
-                copy.write_row((msg.received, msg.topic, msg.device, code, detail, index,
-                                payload, digests[id(msg)]))
-                label = msg.device if msg.device in known else UNREGISTERED
-                rows_by[label] += 1
-                bytes_by[label] += len(payload) + len(detail)
-
-            for msg, rej in rows:
-                payload = msg.payload
-                detail = rej.detail
-                if rej.index is not None and rej.element is not None:
-                    if id(msg) in carried:
-                        payload = rej.element
-                        detail += (" (payload: this reading only; the whole message is on its"
-                                   " first quarantined reading)")
-                    else:
-                        carried.add(id(msg))
-                put(msg, rej.code, detail, rej.index, payload)
-                quarantined[rej.code] += 1
-            for msg in messages:
-                if not msg.decoded.summarised:
-                    continue
-                counts = msg.decoded.summarised
-                total = sum(counts.values())
-                by_reason = ", ".join(f"{code} {n}" for code, n in counts.most_common())
-                put(msg, SUMMARISED, f"{total} more rejected readings, not stored one row each "
-                    f"(SDS_INGEST_QUARANTINE_ROWS_PER_MESSAGE = {len(msg.decoded.rejections)}):"
-                    f" {by_reason}; the whole message is on its first quarantined reading",
-                    None, b"")
-                quarantined.update(counts)
-    for (code, device), n in Counter((r.code, m.device) for m, r in rows).items():
-        log.warning("quarantined %d from %s: %s", n, device, code)
-    for msg in messages:
-        if msg.decoded.summarised:
-            log.warning("quarantined %d more from %s, summarised in one row: %s",
-                        sum(msg.decoded.summarised.values()), msg.device,
-                        dict(msg.decoded.summarised))

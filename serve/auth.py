@@ -1,5 +1,6 @@
 """Authentication and authorization of API requests: Basic, Bearer and Apikey credentials,
-scopes (reference-facts decision 11), failed-login throttling and the deprecated `?apikey=`.
+scopes (docs/spec/reference-facts.md decision 11), failed-login throttling and the deprecated
+`?apikey=`.
 
 `init_app(app)` installs a before_request hook that turns the request's credentials into a
 `Principal` (or refuses them); views declare what they need with `requires(scope)` or
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# reference-facts decision 10: the URL form of API keys passed its sunset on this date.
+# docs/spec/reference-facts.md decision 10: the URL form of API keys passed its sunset on this date.
 APIKEY_QUERY_SUNSET = datetime(2021, 5, 14, tzinfo=UTC)
 # The public material states the sunset but not when the deprecation was announced, so the
 # Deprecation header names the sunset instant too (RFC 9745 only needs Sunset >= Deprecation).

@@ -1,6 +1,6 @@
 """One JSON error body for every 4xx/5xx answer, and the exception -> status table.
 
-Body (reference-facts decision 7, the shape of flask-smorest's ErrorSchema):
+Body (docs/spec/reference-facts.md decision 7, the shape of flask-smorest's ErrorSchema):
 `{"code": 400, "status": "Bad Request", "message": "...", "errors": {...}}`, `errors` only where
 field details help. Domain errors (`shared.errors.ServiceError`), werkzeug HTTP errors (404 for
 unknown routes, 405, 413, ...), argument validation failures, database timeouts and unexpected

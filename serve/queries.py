@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from serve.pagination import Position
-from shared import units
+from shared import spreadsheet, units
 from shared.columns import TS, Column, Table
 from shared.errors import UnknownDevice, UnknownLocation
 from shared.units import Unit
@@ -164,10 +164,9 @@ def column_expr(col: Column, unit: Unit | None, *, csv: bool = False) -> sql.Com
         expr = sql.SQL("sds_iso_time({}, interval '0')").format(ref)
     elif col.dtype == "text" and csv:
         # A device-set text (fw, a device name) starting like a formula would run as one when
-        # the CSV is opened in a spreadsheet: prefix it with ' (OWASP "CSV injection"). Only
-        # text columns: numbers, negative ones included, stay numbers.
-        expr = sql.SQL("CASE WHEN left({0}, 1) IN ('=', '+', '-', '@', E'\\t', E'\\r') "
-                       "THEN '''' || {0} ELSE {0} END").format(ref)
+        # the CSV is opened in a spreadsheet (shared/spreadsheet.py). Only text columns:
+        # numbers, negative ones included, stay numbers.
+        expr = spreadsheet.text_expr(ref)
     return sql.SQL("{} AS {}").format(expr, sql.Identifier(col.name))
 
 

@@ -56,8 +56,9 @@ def create_user(
     is_admin: bool = False,
 ) -> UUID:
     """A new user with an argon2id password hash; DuplicateName for a taken email (any case)."""
-    if len(password) < 8:
-        raise BadParameter("password: at least 8 characters")
+    problem = credentials.password_problem(password)
+    if problem:
+        raise BadParameter(problem)
     if "@" not in email:
         raise BadParameter(f"email: {email!r} is not an email address")
     try:
@@ -136,6 +137,10 @@ def location_id(conn: psycopg.Connection, name_or_id: str, *, org: UUID | None =
 # shard: ingester, ingester-1, ...), so no device may ever have one: its password entry would
 # replace the ingester's, and its session would be the ingester's.
 RESERVED_DEVICE_NAMES = re.compile(r"^ingester(-[0-9]+)?$")
+# What a device name may be, the Python side of the devices.name CHECK constraints (0001, 0085):
+# 1-64 letters, digits, '_', '.' or '-', and not dots only ('.', '..' cannot be used in a path).
+DEVICE_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.-]{1,64}$")
+DEVICE_NAME_RULE = "1-64 letters, digits, '_', '.' or '-', not dots only"
 
 
 def register_device(
@@ -146,6 +151,8 @@ def register_device(
     reserved for the ingester's broker accounts."""
     if RESERVED_DEVICE_NAMES.match(name):
         raise BadParameter(f"device name {name!r} is reserved for the ingester's broker account")
+    if not DEVICE_NAME.match(name):
+        raise BadParameter(f"device name {name!r}: {DEVICE_NAME_RULE}")
     try:
         with conn.transaction():
             row = conn.execute(
@@ -153,7 +160,7 @@ def register_device(
                 " RETURNING id", (org, name, type, model)).fetchone()
     except pgerr.CheckViolation:
         raise BadParameter(
-            f"device name {name!r}: 1-64 letters, digits, '_', '.' or '-'") from None
+            f"device name {name!r}: {DEVICE_NAME_RULE}") from None
     except pgerr.UniqueViolation:
         raise DuplicateName(f"device {name!r} is already registered") from None
     assert row

@@ -6,9 +6,9 @@ Each data table is a tuple of `Column` records: name, SQL type, stored unit, mea
 The SQL migrations, `select=` validation, unit conversion, rollup SQL and ingest validation all
 read this module; a test asserts the database columns equal it.
 
-Stored units (reference-facts decision 2): temperature C, pressure kPa, precipitation mm,
-ratios as fractions 0..1, speed m/s. Descriptions name the default *output* unit (C, mb, mm, %,
-m/s), since that is what a client sees without unit parameters.
+Stored units (docs/spec/reference-facts.md decision 2): temperature C, pressure kPa,
+precipitation mm, ratios as fractions 0..1, speed m/s. Descriptions name the default *output*
+unit (C, mb, mm, %, m/s), since that is what a client sees without unit parameters.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class Table:
     description: str
     columns: tuple[Column, ...]
     resolution: timedelta
-    default_window: timedelta  # reference-facts decision 3
+    default_window: timedelta  # docs/spec/reference-facts.md decision 3
     row_cap: int  # default page size without `limit`
 
     def column(self, name: str) -> Column:
@@ -249,8 +249,8 @@ DAILY = _keys("Start of the device-local day (local midnight, or the first valid
            precision=3),
     Column("vpd", "real", "Vapour pressure deficit, mean (mb)", "kPa", _P, Rollup.MEAN, "vpd",
            precision=3),
-    Column("et", "real", "Reference evapotranspiration, FAO-56 daily Penman-Monteith (mm/day)",
-           "mm", _S, Rollup.ET),
+    Column("et", "real", "Reference evapotranspiration, FAO-56 daily Penman-Monteith (mm/day); "
+           "while low_quality, the sum of the hours measured so far (mm)", "mm", _S, Rollup.ET),
     Column("etc", "real", "Crop evapotranspiration, et x kc (mm/day)", "mm", _S, Rollup.ETC),
     Column("kc", "real", "Crop coefficient in force for the day", None, None, Rollup.KC,
            precision=3),
@@ -320,8 +320,3 @@ HEALTH_INPUTS = tuple(c for c in HEALTH if c.rollup is Rollup.INPUT)
 def table(name: str) -> Table:
     """The table called `name`; KeyError when there is none."""
     return TABLES[name]
-
-
-def describe(col: Column) -> dict[str, str]:
-    """The `/schemas/{table}` record of a column, keys in the served order."""
-    return {"column_name": col.name, "data_type": col.dtype, "description": col.description}

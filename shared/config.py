@@ -71,11 +71,17 @@ class Settings:
     ingest_horizon_days: int = _f(400, "Oldest accepted reading (days before now)")
     ingest_shards: int = _f(
         1, "Ingester shards sharing the stream through the MQTT 5 shared subscription "
-        "$share/sds-ingest/{prefix}/# (1: one ingester, plain subscription; at most 16). Shard k "
+        "$share/{SDS_INGEST_SHARE_GROUP}/{prefix}/# (1: one ingester, plain subscription; at "
+        "most 16). Shard k "
         "logs in as SDS_MQTT_USERNAME-k with client id SDS_MQTT_CLIENT_ID-k. deploy/run.sh "
         "starts one per core when unset (1 with SDS_BROKER=rabbitmq-cluster)")
     ingest_shard: int = _f(
         0, "This process's shard, 1..SDS_INGEST_SHARDS (deploy/run.sh sets it; 0 with one shard)")
+    ingest_share_group: str | None = _f(
+        None, "Secret name of the shards' shared subscription group (letters, digits, - and _, "
+        "at least 16): mosquitto lets any client join a group it can name, so the name is a "
+        "per-install secret (deploy/services.sh generates it; docs/security.md). Required "
+        "with SDS_INGEST_SHARDS > 1", secret=True)
     ingest_quarantine_rows_per_message: int = _f(
         100, "Most quarantine rows one message may create; further rejected readings of it "
         "are counted by reason in one summary row")

@@ -46,6 +46,17 @@ SCOPES: dict[str, str] = {
 }
 
 
+# The one password rule, for every way a password is set (user creation, change, reset).
+MIN_PASSWORD_LENGTH = 8
+
+
+def password_problem(password: str) -> str | None:
+    """What is wrong with a new password (a message for the caller's error), or None."""
+    if len(password) < MIN_PASSWORD_LENGTH:
+        return f"password: at least {MIN_PASSWORD_LENGTH} characters"
+    return None
+
+
 def hash_password(password: str) -> str:
     """An argon2id hash of `password`."""
     return HASHER.hash(password)

@@ -1,9 +1,9 @@
 """The FAO-56 humidity and atmosphere equations (Allen et al., 1998, chapter 3), written once.
 
 Ingest derives dew point, vapour pressure and VPD with them (ingest/derive.py), the rollups'
-reference evapotranspiration builds on them (aggregate/et.py), and the SQL twin of that
-(migration 0061) is held equal to aggregate/et.py by a property test. Units as stored: C, kPa,
-relative humidity as a fraction 0..1, m/s, metres.
+reference evapotranspiration builds on them (the oracle tests/support/fao56_oracle.py), and
+the SQL twin of that (migration 0061) is held equal to that oracle by a property test. Units
+as stored: C, kPa, relative humidity as a fraction 0..1, m/s, metres.
 """
 
 from __future__ import annotations

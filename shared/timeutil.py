@@ -257,11 +257,21 @@ def parse_instant(raw: str, *, name: str = "time") -> datetime:
 
 _OFFSET = re.compile(r"^([+-])(\d{1,2}):?(\d{2})$")
 _SECONDS = re.compile(r"^[+-]?\d{1,6}$")
+# `+0545`, `-0300`: the colon-less offset the API itself writes (format_local). Signed, four
+# digits, HH <= 14 (the widest real offset, Kiribati's +14:00) and MM < 60; any other digit
+# string (`-3600`, `+1575`, `1030`) is seconds.
+_HHMM = re.compile(r"^([+-])(\d{2})(\d{2})$")
+MAX_HHMM_HOURS = 14
 
 
 def parse_local_time(raw: str) -> tzinfo:
-    """Parse a `local_time` value: an IANA zone (DST-aware), `±HH:MM`, or seconds (flat)."""
+    """Parse a `local_time` value: an IANA zone (DST-aware), or a flat offset: `±HH:MM`,
+    `±HHMM` (HH <= 14, MM < 60), or any other digits as seconds (`-3600` is an hour)."""
     text = raw.strip()
+    hhmm = _HHMM.match(text)
+    if hhmm and int(hhmm.group(2)) <= MAX_HHMM_HOURS and int(hhmm.group(3)) < 60:
+        delta = timedelta(hours=int(hhmm.group(2)), minutes=int(hhmm.group(3)))
+        return timezone(-delta if hhmm.group(1) == "-" else delta)
     if _SECONDS.match(text):
         seconds = int(text)
         if abs(seconds) >= 86400:

@@ -1,10 +1,10 @@
 """Unit conversion, one table per measurement class (the `temp`, `pres`, `size`, `ratio` and
 `speed` query parameters).
 
-Values are stored in C, kPa, mm, fractions 0..1 and m/s (reference-facts decision 2). Every
-conversion is `stored * scale + offset`; temperature differences (`Measure.TEMP_DELTA`, e.g.
-degree days) convert by scale only. The same numbers feed Python conversion and the SQL that
-`serve` generates, so both agree.
+Values are stored in C, kPa, mm, fractions 0..1 and m/s (docs/spec/reference-facts.md
+decision 2). Every conversion is `stored * scale + offset`; temperature differences
+(`Measure.TEMP_DELTA`, e.g. degree days) convert by scale only. The same numbers feed Python
+conversion and the SQL that `serve` generates, so both agree.
 """
 
 from __future__ import annotations
@@ -119,3 +119,17 @@ def stored_rounding(expr: sql.Composable, col: Column) -> sql.Composable:
         return expr
     power = sql.Literal(float(10 ** stored_decimals(col)))
     return sql.SQL("(round({} * {}) / {})").format(expr, power, power)
+
+
+def describe(col: Column) -> dict[str, str | int | None]:
+    """The `/schemas/{table}` record of a registry column, keys in the served order: the first
+    three as clients have always read them, then `precision` (decimals of a value served in
+    `unit`; None for non-numeric columns) and `unit` (the unit served without unit
+    parameters, spelt as in the X-Units header; None when the column has none)."""
+    unit = col.unit
+    if col.measure is not None:
+        unit = UNITS[param_for(col.measure)][DEFAULTS[param_for(col.measure)]].label
+    numeric = col.is_numeric
+    return {"column_name": col.name, "data_type": col.dtype, "description": col.description,
+            "precision": decimals(col, None) if numeric else None,
+            "unit": unit if numeric else None}

@@ -1,7 +1,7 @@
 """Session services and per-test databases.
 
 A real PostgreSQL with TimescaleDB and a real mosquitto are started once per test session on
-free loopback ports (tests/support/services.py); each test that needs the database gets a fresh
+free loopback ports (testbed/services.py); each test that needs the database gets a fresh
 database cloned from a migrated template, so tests never see each other's rows. Setting
 TEST_DATABASE_URL points the suite at an existing server instead (a maintenance database the
 role may create databases from); an unreachable one stops the run.
@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 from shared.config import Settings
+from testbed.services import MosquittoBroker, PostgresServer
 from tests.support.databases import clone_template, migrate_database, with_dbname
 from tests.support.figures import Figures
-from tests.support.services import MosquittoBroker, PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "sds_template"
@@ -115,3 +115,36 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Write the figures this run measured (only from a run whose tests all passed)."""
     if exitstatus == 0:
         _FIGURES.write()
+
+
+# The edit-test loop's marker: `deploy/test.sh -m quick` runs the tests that need no service.
+# A test is quick when none of its fixtures reaches a server (PostgreSQL, a broker) and its
+# module starts no process of its own; derived here at collection, so a new test is sorted
+# without anyone remembering a marker. The list of fixtures is the one thing to keep current.
+SERVICE_FIXTURES = frozenset({"pg_server", "broker"})
+# Modules that start servers or processes themselves (not through the fixtures above).
+_PROCESS_WORDS = ("subprocess", "PostgresServer", "MosquittoBroker", "Popen", "RabbitCluster",
+                  "apiserver", "browser", "services.", "run_script", "gunicorn", "nginx")
+
+
+def _starts_processes(module: object) -> bool:
+    path = getattr(module, "__file__", None)
+    if not path:
+        return True
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return any(word in text for word in _PROCESS_WORDS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `quick` the tests that need no service (see SERVICE_FIXTURES)."""
+    verdicts: dict[object, bool] = {}
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & SERVICE_FIXTURES or item.get_closest_marker("chaos"):
+            continue
+        module = getattr(item, "module", None)
+        if module not in verdicts:
+            verdicts[module] = not _starts_processes(module)
+        if verdicts[module]:
+            item.add_marker(pytest.mark.quick)

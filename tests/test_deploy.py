@@ -29,7 +29,7 @@ from psycopg import sql
 
 from shared import migrate
 from shared.db import ROLES
-from tests.support.services import (
+from testbed.services import (
     DURABLE_CONF,
     REPO,
     SHIPPED_ACL,

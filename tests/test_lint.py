@@ -10,7 +10,9 @@
   conftest;
 - production code connects only through shared.db.connect, takes advisory locks only
   through shared.locks, and makes a time zone from its name only in shared.timeutil (`zone`,
-  cached, BadParameter for unknown names); from there zones travel as zones.
+  cached, BadParameter for unknown names); from there zones travel as zones;
+- code and docs cite documents that are in the repository (docs/..., the spec copied to
+  docs/spec/), never the project spec beside a checkout.
 
 Each runs alone too, e.g. `.venv/bin/python -m pytest tests/test_lint.py -k mypy`, or the tool
 itself from the repository root: `.venv/bin/mypy`, `.venv/bin/lint-imports`,
@@ -21,6 +23,7 @@ aggregate serve client/sds_client` (docs/architecture.md).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +32,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCTION = ("shared", "ingest", "aggregate", "serve")
+PRODUCTION = ("shared", "ingest", "aggregate", "serve", "admin")
 
 
 def _tool(name: str) -> str:
@@ -58,7 +61,7 @@ def test_mypy_finds_nothing() -> None:
 def test_layering_contracts_are_kept() -> None:
     run = _run(_tool("lint-imports"), "--no-cache")  # [tool.importlinter] in pyproject.toml
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "5 kept, 0 broken" in run.stdout, run.stdout
+    assert "6 kept, 0 broken" in run.stdout, run.stdout
 
 
 def test_no_copied_blocks_in_production_code() -> None:
@@ -75,9 +78,10 @@ def test_no_copied_blocks_in_production_code() -> None:
 
 def forbidden_imports(path: Path, source: str) -> list[str]:
     """The imports in `source` (the file at `path`) that reach into a test module or a
-    conftest (`tests.<package>.test_*`, `tests.<package>.conftest`); from bench/, anything
-    under tests/ except tests.support."""
-    bench = path.parts[0] == "bench"
+    conftest (`tests.<package>.test_*`, `tests.<package>.conftest`); from bench/ and testbed/,
+    anything under tests/ (they share the servers of testbed/, not the tests' helpers); from
+    testbed/, bench/ too."""
+    outside = path.parts[0] in ("bench", "testbed")
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.ImportFrom) and node.module:
@@ -88,10 +92,13 @@ def forbidden_imports(path: Path, source: str) -> list[str]:
             continue
         for name in names:
             parts = name.split(".")
+            if path.parts[0] == "testbed" and parts[0] == "bench":
+                found.append(f"{path}:{node.lineno}: {name}")
+                break
             if parts[0] != "tests" or len(parts) < 2:
                 continue
             into_test = any(p == "conftest" or p.startswith("test_") for p in parts[1:])
-            if into_test or (bench and parts[1] != "support"):
+            if into_test or outside:
                 found.append(f"{path}:{node.lineno}: {name}")
                 break
     return found
@@ -103,13 +110,16 @@ def test_the_import_rule_can_fail() -> None:
     assert forbidden_imports(Path("tests/x/test_y.py"), "from tests.access.conftest import W\n")
     assert forbidden_imports(Path("tests/x/test_y.py"), "from tests.serve import test_data\n")
     assert forbidden_imports(Path("bench/x/__main__.py"), "import tests.aggregate.reference\n")
+    assert forbidden_imports(Path("bench/x/__main__.py"), "from tests.support import apps\n")
+    assert forbidden_imports(Path("testbed/x.py"), "from tests.support import apps\n")
+    assert forbidden_imports(Path("testbed/x.py"), "from bench.common import database\n")
     assert not forbidden_imports(Path("bench/x/__main__.py"),
-                                 "from tests.support.services import GunicornServer\n")
+                                 "from testbed.services import GunicornServer\n")
     assert not forbidden_imports(Path("tests/aggregate/test_z.py"),
                                  "from tests.aggregate import reference\n")
 
 
-@pytest.mark.parametrize("folder", ["tests", "bench"])
+@pytest.mark.parametrize("folder", ["tests", "bench", "testbed"])
 def test_tests_and_benchmarks_import_no_test_module(folder: str) -> None:
     files = sorted((ROOT / folder).rglob("*.py"))
     assert files
@@ -119,7 +129,7 @@ def test_tests_and_benchmarks_import_no_test_module(folder: str) -> None:
                      "there if it is not yet):\n" + "\n".join(bad))
 
 
-# ---- one home for connections, locks and zones --------------------------------------------------
+# ---- one home for each small rule ---------------------------------------------------------------
 
 ONE_HOME = {
     "psycopg.connect(": "shared/db.py",  # every process connects through shared.db.connect
@@ -127,13 +137,127 @@ ONE_HOME = {
     "pg_advisory_lock(": "shared/locks.py",
     "pg_advisory_unlock(": "shared/locks.py",
     "ZoneInfo(": "shared/timeutil.py",  # a zone is made from its name by timeutil.zone only
+    "mqtt.Client(": "shared/brokers.py",  # every MQTT client: brokers.new_client
+    "start_http_server(": "shared/metrics.py",  # every process's metrics endpoint
+    "lower(email)": "shared/accounts.py",  # the user-by-email lookup: accounts.user_id
+    "len(password) <": "shared/credentials.py",  # the password rule: password_problem
+    "db.connect(": "",  # see SCOPED_HOME: per package
+}
+# Rules that hold inside one package: (package, needle) -> the one module there that may have it.
+SCOPED_HOME = {
+    ("admin", "db.connect("): "admin/context.py",  # every sds command: context.connection
 }
 
 
-def test_connections_locks_and_zones_have_one_home() -> None:
+def one_home_violations(root: Path, files: list[Path]) -> list[str]:
+    """Where a rule with one home is written elsewhere (pure over the files given)."""
+    bad = []
+    for f in files:
+        rel = f.relative_to(root).as_posix()
+        text = f.read_text()
+        for needle, home in ONE_HOME.items():
+            if home and needle in text and rel != home:
+                bad.append(f"{rel}: {needle} (belongs in {home})")
+        for (package, needle), home in SCOPED_HOME.items():
+            if rel.startswith(package + "/") and needle in text and rel != home:
+                bad.append(f"{rel}: {needle} (in {package}/ belongs in {home})")
+    return bad
+
+
+def test_each_small_rule_has_one_home() -> None:
     files = [f for package in PRODUCTION for f in sorted((ROOT / package).rglob("*.py"))]
     assert len(files) > 20
-    bad = [f"{f.relative_to(ROOT)}: {needle} (belongs in {home})"
-           for f in files for needle, home in ONE_HOME.items()
-           if needle in f.read_text() and f.relative_to(ROOT).as_posix() != home]
+    bad = one_home_violations(ROOT, files)
     assert not bad, "\n".join(bad)
+    # The benchmarks connect as the service does, through shared.db.connect.
+    direct = [f.relative_to(ROOT).as_posix() for f in sorted((ROOT / "bench").rglob("*.py"))
+              if "psycopg.connect(" in f.read_text()]
+    assert not direct, f"bench connects directly (use shared.db.connect): {direct}"
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("serve/x.py", "conn = psycopg.connect(url)"),
+    ("ingest/x.py", "client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)"),
+    ("aggregate/x.py", "start_http_server(port)"),
+    ("serve/x.py", "SELECT id FROM users WHERE lower(email) = lower(%s)"),
+    ("serve/x.py", "if len(password) < 12:"),
+    ("admin/x.py", "with db.connect(settings) as conn:"),
+    ("shared/x.py", "ZoneInfo(name)"),
+])
+def test_a_reintroduced_copy_is_found(tmp_path: Path, path: str, text: str) -> None:
+    target = tmp_path / path
+    target.parent.mkdir(parents=True)
+    target.write_text(text + "\n")
+    assert len(one_home_violations(tmp_path, [target])) == 1
+
+
+# Citations of documents: code and docs cite files that are in this repository (docs/...), never
+# the project spec beside a checkout (`shared/spec/...`) nor a bare "reference-facts".
+_CITING = ("shared", "ingest", "aggregate", "serve", "tests", "deploy", "docs", "bench", "client")
+_SUFFIXES = {".py", ".md", ".sh", ".sql", ".conf", ".yaml", ".js", ".html"}
+
+
+def citation_problems(text: str) -> list[str]:
+    """What is wrong with the document citations in one file's text (pure)."""
+    problems = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if "shared/spec/" in line:
+            problems.append(f"{n}: cites shared/spec/ (not in the repository; cite docs/spec/)")
+        for found in re.finditer(r"reference-facts(?!\.md|\]\(spec/)", line):
+            problems.append(f"{n}: bare reference-facts at column {found.start()} "
+                            "(cite docs/spec/reference-facts.md)")
+    return problems
+
+
+def test_citation_problems_finds_what_it_should() -> None:
+    assert citation_problems("see shared/spec/interface.md") != []
+    assert citation_problems("(reference-facts decision 7)") != []
+    assert citation_problems("(docs/spec/reference-facts.md decision 7)") == []
+    assert citation_problems("([reference-facts](spec/reference-facts.md) decision 7)") == []
+
+
+def test_every_cited_document_is_in_the_repository() -> None:
+    files = [f for d in _CITING for f in sorted((ROOT / d).rglob("*"))
+             if f.suffix in _SUFFIXES and "node_modules" not in f.parts
+             and "vendor" not in f.parts and f.parent != ROOT / "docs" / "spec"
+             and f != Path(__file__).resolve()]  # this file names the wrong forms
+    bad = [f"{f.relative_to(ROOT)}:{p}" for f in files
+           for p in citation_problems(f.read_text(errors="replace"))]
+    missing = [f"{f.relative_to(ROOT)}: {m}" for f in files
+               for m in re.findall(r"docs/[\w./-]+\.md", f.read_text(errors="replace"))
+               if not (ROOT / m).exists()]
+    assert not bad and not missing, "\n".join(bad + missing)
+
+
+# The operator room: click commands live in admin/, never in the library or the processes.
+def click_importers(root: Path, files: list[Path]) -> list[str]:
+    """Modules of `files` outside `root`/admin/ that import click (pure over the files given)."""
+    return [f.relative_to(root).as_posix() for f in files
+            if f.relative_to(root).parts[0] != "admin"
+            and re.search(r"^(import click|from click\b)", f.read_text(), re.M)]
+
+
+def test_only_the_operator_room_has_click_commands(tmp_path: Path) -> None:
+    files = [f for package in PRODUCTION for f in sorted((ROOT / package).rglob("*.py"))]
+    assert click_importers(ROOT, files) == []
+    # Negative case: a command put back into shared/ is found, one in admin/ is not.
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "admin").mkdir()
+    (tmp_path / "shared" / "cli.py").write_text("import click\n")
+    (tmp_path / "admin" / "cli.py").write_text("import click\n")
+    assert click_importers(tmp_path, sorted(tmp_path.rglob("*.py"))) == ["shared/cli.py"]
+
+
+# No production module grows past this: a file that does is two concerns waiting to be split.
+MAX_LINES = 500
+# Known offenders being split (issue 21); the list may only shrink.
+OVER_LIMIT = {"serve/auth.py"}
+
+
+def test_no_production_file_over_500_lines() -> None:
+    files = [f for package in PRODUCTION for f in sorted((ROOT / package).rglob("*.py"))]
+    over = {f.relative_to(ROOT).as_posix() for f in files
+            if len(f.read_text().splitlines()) > MAX_LINES}
+    assert over <= OVER_LIMIT, f"over {MAX_LINES} lines: {sorted(over - OVER_LIMIT)}"
+    assert OVER_LIMIT <= over, (
+        f"no longer over the limit, drop from OVER_LIMIT: {OVER_LIMIT - over}")

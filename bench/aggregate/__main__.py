@@ -32,7 +32,7 @@ from psycopg import sql
 
 from aggregate import jobs, rollups
 from bench.common import scratch_database
-from shared import accounts, dirty
+from shared import accounts, db, dirty
 from shared.columns import TABLES, Rollup
 from shared.timeutil import zone
 
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     days = max(2, round(rows / (args.devices * SLOTS_PER_DAY)))
     end = START + timedelta(days=days)
     with scratch_database(args.database_url, prefix="bench_aggregate") as url, \
-            psycopg.connect(url) as conn:
+            db.connect(url) as conn:
         t_load = time.perf_counter()
         names, n = _load(conn, devices=args.devices, days=days)
         conn.autocommit = True
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             conn.commit()
             jobs.backfill(conn, tables=rollups.TABLE_ORDER, start=START, end=end,
                           devices=None, low_quality_pct=80.0, chunk_days=7, workers=workers,
-                          connect=lambda: psycopg.connect(url))
+                          connect=lambda: db.connect(url))
 
         def steps() -> dict[str, float]:
             for t in rollups.TABLE_ORDER:

@@ -29,10 +29,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-import psycopg
-
 from bench.common import scratch_database
-from shared import accounts, credentials
+from shared import accounts, credentials, db
 from shared.config import Settings
 
 PASSWORD = "bench-password-1"  # nosec B105 - a scratch user in a scratch database
@@ -41,7 +39,7 @@ EMAIL = "bench@example.com"
 
 def _seed(url: str) -> tuple[str, str]:
     """A user, an API key and a bearer token; returns (key, token)."""
-    with psycopg.connect(url) as conn:
+    with db.connect(url) as conn:
         org = accounts.create_org(conn, name="Bench")
         user = accounts.create_user(conn, org=org, email=EMAIL, password=PASSWORD)
         key = accounts.create_api_key(conn, user=user, scopes=["data:read"])["apikey"]

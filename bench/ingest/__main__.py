@@ -38,20 +38,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
-import psycopg
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from psycopg import sql
 
+from admin import simulate
 from bench.ingest.naive import NaiveIngester
-from ingest import simulate, writer
+from ingest import writer
 from ingest.derive import derive
 from ingest.shards import shard_settings, subscriptions
-from shared import accounts, migrate
+from shared import accounts, db, migrate
 from shared.columns import READING_INPUTS, TABLES
 from shared.config import PREFIX, Settings
 from shared.timeutil import parse_instant
-from tests.support.services import MosquittoBroker, PostgresServer, free_port
+from testbed.services import MosquittoBroker, PostgresServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GOALS = {"a": 0.8, "b": 0.5, "c": 3.0}
@@ -78,14 +78,14 @@ class Bench:
         log("starting PostgreSQL (durable) and mosquitto (shipped durable.conf)")
         self.pg = PostgresServer().start(base / "pg", durable=True)
         self.url = self.pg.create_database("bench")
-        with psycopg.connect(self.url, autocommit=True) as c:
+        with db.connect(self.url, autocommit=True) as c:
             c.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
         migrate.upgrade(self.url)
         self.broker = MosquittoBroker().start(base / "mqtt", durable=True)
         self.devices = [f"B{i:05d}" for i in range(devices)]
         self.sites = [simulate.Site(d, 30.0 + i, -90.0 + i, 100.0 + 10 * i)
                       for i, d in enumerate(self.devices)]
-        with psycopg.connect(self.url) as c:
+        with db.connect(self.url) as c:
             org = accounts.create_org(c, name="Bench")
             start = datetime.now(UTC) - timedelta(days=399)
             for site in self.sites:
@@ -103,14 +103,14 @@ class Bench:
         return Settings(database_url=self.url, mqtt_host="127.0.0.1",
                         mqtt_port=self.broker.port, mqtt_username=None,
                         mqtt_client_id=client_id, topic_prefix=prefix, metrics_port=free_port(),
-                        log_level="WARNING")
+                        log_level="WARNING", ingest_share_group=f"bench-group-{client_id}")
 
     def truncate(self) -> None:
-        with psycopg.connect(self.url, autocommit=True) as c:
+        with db.connect(self.url, autocommit=True) as c:
             c.execute("TRUNCATE calibrated, rollup_dirty, quarantine")
 
     def count(self) -> int:
-        with psycopg.connect(self.url) as c:
+        with db.connect(self.url) as c:
             return int(c.execute("SELECT count(*) FROM calibrated").fetchone()[0])
 
     # -- sessions and backlog -----------------------------------------------------------------
@@ -324,7 +324,7 @@ def scenario_b(bench: Bench, readings: int, batch_rows: int, results: dict[str, 
     # Baseline: the same rows (derived values included, computed outside the timing), staged
     # with the writer's own binary COPY and upserted, committing every `batch_rows` rows.
     rows_ready = []
-    with psycopg.connect(bench.url) as c:
+    with db.connect(bench.url) as c:
         dep = {r[0]: (r[1], r[2]) for r in c.execute(
             "SELECT d.name, l.id, l.elev FROM devices d JOIN deployments x ON x.device_id = d.id"
             " JOIN locations l ON l.id = x.location_id")}
@@ -336,7 +336,7 @@ def scenario_b(bench: Bench, readings: int, batch_rows: int, results: dict[str, 
             rows_ready.append((parse_instant(r["time"]), device, loc,
                                *(r.get(c.name) for c in READING_INPUTS),
                                d["tdew"], d["ea"], d["vpd"], d["slp"]))
-    with psycopg.connect(bench.url, autocommit=True) as c:
+    with db.connect(bench.url, autocommit=True) as c:
         c.execute(_BASELINE_STAGE)
         start = time.monotonic()
         for i in range(0, len(rows_ready), batch_rows):

@@ -7,10 +7,10 @@ import json
 import time
 
 import paho.mqtt.client as mqtt
-import psycopg
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from shared import db
 from shared.columns import READING_INPUTS
 
 _COLS = ["time", "device"] + [c.name for c in READING_INPUTS]
@@ -26,7 +26,7 @@ class NaiveIngester:
 
     def drain(self, expected: int) -> float:
         """Consume `expected` queued messages; returns the seconds it took."""
-        conn = psycopg.connect(self.url)
+        conn = db.connect(self.url)
         client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.client_id,
                              protocol=mqtt.MQTTv5)
         done = [0]

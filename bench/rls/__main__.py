@@ -80,7 +80,7 @@ def main() -> int:
     with scratch_database(args.database_url, prefix="bench_rls") as url:
         world: World = seed(url)
         load_calibrated(world, first_step=0, steps=STEPS)
-        with psycopg.connect(url) as conn:  # a tenant whose rows the policy must skip
+        with db.connect(url) as conn:  # a tenant whose rows the policy must skip
             other = accounts.create_org(conn, name="Other")
             accounts.register_device(conn, org=other, name="X00001")
             accounts.deploy_device(conn, device="X00001", location=world.location,
@@ -97,8 +97,8 @@ def main() -> int:
         loc_scan = dataclasses.replace(device_scan, device=None, location=world.location,
                                        start=start_loc, only_devices=tuple(
                                            device_name(i) for i in range(DEVICES)))
-        owner = psycopg.connect(url, options="-c TimeZone=UTC")
-        api = psycopg.connect(url, options="-c TimeZone=UTC")
+        owner = db.connect(url, options="-c TimeZone=UTC")
+        api = db.connect(url, options="-c TimeZone=UTC")
         db.set_request_scope(api, db.ROLE_API, UUID(str(world.org)))
         rows = []
         for name, scan in (("10k device page", device_scan), ("10k location page", loc_scan)):

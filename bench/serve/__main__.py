@@ -46,10 +46,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-import psycopg
 
 from bench.common import database, server_url
-from shared import accounts, units
+from shared import accounts, db, units
 from shared.columns import TABLES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +79,7 @@ class World:
 
 def seed(url: str) -> World:
     """Organisation, location, 20 devices deployed there, an API key."""
-    with psycopg.connect(url) as conn:
+    with db.connect(url) as conn:
         org = accounts.create_org(conn, name="Bench")
         user = accounts.create_user(conn, org=org, email="bench@example.com",
                                     password="bench-password")
@@ -105,7 +104,7 @@ def load_calibrated(world: World, *, first_step: int, steps: int) -> None:
         f" 'B' || lpad((g %% {DEVICES})::text, 5, '0'), %(loc)s, {values}"
         " FROM generate_series(%(lo)s, %(hi)s) g"
     )
-    with psycopg.connect(world.url, autocommit=True) as conn:
+    with db.connect(world.url, autocommit=True) as conn:
         conn.execute(stmt, {"end": END, "loc": world.location, "lo": first_step * DEVICES,
                             "hi": (first_step + steps) * DEVICES - 1})
         conn.execute("VACUUM ANALYZE calibrated")
@@ -113,7 +112,7 @@ def load_calibrated(world: World, *, first_step: int, steps: int) -> None:
 
 def load_hourly(world: World, days: int) -> None:
     """Hourly rows for every device over the last `days` days."""
-    with psycopg.connect(world.url, autocommit=True) as conn:
+    with db.connect(world.url, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO hourly (time, device, location, tair, maxt, mint, rh, p, precip,"
             " wind_speed, sample_pct, low_quality)"
@@ -126,11 +125,11 @@ def load_hourly(world: World, days: int) -> None:
 
 class Gunicorn:
     """gunicorn serving serve.wsgi:app on a free loopback port, with the deploy config
-    (tests.support.services.GunicornServer)."""
+    (testbed.services.GunicornServer)."""
 
     def __init__(self, url: str, workers: int = 2) -> None:
         from shared.config import Settings
-        from tests.support.services import GunicornServer
+        from testbed.services import GunicornServer
 
         self.server = GunicornServer().start(
             {"SDS_DATABASE_URL": url, "SDS_CURSOR_SECRET": CURSOR_SECRET,
@@ -212,7 +211,7 @@ class InProcess:
     """The baselines: the API's own SQL run in this process."""
 
     def __init__(self, url: str) -> None:
-        self.conn = psycopg.connect(url, autocommit=True, options="-c TimeZone=UTC")
+        self.conn = db.connect(url, autocommit=True, options="-c TimeZone=UTC")
 
     def rows(self, scan) -> list[tuple[Any, ...]]:  # type: ignore[no-untyped-def]
         from serve import queries
@@ -439,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             peak = server.worker_peak_rss_kib()
 
             # 6. API replicas behind the edge: the same server alone, and with a second one.
-            from tests.support.services import NginxEdge
+            from testbed.services import NginxEdge
 
             second = Gunicorn(url)
             edges.append(NginxEdge().start([f"127.0.0.1:{server.port}"]))

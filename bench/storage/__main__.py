@@ -26,7 +26,7 @@ import psycopg
 from aggregate import jobs, rollups
 from aggregate.storage import DATA_TABLES, human, table_sizes
 from bench.common import scratch_database
-from shared import accounts
+from shared import accounts, db
 
 START = datetime(2025, 1, 6, tzinfo=UTC)  # a Monday: calibrated chunks are 7 days
 ZONES = ("America/Chicago", "Europe/Berlin", "Asia/Kolkata", "Australia/Sydney")
@@ -86,7 +86,7 @@ def _load(conn: psycopg.Connection, devices: int, start: datetime, days: int) ->
 
 def _sizes(url: str) -> dict[str, tuple[int, int, int, int]]:
     """{table: (rows, heap bytes, index bytes, total bytes)} after VACUUM ANALYZE."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    with db.connect(url, autocommit=True) as conn:
         for table in DATA_TABLES:
             conn.execute(f"VACUUM ANALYZE {table}")
         found = {t.name: t for t in table_sizes(conn, exact_rows=True)}
@@ -97,7 +97,7 @@ def _sizes(url: str) -> dict[str, tuple[int, int, int, int]]:
 def _export_bytes(url: str, device: str, start: datetime, days: int) -> tuple[int, int]:
     """(rows, bytes) of one device's `days` days of calibrated as retention exports them
     (CSV with a header, gzip)."""
-    with psycopg.connect(url) as conn, conn.cursor() as cur:
+    with db.connect(url) as conn, conn.cursor() as cur:
         conn.execute("SET TimeZone = 'UTC'")
         data = bytearray()
         with cur.copy("COPY (SELECT * FROM calibrated WHERE device = %s AND time >= %s"
@@ -123,11 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     half = days // 2
     t0 = time.perf_counter()
     with scratch_database(args.database_url, prefix="bench_storage") as url:
-        with psycopg.connect(url) as conn:
+        with db.connect(url) as conn:
             names = _setup(conn, devices)
             _load(conn, devices, START, half)
         first = _sizes(url)
-        with psycopg.connect(url) as conn:
+        with db.connect(url) as conn:
             _load(conn, devices, START + timedelta(days=half), days - half)
         second = _sizes(url)
         export_rows, export_bytes = _export_bytes(url, names[0], START, days)

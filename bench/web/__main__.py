@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from bench.web import candidates
-from tests.support.browser import chromium, wait_for
+from testbed.browser import chromium, wait_for
 
 NAMES = tuple(candidates.LIBRARIES)
 

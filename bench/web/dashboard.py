@@ -19,12 +19,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from bench.common import scratch_database
-from shared import accounts
-from tests.support.apiserver import gunicorn_api
-from tests.support.browser import chromium, wait_for
+from shared import accounts, db
+from testbed.apiserver import gunicorn_api
+from testbed.browser import chromium, wait_for
 
 END = datetime(2026, 3, 8, tzinfo=UTC)
 STEPS = 7 * 24 * 12
@@ -34,7 +32,7 @@ EMAIL, PASSWORD = "bench@example.org", "bench-password"
 
 def seed(url: str) -> None:
     """One organisation, user, location and device with a week of readings."""
-    with psycopg.connect(url) as conn:
+    with db.connect(url) as conn:
         org = accounts.create_org(conn, name="Bench")
         accounts.create_user(conn, org=org, email=EMAIL, password=PASSWORD)
         loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(

@@ -4,9 +4,10 @@ Keys are looked up by their SHA-256 digest. As the interface spec says (2.7, 3, 
 value is in the creation answer and, for the owner with basic or bearer credentials, in the
 listing and in PUT answers, deactivated keys included: the database keeps a copy sealed with
 SDS_APIKEY_SEAL_KEYS (shared.sealing). With SDS_APIKEY_RETRIEVABLE=false (or no seal key) keys
-are show-once: listings show a masked value (reference-facts decision 9). A listing made with an
-API key (`apikeys:read`, decision 11) is always masked. Creating, changing and deleting keys
-needs basic or bearer credentials. Another user's key id answers exactly like a missing one (404).
+are show-once: listings show a masked value (docs/spec/reference-facts.md decision 9). A
+listing made with an API key (`apikeys:read`, decision 11) is always masked. Creating,
+changing and deleting keys needs basic or bearer credentials. Another user's key id answers
+exactly like a missing one (404).
 """
 
 from __future__ import annotations

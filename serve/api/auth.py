@@ -1,7 +1,8 @@
 """`/api/v2/auth/token`: trade email and password for a bearer token (POST), log out (DELETE).
 
 Tokens are random, stored only as SHA-256 digests, and expire after `SDS_TOKEN_TTL` seconds
-(reference-facts decision 8). Failed logins are throttled exactly as for Basic credentials.
+(docs/spec/reference-facts.md decision 8). Failed logins are throttled exactly as for Basic
+credentials.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`/api/v2/devices` and `/api/v2/devices/{name}`: the caller's devices, page by page.
 
-Records carry every device field public clients read (reference-facts part A), null when
-unknown. Values a device reports (battery, signal, firmware, last contact) are those the
+Records carry every device field public clients read (docs/spec/reference-facts.md part A),
+null when unknown. Values a device reports (battery, signal, firmware, last contact) are those the
 ingester keeps on the devices row. The device record builders are shared with
 `serve.api.locations` (a location shows the device standing there).
 """

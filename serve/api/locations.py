@@ -2,7 +2,7 @@
 
 Locations of the caller's organisation in the paged envelope, each with the device standing
 there now (`current_device`). The summary adds the latest conditions per location
-(reference-facts decision 13), converted with the unit parameters.
+(docs/spec/reference-facts.md decision 13), converted with the unit parameters.
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ LATEST_WITHIN = TABLES["calibrated"].default_window
 TAIR: Column = TABLES["calibrated"].column("tair")
 RH: Column = TABLES["calibrated"].column("rh")
 PRECIP: Column = TABLES["calibrated"].column("precip")
-ET: Column = TABLES["local_hourly"].column("et")
+# Today's ET is the daily row's (one definition of a partial day's ET: docs/aggregate.md),
+# with that row's completeness.
+ET: Column = TABLES["daily"].column("et")
+SAMPLE_PCT: Column = TABLES["daily"].column("sample_pct")
 
 
 def _codes(param: str) -> list[str]:
@@ -123,8 +126,9 @@ def _conditions(conn: psycopg.Connection, rows: list[dict[str, Any]], now: datet
     units.
 
     "Today" is the location's local day containing `now` ([local midnight, next local
-    midnight) in UTC). Precipitation sums the 5-minute readings so far; ET sums the local
-    hourly rollups written so far (ET is computed per hour by the aggregator).
+    midnight) in UTC). Precipitation sums the 5-minute readings so far; ET, sample_pct and
+    low_quality are those of the day's daily rollup row (the one with the most readings when
+    several devices stood there).
     """
     if not rows:
         return {}
@@ -143,11 +147,13 @@ def _conditions(conn: psycopg.Connection, rows: list[dict[str, Any]], now: datet
             "SELECT b.loc, last.time, last.tair, last.rh,"
             " (SELECT sum(c.precip) FROM calibrated c WHERE c.location = b.loc"
             "   AND c.time >= b.start AND c.time < b.stop) AS precip,"
-            " (SELECT sum(h.et) FROM local_hourly h WHERE h.location = b.loc"
-            "   AND h.time >= b.start AND h.time < b.stop) AS et"
+            " d.et, d.sample_pct, d.low_quality"
             " FROM unnest(%s::uuid[], %s::timestamptz[], %s::timestamptz[]) AS b(loc, start, stop)"
             " LEFT JOIN LATERAL (SELECT time, tair, rh FROM calibrated WHERE location = b.loc"
-            "   AND time >= %s ORDER BY time DESC LIMIT 1) last ON true",
+            "   AND time >= %s ORDER BY time DESC LIMIT 1) last ON true"
+            " LEFT JOIN LATERAL (SELECT et, sample_pct, low_quality FROM daily"
+            "   WHERE location = b.loc AND time >= b.start AND time < b.stop"
+            "   ORDER BY sample_pct DESC NULLS LAST, device LIMIT 1) d ON true",
             (ids, starts, ends, since)).fetchall()
     return {f["loc"]: {**f, "date": dates[f["loc"]]} for f in found}
 
@@ -178,6 +184,8 @@ def summary_page(conn: psycopg.Connection, org: UUID, limit: int, page: int,
             "date": day(c.get("date")),
             "precip": conv(c.get("precip"), PRECIP),
             "et": conv(c.get("et"), ET),
+            "sample_pct": conv(c.get("sample_pct"), SAMPLE_PCT),
+            "low_quality": c.get("low_quality"),
         }
         items.append(item)
     return items, total, pages
@@ -191,7 +199,9 @@ def summary(limit: int, page: int, **_units: str) -> Any:
     """The caller's locations with their current device and latest conditions.
 
     Each item is the location record plus `conditions` (`time` of the last reading there,
-    its `tair` and `rh`) and `today` (the location's local `date`, `precip` and `et` so far).
+    its `tair` and `rh`) and `today` (the location's local `date`, `precip` so far, and the
+    day's `et` with its row's `sample_pct` and `low_quality`: ET of the hours so far while
+    low_quality is true).
     Units follow `temp`, `ratio` and `size`; the `X-Units` header lists those in effect.
     """
     chosen = {param: units.parse_unit(param, request.args.get(param))

@@ -10,8 +10,9 @@ from marshmallow import Schema, fields
 from serve import caching
 from serve.auth import requires
 from serve.errors import Blueprint
-from shared.columns import TABLES, Table, describe
+from shared.columns import TABLES, Table
 from shared.errors import UnknownTable
+from shared.units import describe
 
 blp = Blueprint("schemas", __name__, url_prefix="/api/v2/schemas",
                 description="Tables and their columns.")
@@ -23,6 +24,11 @@ class ColumnSchema(Schema):
     column_name = fields.String(metadata={"description": "Name, usable in select"})
     data_type = fields.String(metadata={"description": "SQL type, e.g. real"})
     description = fields.String(metadata={"description": "Meaning and output unit"})
+    precision = fields.Integer(allow_none=True, metadata={
+        "description": "Decimals of a value served in `unit` (null: not a number); each unit"
+                       " parameter's other units may add decimals (docs/api.md)"})
+    unit = fields.String(allow_none=True, metadata={
+        "description": "Unit of the value without unit parameters, as in X-Units (null: none)"})
 
 
 def _json(value: object) -> Response:
@@ -54,5 +60,6 @@ def list_tables() -> Response:
 @requires("data:read")
 @blp.response(200, ColumnSchema(many=True), description="Columns of the table")
 def table_columns(table: str) -> Response:
-    """Columns of one table: column_name, data_type and description, in table order."""
+    """Columns of one table: column_name, data_type, description, precision and unit, in
+    table order."""
     return _json([describe(c) for c in table_or_404(table).columns])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 from click.testing import CliRunner
 
-from serve.access import access_cli
-from shared.cli import main
+from admin.access import access_cli
+from admin.cli import main
 from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from testbed.services import GunicornServer
 from tests.support.access_world import World, seed
-from tests.support.services import GunicornServer
 
 RATE_LIMIT = 20  # requests per API key per window for this module's server
 

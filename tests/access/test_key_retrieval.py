@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from flask import Flask
 from flask.testing import FlaskClient
 
+from admin.cli import main as sds
 from shared import credentials, sealing
-from shared.cli import main as sds
 from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app
 from tests.support.figures import Figures

@@ -159,19 +159,19 @@ def test_empty_first_page_is_200_and_next_is_404(fresh_world: World) -> None:
 
 
 def _today_totals(world: World, now: datetime) -> tuple[float, float, str]:
-    """Insert two local-hourly ET values for today at loc_a; expected precip and ET sums."""
+    """Insert today's daily row at loc_a (a partial day: ET of the hours so far, 40 % of the
+    day, low quality); expected precip and ET."""
     tz = zone("America/Chicago")
     today = local_date(now, tz)
     start, end = local_day_bounds(today, tz)
     with psycopg.connect(world.url) as conn:
-        conn.execute("DELETE FROM local_hourly WHERE location = %s", (world.loc_a,))
-        for hour, et in ((0, 0.25), (1, 0.5)):
-            conn.execute("INSERT INTO local_hourly (time, device, location, et)"
-                         " VALUES (%s, %s, %s, %s)",
-                         (start + timedelta(hours=hour), world.dev_a, world.loc_a, et))
-        # Yesterday's ET must not count.
-        conn.execute("INSERT INTO local_hourly (time, device, location, et) VALUES (%s, %s, %s, 9)",
-                     (start - timedelta(hours=1), world.dev_a, world.loc_a))
+        conn.execute("DELETE FROM daily WHERE location = %s", (world.loc_a,))
+        conn.execute("INSERT INTO daily (time, device, location, et, sample_pct, low_quality)"
+                     " VALUES (%s, %s, %s, 0.75, 0.4, true)", (start, world.dev_a, world.loc_a))
+        # Yesterday's ET must not count (nor hourly rows: the daily row is the one definition).
+        conn.execute("INSERT INTO daily (time, device, location, et, sample_pct, low_quality)"
+                     " VALUES (%s, %s, %s, 9, 1, false)",
+                     (start - timedelta(days=1), world.dev_a, world.loc_a))
         row = conn.execute(
             "SELECT coalesce(sum(precip), 0) FROM calibrated WHERE location = %s"
             " AND time >= %s AND time < %s", (world.loc_a, start, end)).fetchone()
@@ -197,7 +197,7 @@ def test_summary_latest_conditions_and_today(client: FlaskClient, world: World) 
     assert item["conditions"]["tair"] == 25.0 and item["conditions"]["rh"] == 50.0
     assert item["conditions"]["time"].endswith("Z")
     assert item["today"] == {"date": today, "precip": pytest.approx(precip) if precip else None,
-                             "et": 0.75}
+                             "et": 0.75, "sample_pct": 40.0, "low_quality": True}
     assert r.headers["X-Units"] == "C,pct,mm"
 
 

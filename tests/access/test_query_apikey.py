@@ -1,6 +1,6 @@
-"""The deprecated `?apikey=` (reference-facts decision 10, reliability plan S12, S13): off by
-default with a 401 naming the header form; when an operator turns it on, it works on GET with
-Deprecation and Sunset headers; never together with an Authorization header."""
+"""The deprecated `?apikey=` (docs/spec/reference-facts.md decision 10, reliability plan S12,
+S13): off by default with a 401 naming the header form; when an operator turns it on, it works
+on GET with Deprecation and Sunset headers; never together with an Authorization header."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
 
-from aggregate.cli import aggregate
+from admin.aggregate import aggregate
 from tests.support.rollups import fetch, insert_readings, make_location, series
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from aggregate import et
+from tests.support import fao56_oracle as et
 
 # Example 19, N'Diaye (Senegal): 16°13'N, 16°15'W, 8 m, 1 October. Clock times in the example
 # are for Lz = 15° west (UTC-1), so local 14:00-15:00 is 15:00-16:00 UTC.

@@ -23,6 +23,20 @@ GOLDEN = json.loads(Path(__file__).with_name("golden_rollups.json").read_text())
 ET_RULES = (Rollup.ET, Rollup.ETC, Rollup.WATER_BALANCE)
 
 
+def _changed_by_issue_22(table: str, name: str, row: dict[str, Any]) -> bool:
+    """Values whose rule issue 22 changed, held by their own tests instead of the golden
+    file: a partial day's ET (the sum of its hours, tests/aggregate/test_partial_day.py) and
+    an hour count whose source has no value (NULL, not 0, test_hour_counts_null)."""
+    col = TABLES[table].column(name) if name != "location_zone" else None
+    if col is None or table != "daily":
+        return False
+    if col.rollup in ET_RULES:
+        return bool(row["low_quality"])
+    if col.rollup in (Rollup.HOURS_ABOVE, Rollup.HOURS_WITH_ANY):
+        return row[name] is None
+    return False
+
+
 def _differences(table: str, got: list[dict[str, Any]]) -> list[str]:
     """Where `got` is not the golden row rounded to the column's precision."""
     want = {(r["device"], r["time"]): r for r in GOLDEN[table]}
@@ -32,6 +46,8 @@ def _differences(table: str, got: list[dict[str, Any]]) -> list[str]:
     for key in want.keys() & have.keys():
         for name, old in want[key].items():
             new = have[key][name]
+            if _changed_by_issue_22(table, name, have[key]):
+                continue
             col = TABLES[table].column(name) if name != "location_zone" else None
             if col is None or not col.is_numeric or old is None or new is None:
                 if old != new:

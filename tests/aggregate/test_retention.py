@@ -18,10 +18,11 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
+from psycopg import sql
 
+from admin.storage import storage_cli
 from aggregate import jobs, lifecycle
-from aggregate.storage_cli import storage_cli
-from shared import accounts
+from shared import accounts, spreadsheet
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from tests.support.apps import close_app
@@ -31,6 +32,7 @@ NOW = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 DAYS = 100  # of history per device, one reading every 3 hours
 STEP = timedelta(hours=3)
 COLS = "time, device, location, tair, rh, precip"
+FIRMWARE = ["fw 1.0", '=HYPERLINK("http://x.example","y")', "'quoted", "+1", "@SUM(A1)"]
 
 
 def _history(conn: psycopg.Connection, device: str, org_name: str) -> None:
@@ -46,9 +48,12 @@ def _history(conn: psycopg.Connection, device: str, org_name: str) -> None:
         t += STEP
         i += 1
     insert_readings(conn, device, loc, rows)
-    conn.execute("INSERT INTO health (time, device, batt_pct, fw) SELECT g, %s, 90, 'fw 1.0'"
+    # Firmware strings are device-chosen text: some start like spreadsheet formulas, one with
+    # the escape character itself, so the export must neutralise them and restore them exactly.
+    conn.execute("INSERT INTO health (time, device, batt_pct, fw)"
+                 " SELECT g, %s, 90, (%s::text[])[1 + (row_number() OVER ()) %% 5]"
                  " FROM generate_series(%s::timestamptz, %s, interval '1 day') g",
-                 (device, start, NOW))
+                 (device, FIRMWARE, start, NOW))
 
 
 @pytest.fixture
@@ -89,8 +94,15 @@ def _restore(url: str, table: str, export: Path, manifest: dict[str, Any]
             header = next(csv.reader(io.StringIO(text.decode().splitlines()[0])))
             assert header[:3] == ["time", "device", "location"]
             assert len(list(csv.reader(io.StringIO(text.decode())))) - 1 == f["rows"]
+            # Opened in a spreadsheet, no field may start a formula.
+            fields = [v for row in csv.reader(io.StringIO(text.decode())) for v in row]
+            assert not [v for v in fields if v[:1] in ("=", "+", "@")], f["path"]
             with c.cursor().copy("COPY back FROM STDIN WITH (FORMAT csv, HEADER)") as copy:
                 copy.write(text)
+        # The manifest's restore rule: strip the one leading ' of its text columns.
+        for name in manifest["text_columns"]:
+            c.execute(sql.SQL("UPDATE back SET {0} = {1}").format(
+                sql.Identifier(name), spreadsheet.unescape_sql(sql.Identifier(name))))
         return c.execute(f"SELECT {cols} FROM back ORDER BY device, time").fetchall()
 
 

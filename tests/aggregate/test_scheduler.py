@@ -297,10 +297,10 @@ def test_long_run_is_skipped_counted_and_caught_up(db, database_url, tmp_path, f
     No second instance starts, each skipped tick is logged and counted in the metrics, the
     other rollups keep running, and once the lock is gone the next runs catch up the marks
     written meanwhile: no mark left, every bucket equal to the reference from raw rows."""
+    from testbed.services import free_port
     from tests.aggregate import reference
     from tests.support.chaos import scrape
     from tests.support.rollups import insert_readings, make_location, series
-    from tests.support.services import free_port
 
     start = datetime(2024, 7, 1, tzinfo=UTC)
     locs = [make_location(db, tz) for tz in ("UTC", "Asia/Kolkata")]

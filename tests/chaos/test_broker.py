@@ -23,6 +23,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from shared.config import Settings
+from testbed.services import MosquittoBroker
 from tests.support.chaos import (
     SYS_CONF,
     Flood,
@@ -42,7 +43,6 @@ from tests.support.ingesting import (
     stored_times,
     wait_for,
 )
-from tests.support.services import MosquittoBroker
 
 pytestmark = pytest.mark.chaos
 

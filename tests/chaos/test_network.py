@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from shared.config import Settings
+from testbed.services import MosquittoBroker, PostgresServer
 from tests.support.chaos import (
     Flood,
     SysMonitor,
@@ -36,7 +37,6 @@ from tests.support.ingesting import (
     stored_times,
     wait_for,
 )
-from tests.support.services import MosquittoBroker, PostgresServer
 from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.chaos

@@ -25,6 +25,7 @@ import pytest
 
 from shared import accounts
 from shared.config import Settings
+from testbed.services import MosquittoBroker, PostgresServer
 from tests.support.apps import close_app
 from tests.support.chaos import chaos_settings
 from tests.support.databases import migrate_database
@@ -40,7 +41,6 @@ from tests.support.ingesting import (
     stored_times,
     wait_for,
 )
-from tests.support.services import MosquittoBroker, PostgresServer
 
 pytestmark = pytest.mark.chaos
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 
-from shared.cli import DEMO_SITES
+from admin.demo import DEMO_SITES
 from shared.timeutil import zone
 from tests.support.figures import Figures
 

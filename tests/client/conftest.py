@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.apiserver import gunicorn_api
+from testbed.apiserver import gunicorn_api
 from tests.support.apps import module_db  # noqa: F401  fixture used here
 from tests.support.data_world import (
     World,

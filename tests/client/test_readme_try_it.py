@@ -15,8 +15,8 @@ import pytest
 import requests
 from click.testing import CliRunner
 
-from shared.cli import main as sds
-from tests.support.apiserver import gunicorn_api
+from admin.cli import main as sds
+from testbed.apiserver import gunicorn_api
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 TRY_IT = README[README.index("### Try it"):README.index("### Docker and systemd")]

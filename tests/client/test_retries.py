@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from sds_client import ApiError, Client, retry_after_seconds
 
-from tests.support.apiserver import gunicorn_api
+from testbed.apiserver import gunicorn_api
 from tests.support.data_world import World
 
 LIMIT, WINDOW = 3, 2
@@ -112,7 +112,7 @@ def test_retry_after_forms() -> None:
 def test_unreachable_server_is_retried_then_raised(tmp_path: Path) -> None:
     import requests
 
-    from tests.support.services import free_port
+    from testbed.services import free_port
 
     sleeps = Sleeps()
     with Client(f"http://127.0.0.1:{free_port()}", apikey="sdsk_x", retries=2, backoff=0.01,

@@ -16,7 +16,7 @@ import pytest
 from sds_client import ApiError, Client, Sync
 
 from shared import accounts
-from tests.support.apiserver import gunicorn_api
+from testbed.apiserver import gunicorn_api
 from tests.support.figures import Figures
 from tests.support.rollups import insert_readings, run_all, series
 

@@ -15,12 +15,14 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from ingest import brokers
-from shared import rabbit
-from shared.cli import main
+from admin import rabbit
+from admin.cli import main
+from shared import brokers
 from shared.config import Settings
 from tests.support.clustering import (
+    CLIENT_BASE,
     DEVICES,
+    INGESTER,
     DevicePublisher,
     cluster_settings,
     drop_session,
@@ -393,3 +395,112 @@ def test_ledger_two_nodes_down(cluster: RabbitCluster, settings: Settings,
         assert ledger["acked"] == n
         assert ledger["missing"] == 0 and ledger["extra"] == 0
         assert during == 0
+
+
+# ---- the $share group attack and lingering connections (issue 20) --------------------------------
+
+def _attack(cluster: RabbitCluster, name: str, node: int, *, clean: bool, got: list[bytes]
+            ) -> bool:
+    """One attempt by device `name` to read the ingesters' stream: subscribe to the old public
+    shared group, all of `sensors/#` and every device's readings. True when the broker refused
+    (RabbitMQ 3.10 closes the connection on a subscription it does not authorise)."""
+    c, events = device_client(cluster, name, node=node, clean=clean)
+    c.on_message = lambda _c, _u, m: got.append(m.payload)
+    try:
+        assert events[0] == "connect:Success", events
+        c.subscribe([("$share/sds-ingest/sensors/#", 1), ("sensors/#", 1),
+                     ("sensors/+/readings", 1)])
+        wait_for(lambda: "disconnect" in events, 10, what=f"{name}'s refused subscription")
+        return True
+    finally:
+        close(c)
+
+
+@pytest.mark.parametrize("attackers,persistent,cross_org", [
+    (1, True, False), (3, False, True), (3, True, True)],
+    ids=["1-persistent-same-org", "3-clean-cross-org", "3-persistent-cross-org"])
+def test_share_attack_ledger_on_the_cluster(
+        cluster: RabbitCluster, settings: Settings, conn: psycopg.Connection, database_url: str,
+        figures: Figures, attackers: int, persistent: bool, cross_org: bool) -> None:
+    """The `$share` attack of issue 20 on the RabbitMQ profile: devices (of the publisher's
+    organisation or another) try, again and again while C5 publishes 300 QoS 1 readings, to
+    subscribe to the shared group, `sensors/#` and `sensors/+/readings`; every attempt is
+    refused, nothing reaches them, no queue of theirs holds a message, and the ledger misses 0."""
+    make_site(conn, device="C5")
+    names = ["C1", "C2", "C3"][:attackers]
+    for name in names:
+        make_site(conn, device=name, org_name="Other Org" if cross_org else "Ingest Org")
+    s = cluster_settings(settings, cluster)
+    run = RunningIngester(s).start()
+    dev = DevicePublisher(cluster, "C5", first=2)
+    got: list[bytes] = []
+    refused: list[bool] = []
+    try:
+        def attack_all() -> None:
+            for i, name in enumerate(names):
+                refused.append(_attack(cluster, name, i % cluster.size, clean=not persistent,
+                                       got=got))
+
+        times = dev.run(300, rate=100, during={10: attack_all, 120: attack_all,
+                                               240: attack_all})
+        ledger = settled_ledger(dev, times, database_url, timeout=90)
+    finally:
+        dev.close()
+        run.stop()
+        drop_session(s)
+    theirs = [q for q in cluster.queues()
+              if any(str(q["name"]).startswith(f"mqtt-subscription-{n}qos") for n in names)]
+    assert refused == [True] * 3 * attackers
+    assert got == []
+    assert all(q["messages"] == 0 for q in theirs), theirs
+    assert ledger["acked"] == 300 and ledger["missing"] == 0 and ledger["extra"] == 0
+    mode = "persistent" if persistent else "clean"
+    figures.record(
+        f"delivery.share_attack.cluster_{attackers}_{mode}_{'cross' if cross_org else 'same'}"
+        "_org", {**ledger, "subscriptions refused": len(refused),
+                 "messages the attackers received": len(got)},
+        section="delivery",
+        title=f"RabbitMQ cluster profile, $share group attack: {attackers} device(s) "
+              f"({mode} sessions, {'another' if cross_org else 'the same'} organisation) try "
+              "3 times each to subscribe to the shared group, sensors/# and "
+              "sensors/+/readings during 300 QoS 1 readings (issue 20)",
+        target="every subscription refused; missing 0", source=SOURCE)
+
+
+def test_rotated_devices_connection_is_closed(
+        cluster: RabbitCluster, settings: Settings, database_url: str, tmp_path: Path) -> None:
+    """`sds device rotate-password --rabbitmq-definitions` then the reload: the device's open
+    connection (a persistent session under a client id of the thief's choosing) is closed, and
+    its old password no longer logs in; an untouched device stays connected. RabbitMQ's own
+    `close_all_user_connections` does not reach MQTT connections (tried: the thief stayed)."""
+    defs = tmp_path / "definitions.json"
+    doc = json.loads(cluster.ctl("export_definitions", "-", "--format", "json"))
+    rabbit.save(defs, {k: doc[k] for k in ("vhosts", "users", "permissions",
+                                           "topic_permissions")})
+    with psycopg.connect(database_url) as c:
+        make_site(c, device="C4")
+        make_site(c, device="C3")
+    # A stolen credential need not use the device's client id: a persistent session may start
+    # under any (it only cannot delete other ids' queues).
+    thief, thief_events = device_client(cluster, "C4", client_id="C4-stolen", node=1,
+                                        clean=False)
+    bystander, bystander_events = device_client(cluster, "C3", node=2)
+    try:
+        assert thief_events == ["connect:Success"] and bystander_events == ["connect:Success"]
+        r = CliRunner().invoke(main, ["device", "rotate-password", "C4",
+                                      "--rabbitmq-definitions", str(defs)],
+                               env={"SDS_DATABASE_URL": database_url})
+        assert r.exit_code == 0, r.output
+        assert cluster.reload(defs) == ["C4"]
+        wait_for(lambda: "disconnect" in thief_events, 10, what="the rotated device closed")
+        time.sleep(1.0)
+        assert "disconnect" not in bystander_events
+    finally:
+        close(thief)
+        close(bystander)
+    again, again_events = device_client(cluster, "C4", node=0)  # the old password
+    close(again)
+    assert again_events[0] != "connect:Success", again_events
+    # Restore C4's account for the module's other tests.
+    cluster.provision(ingester=INGESTER, devices={"C4": DEVICES["C4"]},
+                      ingester_client_id=CLIENT_BASE)

@@ -15,9 +15,10 @@ import paho.mqtt.client as mqtt
 import pytest
 from click.testing import CliRunner
 
-from shared import migrate, rabbit
-from shared.cli import main
-from tests.support.services import REPO, free_port, port_open
+from admin import rabbit
+from admin.cli import main
+from shared import migrate
+from testbed.services import REPO, free_port, port_open
 
 pytestmark = [
     pytest.mark.chaos,  # a broker node boot: the full run only

@@ -1,4 +1,4 @@
-"""tests/support/browser.py: headless Debian Chromium starts, runs a page's JavaScript, reports
+"""testbed/browser.py: headless Debian Chromium starts, runs a page's JavaScript, reports
 its console errors, and leaves no browser process or profile behind."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from tests.support.browser import chromium, console_errors, wait_for
+from testbed.browser import chromium, console_errors, wait_for
 
 PAGE = ("data:text/html,<title>probe</title><script>window.answer = 6 * 7;"
         " console.error('probe-error');</script>")

@@ -20,6 +20,7 @@ import pytest
 
 from ingest.client import Ingester
 from shared.config import Settings
+from testbed.services import MosquittoBroker, PostgresServer
 from tests.support.databases import own_postgres
 from tests.support.figures import Figures
 from tests.support.ingesting import (
@@ -33,7 +34,6 @@ from tests.support.ingesting import (
     stored_times,
     wait_for,
 )
-from tests.support.services import MosquittoBroker, PostgresServer
 
 pytestmark = pytest.mark.chaos
 

@@ -25,9 +25,9 @@ from paho.mqtt.properties import Properties
 from shared import accounts
 from shared.config import Settings
 from shared.errors import BadParameter
+from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, RunningIngester, iso, make_site, now_slot, wait_for
-from tests.support.services import MosquittoBroker
 
 USERS = {"ingester": "ingester-pw", "A000001": "pw-1", "A000002": "pw-2"}
 THIEF, VICTIM = "A000001", "A000002"

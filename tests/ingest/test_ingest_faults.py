@@ -14,6 +14,7 @@ import pytest
 from ingest.committer import retry_later
 from shared import accounts
 from shared.config import Settings
+from testbed.services import MosquittoBroker, free_port
 from tests.support.ingesting import (
     Ledger,
     RunningIngester,
@@ -23,7 +24,6 @@ from tests.support.ingesting import (
     now_slot,
     wait_for,
 )
-from tests.support.services import MosquittoBroker, free_port
 
 
 def count(conn: psycopg.Connection, query: str, *args: object) -> int:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ingest import derive, payload, topics
+from ingest import derive, jsonframe, payload, topics
 from ingest.payload import Limits, decode_payload
 from shared.columns import READING_INPUTS
 from shared.errors import InvalidReading
@@ -239,7 +239,7 @@ def test_docs_field_table_matches_registry() -> None:
 def test_key_token_count_matches_the_regular_expression(data: bytes) -> None:
     """The fast count of key tokens (bytes.count when no blank precedes a colon) is the
     regular expression's count for any bytes."""
-    assert payload._key_tokens(data) == len(payload._KEY_TOKEN.findall(data))
+    assert jsonframe._key_tokens(data) == len(jsonframe._KEY_TOKEN.findall(data))
 
 
 def test_repeated_key_in_compact_json_is_rejected() -> None:

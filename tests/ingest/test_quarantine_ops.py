@@ -18,9 +18,9 @@ import pytest
 from click.testing import CliRunner
 from psycopg import errors
 
+from admin.cli import main
 from ingest import quarantine
 from shared import db
-from shared.cli import main
 from shared.config import Settings
 from tests.support.figures import Figures
 from tests.support.ingesting import (

@@ -1,4 +1,4 @@
-"""Sharded ingesters (issue 17): N processes share the stream through `$share/sds-ingest/...`,
+"""Sharded ingesters (issue 17): N processes share the stream through `$share/<group>/...`,
 each with its own client id, persistent session, leader lock and standby.
 
 First the broker behaviour the design rests on, measured on the real mosquitto 2.0: an offline
@@ -27,6 +27,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from ingest import shards
 from shared.config import Settings
+from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     IngesterProcess,
@@ -40,17 +41,19 @@ from tests.support.ingesting import (
     stored_times,
     wait_for,
 )
-from tests.support.services import MosquittoBroker
 
 
 def test_shard_identity_and_subscription() -> None:
-    base = Settings(mqtt_username="ingester", mqtt_client_id="ingester", metrics_port=9108)
+    base = Settings(mqtt_username="ingester", mqtt_client_id="ingester", metrics_port=9108,
+                    ingest_share_group="Secret_group-0123456789")
     assert shards.shard_settings(base) is base
     assert shards.subscriptions(base) == ["sensors/#"]
     third = shards.shard_settings(base.replace(ingest_shards=4, ingest_shard=3))
     assert (third.mqtt_username, third.mqtt_client_id, third.metrics_port) == (
         "ingester-3", "ingester-3", 9108 + 100 + 2)
-    assert shards.subscriptions(third) == ["$share/sds-ingest/sensors/#"]
+    assert shards.subscriptions(third) == ["$share/Secret_group-0123456789/sensors/#"]
+    assert shards.legacy_subscriptions(third) == ["$share/sds-ingest/sensors/#"]
+    assert shards.legacy_subscriptions(base) == []
     assert shards.runs_retention(third) is False
     for shards_n, shard in ((4, 0), (4, 5), (1, 2), (17, 1), (0, 0)):
         with pytest.raises(ValueError):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from click.testing import CliRunner
 
-from ingest import simulate
+from admin import simulate
 from ingest.payload import Limits, decode_payload
 from shared.config import Settings
 from tests.support.ingesting import RunningIngester, make_site, wait_for
@@ -107,7 +107,7 @@ def test_simulate_with_device_credentials_and_shipped_acl(
 ) -> None:
     """The run command's shape: the broker refuses anonymous clients and applies the shipped
     ACL; each simulated device logs in as itself, the ingester as `ingester`."""
-    from tests.support.services import MosquittoBroker
+    from testbed.services import MosquittoBroker
 
     make_site(conn, device="S1")
     broker = MosquittoBroker().start(tmp_path / "mqtt", users={

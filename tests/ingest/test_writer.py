@@ -16,14 +16,14 @@ import psycopg
 from psycopg import sql
 
 from ingest import derive, writer
-from ingest.handler import handle
+from ingest.handler import Message, handle
 from shared import accounts
 from shared.columns import READING_INPUTS, TABLES
 from shared.units import stored_decimals
 from tests.support.ingesting import ELEV, Site, iso, make_site, now_slot, wait_for
 
 
-def _readings(device: str, *times: datetime, tair: float = 20.5) -> writer.Message:
+def _readings(device: str, *times: datetime, tair: float = 20.5) -> Message:
     body = json.dumps([{"time": iso(t), "tair": tair, "rh": 0.5} for t in times]).encode()
     return handle(f"sensors/{device}/readings", body)
 

@@ -44,7 +44,9 @@ def test_schema_of_each_table_in_registry_order_with_key_order(
                            '"description":')
     got = response.get_json()
     assert [c["column_name"] for c in got] == list(TABLES[table].column_names)
-    assert all(list(c) == ["column_name", "data_type", "description"] for c in got)
+    # precision and unit come after the three keys clients have always read (issue 22).
+    assert all(list(c) == ["column_name", "data_type", "description", "precision", "unit"]
+               for c in got)
 
 
 def test_daily_schema_has_the_documented_columns(client: FlaskClient, world: World) -> None:
@@ -53,6 +55,9 @@ def test_daily_schema_has_the_documented_columns(client: FlaskClient, world: Wor
     assert got["create_time"]["data_type"] == "timestamp with time zone"
     assert got["crop_water_demand"]["data_type"] == "real"
     assert "mm/day" in got["crop_water_demand"]["description"]
+    assert (got["crop_water_demand"]["precision"], got["crop_water_demand"]["unit"]) == (2, "mm")
+    assert (got["mean_rh"]["precision"], got["mean_rh"]["unit"]) == (2, "pct")
+    assert (got["maxt_time"]["precision"], got["maxt_time"]["unit"]) == (None, None)
 
 
 def test_schemas_errors(client: FlaskClient, world: World) -> None:

@@ -148,7 +148,8 @@ def test_local_time_in_select_needs_the_parameter(client: FlaskClient, world: Wo
 # ---- time window -------------------------------------------------------------------------------
 
 def test_end_time_is_inclusive_and_cursor_continues(client: FlaskClient, world: World) -> None:
-    # reference-facts: start 2019-07-01, end 08:00, limit 5 -> 00..04 + cursor for 05:00.
+    # docs/spec/reference-facts.md (cursor): start 2019-07-01, end 08:00, limit 5 -> 00..04
+    # and a cursor for 05:00.
     first = get(client, world, "hourly", device="D1", start_time="2024-07-01",
                 end_time="2024-07-01T08:00:00Z", limit=5, select="time")
     assert [r["time"][11:13] for r in rows(first)] == ["00", "01", "02", "03", "04"]
@@ -353,6 +354,22 @@ def test_local_time_zone_is_dst_aware_offsets_are_flat(client: FlaskClient,
     assert seconds[0]["local_time"] == "2024-11-02T21:00:00-0700"
     half = rows(get(client, world, "hourly", local_time="Asia/Kolkata", **common))
     assert half[0]["local_time"] == "2024-11-03T09:30:00+0530"
+
+
+@pytest.mark.parametrize(("value", "first"), [
+    ("+0545", "2024-11-03T09:45:00+0545"),
+    ("+1030", "2024-11-03T14:30:00+1030"),
+    ("-0300", "2024-11-03T01:00:00-0300"),
+    ("-3600", "2024-11-03T03:00:00-0100"),  # digits that are no HHMM stay seconds
+])
+def test_local_time_hhmm_is_a_flat_offset(client: FlaskClient, world: World, value: str,
+                                          first: str) -> None:
+    """The colon-less offset the API writes is read back as that offset, in JSON and CSV
+    (issue 22: `+1030` was 1030 seconds)."""
+    common = dict(device="D3", start_time=FALL_BACK.isoformat(), select="time",
+                  local_time=value)
+    assert rows(get(client, world, "hourly", **common))[0]["local_time"] == first
+    assert csv_rows(get(client, world, "hourly", accept="text/csv", **common))[1][1] == first
 
 
 def test_local_time_without_time_selected(client: FlaskClient, world: World) -> None:

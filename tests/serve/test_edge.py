@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.apiserver import edge_api_env
+from testbed.apiserver import edge_api_env
+from testbed.services import GunicornServer, NginxEdge
 from tests.support.data_world import D4_ROWS, World
 from tests.support.figures import Figures
-from tests.support.services import GunicornServer, NginxEdge
 from tests.support.slowclients import SlowHeaders, percentile, probe
 
 SLOW_CONNECTIONS = 50
@@ -181,7 +181,7 @@ def test_gunicorns_own_errors_are_json_directly_and_through_the_edge(
 
 
 def test_no_api_instance_is_a_json_502(tmp_path: Path) -> None:
-    from tests.support.services import free_port
+    from testbed.services import free_port
 
     dead = NginxEdge().start([f"127.0.0.1:{free_port()}"], tmp_path)
     try:

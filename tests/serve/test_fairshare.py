@@ -23,9 +23,9 @@ import pytest
 
 from shared import accounts
 from shared.columns import TABLES
+from testbed.services import GunicornServer, NginxEdge
 from tests.support.data_world import World
 from tests.support.figures import Figures
-from tests.support.services import GunicornServer, NginxEdge
 from tests.support.slowclients import percentile, probe
 
 CLIENTS = 20
@@ -203,7 +203,7 @@ def test_the_edge_meters_exactly_the_pages_the_api_calls_heavy() -> None:
     import re
 
     from shared.config import Settings
-    from tests.support.services import SHIPPED_NGINX_CONF
+    from testbed.services import SHIPPED_NGINX_CONF
 
     found = re.search(r'map \$arg_limit \$sds_heavy_page \{\s*default "";\s*"~(.+?)" heavy;',
                       SHIPPED_NGINX_CONF.read_text())

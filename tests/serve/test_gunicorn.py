@@ -14,8 +14,8 @@ import pytest
 
 from shared import accounts
 from shared.columns import TABLES
+from testbed.services import GunicornServer
 from tests.support.data_world import D4_ROWS, World
-from tests.support.services import GunicornServer
 
 BIG_ROWS = 10000
 

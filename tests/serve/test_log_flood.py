@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.apiserver import edge_api_env
+from testbed.apiserver import edge_api_env
+from testbed.services import GunicornServer
 from tests.support.data_world import World
 from tests.support.figures import Figures
-from tests.support.services import GunicornServer
 
 THREADS = 4
 FLOOD_SECONDS = 10.0

@@ -1,7 +1,7 @@
 """Reads through a hot standby (SDS_DATABASE_READ_URL): `/data` pages come from the standby
 while it is at most SDS_READ_MAX_STALENESS seconds behind and from the primary past that, and
 `X-Read-Source` says which and why; credential bookkeeping always writes to the primary. A
-real primary and a real standby fed by streaming replication (tests/support/services.py)."""
+real primary and a real standby fed by streaming replication (testbed/services.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from flask import Flask
 from serve.pool import CHECK_EVERY, ReadRouter, read_router
 from shared import accounts
 from shared.config import Settings
+from testbed.services import PostgresServer
 from tests.support.apps import close_app
 from tests.support.databases import migrate_database
-from tests.support.services import PostgresServer
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 BOUND = 2.0  # seconds of staleness allowed in these tests

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.apiserver import edge_api_env
+from testbed.apiserver import edge_api_env
+from testbed.services import GunicornServer, NginxEdge
 from tests.support.data_world import World
 from tests.support.figures import Figures
-from tests.support.services import GunicornServer, NginxEdge
 
 CLIENTS = 4
 PATHS = ["/api/v2/data/hourly?device=D1&start_time=2024-07-01&limit=24",

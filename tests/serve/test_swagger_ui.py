@@ -14,8 +14,8 @@ import requests
 from flask.testing import FlaskClient
 from selenium.webdriver.common.by import By
 
-from tests.support.apiserver import gunicorn_api
-from tests.support.browser import chromium, console_errors, wait_for
+from testbed.apiserver import gunicorn_api
+from testbed.browser import chromium, console_errors, wait_for
 from tests.support.data_world import World
 
 DATA_OP = "#operations-data-get_api_v2_data__table_"

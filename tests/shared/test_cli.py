@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from shared.cli import main
-from tests.support.services import MosquittoBroker
+from admin.cli import main
+from testbed.services import MosquittoBroker
 
 
 @pytest.fixture

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
+from admin.cli import main
 from ingest.client import Ingester
-from shared.cli import main
 from shared.config import Settings
-from tests.support.services import MosquittoBroker
+from testbed.services import MosquittoBroker
 
 INGESTER_PW = "ingester-test-password"
 
@@ -96,11 +96,13 @@ def test_device_life_cycle(database_url: str, mqtt_world: tuple[MosquittoBroker,
     assert r.exit_code == 0, r.output
     assert "stored: health row A000300" in r.output and "location North" in r.output
 
-    # A bad reading lands in quarantine, and the command says why.
+    # A bad reading lands in quarantine, the command says why, and its exit status says the
+    # test publish failed (a script must not read a refused reading as a success).
     r = sds("device", "publish-test", "A000300", "--reading",
             '{"time": "2024-07-01T12:03:00Z", "tair": 20}', device_password=first_pw)
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output
     assert "quarantined: off_grid" in r.output
+    assert "1 of the message's readings went to quarantine" in r.output
 
     r = sds("device", "show", "A000300")
     assert r.exit_code == 0

@@ -7,7 +7,7 @@ import pytest
 
 from shared import migrate
 from shared.columns import TABLES
-from tests.support.services import PostgresServer
+from testbed.services import PostgresServer
 
 
 def test_timescaledb_installed_and_reported(conn: psycopg.Connection) -> None:

@@ -1,5 +1,5 @@
-"""RabbitMQ cluster profile accounts and node settings (shared/rabbit.py) and broker endpoints
-(ingest/brokers.py), without a broker: the permissions must grant exactly what the mosquitto
+"""RabbitMQ cluster profile accounts and node settings (admin/rabbit.py) and broker endpoints
+(shared/brokers.py), without a broker: the permissions must grant exactly what the mosquitto
 ACL grants. Python's `re` stands in for RabbitMQ's PCRE here (the patterns use only what both
 read alike); tests/cluster checks the same rules on a real cluster."""
 
@@ -17,11 +17,11 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from ingest import brokers
+from admin import rabbit
+from admin.cli import main
 from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
-from shared import rabbit
-from shared.cli import main
+from shared import brokers
 from shared.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,3 +216,31 @@ def test_shards_need_mqtt5() -> None:
     link = MqttLink(Settings(mqtt_protocol="3.1.1"), Metrics(), on_message=lambda *_a: None,
                     may_connect=lambda: None, stopping=threading.Event())
     assert link.client.protocol == mqtt.MQTTv311
+
+
+def test_rotated_users_are_devices_whose_hash_the_file_changes() -> None:
+    cluster = rabbit.empty_definitions()
+    for name in ("C1", "C2", "C3"):
+        rabbit.add_device(cluster, name, f"{name}-old")
+    rabbit.add_ingester(cluster, "ingester", "pw", client_id="ingester")
+    rabbit.add_ingester(cluster, "ingester-2", "pw", client_id="ingester-2")
+    doc = json.loads(json.dumps(cluster))
+    rabbit.add_device(doc, "C2", "C2-new")  # rotated
+    rabbit.add_ingester(doc, "ingester", "pw", client_id="ingester")  # re-salted at each start
+    rabbit.add_ingester(doc, "ingester-2", "pw", client_id="ingester-2")
+    rabbit.remove_user(doc, "C3")  # retired: stale_users' business
+    assert rabbit.rotated_users(doc, cluster) == ["C2"]
+    assert rabbit.rotated_users(cluster, cluster) == []
+
+
+def test_close_expression_quotes_nothing_a_client_chose() -> None:
+    conns = [{"user": "C2", "client_id": "C2"}, {"user": "C2", "client_id": 'x"]),halt().%'},
+             {"user": "C1", "client_id": "C1"}]
+    expr = rabbit.close_connections_expr(conns, {"C2"})
+    assert expr is not None
+    ids = [bytes(int(b) for b in lit.split(",")).decode()
+           for lit in re.findall(r"\[([0-9,]+)\]", expr)]
+    assert ids == ["C2", 'x"]),halt().%']  # sorted; C1 left alone
+    assert '"' not in expr and "halt" not in expr
+    assert expr.startswith("[exit(P, kill) || {C, P} <- rabbit_mqtt_collector:list(),")
+    assert rabbit.close_connections_expr(conns, {"C9"}) is None

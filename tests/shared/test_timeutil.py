@@ -139,6 +139,25 @@ def test_local_time_forms() -> None:
     assert format_utc_z(t) == "2019-07-01T00:00:00Z"
 
 
+@pytest.mark.parametrize(("raw", "expected"), [
+    # The API's own colon-less form (issue 22: these were read as seconds, +1030 as 17:10).
+    ("+0545", "2026-04-04T15:45:00+0545"),
+    ("+1030", "2026-04-04T20:30:00+1030"),
+    ("-0300", "2026-04-04T07:00:00-0300"),
+    ("+1400", "2026-04-05T00:00:00+1400"),
+    ("-0000", "2026-04-04T10:00:00+0000"),
+    # Other digit strings stay seconds: HH > 14, MM >= 60, unsigned, or not four digits.
+    ("-3600", "2026-04-04T09:00:00-0100"),
+    ("+1500", "2026-04-04T10:25:00+0025"),
+    ("+0160", "2026-04-04T10:02:40+000240"),
+    ("1030", "2026-04-04T10:17:10+001710"),
+    ("-25200", "2026-04-04T03:00:00-0700"),
+])
+def test_hhmm_is_an_offset_other_digits_are_seconds(raw: str, expected: str) -> None:
+    t = datetime(2026, 4, 4, 10, 0, tzinfo=UTC)
+    assert format_local(t, parse_local_time(raw)) == expected
+
+
 @pytest.mark.parametrize("raw", ["Mars/Olympus", "UTC+5", "+25:00", "99999999", "../etc/passwd"])
 def test_bad_zones_rejected(raw: str) -> None:
     with pytest.raises(BadParameter):

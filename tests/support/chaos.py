@@ -26,9 +26,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from shared.config import Settings
+from testbed.services import MosquittoBroker, PostgresServer, free_port
 from tests.support.databases import own_postgres
 from tests.support.ingesting import iso, now_slot, wait_for
-from tests.support.services import MosquittoBroker, PostgresServer, free_port
 
 # $SYS counters every second instead of every 10 s: test instrumentation only, the durable
 # settings under test are the shipped ones (appended by MosquittoBroker).

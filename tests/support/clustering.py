@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 import paho.mqtt.client as mqtt
 
-from ingest import brokers
+from shared import brokers
 from shared.config import Settings
 from tests.support.ingesting import iso, now_slot, wait_for
 from tests.support.rabbit import RabbitCluster

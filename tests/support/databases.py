@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from shared import migrate
-from tests.support.services import PostgresServer
+from testbed.services import PostgresServer
 
 
 def with_dbname(url: str, dbname: str) -> str:

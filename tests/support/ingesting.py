@@ -105,7 +105,8 @@ def mqtt_settings(settings: Settings, broker: Any) -> Iterator[Settings]:
     tag = uuid.uuid4().hex[:8]
     s = settings.replace(mqtt_host="127.0.0.1", mqtt_port=broker.port, mqtt_username=None,
                          mqtt_password=None, mqtt_client_id=f"ing-{tag}",
-                         topic_prefix=f"t{tag}", ingest_flush_interval=0.1)
+                         topic_prefix=f"t{tag}", ingest_flush_interval=0.1,
+                         ingest_share_group=f"test-group-{tag}")
     yield s
     drop_session(s)
 

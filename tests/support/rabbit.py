@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from shared import rabbit
-from tests.support.services import (
+from admin import rabbit
+from testbed.services import (
     REPO,
     ServiceError,
     _chown_tree,
@@ -230,6 +230,29 @@ class RabbitCluster:
             shutil.copyfile(path, own)
         _chown_tree(own, "rabbitmq")
         self.ctl("import_definitions", str(own))
+
+    def reload(self, path: Path) -> list[str]:
+        """What `deploy/services.sh reload-broker` (deploy/rabbitmq.sh cmd_reload) does with
+        an accounts file: note the devices whose password it changes, import it, delete the
+        users it no longer lists and close their connections, close the rotated devices'
+        connections. Returns the rotated devices."""
+        current = self.base_dir / "export.json"
+        current.touch()
+        _chown_tree(current, "rabbitmq")
+        self.ctl("export_definitions", str(current))
+        defs = rabbit.load(path)
+        rotated = rabbit.rotated_users(defs, json.loads(current.read_text()))
+        self.import_definitions(path)
+        users = json.loads(self.ctl("list_users", "--formatter", "json"))
+        stale = rabbit.stale_users(defs, users)
+        for user in stale:
+            self.ctl("delete_user", user)
+        conns = json.loads(self.ctl("list_mqtt_connections", "-p", self.vhost, "user",
+                                    "client_id", "--formatter", "json") or "[]")
+        expr = rabbit.close_connections_expr(conns, set(rotated) | set(stale))
+        if expr:
+            self.ctl("eval", expr)
+        return rotated
 
     def log_text(self) -> str:
         return "\n".join(n.log_text() for n in self.nodes)

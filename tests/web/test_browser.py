@@ -24,10 +24,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from tests.support.apiserver import gunicorn_api
-from tests.support.browser import chromium, console_errors, wait_for
+from testbed.apiserver import gunicorn_api
+from testbed.browser import chromium, console_errors, wait_for
+from testbed.services import NginxEdge
 from tests.support.dashboard import A_PAYLOAD, B_SECRET, PASSWORDS, STEPS, World
-from tests.support.services import NginxEdge
 
 # Series colours of device.js / quarantine.js, in column order.
 COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"]

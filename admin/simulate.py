@@ -32,12 +32,11 @@ from typing import Any
 
 import click
 import paho.mqtt.client as mqtt
-import psycopg
 
-from ingest import brokers
+from admin.context import connection
 from ingest.derive import saturation_vapour_pressure
 from ingest.topics import HEALTH, READINGS, topic_for
-from shared import db
+from shared import brokers
 from shared.columns import HEALTH_INPUTS, READING_INPUTS
 from shared.config import Settings
 from shared.timeutil import FIVE_MINUTES, floor_5min, parse_instant
@@ -183,12 +182,7 @@ def spoil(body: dict[str, Any], kind: str) -> dict[str, Any] | bytes:
 
 def load_sites(settings: Settings, names: tuple[str, ...], limit: int | None) -> list[Site]:
     """Devices with a current deployment, with their location's coordinates and elevation."""
-    try:
-        conn = db.connect(settings, connect_timeout=10)
-    except psycopg.OperationalError as exc:
-        raise click.ClickException(
-            f"cannot connect to the database (SDS_DATABASE_URL): {exc}".strip()) from None
-    with conn:
+    with connection(settings, name="sds-simulate", connect_timeout=10) as conn:
         rows = conn.execute(
             "SELECT d.name, coalesce(l.lat, 0), coalesce(l.lon, 0), coalesce(l.elev, 0)"
             " FROM devices d JOIN deployments dep ON dep.device_id = d.id"
@@ -214,12 +208,10 @@ class _Device:
         self.bad_ratio = bad_ratio
         self.counts = counts
         # Client id = device name: the RabbitMQ cluster profile lets a device's clean session
-        # start only under its own name (shared/rabbit.py).
-        self.client = brokers.new_client(settings, site.device, persistent=False)
-        if password is not None:
-            self.client.username_pw_set(site.device, password)
-        if settings.mqtt_tls_ca:
-            self.client.tls_set(ca_certs=settings.mqtt_tls_ca)
+        # start only under its own name (admin/rabbit.py).
+        self.client = brokers.new_client(settings, site.device, persistent=False,
+                                         username=site.device if password is not None else None,
+                                         password=password)
         self.client.reconnect_delay_set(1, 30)
         self.refused: str | None = None
         self.client.on_connect = self._on_connect

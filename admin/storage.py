@@ -11,15 +11,16 @@ import click
 import psycopg
 from psycopg import sql
 
+from admin import context
 from aggregate import lifecycle, storage
-from shared import accounts, clitools
+from shared import accounts
 from shared.config import Settings
 
-_settings = clitools.settings_from_env
+_settings = context.settings_from_env
 
 
 def _connect(settings: Settings) -> AbstractContextManager[psycopg.Connection]:
-    return clitools.connection(settings, name="sds-storage-cli",
+    return context.connection(settings, name="sds-storage-cli",
                                errors=(lifecycle.RetentionError,))
 
 

@@ -14,20 +14,21 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from tqdm import tqdm
 
+from admin import context
 from aggregate import jobs, rollups
 from aggregate.leader import LOCK_NAME
-from shared import clitools, db, locks
+from shared import locks
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
 
-_settings = clitools.settings_from_env
+_settings = context.settings_from_env
 CLI_NAME = "sds-aggregate-cli"  # application_name of the command's sessions
 
 
 def _connect(settings: Settings) -> AbstractContextManager[psycopg.Connection]:
-    return clitools.connection(settings, name=CLI_NAME)
+    return context.connection(settings, name=CLI_NAME)
 
 
 def _instant(value: str | None, name: str) -> datetime | None:
@@ -93,7 +94,7 @@ def backfill(tables: tuple[str, ...], devices: tuple[str, ...], start: str, end:
                                 devices=list(devices) or None,
                                 low_quality_pct=settings.low_quality_pct,
                                 chunk_days=chunk_days, progress=progress, workers=workers,
-                                connect=lambda: db.connect(settings, name=CLI_NAME))
+                                connect=lambda: context.plain_connection(settings, name=CLI_NAME))
     click.echo(f"{written} rows written")
 
 

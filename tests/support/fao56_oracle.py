@@ -31,9 +31,14 @@ STEFAN_BOLTZMANN_DAY = 4.903e-9  # MJ K-4 m-2 day-1
 STEFAN_BOLTZMANN_HOUR = 2.043e-10  # MJ K-4 m-2 h-1
 ALBEDO = 0.23  # grass reference crop
 # Rs/Rso used for night periods, when no radiation is measured. FAO-56 says to take the ratio
-# of 2-3 hours before sunset; a rollup bucket is computed on its own, so the arid-climate value
-# of FAO-56 Example 19 (0.8; 0.4-0.6 in humid climates) stands in. Night ET is tiny either way.
+# of 2-3 hours before sunset; a rollup bucket is computed from its own readings only (a late
+# reading marks its own buckets, never the night after it), so the arid-climate value of
+# FAO-56 Example 19 (0.8; 0.4-0.6 in humid climates) stands in. It is also the daily ratio of a
+# polar night (Rso = 0, the ratio undefined). docs/aggregate.md gives the size of the error.
 NIGHT_RS_RSO = 0.8
+# ASCE-EWRI (2005) eq. 18: Rs/Rso within 0.3..1.0. Below 0.26 the cloudiness factor of FAO-56
+# eq. 39 (1.35 Rs/Rso - 0.35) turns negative and net long-wave radiation becomes a gain.
+RS_RSO_MIN, RS_RSO_MAX = 0.3, 1.0
 # Below this solar elevation (rad) Rs/Rso is unreliable (ASCE-EWRI 2005); use NIGHT_RS_RSO.
 MIN_SUN_ELEVATION = 0.3
 W_TO_MJ_PER_HOUR = 3600 / 1e6
@@ -61,6 +66,13 @@ def clear_sky(ra: float, elevation: float) -> float:
     return (0.75 + 2e-5 * elevation) * ra
 
 
+def cloudiness_ratio(rs: float, rso: float, fallback: float = NIGHT_RS_RSO) -> float:
+    """Rs/Rso bounded to 0.3..1.0 (ASCE-EWRI eq. 18); `fallback` when Rso = 0 (no sun)."""
+    if rso <= 0:
+        return fallback
+    return max(RS_RSO_MIN, min(rs / rso, RS_RSO_MAX))
+
+
 def daily_et(
     *, tmax: float, tmin: float, rh_max: float, rh_min: float, wind: float, height: float,
     rs: float, lat: float, elevation: float, doy: int, pressure: float | None = None,
@@ -69,7 +81,9 @@ def daily_et(
 
     `rh_max`/`rh_min` are fractions 0..1, `wind` the mean speed (m/s) at `height` m, `rs` the
     measured short-wave energy of the day (MJ/m2). ea from RHmax and RHmin (eq. 17); net
-    long-wave radiation from Tmax, Tmin, ea and Rs/Rso (eq. 39).
+    long-wave radiation from Tmax, Tmin, ea and Rs/Rso (eq. 39), the ratio bounded to 0.3..1.0
+    (`cloudiness_ratio`); a polar night (Rso = 0) takes NIGHT_RS_RSO. A polar day needs
+    nothing special: the sunset hour angle is pi (eq. 25 clipped).
     """
     tmean = (tmax + tmin) / 2
     p = pressure if pressure is not None else pressure_at(elevation)
@@ -80,7 +94,7 @@ def daily_et(
     ea = (e_tmin * rh_max + e_tmax * rh_min) / 2
     delta = vapour_slope(tmean)
     rso = clear_sky(daily_extraterrestrial(lat, doy), elevation)
-    ratio = min(rs / rso, 1.0) if rso > 0 else NIGHT_RS_RSO
+    ratio = cloudiness_ratio(rs, rso)
     rns = (1 - ALBEDO) * rs
     rnl = (STEFAN_BOLTZMANN_DAY * ((tmax + 273.16) ** 4 + (tmin + 273.16) ** 4) / 2
            * (0.34 - 0.14 * math.sqrt(max(ea, 0.0))) * (1.35 * ratio - 0.35))
@@ -102,6 +116,8 @@ def period_geometry(
     """(Ra in MJ/m2 over the period, solar elevation at its midpoint in rad), eqs. 28-33.
 
     Times are UTC, so the solar time angle uses Lz = 0 and Lm = -lon (lon east positive).
+    Polar night: the sunset hour angle is 0 and Ra is 0 all day; polar day: it is pi and no
+    period is clipped.
     """
     mid = start.astimezone(UTC) + (end - start) / 2
     hours = (end - start).total_seconds() / 3600
@@ -112,8 +128,11 @@ def period_geometry(
     omega = math.pi / 12 * ((t + lon / 15 + _seasonal_correction(doy)) - 12)  # eq. 31
     omega = math.remainder(omega, 2 * math.pi)
     ws = math.acos(max(-1.0, min(1.0, -math.tan(phi) * math.tan(decl))))
-    w1 = max(omega - math.pi * hours / 24, -ws)  # eqs. 29-30, clipped to sunrise/sunset
-    w2 = min(omega + math.pi * hours / 24, ws)
+    w1, w2 = omega - math.pi * hours / 24, omega + math.pi * hours / 24  # eqs. 29-30
+    if ws < math.pi:
+        # Clipped to sunrise/sunset. A polar day (ws = pi) has none: an hour across solar
+        # midnight keeps both halves (clipping at +-pi dropped the half past midnight).
+        w1, w2 = max(w1, -ws), min(w2, ws)
     ra = 0.0
     if w2 > w1:
         ra = (12 * 60 / math.pi) * SOLAR_CONSTANT * dr * (
@@ -133,7 +152,8 @@ def period_et(
     """Reference ET0 (mm) over `[start, end)` (about an hour) by FAO-56 hourly eq. 53.
 
     `tair` (C), `rh` (0..1), `wind` (m/s at `height` m) and `swdw` (W/m2) are period means.
-    Soil heat flux G = 0.1 Rn while the sun is up, 0.5 Rn at night (eqs. 45-46). Rs/Rso comes
+    Soil heat flux G = 0.1 Rn while the sun is up, 0.5 Rn at night (eqs. 45-46); "up" means
+    Ra > 0 over the period, i.e. any part of it lies between sunrise and sunset. Rs/Rso comes
     from the period when the sun is higher than MIN_SUN_ELEVATION, else `night_ratio`. A
     period other than one hour (30/45-minute or 1.5-hour local hours) gets the hourly rate x
     its length. Negative results (dew) are reported as 0.
@@ -146,7 +166,7 @@ def period_et(
     rs = swdw * W_TO_MJ_PER_HOUR  # MJ/m2/h from the mean flux
     rso = clear_sky(ra, elevation)
     if sun > MIN_SUN_ELEVATION and rso > 0:
-        ratio = max(0.3, min(rs / rso, 1.0))
+        ratio = cloudiness_ratio(rs, rso)
     else:
         ratio = night_ratio
     p = pressure if pressure is not None else pressure_at(elevation)

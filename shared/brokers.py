@@ -59,15 +59,25 @@ class Rotation:
 
 
 def new_client(settings: Settings, client_id: str, *, persistent: bool,
-               manual_ack: bool = False) -> mqtt.Client:
-    """A paho 2.x client in the configured MQTT version. persistent=True asks the broker to
-    keep the session (MQTT 3.1.1's clean_session=False; for MQTT 5 see `connect_async`)."""
+               manual_ack: bool = False, username: str | None = None,
+               password: str | None = None) -> mqtt.Client:
+    """A paho 2.x client in the configured MQTT version, logging in as `username` and trusting
+    SDS_MQTT_TLS_CA when set: every MQTT client of the service is made here. persistent=True
+    asks the broker to keep the session (MQTT 3.1.1's clean_session=False; for MQTT 5 see
+    `connect_async`)."""
     proto = protocol(settings)
     if proto == mqtt.MQTTv5:
-        return mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
-                           protocol=proto, manual_ack=manual_ack)
-    return mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=proto,
-                       manual_ack=manual_ack, clean_session=not persistent)
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                             protocol=proto, manual_ack=manual_ack)
+    else:
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id,
+                             protocol=proto, manual_ack=manual_ack,
+                             clean_session=not persistent)
+    if username:
+        client.username_pw_set(username, password)
+    if settings.mqtt_tls_ca:
+        client.tls_set(ca_certs=settings.mqtt_tls_ca)
+    return client
 
 
 def connect_async(client: mqtt.Client, settings: Settings, *, keepalive: int,

@@ -34,7 +34,7 @@ from types import TracebackType
 import psycopg
 from psycopg import sql
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 SHIPPED_CONF = REPO / "deploy" / "mosquitto" / "mosquitto.conf"
 DURABLE_CONF = REPO / "deploy" / "mosquitto" / "durable.conf"

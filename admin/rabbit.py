@@ -141,6 +141,38 @@ def stale_users(defs: dict[str, Any], cluster_users: list[dict[str, Any]]) -> li
     return sorted(str(u["user"]) for u in cluster_users if u.get("user") not in wanted)
 
 
+_INGESTER_ACCOUNT = re.compile(r"^ingester(-[0-9]+)?$")  # shared/accounts.py reserves these
+
+
+def rotated_users(defs: dict[str, Any], cluster_defs: dict[str, Any]) -> list[str]:
+    """Device accounts whose password the document changes (`sds device rotate-password`):
+    users of the cluster's exported definitions whose stored hash differs from the document's.
+    Their open connections must be closed after the import, or a stolen credential's
+    connection would outlive the rotation (issue 20). The ingester's accounts are left out:
+    deploy/services.sh re-salts their hash on every start, and it reconnects by itself."""
+    wanted = {u.get("name"): u.get("password_hash") for u in defs.get("users", [])}
+    return sorted(
+        str(u["name"]) for u in cluster_defs.get("users", [])
+        if u.get("name") in wanted and wanted[u.get("name")] != u.get("password_hash")
+        and not _INGESTER_ACCOUNT.match(str(u.get("name"))) and u.get("name") != BOOT_ADMIN)
+
+
+def close_connections_expr(connections: list[dict[str, Any]], users: set[str]) -> str | None:
+    """The `rabbitmqctl eval` expression that ends the MQTT connections of `users` (None when
+    they have none). `connections` is `rabbitmqctl list_mqtt_connections user client_id
+    --formatter json`. RabbitMQ 3.10 has no command for this: `close_all_user_connections` does
+    not reach MQTT connections (measured), so the expression ends the MQTT plugin's reader of
+    each of their client ids (the socket closes with it). A client id is chosen by the client,
+    so each is written as its list of UTF-8 byte values: nothing in it can change the
+    expression."""
+    ids = sorted({str(c["client_id"]) for c in connections if c.get("user") in users})
+    if not ids:
+        return None
+    literals = ",".join("[" + ",".join(str(b) for b in cid.encode()) + "]" for cid in ids)
+    return (f"[exit(P, kill) || {{C, P}} <- rabbit_mqtt_collector:list(), "
+            f"lists:member(C, [{literals}])].")
+
+
 def load(path: Path) -> dict[str, Any]:
     """The definitions file at `path`, or an empty document if there is none yet."""
     if not path.exists():
@@ -226,13 +258,16 @@ def _write_if_changed(path: Path, text: str) -> None:
 
 
 def _main(argv: list[str]) -> int:
-    """`python -m shared.rabbit node DIR INDEX NODES BASE`: write node INDEX's files under
+    """`python -m admin.rabbit node DIR INDEX NODES BASE`: write node INDEX's files under
     DIR/nodeINDEX and print its environment (KEY=VALUE lines) for deploy/rabbitmq.sh;
-    `python -m shared.rabbit accounts FILE CLIENT_ID PREFIX [DEVICES_JSON]`: put the ingester's
+    `python -m admin.rabbit accounts FILE CLIENT_ID PREFIX [DEVICES_JSON]`: put the ingester's
     account (password from SDS_MQTT_PASSWORD) into definitions FILE, and the devices of a
     {device: password} file that FILE does not have yet;
-    `python -m shared.rabbit stale-users FILE USERS_JSON`: print the cluster's users that FILE
-    no longer lists."""
+    `python -m admin.rabbit stale-users FILE USERS_JSON`: print the cluster's users that FILE
+    no longer lists; `python -m admin.rabbit rotated-users FILE EXPORT_JSON`: the device
+    users whose password FILE changes against the cluster's exported definitions;
+    `python -m admin.rabbit close-expr MQTT_CONNECTIONS_JSON USER...`: the eval expression
+    ending those users' MQTT connections (close_connections_expr)."""
     if len(argv) == 5 and argv[0] == "node":
         base_dir, index, nodes, base = Path(argv[1]), int(argv[2]), int(argv[3]), int(argv[4])
         node_dir = base_dir / f"node{index}"
@@ -260,6 +295,14 @@ def _main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "stale-users":
         stale = stale_users(load(Path(argv[1])), json.loads(Path(argv[2]).read_text()))
         sys.stdout.write("".join(f"{u}\n" for u in stale))
+        return 0
+    if len(argv) == 3 and argv[0] == "rotated-users":
+        rotated = rotated_users(load(Path(argv[1])), json.loads(Path(argv[2]).read_text()))
+        sys.stdout.write("".join(f"{u}\n" for u in rotated))
+        return 0
+    if len(argv) >= 2 and argv[0] == "close-expr":
+        expr = close_connections_expr(json.loads(Path(argv[1]).read_text()), set(argv[2:]))
+        sys.stdout.write(expr or "")
         return 0
     if len(argv) in (4, 5) and argv[0] == "accounts":
         path = Path(argv[1])

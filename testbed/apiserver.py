@@ -1,6 +1,6 @@
 """The API as deployed, for tests that talk HTTP over a real socket (the Python client, the
 browser tests): `serve.wsgi:app` under gunicorn with deploy/gunicorn.conf.py on a free loopback
-port (tests.support.services.GunicornServer), against a test database. Stopped with SIGTERM
+port (testbed.services.GunicornServer), against a test database. Stopped with SIGTERM
 (then SIGKILL) on exit."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.services import GunicornServer
+from testbed.services import GunicornServer
 
 
 @contextmanager
@@ -27,7 +27,7 @@ def gunicorn_api(database_url: str, log_dir: Path, *, workers: int = 2,
 
 
 def edge_api_env(database_url: str) -> dict[str, str]:
-    """Settings of a test API instance behind the edge (tests.support.services.NginxEdge): it
+    """Settings of a test API instance behind the edge (testbed.services.NginxEdge): it
     trusts the edge's X-Forwarded-For, and no request rate limit or in-flight cap gets in a load
     test's way (tests/serve/test_fairshare.py runs with the shipped ones)."""
     return {"SDS_DATABASE_URL": database_url, "SDS_CURSOR_SECRET": "edge-test",

@@ -1,0 +1,5 @@
+"""`python -m admin` is `sds`."""
+
+from admin.cli import main
+
+main()

@@ -1,0 +1,75 @@
+"""`sds demo`: a demo organisation, user, locations in several zones, devices and an API key."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import click
+
+from admin.brokeraccounts import set_mqtt_passwords, set_rabbitmq_users
+from admin.context import Context, pass_ctx
+from admin.people import sealer
+from shared import accounts
+
+DEMO_ORG = "Demo Farms"
+DEMO_EMAIL = "demo@example.com"
+# (device, location name, zone, lat, lon, elev m, kc): zones chosen to exercise DST, a
+# half-hour offset and a midnight DST gap.
+DEMO_SITES = (
+    ("A000101", "Ames corn field", "America/Chicago", 42.03, -93.62, 300.0, 1.15),
+    ("A000102", "Salinas lettuce", "America/Los_Angeles", 36.68, -121.66, 20.0, 0.95),
+    ("A000103", "Nashik vineyard", "Asia/Kolkata", 20.01, 73.79, 600.0, 0.7),
+    ("A000104", "Curico orchard", "America/Santiago", -34.98, -71.24, 230.0, 0.9),
+    ("A000105", "Wagga wheat", "Australia/Sydney", -35.12, 147.37, 180.0, 1.05),
+)
+
+
+@click.command("demo")
+@click.option("--credentials-out", type=click.Path(path_type=Path), default=None,
+              help="Write {device: mqtt password} JSON here for `sds simulate`.")
+@click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), default=None,
+              help="mosquitto password file to add the demo devices to.")
+@click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
+              help="RabbitMQ definitions file to add the demo devices to (cluster profile).")
+@click.option("--days", default=30, show_default=True, help="Deployments start this many days ago.")
+@pass_ctx
+def demo(obj: Context, credentials_out: Path | None, mqtt_passwd_file: Path | None,
+         rabbitmq_definitions: Path | None, days: int) -> None:
+    """Create a demo organisation, user, locations in several zones, devices and an API key."""
+    password = secrets.token_urlsafe(12)
+    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
+        days=days)
+    device_passwords: dict[str, str] = {}
+    with obj.conn() as conn:
+        exists = conn.execute("SELECT 1 FROM organisations WHERE name = %s",
+                              (DEMO_ORG,)).fetchone()
+        if exists:
+            raise click.ClickException(f"the demo organisation {DEMO_ORG!r} already exists")
+        oid = accounts.create_org(conn, name=DEMO_ORG)
+        uid = accounts.create_user(conn, org=oid, email=DEMO_EMAIL, password=password,
+                                   name="Demo user", is_admin=True)
+        for dev, loc_name, tz, lat, lon, elev, kc in DEMO_SITES:
+            lid = accounts.create_location(conn, org=oid, loc=accounts.LocationInput(
+                name=loc_name, tz_name=tz, lat=lat, lon=lon, elev=elev, kc=kc))
+            accounts.register_device(conn, org=oid, name=dev, type="weather", model="SDS-1")
+            accounts.deploy_device(conn, device=dev, location=lid, start=start)
+            device_passwords[dev] = secrets.token_urlsafe(18)
+        key = accounts.create_api_key(
+            conn, user=uid, name="demo", scopes=["data:read", "devices:read", "locations:read",
+                                                 "apikeys:read"], sealer=sealer(obj.settings))
+        if mqtt_passwd_file:
+            set_mqtt_passwords(mqtt_passwd_file, device_passwords)
+        if rabbitmq_definitions:
+            set_rabbitmq_users(rabbitmq_definitions, device_passwords,
+                                obj.settings.topic_prefix)
+    if credentials_out:
+        credentials_out.write_text(json.dumps(device_passwords, indent=2))
+        credentials_out.chmod(0o600)
+    click.echo(f"organisation: {DEMO_ORG} ({oid})")
+    click.echo(f"user:         {DEMO_EMAIL}")
+    click.echo(f"password:     {password}")
+    click.echo(f"api key:      {key['apikey']}  (scopes {', '.join(key['scopes'])})")
+    click.echo("devices:      " + ", ".join(d[0] for d in DEMO_SITES))

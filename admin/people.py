@@ -1,0 +1,154 @@
+"""`sds org|user|location|apikey`: organisations, users, locations and API keys, for
+bootstrapping and scripts (users manage their own keys through the API)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from admin.context import Context, pass_ctx
+from shared import accounts, sealing
+from shared.config import Settings
+from shared.errors import ServiceError
+from shared.timeutil import parse_instant
+
+
+@click.group("org")
+def org() -> None:
+    """Organisations."""
+
+
+@org.command("create")
+@click.argument("name")
+@pass_ctx
+def org_create(obj: Context, name: str) -> None:
+    """Create an organisation called NAME."""
+    with obj.conn() as conn:
+        oid = accounts.create_org(conn, name=name)
+    click.echo(f"organisation {name} id {oid}")
+
+
+@click.group("user")
+def user() -> None:
+    """Users."""
+
+
+@user.command("create")
+@click.option("--org", "org_name", required=True, help="Organisation name or id.")
+@click.option("--email", required=True)
+@click.option("--name", default=None, help="Display name.")
+@click.option("--admin", is_flag=True, help="Organisation administrator.")
+@pass_ctx
+def user_create(obj: Context, org_name: str, email: str, name: str | None, admin: bool) -> None:
+    """Create a user. The password comes from SDS_USER_PASSWORD or a prompt, never argv."""
+    password = os.environ.get("SDS_USER_PASSWORD") or click.prompt(
+        "Password", hide_input=True, confirmation_prompt=True)
+    with obj.conn() as conn:
+        uid = accounts.create_user(conn, org=accounts.org_id(conn, org_name), email=email,
+                                   password=password, name=name, is_admin=admin)
+    click.echo(f"user {email} id {uid}")
+
+
+@click.group("location")
+def location() -> None:
+    """Locations."""
+
+
+@location.command("create")
+@click.option("--org", "org_name", required=True, help="Organisation name or id.")
+@click.option("--name", required=True)
+@click.option("--tz", "tz_name", required=True, help="IANA time zone, e.g. America/Chicago.")
+@click.option("--lat", type=float, default=None)
+@click.option("--lon", type=float, default=None)
+@click.option("--elev", type=float, default=None, help="Elevation (m).")
+@click.option("--kc", type=float, default=None, help="Crop coefficient.")
+@click.option("--sensor-height", type=float, default=2.0, show_default=True,
+              help="Wind sensor height (m).")
+@pass_ctx
+def location_create(obj: Context, org_name: str, name: str, tz_name: str, lat: float | None,
+                    lon: float | None, elev: float | None, kc: float | None,
+                    sensor_height: float) -> None:
+    """Create a location."""
+    loc = accounts.LocationInput(name=name, tz_name=tz_name, lat=lat, lon=lon, elev=elev, kc=kc,
+                                 sensor_height=sensor_height)
+    with obj.conn() as conn:
+        lid = accounts.create_location(conn, org=accounts.org_id(conn, org_name), loc=loc)
+    click.echo(f"location {name} id {lid}")
+
+
+
+@click.group("apikey")
+def apikey() -> None:
+    """API keys (for bootstrapping; users manage keys through the API)."""
+
+
+@apikey.command("create")
+@click.option("--email", required=True, help="Owner of the key.")
+@click.option("--scope", "scopes", multiple=True, required=True,
+              help="Scope, repeatable (e.g. data:read).")
+@click.option("--name", default="")
+@click.option("--exp", default=None, help="ISO 8601 expiry.")
+@pass_ctx
+def apikey_create(obj: Context, email: str, scopes: tuple[str, ...], name: str,
+                  exp: str | None) -> None:
+    """Create an API key and print it (it is shown only this once)."""
+    with obj.conn() as conn:
+        try:
+            expiry = parse_instant(exp, name="--exp") if exp else None
+        except ServiceError as exc:
+            raise click.ClickException(exc.message) from None
+        rec = accounts.create_api_key(conn, user=accounts.user_id(conn, email),
+                                      scopes=list(scopes), name=name, exp=expiry,
+                                      sealer=sealer(obj.settings))
+    click.echo(f"apikey {rec['apikey']} id {rec['id']} scopes {','.join(rec['scopes'])}")
+
+
+def sealer(settings: Settings) -> sealing.Sealer | None:
+    """The API-key sealer of the settings (None when retrieval is off); ClickException when
+    the seal keys are bad."""
+    # Quiet: scripts read these commands' output; `sds config` shows the setting.
+    try:
+        return sealing.from_settings(settings, warn=False)
+    except sealing.SealError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@apikey.command("new-seal-key")
+def apikey_new_seal_key() -> None:
+    """Print a new key for SDS_APIKEY_SEAL_KEYS (rotation: put it first, then `reseal`)."""
+    click.echo(sealing.new_key())
+
+
+@apikey.command("reseal")
+@pass_ctx
+def apikey_reseal(obj: Context) -> None:
+    """Seal every retrievable API key again with the first key of SDS_APIKEY_SEAL_KEYS.
+
+    Run after putting a new key first in the list; afterwards the older keys can be removed.
+    Keys no seal key opens are reported (their owners see them masked; they still work).
+    """
+    keys = sealer(obj.settings)
+    if keys is None:
+        raise click.ClickException(
+            "key retrieval is off (SDS_APIKEY_RETRIEVABLE=false or no SDS_APIKEY_SEAL_KEYS)")
+    done = current = lost = 0
+    with obj.conn() as conn:
+        rows = conn.execute(
+            "SELECT id, sealed FROM api_keys WHERE sealed IS NOT NULL FOR UPDATE").fetchall()
+        for key_id, sealed in rows:
+            if not keys.needs_reseal(sealed):
+                current += 1
+                continue
+            if keys.open(sealed) is None:
+                lost += 1
+                continue
+            conn.execute("UPDATE api_keys SET sealed = %s WHERE id = %s",
+                         (keys.reseal(sealed), key_id))
+            done += 1
+    click.echo(f"resealed {done}, already under the first key {current}, "
+               f"opened by no key {lost}")
+    if lost:
+        raise click.ClickException(
+            f"{lost} sealed key(s) open with none of SDS_APIKEY_SEAL_KEYS: was a key removed "
+            "before resealing? Put it back (after the first) and run reseal again")
