@@ -1,4 +1,4 @@
-"""Who may hold which API keys (issue 20 items 4 and 5; docs/auth.md "Scopes and key limits").
+"""Who may hold which API keys (issue 20 items 4 and 5; docs/auth.md "API keys").
 
 - Scopes that manage the organisation and its people (`ADMIN_ONLY_SCOPES`: orgs:write,
   users:write, teams:write) may be put on a key only by an administrator of the organisation
