@@ -17,6 +17,11 @@ _log_dir = os.environ.get("SDS_LOG_DIR") or str(_repo / ".state" / "logs")
 bind = [os.environ.get("SDS_HTTP_BIND") or "127.0.0.1:8081"]
 workers = int(os.environ.get("SDS_HTTP_WORKERS") or "2")
 proc_name = "sds-serve"
+# The request line may be as long as the edge lets through (nginx's large_client_header_buffers
+# 8k: 8,190 bytes before its CRLF; gunicorn's own default is 4,094), so a URL the edge accepts is
+# never refused behind it, and a client straight at gunicorn meets the same boundary.
+# tests/serve/test_edge.py checks both sides of it. 8,190 is gunicorn's maximum.
+limit_request_line = 8190
 timeout = 60
 graceful_timeout = 20
 # Gunicorn 25+ opens a control socket in $HOME/.gunicorn by default; we do not use it, and two

@@ -25,7 +25,7 @@ flock 9
 # own system node is never started by us (policy-rc.d below) and, if running, left alone.
 RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients python3 python3-venv
     python3-dev build-essential ca-certificates procps curl openssl nginx-light
-    rabbitmq-server)
+    rabbitmq-server logrotate)
 # What the browser tests drive (testbed/browser.py): Debian's Chromium and its WebDriver.
 TEST_PKGS=(chromium chromium-driver)
 # Debian's npm installs the dashboard's chart library from the npm registry (step 4). A machine

@@ -24,7 +24,7 @@ from flask import Flask, Response, g, has_request_context, request
 from flask_smorest import Api
 from psycopg_pool import ConnectionPool
 
-from serve import auth, errors, pagination, web
+from serve import auth, errors, fairshare, pagination, web
 from serve.api import BLUEPRINTS
 from serve.pool import ReadRouter, attach, attach_reads
 from shared.config import Settings
@@ -131,6 +131,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         for blueprint in BLUEPRINTS:
             api.register_blueprint(blueprint)
         auth.init_app(app)
+        fairshare.init_app(app, settings)  # after auth: its caps need the caller
         web.init_app(app, settings)  # the dashboard: `/` and `/dashboard/` (docs/dashboard.md)
         app.after_request(_cors(settings.cors_origin))
         app.after_request(_security_headers)

@@ -263,7 +263,7 @@ class Authenticator:
         self.settings = settings
         self.pool = pool
         self.basic_cache = BasicCache(settings.basic_auth_cache_ttl)
-        self.rate_limiter = RateLimiter(settings.api_rate_limit, settings.api_rate_window)
+        self.rate_limiter = RateLimiter.from_settings(settings)
         self._next_purge = 0.0  # monotonic time of the next purge of stale failure counts
 
     # -- throttling ------------------------------------------------------------------------
@@ -440,7 +440,7 @@ class Authenticator:
         if counted is not None:
             counted(verdict)
         if not verdict.allowed:
-            raise TooManyRequests(self.rate_limiter.message(principal, verdict.retry_after),
+            raise TooManyRequests(self.rate_limiter.message(principal, verdict),
                                   retry_after=verdict.retry_after)
         return principal
 

@@ -22,6 +22,7 @@ from flask import Flask, Response
 from webargs.flaskparser import FlaskParser
 from werkzeug.exceptions import HTTPException, InternalServerError
 
+from serve.fairshare import Busy
 from shared.errors import (
     BadRequest,
     Conflict,
@@ -42,6 +43,7 @@ STATUS: dict[type[ServiceError], int] = {
     NotFound: 404,
     Conflict: 409,
     TooManyRequests: 429,
+    Busy: 503,  # the server's heavy-page pool is full, not the caller's budget
 }
 
 
@@ -106,7 +108,7 @@ def handle_service_error(exc: ServiceError) -> Response:
         headers["WWW-Authenticate"] = challenge
     if isinstance(exc, TooManyRequests):
         headers["Retry-After"] = str(exc.retry_after)
-    if code >= 500:
+    if code == 500:
         log.error("unmapped service error %s: %s", type(exc).__name__, exc.message)
     return error_response(code, exc.message, errors=exc.errors, headers=headers)
 

@@ -153,6 +153,31 @@ class Settings:
         1200, "Requests each API key, and each user with basic or bearer credentials, may make "
         "per SDS_API_RATE_WINDOW, counted in the database for all workers (0: no limit)")
     api_rate_window: int = _f(60, "Window (s) of the per-key and per-user request rate limit")
+    api_user_rate_limit: int = _f(
+        2400, "Requests each user may make per SDS_API_RATE_WINDOW over all their API keys and "
+        "tokens together, so more keys buy no more requests (0: no limit)")
+    api_org_rate_limit: int = _f(
+        6000, "Requests each organisation may make per SDS_API_RATE_WINDOW over all its users "
+        "(0: no limit)")
+    api_user_concurrency: int = _f(
+        4, "Requests of one user (any keys or tokens) in flight at once on one host; the next "
+        "is 429 (0: no cap)")
+    api_org_concurrency: int = _f(
+        8, "Requests of one organisation in flight at once on one host; the next is 429 "
+        "(0: no cap)")
+    api_heavy_rows: int = _f(
+        1000, "A GET asking for more rows than this (limit=) is a heavy page: it needs one of "
+        "SDS_API_HEAVY_SLOTS")
+    api_heavy_slots: int = _f(
+        1, "Heavy pages served at once on one host (all API instances and workers); the next "
+        "gets 503 with Retry-After, so the other workers keep answering /health and small "
+        "requests. Keep it below SDS_HTTP_WORKERS x SDS_API_INSTANCES (0: no pool)")
+    api_slot_dir: str | None = _f(
+        None, "Directory of the lock files that count requests in flight (unset: one under the "
+        "system's temporary directory per database)")
+    api_max_keys_per_user: int = _f(
+        20, "API keys one user may hold (deactivated ones count; delete keys to make room); "
+        "the next POST /apikeys is 409 (0: no cap)")
     trusted_proxy_hops: int = _f(
         0, "Reverse proxies in front of the API whose X-Forwarded-For is trusted for the "
         "client address (0: use the socket peer)")
@@ -173,6 +198,10 @@ class Settings:
 
     # --- logging ---
     log_level: str = _f("INFO", "Log level of every process")
+    log_repeat_interval: float = _f(
+        60.0, "A traceback of the same cause (same place, same exception raised at the same "
+        "line) is written at most once per this many seconds per process, the next one with "
+        "the count dropped (0: every one)")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:

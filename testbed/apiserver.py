@@ -28,9 +28,12 @@ def gunicorn_api(database_url: str, log_dir: Path, *, workers: int = 2,
 
 def edge_api_env(database_url: str) -> dict[str, str]:
     """Settings of a test API instance behind the edge (testbed.services.NginxEdge): it
-    trusts the edge's X-Forwarded-For, and no request rate limit gets in a load test's way."""
+    trusts the edge's X-Forwarded-For, and no request rate limit or in-flight cap gets in a load
+    test's way (tests/serve/test_fairshare.py runs with the shipped ones)."""
     return {"SDS_DATABASE_URL": database_url, "SDS_CURSOR_SECRET": "edge-test",
-            "SDS_TRUSTED_PROXY_HOPS": "1", "SDS_API_RATE_LIMIT": "0"}
+            "SDS_TRUSTED_PROXY_HOPS": "1", "SDS_API_RATE_LIMIT": "0",
+            "SDS_API_USER_RATE_LIMIT": "0", "SDS_API_ORG_RATE_LIMIT": "0",
+            "SDS_API_USER_CONCURRENCY": "0", "SDS_API_ORG_CONCURRENCY": "0"}
 
 
 __all__ = ["edge_api_env", "gunicorn_api"]

@@ -135,8 +135,11 @@ class Gunicorn:
             {"SDS_DATABASE_URL": url, "SDS_CURSOR_SECRET": CURSOR_SECRET,
              "SDS_LOG_LEVEL": "WARNING", "SDS_DB_POOL_MAX": str(Settings().db_pool_max),
              # The load test sends thousands of requests a minute with one key; the
-             # limiter's own cost is bench/auth's to measure, its 429s are not ours.
-             "SDS_API_RATE_LIMIT": "0"},
+             # limiter's own cost is bench/auth's to measure, its 429s are not ours; so are
+             # the fair-share caps' 429s and 503s (tests/serve/test_fairshare.py).
+             "SDS_API_RATE_LIMIT": "0", "SDS_API_USER_RATE_LIMIT": "0",
+             "SDS_API_ORG_RATE_LIMIT": "0", "SDS_API_USER_CONCURRENCY": "0",
+             "SDS_API_ORG_CONCURRENCY": "0", "SDS_API_HEAVY_SLOTS": "0"},
             workers=workers)
         self.port = self.server.port
 

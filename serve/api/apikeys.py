@@ -20,6 +20,7 @@ from flask import current_app
 from marshmallow import Schema, ValidationError, fields, validate, validates
 from psycopg.rows import dict_row
 
+from serve import keypolicy
 from serve.auth import current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint
@@ -203,11 +204,16 @@ def create_key() -> Any:
 
     Needs basic or bearer credentials (an API key cannot create keys). `scopes` is required
     and each scope must exist (GET /apikeys/scopes); `exp` must be a future UTC datetime.
+    orgs:write, users:write and teams:write need an administrator (403); a user holds at most
+    SDS_API_MAX_KEYS_PER_USER keys (409).
     """
     body = request_body(form=False)
     args = load(ApiKeyCreateSchema(), body, read_only=READ_ONLY)
     principal = current_principal()
     with pool().connection() as conn:
+        keypolicy.check_scopes(conn, principal, args["scopes"])
+        keypolicy.check_key_cap(conn, principal,
+                                current_app.extensions["settings"].api_max_keys_per_user)
         record = accounts.create_api_key(
             conn, user=principal.user_id, scopes=args["scopes"], name=args["name"],
             exp=args["exp"], active=args["active"], sealer=_sealer())
@@ -241,12 +247,14 @@ def list_scopes() -> Any:
 @blp.response(200, ApiKeySchema)
 @requires_user()
 def update_key(key_id: str) -> Any:
-    """Change a key's `scopes`, `name`, `exp` or `active`; other fields are refused (400)."""
+    """Change a key's `scopes`, `name`, `exp` or `active`; other fields are refused (400).
+    orgs:write, users:write and teams:write need an administrator (403)."""
     wanted = _key_id(key_id)
     body = request_body(form=False)
     changes = load(ApiKeyUpdateSchema(), body, read_only=READ_ONLY)
     principal = current_principal()
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        keypolicy.check_scopes(conn, principal, changes.get("scopes") or [])
         row = cur.execute(
             _UPDATE_SQL,
             {"set_scopes": "scopes" in changes,

@@ -1,4 +1,5 @@
-"""Dashboard sessions: a signed, HttpOnly cookie holding a bearer token, and CSRF tokens.
+"""Dashboard sessions: a signed, HttpOnly cookie holding an encrypted bearer token, and CSRF
+tokens.
 
 Signing in trades email and password for an ordinary bearer token (`Authenticator.login`, so
 the same failed-login throttling as Basic and `POST /auth/token`), kept in Flask's signed
@@ -14,12 +15,21 @@ session's random `csrf` value in a form field; the cookie is SameSite=Lax, so ot
 pages cannot send it along with their subrequests; and the API never takes the cookie for a
 method other than GET or HEAD.
 
-The signing key is derived from the cursor key (`SDS_CURSOR_SECRET`, or the random one in the
-database), so every worker shares it; changing that secret signs every dashboard user out.
+The token in the cookie is encrypted (Fernet, issue 20 item 5): Flask's cookie is signed but
+readable, and a raw bearer token read from a stolen cookie would be sent as `Authorization:
+Bearer` and could write (create API keys). Encrypted, the cookie is only ever a cookie: it reads
+through the API (GET and HEAD) and shows the dashboard, and writes nothing; signing out or
+`sds access logout` still ends it. Answers the API gives to the cookie say `Cache-Control:
+private, no-store`: they are a signed-in person's data, fetched by a browser.
+
+The signing and encryption keys are derived from the cursor key (`SDS_CURSOR_SECRET`, or the
+random one in the database), so every worker shares them; changing that secret signs every
+dashboard user out.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import secrets
@@ -27,7 +37,8 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import Flask, current_app, g, request, session
+from cryptography.fernet import Fernet, InvalidToken
+from flask import Flask, Response, current_app, g, request, session
 
 from serve.auth import Credentials, authenticator, client_address
 from serve.pool import pool
@@ -41,6 +52,8 @@ CSRF_FIELD = "csrf"
 # Where the API looks for the cookie reader (serve.auth); set by init_app.
 EXTENSION = "session_credentials"
 SAFE_METHODS = ("GET", "HEAD")
+CIPHER = "session_cipher"
+NO_STORE = "private, no-store"
 
 
 def init_app(app: Flask, settings: Settings) -> None:
@@ -58,6 +71,38 @@ def init_app(app: Flask, settings: Settings) -> None:
         SESSION_REFRESH_EACH_REQUEST=False,
     )
     app.extensions[EXTENSION] = cookie_credentials
+    app.extensions[CIPHER] = Fernet(base64.urlsafe_b64encode(
+        hmac.new(key, b"sds dashboard session token", hashlib.sha256).digest()))
+    app.after_request(_no_store_for_cookie_reads)
+
+
+def _cipher() -> Fernet:
+    cipher: Fernet = current_app.extensions[CIPHER]
+    return cipher
+
+
+def seal(app: Flask, token: str) -> str:
+    """`token` encrypted as the session cookie holds it."""
+    cipher: Fernet = app.extensions[CIPHER]
+    return cipher.encrypt(token.encode()).decode()
+
+
+def session_token() -> str | None:
+    """The bearer token of this session, decrypted; None when signed out or not ours."""
+    sealed = session.get("token")
+    if not isinstance(sealed, str):
+        return None
+    try:
+        return _cipher().decrypt(sealed.encode()).decode()
+    except (InvalidToken, UnicodeDecodeError):
+        return None
+
+
+def _no_store_for_cookie_reads(response: Response) -> Response:
+    """after_request: an API answer read with the cookie is kept by no cache."""
+    if g.get("cookie_read"):
+        response.headers["Cache-Control"] = NO_STORE
+    return response
 
 
 def cookie_credentials() -> Credentials | None:
@@ -65,10 +110,10 @@ def cookie_credentials() -> Credentials | None:
     there is no signed-in session (or for other methods: the cookie never authorizes writes)."""
     if request.method not in SAFE_METHODS or COOKIE not in request.cookies:
         return None
-    token = session.get("token")
-    if not isinstance(token, str) or not credentials.well_formed(token,
-                                                                  credentials.TOKEN_PREFIX):
+    token = session_token()
+    if token is None or not credentials.well_formed(token, credentials.TOKEN_PREFIX):
         return None
+    g.cookie_read = True
     return Credentials("bearer", token)
 
 
@@ -104,7 +149,7 @@ def sign_in(email: str, password: str) -> Principal:
         token = auth.issue_token(conn, user)
     session.clear()  # nothing of the signed-out session carries over (csrf included)
     session.permanent = True
-    session["token"] = token
+    session["token"] = seal(current_app, token)
     csrf_token()
     return Principal(user, org, "bearer")
 
@@ -117,8 +162,8 @@ def current() -> Principal | None:
     found: Principal | None = g.get("principal")
     if found is not None:
         return found
-    token = session.get("token")
-    if not isinstance(token, str):
+    token = session_token()
+    if token is None:
         return None
     auth = authenticator(current_app)
     principal = auth.authenticate(Credentials("bearer", token), client_address(auth.settings),

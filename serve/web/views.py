@@ -91,8 +91,10 @@ def _safe_next(target: str | None) -> str:
     """Where to go after signing in: a dashboard path of this site only (no open redirect)."""
     if target:
         parts = urlsplit(target)
+        # No backslash (browsers read it as /) and no control character: CR/LF would make
+        # the Location header invalid (a 500 after a successful sign-in, issue 20 item 5).
         if (not parts.scheme and not parts.netloc and parts.path.startswith(PREFIX + "/")
-                and "\\" not in target):
+                and "\\" not in target and target.isprintable()):
             return target
     return url_for("web.devices")
 
@@ -247,6 +249,9 @@ def quarantine(principal: Principal) -> Response:
                 conn, org=principal.org_id, name=device_name) is None:
             raise NotFound(f"unknown device {device_name!r}")
         rows = model.quarantine_rows(conn, device=device_name, before=before, with_payload=False)
+        if not admin:
+            # Details quote what the device sent; those quotes are payload, shown to admins only.
+            rows = [{**r, "detail": model.without_quotes(r["detail"])} for r in rows]
         day_list, reasons, counts = model.quarantine_counts(conn, device=device_name, days=days)
         total = model.quarantine_total(conn, device=device_name)
     more = None

@@ -111,10 +111,11 @@ SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "
 
 def _session_cookie(app: Flask, token: str) -> dict[str, str]:
     """The Cookie header of a dashboard session holding `token`, signed as the app signs it."""
-    from serve.web.session import COOKIE
+    from serve.web.session import COOKIE, seal
 
     value = app.session_interface.get_signing_serializer(app).dumps(  # type: ignore[attr-defined]
-        {"token": token, "csrf": "matrix-csrf-value-of-32-characters-or-more", "_permanent": True})
+        {"token": seal(app, token), "csrf": "matrix-csrf-value-of-32-characters-or-more",
+         "_permanent": True})
     return {"Cookie": f"{COOKIE}={value}"}
 
 

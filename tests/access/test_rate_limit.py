@@ -76,7 +76,8 @@ def test_every_counted_answer_says_how_much_budget_is_left(limited: Flask,
 
 
 def test_no_rate_headers_when_the_limit_is_off(fresh_world: World) -> None:
-    app = make_app(fresh_world.url, api_rate_limit=0)
+    app = make_app(fresh_world.url, api_rate_limit=0, api_user_rate_limit=0,
+                   api_org_rate_limit=0)
     try:
         r = app.test_client().get("/api/v2/devices", headers=apikey(fresh_world.keys["all"]))
         assert r.status_code == 200 and "RateLimit-Limit" not in r.headers

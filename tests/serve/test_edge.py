@@ -169,11 +169,11 @@ def test_gunicorns_own_errors_are_json_directly_and_through_the_edge(
     # Direct: a malformed request line gunicorn refuses before the app.
     doc = assert_json_error(*raw(api.port, b"GARBAGE\r\n\r\n"), 400)
     assert "GARBAGE" in doc["message"]
-    # Through the edge: a request line nginx accepts (under 8 KiB) but over gunicorn's
-    # limit_request_line (4094), and more header fields than gunicorn's limit of 100.
-    long_line = b"GET /api/v2/health?x=" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n"
-    for port in (api.port, edge.port):
-        assert_json_error(*raw(port, long_line), 414)
+    # A request line over limit_request_line: gunicorn's own 414, as JSON. (Through the edge
+    # the same line meets the edge's equal limit first: test_the_edge_and_gunicorn_share_...)
+    doc = assert_json_error(*raw(api.port, _line_of(LINE_LIMIT + 1)), 414)
+    assert "8190" in doc["message"]
+    # More header fields than gunicorn's limit of 100, which the edge passes on.
     many = b"".join(b"X-H%d: v\r\n" % i for i in range(120))
     for port in (api.port, edge.port):
         assert_json_error(*raw(port, b"GET /api/v2/health HTTP/1.1\r\nHost: x\r\n" + many
@@ -277,3 +277,39 @@ def test_settled_page_revalidates_through_the_gzipping_edge(edge: NginxEdge, wor
             assert resp.headers.get("Connection", "keep-alive").lower() != "close"
     finally:
         conn.close()
+
+
+# ---- issue 20 item 5: TRACE, and one request-line limit -----------------------------------
+
+
+def test_trace_through_the_edge_is_the_json_405(edge: NginxEdge) -> None:
+    status, headers, body = raw(edge.port, b"TRACE / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert_json_error(status, headers, body, 405)
+    assert "GET" in headers["allow"]
+    status, headers, body = raw(edge.port, b"TRACE /api/v2/health HTTP/1.1\r\nHost: x\r\n"
+                                           b"Max-Forwards: 0\r\n\r\n")
+    assert_json_error(status, headers, body, 405)
+
+
+LINE_LIMIT = 8190  # request-line bytes before CRLF that both the edge and gunicorn accept
+
+
+def _line_of(length: int) -> bytes:
+    """A GET request line of exactly `length` bytes (CRLF not counted)."""
+    line = b"GET /" + b"a" * (length - len("GET / HTTP/1.1")) + b" HTTP/1.1"
+    assert len(line) == length
+    return line + b"\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize("length", [LINE_LIMIT - 1, LINE_LIMIT, LINE_LIMIT + 1, 4094, 4095])
+def test_the_edge_and_gunicorn_share_one_request_line_limit(
+        edge: NginxEdge, api: GunicornServer, length: int) -> None:
+    """Up to 8,190 bytes both pass the line on (the API answers 404 for the made-up path);
+    one byte more, both answer the JSON 414. gunicorn's default was 4,094."""
+    for port in (edge.port, api.port):
+        status, headers, body = raw(port, _line_of(length))
+        if length <= LINE_LIMIT:
+            assert_json_error(status, headers, body, 404)
+        else:
+            assert status == 414, (port, status, body[:200])
+            assert headers["content-type"].startswith("application/json")

@@ -33,7 +33,13 @@ def make_app(url: str, **overrides: Any) -> Flask:
                         db_pool_min=1, db_pool_max=4, cursor_secret="test-cursor-secret",
                         # Counted, but high: tests send thousands of requests with one
                         # credential (tests/access/test_rate_limit.py tests the limit itself).
-                        api_rate_limit=1_000_000)
+                        api_rate_limit=1_000_000, api_user_rate_limit=1_000_000,
+                        api_org_rate_limit=1_000_000,
+                        # Modules create many keys with one user, and hold streamed answers
+                        # unread while they send the next request: no key cap, in-flight cap
+                        # or heavy-page pool (tests/access/test_fairshare.py tests them).
+                        api_max_keys_per_user=10_000, api_user_concurrency=0,
+                        api_org_concurrency=0, api_heavy_slots=0)
     return create_app(settings.replace(**overrides))
 
 

@@ -1,0 +1,218 @@
+"""Fair share per user and organisation (issue 20 item 4; serve.fairshare, serve.ratelimit,
+serve.keypolicy): more keys buy no more requests, requests in flight are capped per user and per
+organisation, a heavy page needs a slot of a small pool (held until its last byte), a user holds
+a bounded number of keys, and only administrators grant the organisation-management scopes.
+
+Other workers' requests in flight are stood in for by slots this test takes itself on the same
+lock files: an flock on a second open file conflicts as one from another process does.
+The 20-client attack on gunicorn behind the edge: tests/serve/test_fairshare.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+
+from serve.fairshare import HEAVY, Slots
+from shared import accounts
+from tests.support.access_world import World, apikey, basic
+from tests.support.apps import close_app, make_app
+
+
+@pytest.fixture
+def slot_dir(tmp_path: Path) -> Path:
+    return tmp_path / "slots"
+
+
+def _app(world: World, slot_dir: Path, **overrides: Any) -> Flask:
+    return make_app(world.url, api_slot_dir=str(slot_dir), **overrides)
+
+
+@pytest.fixture
+def capped(fresh_world: World, slot_dir: Path) -> Iterator[Flask]:
+    app = _app(fresh_world, slot_dir, api_user_concurrency=2, api_org_concurrency=3,
+               api_heavy_slots=1, api_heavy_rows=100)
+    yield app
+    close_app(app)
+
+
+def _user_id(world: World, email: str) -> str:
+    with psycopg.connect(world.url) as conn:
+        row = conn.execute("SELECT id FROM users WHERE email = %s", (email,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_a_user_at_the_in_flight_cap_gets_429_until_one_finishes(
+        capped: Flask, fresh_world: World, slot_dir: Path) -> None:
+    slots = Slots(slot_dir)
+    user = _user_id(fresh_world, "a1@a.example")
+    held = [slots.try_take(f"user-{user}", 2) for _ in range(2)]
+    assert None not in held
+    client = capped.test_client()
+    # Any of the user's credentials: another key, basic.
+    for headers in (apikey(fresh_world.keys["all"]), apikey(fresh_world.keys["devices"]),
+                    basic("a1@a.example")):
+        r = client.get("/api/v2/devices", headers=headers)
+        assert r.status_code == 429, r.get_data()
+        assert "at most 2 at once for this user" in r.get_json()["message"]
+        assert r.headers["Retry-After"] == "1"
+    # Another user of the same organisation is not this user's cap.
+    assert client.get("/api/v2/devices",
+                      headers=apikey(fresh_world.keys["a2_all"])).status_code == 200
+    os.close(held[0] or -1)
+    assert client.get("/api/v2/devices",
+                      headers=apikey(fresh_world.keys["all"])).status_code == 200
+    os.close(held[1] or -1)
+    # The requests gave their slots back: both are free again.
+    assert slots.any_free(f"user-{user}", 2)
+    again = [slots.try_take(f"user-{user}", 2) for _ in range(2)]
+    assert None not in again
+
+
+def test_an_organisation_at_its_cap_gets_429_for_every_user(
+        capped: Flask, fresh_world: World, slot_dir: Path) -> None:
+    slots = Slots(slot_dir)
+    held = [slots.try_take(f"org-{fresh_world.org_a}", 3) for _ in range(3)]
+    assert None not in held
+    client = capped.test_client()
+    for key in ("all", "a2_all"):
+        r = client.get("/api/v2/devices", headers=apikey(fresh_world.keys[key]))
+        assert r.status_code == 429
+        assert "for this organisation" in r.get_json()["message"]
+    assert client.get("/api/v2/devices",
+                      headers=apikey(fresh_world.keys["b_all"])).status_code == 200
+
+
+def test_a_heavy_page_needs_a_slot_and_holds_it_until_its_last_byte(
+        capped: Flask, fresh_world: World, slot_dir: Path) -> None:
+    with psycopg.connect(fresh_world.url) as conn:
+        # Enough rows that the page streams instead of being built whole.
+        accounts.register_device(conn, org=fresh_world.org_a, name="A000199")
+        conn.execute("INSERT INTO calibrated (time, device, tair) SELECT now() - interval"
+                     " '3 days' + g * interval '5 seconds', 'A000199', 20 FROM"
+                     " generate_series(0, 9999) g")
+        conn.commit()
+    slots = Slots(slot_dir)
+    client = capped.test_client()
+    key = apikey(fresh_world.keys["all"])
+    since = "start_time=2000-01-01&format=csv"
+    heavy = f"/api/v2/data/calibrated?device=A000199&limit=10000&{since}"
+    small = f"/api/v2/data/calibrated?device=A000199&limit=100&{since}"
+    taken = slots.try_take(HEAVY, 1)
+    assert taken is not None
+    r = client.get(heavy, headers=key)
+    assert r.status_code == 503 and r.headers["Retry-After"] == "2"
+    assert "large page" in r.get_json()["message"] and r.mimetype == "application/json"
+    # Refused before authentication too: a flood of heavy pages costs no database round trip.
+    assert client.get(heavy).status_code == 503
+    assert client.get(small, headers=key).status_code == 200  # small pages are not metered
+    os.close(taken)
+    streamed = client.get(heavy, headers=key)
+    assert streamed.status_code == 200 and streamed.is_streamed
+    assert not slots.any_free(HEAVY, 1)  # the body has not been read yet
+    assert streamed.get_data()
+    assert slots.any_free(HEAVY, 1)
+    # A HEAD's body is closed without being read: its slot comes back all the same.
+    head = client.head(heavy, headers=key)
+    assert head.status_code == 200
+    head.close()
+    assert slots.any_free(HEAVY, 1)
+
+
+def test_more_keys_buy_no_more_requests(fresh_world: World, slot_dir: Path) -> None:
+    app = _app(fresh_world, slot_dir, api_rate_limit=100, api_user_rate_limit=6,
+               api_org_rate_limit=1000)
+    try:
+        client = app.test_client()
+        keys = ["all", "data", "devices", "locations", "apikeys", "none"]
+        statuses = [client.get("/api/v2/devices", headers=apikey(fresh_world.keys[k])).status_code
+                    for k in keys]
+        # "none" has no scope for /devices (403) but its request still counts.
+        assert statuses.count(429) == 0
+        r = client.get("/api/v2/devices", headers=apikey(fresh_world.keys["all"]))
+        assert r.status_code == 429
+        assert "6 requests per 60 s for this user's keys and tokens together" in (
+            r.get_json()["message"])
+        assert client.get("/api/v2/devices", headers=basic("a1@a.example")).status_code == 429
+        # The organisation's other user still has budget.
+        assert client.get("/api/v2/devices",
+                          headers=apikey(fresh_world.keys["a2_all"])).status_code == 200
+    finally:
+        close_app(app)
+
+
+def test_an_organisation_has_one_budget(fresh_world: World, slot_dir: Path) -> None:
+    app = _app(fresh_world, slot_dir, api_rate_limit=100, api_user_rate_limit=100,
+               api_org_rate_limit=3)
+    try:
+        client = app.test_client()
+        for key in ("all", "a2_all", "devices"):
+            assert client.get("/api/v2/devices",
+                              headers=apikey(fresh_world.keys[key])).status_code == 200
+        r = client.get("/api/v2/devices", headers=apikey(fresh_world.keys["a2_all"]))
+        assert r.status_code == 429 and "for this organisation" in r.get_json()["message"]
+        assert r.headers["RateLimit-Limit"] == "3" and r.headers["RateLimit-Remaining"] == "0"
+        assert client.get("/api/v2/devices",
+                          headers=apikey(fresh_world.keys["b_all"])).status_code == 200
+    finally:
+        close_app(app)
+
+
+def _keys_of(world: World, email: str) -> int:
+    with psycopg.connect(world.url) as conn:
+        row = conn.execute("SELECT count(*) FROM api_keys k JOIN users u ON u.id = k.user_id"
+                           " WHERE u.email = %s", (email,)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_keys_per_user_are_capped_with_a_clear_409(fresh_world: World, slot_dir: Path) -> None:
+    held = _keys_of(fresh_world, "a1@a.example")
+    app = _app(fresh_world, slot_dir, api_max_keys_per_user=held + 1)
+    try:
+        client = app.test_client()
+        body = {"scopes": ["data:read"], "name": "one more"}
+        assert client.post("/api/v2/apikeys", json=body,
+                           headers=basic("a1@a.example")).status_code == 200
+        r = client.post("/api/v2/apikeys", json=body, headers=basic("a1@a.example"))
+        assert r.status_code == 409
+        assert f"the most one user may have ({held + 1})" in r.get_json()["message"]
+        assert _keys_of(fresh_world, "a1@a.example") == held + 1
+        # Another user's count is their own.
+        assert client.post("/api/v2/apikeys", json=body,
+                           headers=basic("b1@b.example")).status_code == 200
+    finally:
+        close_app(app)
+
+
+@pytest.mark.parametrize("scope", ["orgs:write", "users:write", "teams:write"])
+def test_only_administrators_grant_the_organisation_scopes(
+        fresh_world: World, slot_dir: Path, scope: str) -> None:
+    app = _app(fresh_world, slot_dir)
+    try:
+        client = app.test_client()
+        user = basic("a1@a.example")
+        r = client.post("/api/v2/apikeys", json={"scopes": ["data:read", scope]}, headers=user)
+        assert r.status_code == 403 and scope in r.get_json()["message"]
+        key_id = fresh_world.key_ids["all"]
+        r = client.put(f"/api/v2/apikeys/{key_id}", json={"scopes": [scope]}, headers=user)
+        assert r.status_code == 403
+        # Ordinary scopes stay the user's own to grant.
+        assert client.post("/api/v2/apikeys", json={"scopes": ["locations:write"]},
+                           headers=user).status_code == 200
+        with psycopg.connect(fresh_world.url) as conn:
+            accounts.create_user(conn, org=fresh_world.org_a, email="boss@a.example",
+                                 password="boss-password-1", is_admin=True)
+            conn.commit()
+        r = client.post("/api/v2/apikeys", json={"scopes": [scope]},
+                        headers=basic("boss@a.example", "boss-password-1"))
+        assert r.status_code == 200 and r.get_json()["scopes"] == [scope]
+    finally:
+        close_app(app)
