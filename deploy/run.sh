@@ -44,7 +44,8 @@ api_layout() {
     PROCS=("${INGEST_PROCS[@]}" aggregate)
     local k
     for ((k = 1; k <= API_INSTANCES; k++)); do PROCS+=("serve-$k"); done
-    PROCS+=(edge simulate)
+    # logrotate: rotates every log under .state (deploy/logrotate, docs/operations.md "Log files").
+    PROCS+=(edge simulate logrotate)
 }
 
 # The ingesters, from the settings: SDS_INGEST_SHARDS (default: one per core, at most 16, with
@@ -148,6 +149,7 @@ proc_argv() {
         "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py serve.wsgi:app) ;;
     edge) ARGV=(nginx -c "$EDGE_CONF" -e "$EDGE_DIR/error.log") ;;
     simulate) ARGV=("$VENV/bin/sds" simulate --credentials "$DEMO_DEVICES" --backfill-days 3) ;;
+    logrotate) ARGV=(bash deploy/logrotate/rotate-loop.sh "$STATE") ;;
     esac
 }
 
@@ -156,6 +158,7 @@ proc_argv() {
 proc_marker() {
     case $1 in
     edge) echo "$EDGE_CONF" ;;
+    logrotate) echo deploy/logrotate/rotate-loop.sh ;;
     *) echo "$VENV/bin/" ;;
     esac
 }
