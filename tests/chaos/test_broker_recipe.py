@@ -343,6 +343,21 @@ def test_unpatched_broker_drops_new_connections_after_the_recipe(tmp_path: Path)
         broker.kill()
 
 
+def test_broker_on_path_is_the_patched_build() -> None:
+    """What services.sh and these tests run is setup.sh's build: 2.0.21 with our patch (the
+    Debian version carries the +sds suffix), and mosquitto_passwd comes from the same build."""
+    banner = subprocess.run(["mosquitto", "-h"], capture_output=True, text=True, timeout=10)
+    assert banner.stdout.splitlines()[0] == "mosquitto version 2.0.21"
+    setup = (ROOT / "deploy" / "setup.sh").read_text()
+    suffix = next(line.split("=", 1)[1] for line in setup.splitlines()
+                  if line.startswith("MQ_LOCAL_SUFFIX="))
+    for package in ("mosquitto", "mosquitto-clients", "libmosquitto1"):
+        version = subprocess.run(["dpkg-query", "-W", "-f=${Version}", package],
+                                 capture_output=True, text=True, timeout=10).stdout
+        assert version.startswith("2.0.21-") and version.endswith(suffix), (package, version)
+    assert (ROOT / "deploy" / "mosquitto" / "patches" / "session-expiry-once.patch").exists()
+
+
 def test_reuse_tunable_reaches_the_broker(tmp_path: Path) -> None:
     """The tests above rely on the broker process getting REUSE_AT_ONCE."""
     broker = MosquittoBroker().start(tmp_path / "mq", users={"ingester": INGESTER_PW},
