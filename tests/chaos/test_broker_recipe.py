@@ -35,9 +35,10 @@ from click.testing import CliRunner, Result
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from admin.cli import main
 from ingest import shards
-from shared.cli import main
 from shared.config import Settings
+from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import DEVICE as LEDGER_DEVICE
 from tests.support.ingesting import (
@@ -50,7 +51,6 @@ from tests.support.ingesting import (
     stored_times,
     wait_for,
 )
-from tests.support.services import MosquittoBroker
 
 pytestmark = pytest.mark.chaos
 
@@ -203,8 +203,8 @@ def _sds(database_url: str, *args: str) -> Result:
 def _new_password(r: Result) -> str:
     assert r.exit_code == 0, r.output
     assert "broker reloaded" in r.output, r.output
-    line = next(x for x in r.output.splitlines() if x.startswith("mqtt username"))
-    return line.split()[-1]
+    words = next(x for x in r.output.splitlines() if x.startswith("mqtt username")).split()
+    return words[words.index("password") + 1]
 
 
 def test_rotation_recipe_keeps_the_broker_up(

@@ -20,9 +20,9 @@ import psycopg
 import pytest
 
 from shared.config import Settings
+from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, RunningIngester, iso, make_site, now_slot, wait_for
-from tests.support.services import MosquittoBroker
 
 pytestmark = pytest.mark.chaos
 
