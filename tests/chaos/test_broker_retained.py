@@ -200,3 +200,34 @@ def test_control_without_the_plugin_keeps_the_flood(tmp_path: Path, figures: Fig
     assert acked == kept == topics
     assert store > 0.9 * published
     assert rss_after - rss_before > 0.9 * published
+
+
+def test_empty_retained_publish_still_deletes_one_kept_from_before(tmp_path: Path) -> None:
+    """A retained message stored before the plugin (an upgraded broker's store) can still be
+    cleared by its device: the plugin lets an empty retained publish through, which only
+    deletes and stores nothing."""
+    base = tmp_path / "mq"
+    old = MosquittoBroker().start(base, users=USERS)  # no plugin: keeps retained messages
+    try:
+        dev = Ledger("127.0.0.1", old.port, client_id=DEVICE, username=DEVICE,
+                     password=USERS[DEVICE])
+        info = dev.client.publish(f"sensors/{DEVICE}/old", b"kept", qos=1, retain=True)
+        info.wait_for_publish(10)
+        dev.close()
+    finally:
+        old.stop()  # SIGTERM saves the store
+    # The same data directory, now under the shipped template with the plugin.
+    broker = MosquittoBroker().start(base, users=USERS, shipped_template=True)
+    try:
+        assert _retained_on_subscribe(broker, *PROBE) == 1
+        dev = Ledger("127.0.0.1", broker.port, client_id=DEVICE, username=DEVICE,
+                     password=USERS[DEVICE])
+        try:
+            info = dev.client.publish(f"sensors/{DEVICE}/old", b"", qos=1, retain=True)
+            info.wait_for_publish(10)
+            assert info.is_published()
+        finally:
+            dev.close()
+        assert _retained_on_subscribe(broker, *PROBE) == 0
+    finally:
+        broker.stop()
