@@ -195,9 +195,11 @@ def device_world(database_url: str, tmp_path: Path) -> Iterator[tuple[MosquittoB
         broker.stop()
 
 
-def _sds(database_url: str, *args: str) -> Result:
-    return CliRunner().invoke(main, list(args), env={"SDS_DATABASE_URL": database_url},
-                              catch_exceptions=False)
+def _sds(database_url: str, broker: MosquittoBroker, *args: str) -> Result:
+    # rotate-password logs in as the device to end its old session (admin/brokersession.py).
+    env = {"SDS_DATABASE_URL": database_url, "SDS_MQTT_HOST": "127.0.0.1",
+           "SDS_MQTT_PORT": str(broker.port)}
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
 
 
 def _new_password(r: Result) -> str:
@@ -211,18 +213,18 @@ def test_rotation_recipe_keeps_the_broker_up(
     database_url: str, device_world: tuple[MosquittoBroker, Path], figures: Figures,
 ) -> None:
     broker, passwd = device_world
-    assert _sds(database_url, "org", "create", "Acme").exit_code == 0
-    assert _sds(database_url, "location", "create", "--org", "Acme", "--name", "North",
+    assert _sds(database_url, broker, "org", "create", "Acme").exit_code == 0
+    assert _sds(database_url, broker, "location", "create", "--org", "Acme", "--name", "North",
                 "--tz", "UTC").exit_code == 0
     pw = {}
     for dev in ("R000001", "R000002"):
         pw[dev] = _new_password(_sds(
-            database_url, "device", "add", dev, "--org", "Acme", "--location", "North",
+            database_url, broker, "device", "add", dev, "--org", "Acme", "--location", "North",
             "--from", "2024-01-01T00:00:00Z", "--mqtt-passwd-file", str(passwd)))
 
     # (a) the first device's persistent session, subscribed to the ingesters' group.
     _persistent_session(broker.port, "R000001", pw["R000001"],
-                        f"$share/{shards.GROUP}/sensors/#")
+                        f"$share/{shards.LEGACY_GROUP}/sensors/#")
     # (b) another device publishes a few readings.
     other = Ledger("127.0.0.1", broker.port, client_id="R000002", username="R000002",
                    password=pw["R000002"])
@@ -231,8 +233,10 @@ def test_rotation_recipe_keeps_the_broker_up(
     finally:
         other.close()
     # (c) the operator rotates the first device's password: SIGHUP while its session is offline.
-    pw["R000001"] = _new_password(_sds(database_url, "device", "rotate-password", "R000001",
-                                       "--mqtt-passwd-file", str(passwd)))
+    # Since issue 20 item 1 the command itself then logs in as the device with clean start to
+    # end that session, i.e. it walks (d) too: on an unpatched broker the rotation alone crashes.
+    pw["R000001"] = _new_password(_sds(database_url, broker, "device", "rotate-password",
+                                       "R000001", "--mqtt-passwd-file", str(passwd)))
     time.sleep(0.5)
     # (d) the first device with its new password, clean start.
     _clean_start(broker.port, "R000001", pw["R000001"])
@@ -265,7 +269,8 @@ def test_shard_credential_change_and_retire_keep_the_broker_up(
     s = settings.replace(mqtt_host="127.0.0.1", mqtt_port=broker.port,
                          mqtt_username="ingester", mqtt_password=INGESTER_PW,
                          mqtt_client_id="ingester", topic_prefix="sensors",
-                         ingest_flush_interval=0.1, ingest_shards=2)
+                         ingest_flush_interval=0.1, ingest_shards=2,
+                         ingest_share_group="recipe-" + "g" * 24)
     one = RunningIngester(s.replace(ingest_shard=1)).start()
     two = RunningIngester(s.replace(ingest_shard=2)).start()
     pub = Ledger("127.0.0.1", broker.port, client_id=device, username=device,
@@ -330,7 +335,8 @@ def test_unpatched_broker_drops_new_connections_after_the_recipe(tmp_path: Path)
     broker = MosquittoBroker().start(tmp_path / "mq", users=users, shipped_template=True,
                                      env=REUSE_AT_ONCE, binary=UNPATCHED)
     try:
-        _persistent_session(broker.port, "R000001", "old", f"$share/{shards.GROUP}/sensors/#")
+        _persistent_session(broker.port, "R000001", "old",
+                            f"$share/{shards.LEGACY_GROUP}/sensors/#")
         subprocess.run(["mosquitto_passwd", "-b", str(tmp_path / "mq" / "passwd"), "R000001",
                         "new"], check=True, timeout=30)
         broker.signal(signal.SIGHUP)
