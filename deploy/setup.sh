@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/setup.sh: install what the service and its tests need on a Debian bookworm machine, as root.
-# Installs Debian packages, builds TimescaleDB from Debian's own source package of the next release,
-# and makes the project's venv in <repo>/.venv. Idempotent: a rerun checks and skips every step.
+# Installs Debian packages, builds TimescaleDB and mosquitto from Debian's own source packages of
+# the next release, and makes the project's venv in <repo>/.venv. Idempotent: a rerun checks and
+# skips every step.
 # Used by deploy/run.sh and deploy/test.sh; runs no services (see deploy/services.sh).
 set -euo pipefail
 
@@ -34,6 +35,13 @@ command -v npm >/dev/null || RUNTIME_PKGS+=(nodejs npm)
 # What the TimescaleDB build needs; only asked for while the extension is missing.
 BUILD_PKGS=(postgresql-server-dev-15 cmake build-essential libssl-dev dpkg-dev)
 TRIXIE_SRC=/etc/apt/sources.list.d/sds-trixie-src.sources
+# mosquitto: trixie's 2.0.21 source package plus the patches in deploy/mosquitto/patches, installed
+# as Debian packages whose version carries this suffix (bump it when the patches change: a machine
+# whose installed version lacks it rebuilds). docs/decisions.md says why.
+MQ_UPSTREAM=2.0.21
+MQ_LOCAL_SUFFIX=+sds1
+# The retain-stripping broker plugin (deploy/mosquitto/sds_retain.c), where mosquitto.conf loads it.
+MQ_PLUGIN=/usr/local/lib/sds/mosquitto_sds_retain.so
 
 missing_pkgs() {
     local p
@@ -73,6 +81,29 @@ stop_system_mosquitto() {
     done
 }
 
+# The deb-src entry for trixie, reusing this machine's own Debian mirror and key (the repo names no
+# host), and apt's lists refreshed once per run: only called when something must be built.
+TRIXIE_LISTS_FRESH=""
+ensure_trixie_src() {
+    local stanza
+    [[ -z $TRIXIE_LISTS_FRESH ]] || return 0
+    stanza=$(python3 "$REPO/deploy/lib/apt_mirror.py" --suite trixie) \
+        || die "could not find this machine's Debian mirror in /etc/apt to add trixie sources"
+    printf '%s\n' "$stanza" | write_if_changed "$TRIXIE_SRC" 644 >/dev/null
+    say "deb-src entry for trixie in $TRIXIE_SRC"
+    apt-get update -qq || die "apt-get update failed after adding $TRIXIE_SRC"
+    TRIXIE_LISTS_FRESH=1
+}
+
+# A scratch directory apt can download into as user _apt (else it warns and fetches as root).
+apt_build_dir() {
+    local dir
+    dir=$(mktemp -d "/tmp/sds-$1.XXXXXX")
+    chmod 755 "$dir"
+    chown _apt:root "$dir" 2>/dev/null || true
+    printf '%s\n' "$dir"
+}
+
 apt_install() {
     say "installing: $*"
     forbid_service_starts
@@ -103,18 +134,9 @@ if [[ -f $TIMESCALEDB_CONTROL ]]; then
     tsdb_step="already installed"
 else
     build_start=$SECONDS
-    # Reuse the mirror and key of this machine's own Debian entry: the repo names no host.
-    stanza=$(python3 "$REPO/deploy/lib/apt_mirror.py" --suite trixie) \
-        || die "could not find this machine's Debian mirror in /etc/apt to add trixie sources"
-    printf '%s\n' "$stanza" | write_if_changed "$TRIXIE_SRC" 644 >/dev/null
-    say "deb-src entry for trixie written to $TRIXIE_SRC"
-    apt-get update -qq || die "apt-get update failed after adding $TRIXIE_SRC"
-
+    ensure_trixie_src
     build_log=$LOGS/timescaledb-build.log
-    build_dir=$(mktemp -d /tmp/sds-timescaledb.XXXXXX)
-    # apt downloads as user _apt: let it write there, or it warns and fetches unsandboxed as root.
-    chmod 755 "$build_dir"
-    chown _apt:root "$build_dir" 2>/dev/null || true
+    build_dir=$(apt_build_dir timescaledb)
     say "building TimescaleDB in $build_dir (log: $build_log)"
     (
         cd "$build_dir"
@@ -134,7 +156,58 @@ fi
 tsdb_version=$(sed -n "s/^default_version *= *'\(.*\)'/\1/p" "$TIMESCALEDB_CONTROL")
 say "TimescaleDB $tsdb_version: $tsdb_step"
 
-# ---- 3. Python venv -------------------------------------------------------------------------------
+# ---- 3. mosquitto 2.0.21 from Debian trixie's source package, patched ---------------------------
+# bookworm's mosquitto 2.0.11 crashed after a password rotation (issue 20 items 6 and 7); 2.0.21
+# carries upstream's later fixes but not the one for that crash, which deploy/mosquitto/patches
+# adds (docs/decisions.md). Built as Debian packages with bookworm's build dependencies and
+# installed over bookworm's, so /usr/sbin/mosquitto, mosquitto_passwd and mosquitto_pub/sub are
+# this build for services.sh, the tests and the CLI alike. About 2 minutes on 2 cores, once.
+mq_installed=$(dpkg-query -W -f='${Version}' mosquitto 2>/dev/null || true)
+if [[ $mq_installed == "$MQ_UPSTREAM"-*"$MQ_LOCAL_SUFFIX" ]]; then
+    mq_step="already installed"
+else
+    build_start=$SECONDS
+    ensure_trixie_src
+    build_log=$LOGS/mosquitto-build.log
+    build_dir=$(apt_build_dir mosquitto)
+    say "building mosquitto $MQ_UPSTREAM$MQ_LOCAL_SUFFIX in $build_dir (log: $build_log)"
+    forbid_service_starts
+    bash "$REPO/deploy/mosquitto/build-deb.sh" "$build_dir" "$MQ_UPSTREAM" "$MQ_LOCAL_SUFFIX" \
+        >"$build_log" 2>&1 \
+        || { allow_service_starts; log_tail "$build_log" 40; die "mosquitto build failed (log: $build_log)"; }
+    allow_service_starts
+    stop_system_mosquitto
+    rm -rf "$build_dir"
+    mq_installed=$(dpkg-query -W -f='${Version}' mosquitto)
+    [[ $mq_installed == "$MQ_UPSTREAM"-*"$MQ_LOCAL_SUFFIX" ]] \
+        || die "mosquitto build finished but the installed version is $mq_installed"
+    mq_step="built and installed in $((SECONDS - build_start)) s"
+fi
+# What PATH finds is what services.sh and the tests run (`mosquitto -h` exits 3 after its banner).
+mq_banner=$(mosquitto -h 2>&1 | head -n 1 || true)
+[[ $mq_banner == "mosquitto version $MQ_UPSTREAM" ]] \
+    || die "the mosquitto on PATH is not $MQ_UPSTREAM ($(command -v mosquitto): $mq_banner)"
+say "mosquitto $mq_installed: $mq_step"
+
+# ---- 4. The broker's retain plugin --------------------------------------------------------------
+# deploy/mosquitto/sds_retain.c (why: docs/security.md), rebuilt when its source or the broker
+# changed; the stamp next to it holds both.
+plugin_stamp="$MQ_PLUGIN.stamp"
+plugin_want="$(sha256sum <"$REPO/deploy/mosquitto/sds_retain.c" | cut -d' ' -f1) $mq_installed"
+if [[ -f $MQ_PLUGIN && -f $plugin_stamp && $(<"$plugin_stamp") == "$plugin_want" ]]; then
+    plugin_step="up to date"
+else
+    mkdir -p "$(dirname "$MQ_PLUGIN")"
+    gcc -Wall -Wextra -Werror -O2 -fPIC -shared -o "$MQ_PLUGIN.tmp" \
+        "$REPO/deploy/mosquitto/sds_retain.c" || die "could not build the broker plugin sds_retain.c"
+    chmod 644 "$MQ_PLUGIN.tmp"
+    mv -f "$MQ_PLUGIN.tmp" "$MQ_PLUGIN"
+    echo "$plugin_want" >"$plugin_stamp"
+    plugin_step="built"
+fi
+say "broker plugin $MQ_PLUGIN: $plugin_step"
+
+# ---- 5. Python venv -------------------------------------------------------------------------------
 # The stamp holds a hash of what decides the install: the pins, the project metadata, and which
 # top-level packages exist (setuptools' editable finder maps only the packages present at install).
 install_hash() {
@@ -165,11 +238,11 @@ else
 fi
 say "venv $VENV: $venv_step"
 
-# ---- 4. Dashboard assets --------------------------------------------------------------------------
+# ---- 6. Dashboard assets --------------------------------------------------------------------------
 # The chart library (uPlot) from npm into serve/web/static/vendor (docs/dashboard.md).
 bash "$REPO/deploy/lib/web_assets.sh"
 
-# ---- 5. Summary -----------------------------------------------------------------------------------
+# ---- 7. Summary -----------------------------------------------------------------------------------
 pg_version=$("$PG_BIN/postgres" --version | awk '{print $3}')
 mq_version=$(dpkg-query -W -f='${Version}' mosquitto)
 rmq_version=$(dpkg-query -W -f='${Version}' rabbitmq-server)

@@ -480,6 +480,8 @@ class MosquittoBroker(_ProcessServer):
     def __init__(self) -> None:
         self._port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._env: dict[str, str] = {}
+        self._binary = "mosquitto"
 
     def start(
         self,
@@ -491,6 +493,8 @@ class MosquittoBroker(_ProcessServer):
         acl: str | None = None,
         extra_conf: str = "",
         shipped_template: bool = False,
+        env: dict[str, str] | None = None,
+        binary: str = "mosquitto",
     ) -> MosquittoBroker:
         """Write a config into base_dir and start the broker; returns self.
 
@@ -498,7 +502,11 @@ class MosquittoBroker(_ProcessServer):
         and the given ACL text (default: the shipped deploy/mosquitto/acl). durable=True appends
         the shipped durable.conf. shipped_template=True renders deploy/mosquitto/mosquitto.conf
         itself (as deploy/services.sh does) instead of the helper's own listener/auth lines.
+        env: extra environment for the broker process (e.g. a glibc malloc tunable). binary:
+        another mosquitto executable than the one on PATH (a negative control).
         """
+        self._env = dict(env or {})
+        self._binary = binary
         base = self._prepare_dir(base_dir, "sds-mqtt-")
         self._port = port or free_port()
         self.data_dir = base / "data"
@@ -596,10 +604,11 @@ class MosquittoBroker(_ProcessServer):
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.stderr_path, "ab") as err:
             self._proc = subprocess.Popen(
-                ["mosquitto", "-c", str(self.conf_path)],
+                [self._binary, "-c", str(self.conf_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=err,
                 stderr=err,
+                env={**os.environ, **self._env} if self._env else None,
             )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:

@@ -1,8 +1,8 @@
 """Find the Debian mirror this machine's apt already uses and render a deb-src entry for it.
 
-setup.sh builds TimescaleDB from the next Debian release's source package. The entry it adds must
-reuse the machine's own mirror (and key), so the repository never names a host. Pure stdlib, so
-Debian's /usr/bin/python3 runs it before any venv exists.
+setup.sh builds TimescaleDB and mosquitto from the next Debian release's source packages. The
+entry it adds must reuse the machine's own mirror (and key), so the repository never names a
+host. Pure stdlib, so Debian's /usr/bin/python3 runs it before any venv exists.
 
 Usage: python3 deploy/lib/apt_mirror.py --suite trixie [--root /] [--codename bookworm]
 prints the deb822 stanza on stdout; exits 1 with a message when no Debian entry is found.
@@ -129,7 +129,8 @@ def render_deb_src(mirror: Mirror, suite: str, components: str = "main") -> str:
     """A deb822 stanza for source packages only: apt never takes binaries from it."""
     lines = [
         f"# Added by the sensor data service's deploy/setup.sh (copied from {mirror.origin}):",
-        f"# source packages of Debian {suite}, to build TimescaleDB. Sources only, no binaries.",
+        f"# source packages of Debian {suite}, to build TimescaleDB and mosquitto. Sources only, "
+        "no binaries.",
         "Types: deb-src",
         f"URIs: {mirror.uri}",
         f"Suites: {suite}",

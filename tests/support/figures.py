@@ -72,8 +72,12 @@ PROMISES = """\
 - **Broker identity.** On the shipped broker a client's id is its user name: a device cannot
   take the ingester's session or knock another device off (0 acknowledged readings missing while
   a device connects with the ingester's client id). Whatever a device publishes under its own
-  topic is stored or quarantined, and a retained message is ingested once, not on every
-  reconnect.
+  topic is stored or quarantined once; the broker keeps no retained message from a client (the
+  flag is stripped), so a retained flood costs it no memory or store (measured below).
+- **Broker stays up.** The shipped mosquitto (2.0.21 with the project's session-expiry patch)
+  survives the rotation recipe that crashed 2.0.11 (a password rotated while a persistent
+  session is offline, then a clean start), and the same with a shard's session and
+  `python -m ingest --retire`: new connections stay up (measured below).
 - **Lateness horizon.** Readings up to `SDS_INGEST_HORIZON_DAYS` (default 400) days old are
   accepted and their hourly, local-hourly and daily buckets recomputed; older ones are
   quarantined with reason `too_old`.
