@@ -261,3 +261,40 @@ def test_no_production_file_over_500_lines() -> None:
     assert over <= OVER_LIMIT, f"over {MAX_LINES} lines: {sorted(over - OVER_LIMIT)}"
     assert OVER_LIMIT <= over, (
         f"no longer over the limit, drop from OVER_LIMIT: {OVER_LIMIT - over}")
+
+
+# Blueprints (serve/api/*) import no other blueprint, and the dashboard (serve/web/) imports no
+# blueprint: what they share is a read model (serve/readmodels.py).
+def blueprint_imports(path: Path, source: str) -> list[str]:
+    """Imports of `source` (the module at `path`) that reach into a blueprint module."""
+    rel = path.as_posix()
+    if not (rel.startswith("serve/api/") or rel.startswith("serve/web/")) \
+            or rel == "serve/api/__init__.py":
+        return []
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        for name in names:
+            if name.startswith("serve.api.") and name.count(".") >= 2 \
+                    and not rel.startswith(name.replace(".", "/")):
+                found.append(f"{rel}:{node.lineno}: {name}")
+                break
+    return found
+
+
+def test_no_blueprint_imports_another() -> None:
+    files = sorted((ROOT / "serve").rglob("*.py"))
+    bad = [hit for f in files
+           for hit in blueprint_imports(f.relative_to(ROOT), f.read_text())]
+    assert not bad, "move what they share to serve/readmodels.py:\n" + "\n".join(bad)
+
+
+def test_the_blueprint_rule_can_fail() -> None:
+    assert blueprint_imports(Path("serve/api/data.py"), "from serve.api.schemas import t\n")
+    assert blueprint_imports(Path("serve/web/views.py"), "from serve.api import locations\n")
+    assert not blueprint_imports(Path("serve/api/data.py"), "from serve.readmodels import t\n")
+    assert not blueprint_imports(Path("serve/__init__.py"), "from serve.api import data\n")

@@ -29,11 +29,11 @@ from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
 
 from serve import caching, pagination, queries, render
-from serve.api.schemas import table_or_404
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
 from serve.errors import Blueprint
 from serve.pool import ReadChoice, pool, read_pool
+from serve.readmodels import table_or_404
 from shared import units
 from shared.columns import TABLES, Column, Table
 from shared.errors import BadCursor, BadParameter, BadTimeRange, UnknownColumn

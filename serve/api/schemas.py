@@ -10,8 +10,8 @@ from marshmallow import Schema, fields
 from serve import caching
 from serve.auth import requires
 from serve.errors import Blueprint
-from shared.columns import TABLES, Table
-from shared.errors import UnknownTable
+from serve.readmodels import table_or_404
+from shared.columns import TABLES
 from shared.units import describe
 
 blp = Blueprint("schemas", __name__, url_prefix="/api/v2/schemas",
@@ -34,15 +34,6 @@ class ColumnSchema(Schema):
 def _json(value: object) -> Response:
     # The registry is fixed for a release: an ETag lets clients revalidate with a 304.
     return caching.conditional(Response(orjson.dumps(value), mimetype="application/json"))
-
-
-def table_or_404(name: str) -> Table:
-    """The registry table called `name`; UnknownTable (404) listing the valid names."""
-    found = TABLES.get(name)
-    if found is None:
-        raise UnknownTable(f"unknown table {name!r}; tables: {', '.join(TABLES)}",
-                           errors={"table": [f"must be one of: {', '.join(TABLES)}"]})
-    return found
 
 
 @blp.route("")

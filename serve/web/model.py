@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from serve.api.devices import device_record, fetch_devices, fetch_devices_by_id
+from serve.readmodels import device_record, fetch_devices, fetch_devices_by_id
 from shared.config import Settings
 
 QUARANTINE_PAGE = 50  # rows per page of a bad-data listing

@@ -32,10 +32,10 @@ from flask import (
 )
 from werkzeug.exceptions import HTTPException
 
-from serve.api.locations import summary_page
 from serve.auth import public
 from serve.pool import pool
 from serve.principal import Principal
+from serve.readmodels import summary_page
 from serve.web import charts, model
 from serve.web import session as web_session
 from shared import units
