@@ -1,5 +1,5 @@
 """`sds access passwd|unlock|logout`: account access (passwords, login lockouts, bearer
-tokens) through serve.access."""
+tokens) through serve.logins."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 import psycopg
 
 from admin.context import connection, settings_from_env
-from serve.access import change_password, revoke_tokens, unlock
+from serve.logins import change_password, revoke_tokens, unlock
 from shared import accounts
 from shared.errors import ServiceError, UnknownObject
 

@@ -24,7 +24,7 @@ from flask import Flask, Response, g, has_request_context, request
 from flask_smorest import Api
 from psycopg_pool import ConnectionPool
 
-from serve import auth, errors, fairshare, pagination, web
+from serve import auth, cursor, errors, fairshare, web
 from serve.api import BLUEPRINTS
 from serve.pool import ReadRouter, attach, attach_reads
 from shared.config import Settings
@@ -125,7 +125,7 @@ def create_app(settings: Settings | None = None) -> Flask:
                 role=ROLE_API, checkout=_request_scope(settings))
             attach_reads(app, ReadRouter(pool, standby, settings.read_max_staleness))
         with pool.connection() as conn:
-            app.extensions["cursor_key"] = pagination.load_key(conn, settings.cursor_secret)
+            app.extensions["cursor_key"] = cursor.load_key(conn, settings.cursor_secret)
         api = Api(app, spec_kwargs={"extra_plugins": [PathParametersFirst()]})
         errors.init_app(app)  # after Api(): replaces smorest's HTTPException handler with ours
         for blueprint in BLUEPRINTS:

@@ -2,7 +2,7 @@
 the `{items, limit, page, pages, total}` answer, and the past-the-last-page rule.
 
 Used by every listing endpoint (devices, locations, the location summary). The keyset
-cursor of `/data` is a different thing: `serve.pagination`.
+cursor of `/data` is a different thing: `serve.cursor`.
 """
 
 from __future__ import annotations

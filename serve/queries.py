@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 from psycopg import sql
 
-from serve.pagination import Position
+from serve.cursor import Position
 from shared import spreadsheet, units
 from shared.columns import TS, Column, Table
 from shared.errors import UnknownDevice, UnknownLocation

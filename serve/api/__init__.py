@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from serve.api import apikeys, auth, data, devices, health, index, locations, schemas
+from serve.api import apikeys, data, devices, health, index, locations, schemas, tokens
 
 BLUEPRINTS = [
     schemas.blp,
     data.blp,
     devices.blp,
     locations.blp,
-    auth.blp,
+    tokens.blp,
     apikeys.blp,
     health.blp,
     index.blp,

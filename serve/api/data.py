@@ -28,7 +28,8 @@ import psycopg
 from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
 
-from serve import caching, pagination, queries, render
+from serve import caching, queries, render
+from serve import cursor as cursors
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
 from serve.errors import Blueprint
@@ -242,7 +243,7 @@ class DataPage:
         self._binding: dict[str, object] = {}
         self.start, self.end = req.start, req.end  # a cursor carries its listing's window
         self.bound: datetime | None = None  # updated_since: the listing's watermark
-        self.following: pagination.Position | None = None
+        self.following: cursors.Position | None = None
 
     # -- plan ----------------------------------------------------------------------------------
 
@@ -291,7 +292,7 @@ class DataPage:
         self._binding = req.binding(location)
         after = None
         if req.cursor is not None:
-            state = pagination.decode(req.cursor, key=self._key, binding=self._binding)
+            state = cursors.decode(req.cursor, key=self._key, binding=self._binding)
             self.start, self.end, after = state.start, state.end, state.position
             self.bound = state.bound
             if req.updated_since is not None and self.bound is None:  # only with a leaked key
@@ -335,12 +336,12 @@ class DataPage:
         writer = render.JsonRows([c.name for c in scan.columns], self.req.local_tz)
         if len(first) <= probe or scan.limit <= CHUNK_ROWS:
             if len(first) > probe:
-                self.following = pagination.Position(first[probe][-2], first[probe][-1])
+                self.following = cursors.Position(first[probe][-2], first[probe][-1])
                 first = first[:probe]
             self.close()  # the whole page is in memory: the connection goes back now
             self._body = render.json_body(writer, first, list, CHUNK_ROWS)
             return
-        rest = dataclasses.replace(scan, after=pagination.Position(first[probe][-2],
+        rest = dataclasses.replace(scan, after=cursors.Position(first[probe][-2],
                                                                    first[probe][-1]),
                                    limit=scan.limit - probe)
         conn.autocommit = False
@@ -394,8 +395,8 @@ class DataPage:
         if self.bound is not None:
             response.headers["X-Updated-Since-Next"] = _iso_micros(self.bound)
         if self.following is not None:
-            response.headers["X-Cursor-Next"] = pagination.encode(
-                pagination.CursorState(self.following, self.start, self.end, self.bound),
+            response.headers["X-Cursor-Next"] = cursors.encode(
+                cursors.CursorState(self.following, self.start, self.end, self.bound),
                 key=self._key, binding=self._binding)
         return response
 

@@ -8,7 +8,9 @@ import uuid
 
 import pytest
 
-from serve.auth import BasicCache, decode_basic, parse_authorization, scope_for
+from serve.auth import scope_for
+from serve.authenticator import BasicCache
+from serve.authheader import decode_basic, parse_authorization
 from serve.principal import USER_ONLY, Principal
 from shared import credentials
 from shared.errors import Unauthorized

@@ -128,7 +128,7 @@ def test_logout_revokes_the_token(client: FlaskClient) -> None:
     "sdsk_" + "A" * 51, "garbage", "sdst_short"])
 def test_malformed_tokens_are_refused_without_a_query(
         client: FlaskClient, monkeypatch: pytest.MonkeyPatch, token: str) -> None:
-    from serve import auth
+
 
     def no_query(*_args: Any, **_kwargs: Any) -> Any:
         raise AssertionError("a malformed token reached the database")
@@ -138,7 +138,7 @@ def test_malformed_tokens_are_refused_without_a_query(
     assert r.status_code == 401
     r = client.get("/api/v2/devices", headers=apikey(token))
     assert r.status_code == 401
-    assert auth.credentials.well_formed(token, credentials.TOKEN_PREFIX) is False
+    assert credentials.well_formed(token, credentials.TOKEN_PREFIX) is False
 
 
 # ---- password changes and deactivation -----------------------------------------------------

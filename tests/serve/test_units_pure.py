@@ -12,29 +12,29 @@ from hypothesis import given
 from hypothesis import strategies as st
 from werkzeug.datastructures import MIMEAccept
 
-from serve import pagination, render
+from serve import cursor, render
 from serve.api.data import select_columns
 from serve.args import DataArgs
 from shared import units
 from shared.columns import TABLES
 from shared.errors import BadCursor, UnknownColumn
 
-KEY = pagination.derive_key("k")
+KEY = cursor.derive_key("k")
 BINDING = {"table": "hourly", "device": "D1", "order": "asc"}
 T = datetime(2024, 7, 1, 12, 30, tzinfo=UTC)
 
 
-def _state(device: str = "A000101", t: datetime = T) -> pagination.CursorState:
-    return pagination.CursorState(pagination.Position(t, device), T - timedelta(days=7), T)
+def _state(device: str = "A000101", t: datetime = T) -> cursor.CursorState:
+    return cursor.CursorState(cursor.Position(t, device), T - timedelta(days=7), T)
 
 
 # ---- cursors -------------------------------------------------------------------------------
 
 def test_cursor_round_trip_is_url_safe_and_opaque() -> None:
-    token = pagination.encode(_state(), key=KEY, binding=BINDING)
+    token = cursor.encode(_state(), key=KEY, binding=BINDING)
     assert set(token) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
     assert "A000101" not in token and "2024" not in token
-    assert pagination.decode(token, key=KEY, binding=BINDING) == _state()
+    assert cursor.decode(token, key=KEY, binding=BINDING) == _state()
 
 
 @given(st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=0x2FFF), min_size=1,
@@ -43,40 +43,40 @@ def test_cursor_round_trip_is_url_safe_and_opaque() -> None:
                     timezones=st.just(UTC)))
 def test_cursor_round_trip_any_device_and_time(device: str, t: datetime) -> None:
     state = _state(device, t)
-    assert pagination.decode(pagination.encode(state, key=KEY, binding=BINDING), key=KEY,
+    assert cursor.decode(cursor.encode(state, key=KEY, binding=BINDING), key=KEY,
                              binding=BINDING) == state
 
 
 @given(st.text(max_size=120))
 def test_arbitrary_text_is_never_accepted_nor_a_crash(text: str) -> None:
     with pytest.raises(BadCursor):
-        pagination.decode(text, key=KEY, binding=BINDING)
+        cursor.decode(text, key=KEY, binding=BINDING)
 
 
 def test_cursor_refused_with_other_key_or_binding() -> None:
-    token = pagination.encode(_state(), key=KEY, binding=BINDING)
+    token = cursor.encode(_state(), key=KEY, binding=BINDING)
     with pytest.raises(BadCursor, match="garbled or altered"):
-        pagination.decode(token, key=pagination.derive_key("other"), binding=BINDING)
+        cursor.decode(token, key=cursor.derive_key("other"), binding=BINDING)
     with pytest.raises(BadCursor, match="other parameters"):
-        pagination.decode(token, key=KEY, binding={**BINDING, "device": "D2"})
+        cursor.decode(token, key=KEY, binding={**BINDING, "device": "D2"})
 
 
 def test_every_single_bit_flip_is_detected() -> None:
     import base64
 
-    token = pagination.encode(_state(), key=KEY, binding=BINDING)
+    token = cursor.encode(_state(), key=KEY, binding=BINDING)
     raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
     for i in range(len(raw) * 8):
         flipped = bytearray(raw)
         flipped[i // 8] ^= 1 << (i % 8)
         mangled = base64.urlsafe_b64encode(bytes(flipped)).rstrip(b"=").decode()
         with pytest.raises(BadCursor):
-            pagination.decode(mangled, key=KEY, binding=BINDING)
+            cursor.decode(mangled, key=KEY, binding=BINDING)
 
 
 def test_fingerprint_ignores_binding_order_but_not_values() -> None:
-    assert pagination.fingerprint({"a": 1, "b": None}) == pagination.fingerprint({"b": "", "a": 1})
-    assert pagination.fingerprint({"a": 1}) != pagination.fingerprint({"a": 2})
+    assert cursor.fingerprint({"a": 1, "b": None}) == cursor.fingerprint({"b": "", "a": 1})
+    assert cursor.fingerprint({"a": 1}) != cursor.fingerprint({"a": 2})
 
 
 # ---- rendering -------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from serve.access import change_password
+from serve.logins import change_password
 from serve.web import charts, model
 from shared import units
 from shared.config import Settings

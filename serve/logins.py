@@ -10,7 +10,7 @@ from uuid import UUID
 
 import psycopg
 
-from serve.auth import clear_account_failures
+from serve.authenticator import clear_account_failures
 from shared import credentials
 from shared.errors import BadRequest, UnknownObject
 
