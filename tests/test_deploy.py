@@ -478,6 +478,20 @@ def test_deploy_scripts_parse() -> None:
         assert result.returncode == 0, f"{script}: {result.stderr}"
 
 
+def test_the_systemd_unit_runs_the_run_command() -> None:
+    """One deployment shape: the systemd unit wraps deploy/run.sh (start and stop), so a systemd
+    host runs the tested, supervised process list rather than a copy of it."""
+    units = sorted((REPO / "deploy" / "systemd").glob("*.service"))
+    assert [u.name for u in units] == ["sds.service"]
+    lines = dict(line.split("=", 1) for line in units[0].read_text().splitlines()
+                 if "=" in line and not line.startswith("#"))
+    root = lines["WorkingDirectory"]
+    assert lines["ExecStart"] == f"{root}/deploy/run.sh"
+    assert lines["ExecStop"] == f"{root}/deploy/run.sh stop"
+    assert lines["Type"] == "oneshot" and lines["RemainAfterExit"] == "yes"
+    assert not (REPO / "deploy" / "compose.yaml").exists()
+
+
 # ---- services.sh, end to end in a scratch copy --------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from admin.cli import main as sds
 from testbed.apiserver import gunicorn_api
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-TRY_IT = README[README.index("### Try it"):README.index("### Docker and systemd")]
+TRY_IT = README[README.index("### Try it"):README.index("### systemd")]
 LOCAL = "http://127.0.0.1:8080"
 
 
