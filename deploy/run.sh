@@ -260,20 +260,13 @@ demo_device() {
 # Render the edge's config from deploy/nginx/nginx.conf into $EDGE_CONF; EDGE_CHANGED is set
 # when the file changed. The workers (www-data) write request bodies and large answers to tmp/.
 edge_config() {
-    local servers="" k
-    for ((k = 1; k <= API_INSTANCES; k++)); do
-        # A refused or reset connection marks an instance down for 1 s (its requests go on to
-        # the next one, proxy_next_upstream); short, so that a restarted instance is back at
-        # once and two failures in a row rarely leave no instance. Same in
-        # testbed/services.py (render_nginx_conf).
-        servers+="        server $API_HOST:$((API_PORT0 + k - 1)) max_fails=1 fail_timeout=1s;"$'\n'
-    done
+    local upstreams=() k
+    for ((k = 1; k <= API_INSTANCES; k++)); do upstreams+=("$API_HOST:$((API_PORT0 + k - 1))"); done
     mkdir -p "$EDGE_DIR/tmp"
     local conf
-    conf=$(<"$REPO/deploy/nginx/nginx.conf")
-    conf=${conf//@DIR@/$EDGE_DIR}
-    conf=${conf//@LISTEN@/$EDGE_BIND}
-    conf=${conf//@UPSTREAMS@/${servers%$'\n'}}
+    # The server lines' options have one home: deploy/lib/edge_conf.py (also the tests' edge).
+    conf=$(python3 "$REPO/deploy/lib/edge_conf.py" "$EDGE_DIR" "$EDGE_BIND" "${upstreams[@]}") \
+        || die "could not render the edge's config from deploy/nginx/nginx.conf"
     EDGE_CHANGED=$(printf '%s\n' "$conf" | write_if_changed "$EDGE_CONF" 644)
     ensure_traversable www-data "$EDGE_DIR/tmp"
     nginx -t -q -c "$EDGE_CONF" -e "$EDGE_DIR/error.log" 2>>"$LOGS/edge.log" \

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import grp
 import http.client
+import importlib.util
 import os
 import pwd
 import re
@@ -29,7 +30,7 @@ import tempfile
 import time
 from abc import ABC, abstractmethod
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 
 import psycopg
 from psycopg import sql
@@ -640,12 +641,20 @@ SHIPPED_NGINX_CONF = REPO / "deploy" / "nginx" / "nginx.conf"
 GUNICORN_CONF = REPO / "deploy" / "gunicorn.conf.py"
 
 
+def _edge_conf() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sds_edge_conf",
+                                                  REPO / "deploy" / "lib" / "edge_conf.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def render_nginx_conf(directory: Path, listen: str, upstreams: list[str]) -> str:
-    """deploy/nginx/nginx.conf with its placeholders filled as deploy/run.sh fills them."""
-    servers = "\n".join(  # the server options as deploy/run.sh writes them
-        f"        server {u} max_fails=1 fail_timeout=1s;" for u in upstreams)
-    return (SHIPPED_NGINX_CONF.read_text().replace("@DIR@", str(directory))
-            .replace("@LISTEN@", listen).replace("@UPSTREAMS@", servers))
+    """deploy/nginx/nginx.conf rendered exactly as deploy/run.sh renders it
+    (deploy/lib/edge_conf.py)."""
+    return str(_edge_conf().render(str(directory), listen, upstreams,
+                                   SHIPPED_NGINX_CONF.read_text()))
 
 
 class GunicornServer(_PreforkServer):

@@ -143,6 +143,26 @@ ONE_HOME = {
     "len(password) <": "shared/credentials.py",  # the password rule: password_problem
     "db.connect(": "",  # see SCOPED_HOME: per package
 }
+# The same for the deploy scripts and the test servers: the edge's upstream server options.
+DEPLOY_HOME = {"max_fails=": "deploy/lib/edge_conf.py"}
+
+
+def deploy_home_violations(root: Path) -> list[str]:
+    """Where a deploy rule with one home (DEPLOY_HOME) is written elsewhere under `root`."""
+    files = [*sorted((root / "deploy").rglob("*.sh")), *sorted((root / "deploy").rglob("*.py")),
+             *sorted((root / "testbed").rglob("*.py"))]
+    return [f"{f.relative_to(root)}: {needle} (belongs in {home})"
+            for f in files for needle, home in DEPLOY_HOME.items()
+            if needle in f.read_text() and f.relative_to(root).as_posix() != home]
+
+
+def test_deploy_rules_have_one_home(tmp_path: Path) -> None:
+    bad = deploy_home_violations(ROOT)
+    assert not bad, "\n".join(bad)
+    # Negative case: the server options written again in run.sh are found.
+    (tmp_path / "deploy").mkdir()
+    (tmp_path / "deploy" / "run.sh").write_text('servers+="server $a max_fails=1;"\n')
+    assert len(deploy_home_violations(tmp_path)) == 1
 # Rules that hold inside one package: (package, needle) -> the one module there that may have it.
 SCOPED_HOME = {
     ("admin", "db.connect("): "admin/context.py",  # every sds command: context.connection
