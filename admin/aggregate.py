@@ -21,7 +21,7 @@ from shared import locks
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from shared.errors import ServiceError
-from shared.timeutil import parse_instant
+from shared.timeutil import format_utc_z, parse_instant
 
 _settings = context.settings_from_env
 CLI_NAME = "sds-aggregate-cli"  # application_name of the command's sessions
@@ -152,7 +152,7 @@ def _fmt(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return format_utc_z(value)
     return str(value)
 
 

@@ -19,7 +19,7 @@ from admin.context import Context, pass_ctx
 from shared import brokers
 from shared.config import Settings
 from shared.errors import ServiceError
-from shared.timeutil import parse_instant
+from shared.timeutil import format_utc_z, parse_instant
 
 
 @click.command("publish-test")
@@ -49,7 +49,7 @@ def publish_test(obj: Context, name: str, reading: str | None, timeout: float) -
     if reading is None:
         # A health report needs one field: the firmware the device last reported, which
         # changes nothing (or a marker until the device reports its own).
-        kind, body = "health", json.dumps({"time": sent_at.isoformat().replace("+00:00", "Z"),
+        kind, body = "health", json.dumps({"time": format_utc_z(sent_at),
                                            "fw": known[0] or "publish-test"})
     else:
         kind, body = "readings", reading

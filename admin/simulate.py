@@ -39,7 +39,7 @@ from ingest.topics import HEALTH, READINGS, topic_for
 from shared import brokers
 from shared.columns import HEALTH_INPUTS, READING_INPUTS
 from shared.config import Settings
-from shared.timeutil import FIVE_MINUTES, floor_5min, parse_instant
+from shared.timeutil import FIVE_MINUTES, floor_5min, format_utc_z, parse_instant
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ def _clamp(name: str, value: float) -> float:
 
 def reading_body(site: Site, t: datetime) -> dict[str, Any]:
     """The JSON object of one reading, as a device sends it."""
-    return {"time": t.strftime("%Y-%m-%dT%H:%M:%SZ"), "device": site.device, **weather(site, t)}
+    return {"time": format_utc_z(t), "device": site.device, **weather(site, t)}
 
 
 def spoil(body: dict[str, Any], kind: str) -> dict[str, Any] | bytes:
@@ -275,7 +275,7 @@ class _Device:
         self.counts["messages"] += 1
 
     def send_health(self, t: datetime) -> None:
-        body = {"time": t.strftime("%Y-%m-%dT%H:%M:%SZ"), **health(self.site, t)}
+        body = {"time": format_utc_z(t), **health(self.site, t)}
         self._publish(HEALTH, json.dumps(body).encode())
         self.counts["health"] += 1
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date, datetime
+
+from shared.timeutil import format_utc_record
 
 
 def stamp(t: datetime | None) -> str | None:
-    """Record times: UTC, microseconds and offset (`2021-03-04T12:34:56.123456+00:00`)."""
-    return None if t is None else t.astimezone(UTC).isoformat(timespec="microseconds")
+    """Record times: UTC, microseconds and offset (`2021-03-04T12:34:56.123456+00:00`;
+    shared.timeutil holds every text form of an instant)."""
+    return None if t is None else format_utc_record(t)
 
 
 def day(d: date | None) -> str | None:

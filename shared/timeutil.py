@@ -305,6 +305,25 @@ def format_local(t: datetime, tz: tzinfo) -> str:
     return iso[:i] + iso[i:].replace(":", "")
 
 
+# UTC instants as text: every form the service writes, each for its own contract, all here.
+
 def format_utc_z(t: datetime) -> str:
-    """`2019-07-01T00:00:00Z`: the JSON form of `time`."""
+    """`2019-07-01T00:00:00Z`: the JSON form of `time` (whole seconds)."""
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_utc_z_exact(t: datetime) -> str:
+    """`2030-01-01T00:00:00Z`, or `...00.250000Z` when there are microseconds: an instant a
+    client set (an API key's expiry), written back without losing or inventing precision."""
+    t = t.astimezone(UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if t.microsecond else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_utc_micros_z(t: datetime) -> str:
+    """`2026-11-24T05:04:52.123456Z`: a watermark, to the microsecond (update_time)."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def format_utc_record(t: datetime) -> str:
+    """`2021-03-04T12:34:56.123456+00:00`: times in model records (devices, keys)."""
+    return t.astimezone(UTC).isoformat(timespec="microseconds")

@@ -141,6 +141,8 @@ ONE_HOME = {
     "start_http_server(": "shared/metrics.py",  # every process's metrics endpoint
     "lower(email)": "shared/accounts.py",  # the user-by-email lookup: accounts.user_id
     "len(password) <": "shared/credentials.py",  # the password rule: password_problem
+    'strftime("%Y-%m-%dT': "shared/timeutil.py",  # every text form of a UTC instant
+    'replace("+00:00"': "shared/timeutil.py",
     "db.connect(": "",  # see SCOPED_HOME: per package
 }
 # The same for the deploy scripts and the test servers: the edge's upstream server options.
@@ -202,6 +204,7 @@ def test_each_small_rule_has_one_home() -> None:
     ("serve/x.py", "SELECT id FROM users WHERE lower(email) = lower(%s)"),
     ("serve/x.py", "if len(password) < 12:"),
     ("admin/x.py", "with db.connect(settings) as conn:"),
+    ("serve/x.py", 'return t.strftime("%Y-%m-%dT%H:%M:%SZ")'),
     ("shared/x.py", "ZoneInfo(name)"),
 ])
 def test_a_reintroduced_copy_is_found(tmp_path: Path, path: str, text: str) -> None:

@@ -28,7 +28,7 @@ from serve.pool import pool
 from serve.records import stamp
 from shared import accounts, credentials, sealing
 from shared.errors import BadParameter, UnknownObject
-from shared.timeutil import INSTANT_RANGE, parse_instant
+from shared.timeutil import INSTANT_RANGE, format_utc_z_exact, parse_instant
 
 blp = Blueprint("apikeys", __name__, url_prefix="/api/v2/apikeys",
                 description="API keys of the calling user, and the scopes a key can hold.")
@@ -125,10 +125,7 @@ class ApiKeySchema(Schema):
 
 def format_exp(t: datetime | None) -> str | None:
     """`2030-01-01T00:00:00Z`: the expiry as an ISO 8601 UTC datetime."""
-    if t is None:
-        return None
-    t = t.astimezone(UTC)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if t.microsecond else "%Y-%m-%dT%H:%M:%SZ")
+    return None if t is None else format_utc_z_exact(t)
 
 
 def key_record(row: dict[str, Any], *, value: str | None = None) -> dict[str, Any]:

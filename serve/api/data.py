@@ -38,6 +38,7 @@ from serve.readmodels import table_or_404
 from shared import units
 from shared.columns import TABLES, Column, Table
 from shared.errors import BadCursor, BadParameter, BadTimeRange, UnknownColumn
+from shared.timeutil import format_utc_micros_z
 from shared.units import Unit
 
 log = logging.getLogger(__name__)
@@ -429,7 +430,7 @@ class DataPage:
 
 def _iso_micros(t: datetime) -> str:
     """2026-11-24T05:04:52.123456Z: an update_time watermark, to the microsecond."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_utc_micros_z(t)
 
 
 @blp.route("/<table>")

@@ -48,6 +48,7 @@ from shared.errors import (
     TooManyRequests,
     Unauthorized,
 )
+from shared.timeutil import format_utc_z_exact
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ def device(principal: Principal, name: str) -> Response:
     location = record.get("current_location")
     zone = location["tz_name"] if location else None
     end = (latest or datetime.now(UTC)).astimezone(UTC)
-    config = charts.config(device=name, zone=zone, end=end.isoformat().replace("+00:00", "Z"),
+    config = charts.config(device=name, zone=zone, end=format_utc_z_exact(end),
                            chosen=charts.chosen_units(request.args.to_dict()))
     return _html(render_template(
         "web/device.html", device=record, quarantined=count, latest=latest, config=config,
