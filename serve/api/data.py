@@ -272,17 +272,16 @@ class DataPage:
         if req.updated_since is not None and req.cursor is None:
             # The first page fixes the listing's watermark, in a statement of its own before
             # the snapshot that reads rows (see queries.sync_watermark).
-            conn.autocommit = True
+            _one_statement_each(conn)
             self.bound = queries.sync_watermark(conn)
-            conn.autocommit = False
         if req.csv:
             # Lookups, next-page key and COPY read one snapshot.
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            _one_snapshot(conn)
             if req.device is not None:
                 queries.find_device(conn, org=org, name=req.device)
         else:
             # A JSON page usually takes one statement (see _plan_json): no transaction.
-            conn.autocommit = True
+            _one_statement_each(conn)
         if req.devices is not None:
             queries.find_devices(conn, org=org, names=req.devices)
         location, foreign = (queries.find_location(conn, org=org, ref=req.location)
@@ -345,8 +344,7 @@ class DataPage:
         rest = dataclasses.replace(scan, after=cursors.Position(first[probe][-2],
                                                                    first[probe][-1]),
                                    limit=scan.limit - probe)
-        conn.autocommit = False
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        _one_snapshot(conn)
         self.following = queries.next_key(conn, rest)
         stmt, params = queries.page_statement(rest)
         cursor = self._resources.enter_context(conn.cursor(binary=True))
@@ -426,6 +424,21 @@ class DataPage:
             log.warning("could not end a page's cursor or COPY cleanly: %s", exc)
         finally:
             self._pool.putconn(conn)
+
+
+# How a page's connection runs its statements: the only two modes, set only here (and reset
+# by DataPage.close, as the pool hands connections out).
+def _one_statement_each(conn: psycopg.Connection) -> None:
+    """Autocommit: each statement its own transaction (the watermark; a JSON page's single
+    statement, which then holds no snapshot open while its rows are sent)."""
+    conn.autocommit = True
+
+
+def _one_snapshot(conn: psycopg.Connection) -> None:
+    """One read-only REPEATABLE READ transaction: the lookups, the next-page key and the rows
+    all read the same snapshot."""
+    conn.autocommit = False
+    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 
 def _iso_micros(t: datetime) -> str:
