@@ -142,8 +142,7 @@ class DataRequest:
     columns: tuple[Column, ...]
     units: dict[str, Unit]
     org: UUID
-    device: str | None  # the name as sent, when one device is asked for
-    devices: tuple[str, ...] | None  # the names, when several are (device is then None)
+    devices: tuple[str, ...]  # the device names as sent (none: a location's rows)
     location: str | None  # the id or name as sent
     start_arg: TimeArg | None
     end_arg: TimeArg | None
@@ -157,6 +156,16 @@ class DataRequest:
     updated_since: TimeArg | None = None
     ignored: tuple[str, ...] = ()  # unknown parameters, named in X-Ignored-Parameters
 
+    @property
+    def device(self) -> str | None:
+        """The one device asked for (its rows take the single-device plan), else None."""
+        return self.devices[0] if len(self.devices) == 1 else None
+
+    @property
+    def several(self) -> tuple[str, ...] | None:
+        """The device names when more than one is asked for, else None."""
+        return self.devices if len(self.devices) > 1 else None
+
     @classmethod
     def parse(cls, args: Mapping[str, Any], table: str, *, org: UUID, csv: bool,
               sent: list[str] | None = None) -> DataRequest:
@@ -169,8 +178,6 @@ class DataRequest:
         columns = select_columns(tbl, args.get("select"), local_time=local is not None)
         names: tuple[str, ...] | None = args.get("device")
         location = args.get("location")
-        device = names[0] if names is not None and len(names) == 1 else None
-        devices = names if names is not None and len(names) > 1 else None
         if names is None and location is None:
             raise BadParameter(
                 "device or location is required (device=<name> and/or location=<id>)",
@@ -190,7 +197,7 @@ class DataRequest:
         start, end = _window(tbl, start_arg, end_arg, unbounded=updated is not None)
         fmt = args.get("format")
         return cls(
-            table=tbl, columns=columns, units=chosen, org=org, device=device, devices=devices,
+            table=tbl, columns=columns, units=chosen, org=org, devices=names or (),
             location=location, start_arg=start_arg, end_arg=end_arg, start=start, end=end,
             descending=args.get("order") == "desc", limit=args.get("limit") or tbl.row_cap,
             csv=(fmt == "csv") if fmt is not None else csv,
@@ -203,7 +210,7 @@ class DataRequest:
         without them are bound exactly as before.)"""
         binding: dict[str, object] = {
             "org": self.org, "table": self.table.name,
-            "device": self.device if self.devices is None else ",".join(sorted(self.devices)),
+            "device": self.device if self.several is None else ",".join(sorted(self.devices)),
             "location": location, "order": "desc" if self.descending else "asc",
             "start_time": _time_key(self.start_arg), "end_time": _time_key(self.end_arg),
         }
@@ -213,7 +220,7 @@ class DataRequest:
 
     def filename(self) -> str:
         """A download name for a CSV page: table, device(s) or location, window dates."""
-        who = self.device or (f"{len(self.devices)}-devices" if self.devices else None) or (
+        who = self.device or (f"{len(self.devices)}-devices" if self.several else None) or (
             f"location-{self.location}")
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", who)[:80]
         return (f"{self.table.name}_{safe}_{self.start.date().isoformat()}_"
@@ -282,12 +289,12 @@ class DataPage:
         else:
             # A JSON page usually takes one statement (see _plan_json): no transaction.
             _one_statement_each(conn)
-        if req.devices is not None:
-            queries.find_devices(conn, org=org, names=req.devices)
+        if req.several is not None:
+            queries.find_devices(conn, org=org, names=req.several)
         location, foreign = (queries.find_location(conn, org=org, ref=req.location)
                              if req.location else (None, False))
         only_devices = None
-        if location is not None and req.device is None and req.devices is None and foreign:
+        if location is not None and not req.devices and foreign:
             only_devices = queries.org_device_names(conn, org=org)
         self._binding = req.binding(location)
         after = None
@@ -303,7 +310,7 @@ class DataPage:
             location=location, start=self.start, end=self.end,
             start_day=req.day(req.start_arg), end_day=req.day(req.end_arg),
             after=after, descending=req.descending, limit=req.limit, csv=req.csv,
-            only_devices=only_devices, devices=req.devices,
+            only_devices=only_devices, devices=req.several,
             updated_since=req.updated_since.instant if req.updated_since else None,
             updated_before=self.bound)
 

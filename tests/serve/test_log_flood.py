@@ -78,7 +78,7 @@ def test_deep_json_flood_leaves_the_log_bounded(api: GunicornServer, figures: Fi
         target=f"< {LOG_BOUND} bytes",
         source="tests/serve/test_log_flood.py::test_deep_json_flood_leaves_the_log_bounded")
     figures.record(
-        "deep_json_flood_access_log_bytes_per_request", round(access_grown / max(total, 1)),
+        "deep_json_flood_access_log_bytes_each", round(access_grown / max(total, 1)),
         section="security",
         title="Access-log bytes per request under the same flood (bounded by rotation, "
               "docs/operations.md \"Log files\")",
