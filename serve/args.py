@@ -184,9 +184,9 @@ class DataArgs(_QuerySchema):
         metadata={"description": "Sort direction on time: asc (default) or desc",
                   "enum": ["asc", "desc"]})
     limit = fields.Integer(
-        validate=validate.Range(1, MAX_LIMIT, error="must be an integer from 1 to 10000"),
-        error_messages={"invalid": "must be an integer from 1 to 10000"},
-        metadata={"description": "Rows per page, 1..10000; default the table's row cap"})
+        validate=validate.Range(1, MAX_LIMIT, error=f"must be an integer from 1 to {MAX_LIMIT}"),
+        error_messages={"invalid": f"must be an integer from 1 to {MAX_LIMIT}"},
+        metadata={"description": f"Rows per page, 1..{MAX_LIMIT}; default the table's row cap"})
     cursor = fields.String(metadata={"description": "X-Cursor-Next of the previous page"})
     local_time = LocalTime(metadata={
         "description": "Adds a local_time column: an IANA zone (DST-aware, e.g. "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from serve.args import MAX_LIMIT
 from shared import units
 from shared.columns import TABLES, Column, Measure
 
@@ -31,6 +32,10 @@ DEFAULT_COLUMNS = {
 # The daily water and growth panel: ET, crop ET, rain, crop water demand and degree days.
 WATER_COLUMNS = ("et", "etc", "precip", "crop_water_demand", "gdd")
 WATER_DAYS = 30
+
+# Series colours, in order (d3's category10): the charts' scripts take them from here.
+COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+           "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 
 # How units read on axes and in tables (the API's codes are the X-Units labels).
 UNIT_TEXT = {
@@ -78,6 +83,8 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
         "units": {param: [{"code": code, "text": UNIT_TEXT[param][code]}
                           for code in units.UNITS[param]] for param in units.UNIT_PARAMS},
         "chosen": chosen,
+        "colours": list(COLOURS),
+        "max_limit": MAX_LIMIT,  # the API's largest page: what one CSV download holds
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],
                   "days": WATER_DAYS},
     }

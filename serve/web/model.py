@@ -19,6 +19,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from serve.args import MAX_LIMIT
 from serve.readmodels import device_record, fetch_devices, fetch_devices_by_id
 from shared.config import Settings
 
@@ -72,7 +73,7 @@ def _span(delta: timedelta) -> str:
 
 
 def device_list(conn: psycopg.Connection, *, org: UUID, settings: Settings,
-                limit: int = 10_000) -> list[dict[str, Any]]:
+                limit: int = MAX_LIMIT) -> list[dict[str, Any]]:
     """The organisation's devices (API records, by name), each with `badges` and
     `quarantined` (rows in the last day)."""
     rows = fetch_devices(conn, org=org, limit=limit, offset=0)

@@ -32,6 +32,7 @@ from flask import (
 )
 from werkzeug.exceptions import HTTPException
 
+from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
 from serve.principal import Principal
@@ -260,7 +261,8 @@ def quarantine(principal: Principal) -> Response:
         query = {k: v for k, v in (("device", device_name), ("days", str(days)),
                                    ("before", str(rows[-1]["id"]))) if v}
         more = f"{url_for('web.quarantine')}?{urlencode(query)}"
-    counts_json = {"days": day_list, "reasons": reasons, "counts": counts}
+    counts_json = {"days": day_list, "reasons": reasons, "counts": counts,
+                   "colours": list(charts.COLOURS)}
     return _html(render_template(
         "web/quarantine.html", rows=rows, device=device_name, days=days, total=total,
         reasons=reasons, sums={r: sum(counts[r]) for r in reasons}, counts=counts_json,
@@ -308,7 +310,7 @@ def locations(principal: Principal) -> Response:
     chosen_codes = charts.chosen_units(request.args.to_dict())
     chosen = {p: units.parse_unit(p, chosen_codes[p]) for p in ("temp", "ratio", "size")}
     with pool().connection() as conn:
-        items, _total, _pages = summary_page(conn, principal.org_id, 10_000, 1, chosen)
+        items, _total, _pages = summary_page(conn, principal.org_id, MAX_LIMIT, 1, chosen)
         all_devices = model.device_list(conn, org=principal.org_id, settings=_settings())
     at: dict[str, list[dict[str, Any]]] = {}
     for d in all_devices:

@@ -6,10 +6,9 @@
 (function () {
   const cfg = JSON.parse(document.getElementById("sds-config").textContent);
   const $ = (id) => document.getElementById(id);
-  const COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-                  "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
+  const COLORS = cfg.colours;  // serve/web/charts.py COLOURS
   const MAX_ROWS = 50000;   // points per series the page will fetch (cursor pages followed)
-  const CSV_LIMIT = 10000;  // the API's largest page: what one CSV download holds
+  const CSV_LIMIT = cfg.max_limit;  // the API's largest page: what one CSV download holds
   const DAY = 86400;
   const api = {main: null, water: null, loads: 0, errors: []};
   window.sdsDashboard = api;  // for the browser tests and the benchmark

@@ -5,8 +5,7 @@
   const el = document.getElementById("counts");
   if (!el || typeof uPlot === "undefined") return;
   const d = JSON.parse(document.getElementById("sds-counts").textContent);
-  const COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
-                  "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"];
+  const COLORS = d.colours;  // serve/web/charts.py COLOURS
   const times = d.days.map((day) => Date.parse(day + "T00:00:00Z") / 1000);
   const series = [{label: "day (UTC)"}].concat(d.reasons.map((r, i) => ({
     label: r, stroke: COLORS[i % COLORS.length], width: 2,
