@@ -149,6 +149,31 @@ ONE_HOME = {
 DEPLOY_HOME = {"max_fails=": "deploy/lib/edge_conf.py"}
 
 
+# The dashboard's facts that the API owns come from the server (the page's JSON), never typed
+# into a script or template: the series palette and the API's largest page.
+DASHBOARD_HOME = {"#d62728": "serve/web/charts.py", "10000": "serve/args.py",
+                  "10_000": "serve/args.py"}
+
+
+def dashboard_home_violations(root: Path) -> list[str]:
+    """Where a dashboard fact with one home (DASHBOARD_HOME) is written elsewhere in serve/web."""
+    web = root / "serve" / "web"
+    files = [f for f in sorted(web.rglob("*")) if f.suffix in (".py", ".js", ".html")
+             and "vendor" not in f.parts and "node_modules" not in f.parts]
+    return [f"{f.relative_to(root)}: {needle} (belongs in {home})"
+            for f in files for needle, home in DASHBOARD_HOME.items()
+            if needle in f.read_text() and f.relative_to(root).as_posix() != home]
+
+
+def test_dashboard_facts_come_from_the_server(tmp_path: Path) -> None:
+    bad = dashboard_home_violations(ROOT)
+    assert not bad, "\n".join(bad)
+    (tmp_path / "serve" / "web" / "static").mkdir(parents=True)
+    (tmp_path / "serve" / "web" / "static" / "x.js").write_text(
+        'const COLORS = ["#d62728"]; const CAP = 10000;\n')
+    assert len(dashboard_home_violations(tmp_path)) == 2
+
+
 def deploy_home_violations(root: Path) -> list[str]:
     """Where a deploy rule with one home (DEPLOY_HOME) is written elsewhere under `root`."""
     files = [*sorted((root / "deploy").rglob("*.sh")), *sorted((root / "deploy").rglob("*.py")),
