@@ -39,7 +39,7 @@ TRIXIE_SRC=/etc/apt/sources.list.d/sds-trixie-src.sources
 # as Debian packages whose version carries this suffix (bump it when the patches change: a machine
 # whose installed version lacks it rebuilds). docs/decisions.md says why.
 MQ_UPSTREAM=2.0.21
-MQ_LOCAL_SUFFIX=+sds1
+MQ_LOCAL_SUFFIX=+sds2
 # The retain-stripping broker plugin (deploy/mosquitto/sds_retain.c), where mosquitto.conf loads it.
 MQ_PLUGIN=/usr/local/lib/sds/mosquitto_sds_retain.so
 
@@ -159,9 +159,11 @@ say "TimescaleDB $tsdb_version: $tsdb_step"
 # ---- 3. mosquitto 2.0.21 from Debian trixie's source package, patched ---------------------------
 # bookworm's mosquitto 2.0.11 crashed after a password rotation (issue 20 items 6 and 7); 2.0.21
 # carries upstream's later fixes but not the one for that crash, which deploy/mosquitto/patches
-# adds (docs/decisions.md). Built as Debian packages with bookworm's build dependencies and
-# installed over bookworm's, so /usr/sbin/mosquitto, mosquitto_passwd and mosquitto_pub/sub are
-# this build for services.sh, the tests and the CLI alike. About 2 minutes on 2 cores, once.
+# adds, nor one for the shared subscriptions its store never saved (a broker start dropped the
+# readings acked before the shards were back; docs/decisions.md). Built as Debian packages with
+# bookworm's build dependencies and installed over bookworm's, so /usr/sbin/mosquitto,
+# mosquitto_passwd and mosquitto_pub/sub are this build for services.sh, the tests and the CLI.
+# About 2 minutes on 2 cores, once.
 mq_installed=$(dpkg-query -W -f='${Version}' mosquitto 2>/dev/null || true)
 if [[ $mq_installed == "$MQ_UPSTREAM"-*"$MQ_LOCAL_SUFFIX" ]]; then
     mq_step="already installed"
