@@ -151,14 +151,14 @@ class Attacker:
     which the shipped broker enforces)."""
 
     def __init__(self, port: int, name: str, filters: list[str], *, persistent: bool,
-                 protocol: int = mqtt.MQTTv5) -> None:
+                 protocol: int = mqtt.MQTTv5, password: str | None = None) -> None:
         self.name = name
         self.granted: list[int] = []
         self.got = 0
         v5 = protocol == mqtt.MQTTv5
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name,
                                   protocol=protocol, clean_session=None if v5 else not persistent)
-        self.client.username_pw_set(name, f"{name}-pw")
+        self.client.username_pw_set(name, password or f"{name}-pw")
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = 900 if persistent else 0
 
@@ -445,6 +445,11 @@ def test_rotate_and_retire_end_the_lingering_sessions(
         _shared_count(ingesters, 2)
         wait_for(lambda: all(i.metric("sds_ingest_foreign_shared_subscriptions") == 0
                              for i in ingesters), 10, what="alarm cleared")
+        # The reloads (SIGHUP) keep the plugin's rule: a device's SUBSCRIBE is still refused.
+        late = Attacker(secured_broker.port, DEVICE, secret, persistent=False,
+                        password=DEVICE_PW)
+        late.leave()
+        assert late.granted == [0x87]
         assert secured_broker.is_running()
         assert not _session_present(secured_broker.port, "X2", x2_pw)
         run, missing = _ledger(secured_broker.port, database_url)
