@@ -7,12 +7,12 @@ set -eu
 D=/mosquitto/state
 mkdir -p "$D/data"
 sed -e 's|@BIND@|0.0.0.0|' -e 's|@PORT@|1883|' -e "s|@DIR@|$D|g" /sds/mosquitto.conf >"$D/mosquitto.conf"
-# The upstream image has neither the project's session-expiry patch nor its retain plugin
-# (deploy/setup.sh builds both on a host): without the plugin file, drop its line rather than
-# fail to start, and say so (docs/security.md "The broker keeps no retained message").
+# The upstream image has neither the project's broker patches nor its plugin (deploy/setup.sh
+# builds both on a host): without the plugin file, drop its line rather than fail to start, and
+# say so (docs/security.md: devices may subscribe to nothing; no retained message is kept).
 plugin=$(sed -n 's/^plugin //p' "$D/mosquitto.conf")
 if [ -n "$plugin" ] && [ ! -f "$plugin" ]; then
-    echo "warning: $plugin not in this image: retained messages are NOT stripped" >&2
+    echo "warning: $plugin not in this image: device SUBSCRIBEs are NOT refused and retained messages are NOT stripped" >&2
     sed -i '/^plugin /d' "$D/mosquitto.conf"
 fi
 printf '\n' >>"$D/mosquitto.conf"
