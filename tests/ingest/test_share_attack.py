@@ -37,6 +37,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from admin.cli import main
+from shared.accounts import RESERVED_DEVICE_NAMES
 from ingest import groupwatch, shards
 from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
@@ -231,6 +232,28 @@ def _no_foreign(ingesters: list[RunningIngester]) -> float:
     time.sleep(2.5)
     _shared_count(ingesters, 2)
     return max(i.metric("sds_ingest_foreign_shared_subscriptions") for i in ingesters)
+
+
+def test_only_the_ingester_accounts_may_subscribe(tmp_path: Path) -> None:
+    """The plugin's account rule on a real broker, edges included: `ingester` and
+    `ingester-<digits>` (shared/accounts.py RESERVED_DEVICE_NAMES) may subscribe; look-alike
+    names, which a device could have, may not."""
+    allowed = ["ingester", "ingester-7", "ingester-16"]
+    refused = ["ingester-", "ingesterx", "ingester-7a", "xingester", "ingester-1-2", "A1"]
+    assert all(RESERVED_DEVICE_NAMES.match(n) for n in allowed)
+    assert not any(RESERVED_DEVICE_NAMES.match(n) for n in refused)
+    broker = MosquittoBroker().start(tmp_path / "mqtt", users={n: f"{n}-pw" for n in
+                                                               allowed + refused},
+                                     shipped_template=True)
+    try:
+        got = {}
+        for name in allowed + refused:
+            a = Attacker(broker.port, name, ["sensors/#"], persistent=False)
+            a.leave()
+            got[name] = a.granted
+    finally:
+        broker.cleanup()
+    assert got == {n: [1] for n in allowed} | {n: [0x87] for n in refused}
 
 
 @pytest.mark.parametrize("attackers,persistent,cross_org,protocol", [
