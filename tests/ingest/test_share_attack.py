@@ -37,10 +37,10 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from admin.cli import main
-from shared.accounts import RESERVED_DEVICE_NAMES
 from ingest import groupwatch, shards
 from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
+from shared.accounts import RESERVED_DEVICE_NAMES
 from shared.config import Settings
 from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
