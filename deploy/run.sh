@@ -216,6 +216,7 @@ stop_all() {
     done
     for name in $(ingest_pidfiles); do stop_one "$name"; done
     stop_one aggregate
+    stop_one logrotate
     bash "$REPO/deploy/services.sh" stop
 }
 

@@ -39,9 +39,10 @@ TRIXIE_SRC=/etc/apt/sources.list.d/sds-trixie-src.sources
 # as Debian packages whose version carries this suffix (bump it when the patches change: a machine
 # whose installed version lacks it rebuilds). docs/decisions.md says why.
 MQ_UPSTREAM=2.0.21
-MQ_LOCAL_SUFFIX=+sds1
-# The retain-stripping broker plugin (deploy/mosquitto/sds_retain.c), where mosquitto.conf loads it.
-MQ_PLUGIN=/usr/local/lib/sds/mosquitto_sds_retain.so
+MQ_LOCAL_SUFFIX=+sds2
+# The service's broker plugin (deploy/mosquitto/sds_plugin.c: only the ingester's accounts may
+# subscribe; no retained messages), where mosquitto.conf loads it.
+MQ_PLUGIN=/usr/local/lib/sds/mosquitto_sds.so
 
 missing_pkgs() {
     local p
@@ -159,9 +160,11 @@ say "TimescaleDB $tsdb_version: $tsdb_step"
 # ---- 3. mosquitto 2.0.21 from Debian trixie's source package, patched ---------------------------
 # bookworm's mosquitto 2.0.11 crashed after a password rotation (issue 20 items 6 and 7); 2.0.21
 # carries upstream's later fixes but not the one for that crash, which deploy/mosquitto/patches
-# adds (docs/decisions.md). Built as Debian packages with bookworm's build dependencies and
-# installed over bookworm's, so /usr/sbin/mosquitto, mosquitto_passwd and mosquitto_pub/sub are
-# this build for services.sh, the tests and the CLI alike. About 2 minutes on 2 cores, once.
+# adds, nor one for the shared subscriptions its store never saved (a broker start dropped the
+# readings acked before the shards were back; docs/decisions.md). Built as Debian packages with
+# bookworm's build dependencies and installed over bookworm's, so /usr/sbin/mosquitto,
+# mosquitto_passwd and mosquitto_pub/sub are this build for services.sh, the tests and the CLI.
+# About 2 minutes on 2 cores, once.
 mq_installed=$(dpkg-query -W -f='${Version}' mosquitto 2>/dev/null || true)
 if [[ $mq_installed == "$MQ_UPSTREAM"-*"$MQ_LOCAL_SUFFIX" ]]; then
     mq_step="already installed"
@@ -189,17 +192,17 @@ mq_banner=$(mosquitto -h 2>&1 | head -n 1 || true)
     || die "the mosquitto on PATH is not $MQ_UPSTREAM ($(command -v mosquitto): $mq_banner)"
 say "mosquitto $mq_installed: $mq_step"
 
-# ---- 4. The broker's retain plugin --------------------------------------------------------------
-# deploy/mosquitto/sds_retain.c (why: docs/security.md), rebuilt when its source or the broker
+# ---- 4. The broker's plugin ---------------------------------------------------------------------
+# deploy/mosquitto/sds_plugin.c (why: docs/security.md), rebuilt when its source or the broker
 # changed; the stamp next to it holds both.
 plugin_stamp="$MQ_PLUGIN.stamp"
-plugin_want="$(sha256sum <"$REPO/deploy/mosquitto/sds_retain.c" | cut -d' ' -f1) $mq_installed"
+plugin_want="$(sha256sum <"$REPO/deploy/mosquitto/sds_plugin.c" | cut -d' ' -f1) $mq_installed"
 if [[ -f $MQ_PLUGIN && -f $plugin_stamp && $(<"$plugin_stamp") == "$plugin_want" ]]; then
     plugin_step="up to date"
 else
     mkdir -p "$(dirname "$MQ_PLUGIN")"
     gcc -Wall -Wextra -Werror -O2 -fPIC -shared -o "$MQ_PLUGIN.tmp" \
-        "$REPO/deploy/mosquitto/sds_retain.c" || die "could not build the broker plugin sds_retain.c"
+        "$REPO/deploy/mosquitto/sds_plugin.c" || die "could not build the broker plugin sds_plugin.c"
     chmod 644 "$MQ_PLUGIN.tmp"
     mv -f "$MQ_PLUGIN.tmp" "$MQ_PLUGIN"
     echo "$plugin_want" >"$plugin_stamp"

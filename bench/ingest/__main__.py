@@ -174,6 +174,8 @@ class Bench:
                          "topic_prefix", "metrics_port", "log_level", "ingest_shards",
                          "ingest_shard"):
                 env[PREFIX + name.upper()] = str(getattr(s, name))
+            if s.ingest_share_group:  # shards need the (secret) group name: ingest/shards.py
+                env[PREFIX + "INGEST_SHARE_GROUP"] = s.ingest_share_group
             env[PREFIX + "MQTT_USERNAME"] = ""
             errlog = open(self.base / f"ingest-{prefix}-{k}.log", "ab")
             logs.append(errlog)

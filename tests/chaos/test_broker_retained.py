@@ -2,7 +2,7 @@
 
 A device may publish under its own subtree, and mosquitto kept every retained publish in memory
 and in its persistence file: 250 topics of up to 2 MiB took the broker from 59 to 508 MB and a
-522 MB store rewritten every autosave. The shipped config loads deploy/mosquitto/sds_retain.c,
+522 MB store rewritten every autosave. The shipped config loads deploy/mosquitto/sds_plugin.c,
 which clears the retain flag of client publishes: each message is still acknowledged, delivered
 and quarantined (or stored) once, and nothing stays on the broker. The negative control runs the
 same flood, at a quarter of the size, on a broker without the plugin.

@@ -208,7 +208,7 @@ def test_stray_topic_under_a_device_is_quarantined_as_bad_topic(
 @pytest.fixture
 def retaining_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
     """The shipped ACL and durable settings without the shipped template, hence without its
-    retain-stripping plugin (deploy/mosquitto/sds_retain.c): a broker that keeps retained
+    retain-stripping plugin (deploy/mosquitto/sds_plugin.c): a broker that keeps retained
     messages, as the shipped one did before issue 20."""
     broker = MosquittoBroker().start(tmp_path / "mq", users=USERS)
     try:

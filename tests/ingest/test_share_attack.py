@@ -1,21 +1,26 @@
 """The `$share` group attack (issue 20 item 1) on the shipped mosquitto configuration.
 
-A device with its own ordinary credentials subscribes to the shards' shared subscription. The
-broker's acl_file cannot refuse a SUBSCRIBE (mosquitto 2.0.11 and 2.0.21 pass every subscribe
-and check read access only at delivery), so it counts the device as a member of that group and
-drops the device's round-robin share of every reading: with the old public group name
+A device with its own ordinary credentials subscribes to the shards' shared subscription.
+mosquitto's acl_file cannot refuse a SUBSCRIBE (2.0.11 and 2.0.21 pass every subscribe and check
+read access only at delivery), so the broker used to count the device as a member of that group
+and drop the device's round-robin share of every reading: with the old public group name
 `sds-ingest`, 1 attacker lost 1/3 of the acknowledged readings and 3 lost 3/5.
 
-The defence (ingest/shards.py, ingest/groupwatch.py): the group name is a per-install secret a
-device cannot know, so its `$share/sds-ingest/...` (or any guessed group) is a group of its own
-that takes nothing from the shards; and the ingester alarms when the broker holds shared
-subscriptions beyond the shards' own. The ledger below (a legitimate device publishing QoS 1
-while the attack runs) counts acknowledged vs stored readings exactly.
+The defence, in layers: the broker plugin (deploy/mosquitto/sds_plugin.c) refuses every
+SUBSCRIBE from an account that is not the ingester's (0x87 on MQTT 5, 0x80 on 3.1.1), so not
+even a device that knows the group name can join it; the group name is a per-install secret
+(ingest/shards.py); the ingester alarms when the broker holds shared subscriptions beyond the
+shards' own (ingest/groupwatch.py), e.g. memberships made before the plugin was installed, which
+`sds device rotate-password` / `retire` end. The ledger below (a legitimate device publishing
+QoS 1 while the attack runs) counts acknowledged vs stored readings exactly.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import pwd
+import shutil
 import threading
 import time
 import uuid
@@ -35,6 +40,7 @@ from admin.cli import main
 from ingest import groupwatch, shards
 from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
+from shared.accounts import RESERVED_DEVICE_NAMES
 from shared.config import Settings
 from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
@@ -145,18 +151,20 @@ class Attacker:
     """A device subscribing to shared groups with its own credentials (client id = user name,
     which the shipped broker enforces)."""
 
-    def __init__(self, port: int, name: str, filters: list[str], *, persistent: bool) -> None:
+    def __init__(self, port: int, name: str, filters: list[str], *, persistent: bool,
+                 protocol: int = mqtt.MQTTv5, password: str | None = None) -> None:
         self.name = name
         self.granted: list[int] = []
         self.got = 0
+        v5 = protocol == mqtt.MQTTv5
         self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name,
-                                  protocol=mqtt.MQTTv5)
-        self.client.username_pw_set(name, f"{name}-pw")
+                                  protocol=protocol, clean_session=None if v5 else not persistent)
+        self.client.username_pw_set(name, password or f"{name}-pw")
         props = Properties(PacketTypes.CONNECT)
         props.SessionExpiryInterval = 900 if persistent else 0
 
         def on_connect(c: mqtt.Client, *_: object) -> None:
-            c.subscribe([(f, SubscribeOptions(qos=1)) for f in filters])
+            c.subscribe([(f, SubscribeOptions(qos=1) if v5 else 1) for f in filters])
 
         def on_subscribe(_c: mqtt.Client, _u: object, _m: int, codes: list, _p: object) -> None:
             self.granted = [int(rc.value) for rc in codes]
@@ -167,7 +175,10 @@ class Attacker:
         self.client.on_connect = on_connect
         self.client.on_subscribe = on_subscribe
         self.client.on_message = on_message
-        self.client.connect("127.0.0.1", port, clean_start=True, properties=props)
+        if v5:  # the issue's recipe: a persistent session has clean start off, expiry 900 s
+            self.client.connect("127.0.0.1", port, clean_start=not persistent, properties=props)
+        else:
+            self.client.connect("127.0.0.1", port)
         self.client.loop_start()
         wait_for(lambda: self.granted, 10, what=f"{name}'s SUBACK")
 
@@ -206,34 +217,78 @@ def _foreign(ingesters: list[RunningIngester], at_least: int) -> float:
     return ingesters[0].metric(name)
 
 
-@pytest.mark.parametrize("attackers,persistent,cross_org", [
-    (1, True, False), (3, True, True), (1, False, True), (3, False, False)],
+NOT_AUTHORIZED = {mqtt.MQTTv5: 0x87, mqtt.MQTTv311: 0x80}  # SUBACK codes of a refused filter
+
+
+def _filters(group: str) -> list[str]:
+    """What an attacker tries: the shards' real group (as if the secret leaked), the public
+    and likely names, the whole stream, and the broker's counters."""
+    return [f"$share/{group}/sensors/#", *_guesses("sensors"), "sensors/#", "$SYS/#"]
+
+
+def _no_foreign(ingesters: list[RunningIngester]) -> float:
+    """After the attack: a few $SYS intervals (1 s here) later the broker still holds only the
+    shards' two shared subscriptions and no shard's alarm gauge moved; returns that gauge."""
+    time.sleep(2.5)
+    _shared_count(ingesters, 2)
+    return max(i.metric("sds_ingest_foreign_shared_subscriptions") for i in ingesters)
+
+
+def test_only_the_ingester_accounts_may_subscribe(tmp_path: Path) -> None:
+    """The plugin's account rule on a real broker, edges included: `ingester` and
+    `ingester-<digits>` (shared/accounts.py RESERVED_DEVICE_NAMES) may subscribe; look-alike
+    names, which a device could have, may not."""
+    allowed = ["ingester", "ingester-7", "ingester-16"]
+    refused = ["ingester-", "ingesterx", "ingester-7a", "xingester", "ingester-1-2", "A1"]
+    assert all(RESERVED_DEVICE_NAMES.match(n) for n in allowed)
+    assert not any(RESERVED_DEVICE_NAMES.match(n) for n in refused)
+    broker = MosquittoBroker().start(tmp_path / "mqtt", users={n: f"{n}-pw" for n in
+                                                               allowed + refused},
+                                     shipped_template=True)
+    try:
+        got = {}
+        for name in allowed + refused:
+            a = Attacker(broker.port, name, ["sensors/#"], persistent=False)
+            a.leave()
+            got[name] = a.granted
+    finally:
+        broker.cleanup()
+    assert got == {n: [1] for n in allowed} | {n: [0x87] for n in refused}
+
+
+@pytest.mark.parametrize("attackers,persistent,cross_org,protocol", [
+    (1, True, False, mqtt.MQTTv5), (3, True, True, mqtt.MQTTv5),
+    (1, False, True, mqtt.MQTTv5), (3, False, False, mqtt.MQTTv5),
+    (1, True, False, mqtt.MQTTv311)],
     ids=["1-persistent-same-org", "3-persistent-cross-org", "1-clean-cross-org",
-         "3-clean-same-org"])
+         "3-clean-same-org", "1-persistent-same-org-mqtt311"])
 def test_share_attack_ledger(
     conn: psycopg.Connection, database_url: str, shard_base: Settings,
     secured_broker: MosquittoBroker, figures: Figures, caplog: pytest.LogCaptureFixture,
-    attackers: int, persistent: bool, cross_org: bool,
+    attackers: int, persistent: bool, cross_org: bool, protocol: int,
 ) -> None:
-    """Attackers join the public and guessed groups (persistent sessions then offline, or clean
-    sessions online during the run); the two shards in their secret group store every one of
-    the device's acknowledged readings, and the alarm counts each foreign subscription."""
+    """Attackers that know the shards' secret group name try to join it (and the public and
+    guessed groups, `sensors/#`, `$SYS/#`), with persistent sessions then offline or clean
+    sessions online during the run: the broker refuses every filter, the two shards store every
+    one of the device's acknowledged readings, and the alarm has nothing to report."""
     make_site(conn)
     names = ATTACKERS[:attackers]
     for name in names:  # registered devices, in the victim's organisation or another
         make_site(conn, device=name, org_name="Other Org" if cross_org else "Ingest Org")
     caplog.set_level(logging.ERROR, logger="ingest.groupwatch")
     ingesters = [RunningIngester(_shard(shard_base, k)).start() for k in (1, 2)]
+    filters = _filters(shards.group(shard_base))
     crew = []
     try:
-        crew = [Attacker(secured_broker.port, n, _guesses("sensors"), persistent=persistent)
-                for n in names]
-        # mosquitto grants the subscriptions (acl_file cannot refuse one): 1 = QoS 1 granted.
-        assert all(a.granted == [1] * len(_guesses("sensors")) for a in crew)
+        crew = [Attacker(secured_broker.port, n, filters, persistent=persistent,
+                         protocol=protocol) for n in names]
+        # The plugin refuses every one (before it, mosquitto granted them all: QoS 1).
+        assert all(a.granted == [NOT_AUTHORIZED[protocol]] * len(filters) for a in crew), \
+            [a.granted for a in crew]
         if persistent:
             for a in crew:
                 a.leave()
-        foreign = _foreign(ingesters, attackers * len(_guesses("sensors")))
+        foreign = _no_foreign(ingesters)
         run, missing = _ledger(secured_broker.port, database_url)
     finally:
         for a in crew:
@@ -242,30 +297,34 @@ def test_share_attack_ledger(
             i.stop()
     assert len(run.acked) == LEDGER_N
     assert missing == 0
-    assert sum(a.got for a in crew) == 0  # no read grant: nothing reached an attacker
-    assert any("ALARM" in r.getMessage() for r in caplog.records)
+    assert foreign == 0
+    assert sum(a.got for a in crew) == 0  # nothing reached an attacker
+    assert not any("ALARM" in r.getMessage() for r in caplog.records)
+    assert "sds_plugin: refused" in secured_broker.log_text()
     mode = "persistent, offline" if persistent else "clean, online"
     org = "another organisation" if cross_org else "the same organisation"
+    v = "MQTT 5" if protocol == mqtt.MQTTv5 else "MQTT 3.1.1"
     figures.record(
         f"delivery.share_attack.{attackers}_{'persistent' if persistent else 'clean'}_"
-        f"{'cross' if cross_org else 'same'}_org",
+        f"{'cross' if cross_org else 'same'}_org" + ("" if protocol == mqtt.MQTTv5 else "_v311"),
         {"acked": len(run.acked), "stored": len(run.acked) - missing, "missing": missing,
-         "foreign shared subscriptions alarmed": int(foreign)},
+         "filters refused": sum(len(a.granted) for a in crew),
+         "foreign shared subscriptions": int(foreign)},
         section="delivery",
-        title=f"$share group attack: {attackers} device(s) of {org} ({mode} sessions) join "
-              f"the public and 5 guessed groups while a device publishes {LEDGER_N} QoS 1 "
-              "readings to 2 shards in their secret group (issue 20)",
-        target="missing 0, alarm raised", source="tests/ingest/test_share_attack.py")
+        title=f"$share group attack: {attackers} device(s) of {org} ({mode} {v} sessions) "
+              f"subscribe to the shards' real secret group, 5 guessed ones, sensors/# and $SYS/# "
+              f"while a device publishes {LEDGER_N} QoS 1 readings to 2 shards (issue 20)",
+        target="every filter refused, missing 0", source="tests/ingest/test_share_attack.py")
 
 
-def test_leaked_group_name_loses_readings_and_alarms(
+def test_leaked_group_name_is_refused(
     conn: psycopg.Connection, database_url: str, shard_base: Settings,
     secured_broker: MosquittoBroker, figures: Figures, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """What the secret protects against, measured: an attacker that knows the group name (the
-    situation of every install before issue 20) takes its round-robin share, which the broker
-    then drops; the alarm names it. This is why the name must stay secret and why the alarm
-    exists."""
+    """The attacker that knows the group name (the situation of every install before issue
+    20): before the broker plugin it became the group's third member and the broker dropped its
+    round-robin share (measured: 300 acked, 200 stored). Now its SUBSCRIBE is refused (0x87):
+    nothing is lost and there is nothing to alarm about."""
     make_site(conn)
     caplog.set_level(logging.ERROR, logger="ingest.groupwatch")
     ingesters = [RunningIngester(_shard(shard_base, k)).start() for k in (1, 2)]
@@ -274,8 +333,9 @@ def test_leaked_group_name_loses_readings_and_alarms(
     try:
         attacker = Attacker(secured_broker.port, "X1", [f"$share/{group}/sensors/#"],
                             persistent=True)
+        assert attacker.granted == [0x87]
         attacker.leave()
-        foreign = _foreign(ingesters, 1)
+        foreign = _no_foreign(ingesters)
         run, missing = _ledger(secured_broker.port, database_url)
     finally:
         if attacker:
@@ -283,19 +343,17 @@ def test_leaked_group_name_loses_readings_and_alarms(
         for i in ingesters:
             i.stop()
     assert len(run.acked) == LEDGER_N
-    # mosquitto's round robin over 3 members: one third goes to the attacker and is dropped.
-    assert LEDGER_N // 3 - 10 <= missing <= LEDGER_N // 3 + 10
-    assert foreign == 1
-    alarms = [r.getMessage() for r in caplog.records if "ALARM" in r.getMessage()]
-    assert alarms and "1 foreign" in alarms[0]
+    assert missing == 0
+    assert foreign == 0
+    assert not any("ALARM" in r.getMessage() for r in caplog.records)
     figures.record(
         "delivery.share_attack.leaked_group_name",
         {"acked": len(run.acked), "stored": len(run.acked) - missing, "missing": missing,
-         "foreign shared subscriptions alarmed": int(foreign)},
+         "foreign shared subscriptions": int(foreign)},
         section="delivery",
         title="$share group attack with the group name known (1 persistent attacker, 2 "
-              "shards): the loss the secret name prevents, and the alarm that reports it",
-        target="recorded (loss expected; alarm raised)", source="tests/ingest/test_share_attack.py")
+              "shards): its SUBSCRIBE refused by the broker plugin (before it: 100 of 300 lost)",
+        target="missing 0", source="tests/ingest/test_share_attack.py")
 
 
 # ---- lingering sessions: rotate-password, retire, --retire ---------------------------------------
@@ -342,27 +400,53 @@ def _shared_count(ingesters: list[RunningIngester], value: int) -> None:
                          for i in ingesters), 10, what=f"broker shared subscriptions == {value}")
 
 
+def _joined_before_the_plugin(broker: MosquittoBroker, filters: list[str]) -> list[Attacker]:
+    """X1-X3 join `filters` on the broker as it was before the plugin (the same users, ACL and
+    durable settings, acl_file only) and the store moves to `broker` (shipped config, plugin),
+    restarted on the same port: X1 and X3 offline (persistent), X2 online again."""
+    port, store = broker.port, broker.data_dir / "mosquitto.db"
+    broker.stop()
+    users = {name: f"{name}-pw" for name in ATTACKERS}
+    users |= {"ingester-1": INGESTER_PW, "ingester-2": INGESTER_PW, DEVICE: DEVICE_PW}
+    old = MosquittoBroker().start(broker.data_dir.parent.parent / "pre-plugin", port=port,
+                                  users=users)
+    try:
+        crew = [Attacker(port, n, filters, persistent=True) for n in ATTACKERS]
+        assert all(a.granted == [1] for a in crew)  # the acl_file alone grants it
+        crew[0].leave()
+        crew[2].leave()
+    finally:
+        old.stop()
+    shutil.copy2(old.data_dir / "mosquitto.db", store)
+    os.chown(store, pwd.getpwnam("mosquitto").pw_uid, -1)
+    broker.restart()
+    return crew
+
+
 def test_rotate_and_retire_end_the_lingering_sessions(
     conn: psycopg.Connection, database_url: str, shard_base: Settings,
     secured_broker: MosquittoBroker, figures: Figures,
 ) -> None:
-    """The worst case: attackers know the group name and joined it. `sds device rotate-password`
-    ends X1's offline persistent session and X2's online one, `sds device retire` ends X3's:
-    the broker's shared subscriptions fall back to the shards' two, the alarm clears, and the
-    ledger afterwards loses nothing. Also the item 7 recipe (rotate + reload with an offline
-    persistent `$share` session, then a clean start): the broker stays up."""
+    """The worst case: attackers knew the group name and joined it before the broker plugin
+    refused device subscriptions (an install upgraded with such memberships in its sessions:
+    the plugin refuses new SUBSCRIBEs but a session keeps what it has). `sds device
+    rotate-password` ends X1's offline persistent session and X2's online one, `sds device
+    retire` ends X3's: the broker's shared subscriptions fall back to the shards' two, the
+    alarm clears, and the ledger afterwards loses nothing. Also the item 7 recipe (rotate +
+    reload with an offline persistent `$share` session, then a clean start): the broker stays
+    up."""
     make_site(conn)
     for name in ATTACKERS:
         make_site(conn, device=name, org_name="Other Org")
-    passwd = secured_broker.data_dir.parent / "passwd"
-    (passwd.parent / "mosquitto.pid").write_text(f"{secured_broker.pid}\n")
-    ingesters = [RunningIngester(_shard(shard_base, k)).start() for k in (1, 2)]
     secret = [f"$share/{shards.group(shard_base)}/sensors/#"]
     crew: list[Attacker] = []
+    ingesters: list[RunningIngester] = []
     try:
-        crew = [Attacker(secured_broker.port, n, secret, persistent=True) for n in ATTACKERS]
-        crew[0].leave()  # X1 offline, X2 online, X3 offline
-        crew[2].leave()
+        crew = _joined_before_the_plugin(secured_broker, secret)
+        passwd = secured_broker.data_dir.parent / "passwd"
+        (passwd.parent / "mosquitto.pid").write_text(f"{secured_broker.pid}\n")
+        ingesters = [RunningIngester(_shard(shard_base, k)).start() for k in (1, 2)]
+        wait_for(crew[1].client.is_connected, 15, what="X2 back on the upgraded broker")
         _shared_count(ingesters, 2 + 3)
         assert _foreign(ingesters, 3) == 3
 
@@ -384,6 +468,11 @@ def test_rotate_and_retire_end_the_lingering_sessions(
         _shared_count(ingesters, 2)
         wait_for(lambda: all(i.metric("sds_ingest_foreign_shared_subscriptions") == 0
                              for i in ingesters), 10, what="alarm cleared")
+        # The reloads (SIGHUP) keep the plugin's rule: a device's SUBSCRIBE is still refused.
+        late = Attacker(secured_broker.port, DEVICE, secret, persistent=False,
+                        password=DEVICE_PW)
+        late.leave()
+        assert late.granted == [0x87]
         assert secured_broker.is_running()
         assert not _session_present(secured_broker.port, "X2", x2_pw)
         run, missing = _ledger(secured_broker.port, database_url)
