@@ -110,6 +110,21 @@ def test_format_csv_wins_over_accept_and_names_a_file(client: FlaskClient, world
     assert body["message"] == "format: must be csv or json"
 
 
+@pytest.mark.parametrize(("window", "name"), [
+    ({}, "hourly_D1.csv"),  # was the default window's dates (100 days) for a 24-row answer
+    ({"start_time": "2024-07-01"}, "hourly_D1_from-2024-07-01.csv"),
+    ({"end_time": "2024-07-02T12:00:00Z"}, "hourly_D1_to-2024-07-02.csv"),
+    ({"start_time": "2024-07-01", "end_time": "2024-07-02T12:00:00Z"},
+     "hourly_D1_2024-07-01_2024-07-02.csv"),
+])
+def test_csv_file_name_names_only_the_bounds_the_request_gave(
+        client: FlaskClient, world: World, window: dict[str, str], name: str) -> None:
+    answer = get(client, world, "hourly", device="D1", format="csv", order="desc", limit="24",
+                 **window)
+    assert answer.status_code == 200 and answer.get_data(as_text=True).startswith("time,")
+    assert answer.headers["Content-Disposition"] == f'attachment; filename="{name}"'
+
+
 # ---- unknown parameters ------------------------------------------------------------------
 
 @pytest.mark.parametrize(("sent", "meant"), [
