@@ -375,8 +375,8 @@ Try:
   KEY=${key:-"<the api key in $DEMO_OUT>"}
   curl -s -H "Authorization: Apikey \$KEY" http://$bind/api/v2/schemas
   curl -s -H "Authorization: Apikey \$KEY" "http://$bind/api/v2/devices?limit=10"
-  curl -s -H "Authorization: Apikey \$KEY" "http://$bind/api/v2/data/calibrated?device=$device&limit=3"
-  curl -s -H "Authorization: Apikey \$KEY" -H "Accept: text/csv" "http://$bind/api/v2/data/hourly?device=$device&limit=5"
+  curl -s -H "Authorization: Apikey \$KEY" "http://$bind/api/v2/data/calibrated?device=$device&order=desc&limit=3"
+  curl -s -H "Authorization: Apikey \$KEY" -H "Accept: text/csv" "http://$bind/api/v2/data/hourly?device=$device&order=desc&limit=5"
 EOF
     ((failed == 0)) || die "some processes did not stay up; see the logs above"
 }

@@ -20,7 +20,7 @@ from typing import Any
 
 import swagger_ui_bundle
 from apispec import BasePlugin
-from flask import Flask, Response, g, has_request_context, request
+from flask import Flask, Response, g, has_request_context, redirect, request
 from flask_smorest import Api
 from psycopg_pool import ConnectionPool
 
@@ -130,6 +130,8 @@ def create_app(settings: Settings | None = None) -> Flask:
         errors.init_app(app)  # after Api(): replaces smorest's HTTPException handler with ours
         for blueprint in BLUEPRINTS:
             api.register_blueprint(blueprint)
+        # `/api/v2/doc/` (a trailing slash, as people type it) was a 404 (issue 26).
+        app.add_url_rule(f"{API_PREFIX}/doc/", "doc_slash", auth.public(_to_doc))
         auth.init_app(app)
         fairshare.init_app(app, settings)  # after auth: its caps need the caller
         web.init_app(app, settings)  # the dashboard: `/` and `/dashboard/` (docs/dashboard.md)
@@ -142,6 +144,11 @@ def create_app(settings: Settings | None = None) -> Flask:
         raise
     log.info("API app ready (%d blueprints)", len(BLUEPRINTS))
     return app
+
+
+def _to_doc() -> Response:
+    """The Swagger UI page's one address: a permanent redirect there."""
+    return redirect(f"{API_PREFIX}/doc", code=308)  # type: ignore[return-value]
 
 
 class PathParametersFirst(BasePlugin):

@@ -214,9 +214,17 @@ class DataArgs(_QuerySchema):
 # busters); this API has no use for them. Never an error: ignored, and named in
 # X-Ignored-Parameters.
 TOLERATED = frozenset({
-    "order_by", "orderBy", "sortBy", "sort_by", "sort", "page", "page_size", "per_page", "vol",
+    "order_by", "orderBy", "sortBy", "sort", "page", "page_size", "vol",
     "volumetric_soil_moisture_unit", "_", "callback", "v", "version", "tz_name",
 })
+# Well-known names other APIs use for a parameter of this one (docs/api.md "Unknown
+# parameters", the alias table): a user sending them believes the filter worked, so each is a
+# near miss of the parameter(s) meant, in any case or separators (`startDate`, `Per-Page`).
+ALIASES: dict[str, tuple[str, ...]] = {
+    "start_date": ("start_time",), "end_date": ("end_time",), "sort_by": ("order",),
+    "per_page": ("limit",), "output_format": ("format",),
+    "units": units.UNIT_PARAMS, "unit": units.UNIT_PARAMS,
+}
 # Other names for a parameter, as users write them: an error naming the right one.
 SYNONYMS = {
     "from": "start_time", "to": "end_time", "start": "start_time", "end": "end_time",
@@ -274,6 +282,26 @@ def near_miss(name: str, known: frozenset[str]) -> str | None:
     return best[1] if best else None
 
 
+def _alias_of(name: str, known: frozenset[str]) -> tuple[str, ...]:
+    """The known parameters a well-known alias (ALIASES, any case or separators) stands for."""
+    squashed = re.sub(r"[^a-z0-9]", "", name.lower())
+    for alias, meant in ALIASES.items():
+        if squashed == alias.replace("_", ""):
+            return tuple(m for m in meant if m in known)
+    return ()
+
+
+def _meant(name: str, known: frozenset[str]) -> tuple[str, ...]:
+    """The known parameter(s) `name` most likely stands for; () when it is no near miss."""
+    if name in TOLERATED:
+        return ()
+    alias = _alias_of(name, known)
+    if alias:
+        return alias
+    single = near_miss(name, known)
+    return (single,) if single is not None else ()
+
+
 def check_parameters(names: list[str], known: frozenset[str]) -> list[str]:
     """Apply the unknown-parameter policy (docs/api.md "Unknown parameters") to the query's
     parameter names: BadParameter for near misses of `known` names (all of them in one
@@ -283,11 +311,12 @@ def check_parameters(names: list[str], known: frozenset[str]) -> list[str]:
     for name in names:
         if name in known or name in ignored or name in misses:
             continue
-        meant = None if name in TOLERATED else near_miss(name, known)
+        meant = _meant(name, known)
         # With the parameter meant also sent, the near miss changes nothing a user could
         # have wanted (a client sending both `start` and `start_time`): ignored, not an error.
-        if meant is not None and meant not in names:
-            misses[name] = meant
+        if meant and not any(m in names for m in meant):
+            misses[name] = meant[0] if len(meant) == 1 else (
+                ", ".join(meant[:-1]) + " or " + meant[-1])
         else:
             ignored.append(name)
     if misses:

@@ -219,12 +219,13 @@ class DataRequest:
         return binding
 
     def filename(self) -> str:
-        """A download name for a CSV page: table, device(s) or location, window dates."""
+        """A CSV page's download name: table, who, and only the bounds the request gave."""
         who = self.device or (f"{len(self.devices)}-devices" if self.several else None) or (
             f"location-{self.location}")
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", who)[:80]
-        return (f"{self.table.name}_{safe}_{self.start.date().isoformat()}_"
-                f"{self.end.date().isoformat()}.csv")
+        start, end = self.start_arg and self.start.date(), self.end_arg and self.end.date()
+        dates = f"_{start}_{end}" if start and end else f"_from-{start}" if start else (
+            f"_to-{end}" if end else "")
+        return f"{self.table.name}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', who)[:80]}{dates}.csv"
 
     def day(self, arg: TimeArg | None) -> date | None:
         """The local day a date-only bound names, for tables of daily resolution."""

@@ -325,6 +325,14 @@ def locations(principal: Principal) -> Response:
 # ---- errors as pages ---------------------------------------------------------------------
 
 
+@blp.route(f"{PREFIX}/<path:rest>")
+@public
+def unknown_page(rest: str) -> Response:
+    """Any other `/dashboard/...` address: the dashboard's 404 page, not the API's JSON
+    (issue 26). The most general rule, so every page's own rule wins over it."""
+    raise NotFound("There is no such page in the dashboard.")
+
+
 @blp.errorhandler(ServiceError)
 def _service_error(exc: ServiceError) -> Response:
     from serve.errors import status_of

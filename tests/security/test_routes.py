@@ -14,8 +14,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 # The documentation endpoints: served, public, and not operations of the API.
-DOC_ENDPOINTS = {"static", "api-docs.openapi_json", "api-docs.openapi_swagger_ui"}
-DOC_RULES = {"/api/v2/openapi.json", "/api/v2/doc", "/api/v2/doc/assets/<path:filename>"}
+DOC_ENDPOINTS = {"static", "api-docs.openapi_json", "api-docs.openapi_swagger_ui", "doc_slash"}
+DOC_RULES = {"/api/v2/openapi.json", "/api/v2/doc", "/api/v2/doc/assets/<path:filename>",
+             "/api/v2/doc/"}  # the last redirects to the one before
 # The dashboard (serve/web, docs/dashboard.md): the landing page and /dashboard/ pages, exactly.
 DASHBOARD_RULES = {
     ("/", "GET"), ("/dashboard/", "GET"), ("/dashboard/login", "GET"),
@@ -24,6 +25,7 @@ DASHBOARD_RULES = {
     ("/dashboard/quarantine/<int:row_id>", "GET"),
     ("/dashboard/quarantine/<int:row_id>/payload", "GET"), ("/dashboard/locations", "GET"),
     ("/dashboard/static/<path:filename>", "GET"),
+    ("/dashboard/<path:rest>", "GET"),  # any other address: the dashboard's 404 page
 }
 # Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).
 IMPLICIT = {"HEAD", "OPTIONS"}

@@ -124,7 +124,9 @@ def test_unknown_route_and_method(client: FlaskClient, world: World) -> None:
     assert_error(client.get("/api/v2/nothing-here", headers=world.headers()), 404, "Not Found")
     # `/` is the landing page (serve/web); other paths outside the API are JSON 404s too.
     assert_error(client.get("/nothing-here", headers=world.headers()), 404, "Not Found")
-    assert_error(client.get("/dashboard/nothing-here"), 404, "Not Found")
+    # Under /dashboard/ the dashboard's own HTML 404 page (tests/web/test_pages.py).
+    page = client.get("/dashboard/nothing-here")
+    assert page.status_code == 404 and page.mimetype == "text/html"
     body = assert_error(client.delete("/api/v2/data/hourly", headers=world.headers()), 405,
                         "Method Not Allowed")
     assert body["message"]

@@ -110,6 +110,21 @@ def test_format_csv_wins_over_accept_and_names_a_file(client: FlaskClient, world
     assert body["message"] == "format: must be csv or json"
 
 
+@pytest.mark.parametrize(("window", "name"), [
+    ({}, "hourly_D1.csv"),  # was the default window's dates (100 days) for a 24-row answer
+    ({"start_time": "2024-07-01"}, "hourly_D1_from-2024-07-01.csv"),
+    ({"end_time": "2024-07-02T12:00:00Z"}, "hourly_D1_to-2024-07-02.csv"),
+    ({"start_time": "2024-07-01", "end_time": "2024-07-02T12:00:00Z"},
+     "hourly_D1_2024-07-01_2024-07-02.csv"),
+])
+def test_csv_file_name_names_only_the_bounds_the_request_gave(
+        client: FlaskClient, world: World, window: dict[str, str], name: str) -> None:
+    answer = get(client, world, "hourly", device="D1", format="csv", order="desc", limit="24",
+                 **window)
+    assert answer.status_code == 200 and answer.get_data(as_text=True).startswith("time,")
+    assert answer.headers["Content-Disposition"] == f'attachment; filename="{name}"'
+
+
 # ---- unknown parameters ------------------------------------------------------------------
 
 @pytest.mark.parametrize(("sent", "meant"), [
@@ -134,6 +149,28 @@ def test_near_miss_beside_the_parameter_meant_is_only_ignored(client: FlaskClien
     answer = get(client, world, "hourly", device="D1", temp="f", temperature="f", **HOUR)
     assert answer.status_code == 200
     assert answer.headers["X-Ignored-Parameters"] == "temperature"
+
+
+@pytest.mark.parametrize(("sent", "meant"), [
+    ("start_date", "start_time"), ("end_date", "end_time"), ("sort_by", "order"),
+    ("per_page", "limit"), ("columns", "select"), ("output_format", "format"),
+    ("startDate", "start_time"), ("Per-Page", "limit"),
+    ("units", "temp, pres, size, ratio or speed"),
+])
+def test_other_apis_names_are_400_with_the_name_meant(client: FlaskClient, world: World,
+                                                      sent: str, meant: str) -> None:
+    # Each of these once answered 200 with the default window (docs/api.md alias table).
+    body = error(get(client, world, "hourly", device="D1", **{sent: "2024-07-01"}), 400)
+    assert body["message"].startswith(f"{sent}: unknown parameter, did you mean {meant}?")
+    assert body["errors"] == {sent: [f"unknown parameter; did you mean {meant}?"]}
+
+
+def test_other_apis_names_beside_the_parameter_meant_are_only_ignored(
+        client: FlaskClient, world: World) -> None:
+    answer = get(client, world, "hourly", device="D1", per_page="5", limit="5", units="f",
+                 temp="f", start_date="2024-07-01", **HOUR)
+    assert answer.status_code == 200
+    assert answer.headers["X-Ignored-Parameters"] == "per_page, units, start_date"
 
 
 def test_real_clients_extra_parameters_are_ignored_and_named(client: FlaskClient,

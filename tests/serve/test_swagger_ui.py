@@ -136,3 +136,13 @@ def test_openapi_lists_path_parameters_first(client: FlaskClient) -> None:
     data = spec["paths"]["/api/v2/data/{table}"]["get"]["parameters"]
     assert [p["name"] for p in data[:2]] == ["table", "device"]
     assert spec["security"][0] == {"apikey": []}
+
+
+def test_doc_with_a_trailing_slash_leads_to_the_doc(client: FlaskClient) -> None:
+    # Was a 404 (issue 26); no credentials are needed, as for the page itself.
+    answer = client.get("/api/v2/doc/")
+    assert answer.status_code == 308
+    assert answer.headers["Location"] == "/api/v2/doc"
+    page = client.get("/api/v2/doc/", follow_redirects=True)
+    assert page.status_code == 200 and page.content_type.startswith("text/html")
+    assert "swagger-ui" in page.get_data(as_text=True)

@@ -340,3 +340,19 @@ def test_app_without_the_chart_library_says_how_to_install_it(
     sign_in(client, "user@a.example")
     page = text(client.get("/dashboard/devices/A1"))
     assert 'id="no-chart-library"' in page and "deploy/setup.sh" in page
+
+
+@pytest.mark.parametrize("path", ["/dashboard/nope", "/dashboard/devices/A1/extra",
+                                  "/dashboard/quarantine/not-a-number", "/dashboard/a/b/c"])
+def test_unknown_dashboard_addresses_get_the_dashboards_404_page(client: FlaskClient,
+                                                                 path: str) -> None:
+    # Was the API's raw JSON 404 (issue 26); signed in or not, the same HTML page.
+    for signed in (False, True):
+        if signed:
+            sign_in(client, "user@a.example")
+        page = client.get(path)
+        assert page.status_code == 404 and page.content_type.startswith("text/html"), path
+        assert 'id="error-message">There is no such page in the dashboard.<' in text(page)
+        assert page.headers["X-Frame-Options"] == "DENY"
+    assert client.get("/dashboard/devices/A1").status_code == 200  # real pages still win
+    assert client.get("/api/v2/nope").content_type == "application/json"  # the API unchanged
