@@ -89,6 +89,14 @@ class Load:
             return sum(self.results.values())
 
 
+def _served_by(edge: NginxEdge, server: GunicornServer) -> int:
+    """Requests the edge's access log says went to `server` (its upstream address last)."""
+    address = f"127.0.0.1:{server.port}"
+    return sum(1 for line in edge.access_log.read_text().splitlines()
+               if "upstream=" in line and line.rsplit("upstream=", 1)[1].split(" ")[0]
+               .split(",")[-1].strip() == address)
+
+
 def _wait_for_requests(load: Load, more: int) -> None:
     goal = load.total() + more
     deadline = time.monotonic() + 30
@@ -105,10 +113,16 @@ def test_killing_one_of_two_instances_under_load_fails_no_request(
         _wait_for_requests(load, 100)
         a.kill()  # SIGKILL master and workers: connections in flight are reset
         _wait_for_requests(load, 300)
+        served_by_a = _served_by(edge, a)
         a.restart()  # back when its health check answers
-        # An operator waits for it to serve before stopping the other one; the edge tries a
-        # failed instance again after fail_timeout (1 s).
-        time.sleep(1.5)
+        # An operator waits for it to serve through the edge before stopping the other one.
+        # The edge tries a failed instance again only after fail_timeout (1 s) from its last
+        # failure, which on a busy machine can come late in the restart: so wait until the
+        # edge has sent it requests again, not a fixed time.
+        deadline = time.monotonic() + 30
+        while _served_by(edge, a) < served_by_a + 20:
+            assert time.monotonic() < deadline, "the edge never sent the restarted instance work"
+            time.sleep(0.1)
         _wait_for_requests(load, 100)
         b.stop()  # SIGTERM: gunicorn finishes what it is doing, refuses new connections
         _wait_for_requests(load, 300)
