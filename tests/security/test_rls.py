@@ -39,6 +39,7 @@ TENANT_ROWS = {
     "api_keys": "SELECT id::text FROM api_keys WHERE org_id = %(org)s",
     "auth_tokens": "SELECT t.id::text FROM auth_tokens t JOIN users u ON u.id = t.user_id"
                    " WHERE u.org_id = %(org)s",
+    "alert_events": "SELECT id::text FROM alert_events WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
 KEY_OF = {
@@ -50,9 +51,11 @@ KEY_OF = {
     "deployments": ("id::text", "during"),
     "api_keys": ("id::text", "name"),
     "auth_tokens": ("id::text", "revoked_at"),
+    "alert_events": ("id::text", "acknowledged_at"),
 }
 # What the API role may change at all (grants); RLS must hold on these.
-API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE"}
+API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE",
+                "alert_events": "UPDATE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
@@ -88,6 +91,9 @@ def rls_world(world: World) -> World:
                 conn.execute(f"INSERT INTO {table} (time, device, location) VALUES"
                              " ('2024-04-01', %s, %s), ('2024-04-01', %s, %s)",
                              (world.dev_a, world.loc_a, world.dev_b, world.loc_b))
+        conn.execute("INSERT INTO alert_events (org_id, kind, at, title) VALUES"
+                     " (%s, 'test', now(), 'a'), (%s, 'test', now(), 'b')",
+                     (world.org_a, world.org_b))
     return world
 
 
