@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from serve.api import apikeys, data, devices, health, index, locations, schemas, tokens
+from serve.api import (
+    alerts,
+    apikeys,
+    data,
+    devices,
+    health,
+    index,
+    locations,
+    notifications,
+    schemas,
+    tokens,
+)
 
 BLUEPRINTS = [
     schemas.blp,
@@ -11,6 +22,8 @@ BLUEPRINTS = [
     locations.blp,
     tokens.blp,
     apikeys.blp,
+    alerts.blp,
+    notifications.blp,
     health.blp,
     index.blp,
 ]
