@@ -90,7 +90,8 @@ def create(conn: psycopg.Connection, org: UUID, rule: Rule) -> UUID:
         " %(channels)s, %(active)s) RETURNING id", _values(conn, org, rule)).fetchone()
     assert row is not None
     announce(conn)
-    return row[0]
+    rid: UUID = row[0]
+    return rid
 
 
 def condition_of(rule: Rule) -> tuple[Any, ...]:
