@@ -1,0 +1,1 @@
+"""Alerts benchmark (issue 24): `.venv/bin/python -m bench.alerts`."""
