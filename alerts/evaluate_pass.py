@@ -18,6 +18,7 @@ holds what did not commit.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from uuid import UUID
 import psycopg
 
 from alerts import evaluate_store as store
-from alerts.machine import FIRING, State, Transition, advance
+from alerts.machine import FIRING, OK, State, Transition, advance
 from alerts.rules import Catalogue
 from shared import alertrules
 from shared.alertrules import Rule
@@ -49,6 +50,8 @@ class Outcome:
     samples: int = 0
     steps: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
+    # Seconds spent reading and stepping, writing (and checking the lock), committing.
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 class Evaluator:
@@ -81,12 +84,15 @@ class Evaluator:
         commit: a lost evaluator lock rolls the pass back). After a failure, memory is
         reloaded and the exception raised."""
         work = _Work(self, conn)
+        times = work.outcome.seconds
+        started = time.monotonic()
         try:
             with conn.transaction():
                 now = _now(conn)
-                unknown = devices - set(self.catalogue.device_org) if devices else set()
-                if unknown:
-                    self.catalogue.load_devices(conn)  # devices registered since the last load
+                cat = self.catalogue
+                if devices and devices - cat.device_org.keys() - cat.unknown:
+                    cat.load_devices(conn)  # devices registered since the last load
+                    cat.unknown |= devices - cat.device_org.keys()
                 for source in READING_SOURCES:
                     work.readings(source, devices, now)
                 if rollups:
@@ -96,9 +102,12 @@ class Evaluator:
                              lambda d: store.minutes_silent(conn, d))
                 work.current("quarantine", devices, now,
                              lambda d: store.quarantined_last_hour(conn, d))
+                times["read_step"] = time.monotonic() - started
                 work.commit()
                 if guard is not None:
                     guard(conn)
+                times["write"] = time.monotonic() - started - times["read_step"]
+            times["commit"] = time.monotonic() - started - times["read_step"] - times["write"]
         except BaseException:
             self.reload_quietly(conn)
             raise
@@ -114,6 +123,18 @@ class Evaluator:
         except psycopg.Error:
             self.states, self.cursors = {}, {}
             self.catalogue = Catalogue()
+
+
+# The namespace of event ids (uuid5): an event's id is a function of what it records.
+EVENT_NAMESPACE = UUID("5d0c1e0a-24a1-4e8e-9a53-0e2c3a1b7f24")
+
+
+def event_id_of(rule_id: UUID, version: object, device: str, t: Transition) -> UUID:
+    """The id of the event of transition `t`: the same whenever the same rule (at the same
+    version) makes the same transition on the same sample. An evaluation written again (its
+    first commit lost in a database crash after the deliverer saw it) therefore carries the
+    same id, and a delivery of it the same webhook-id."""
+    return uuid.uuid5(EVENT_NAMESPACE, f"{rule_id}/{version}/{device}/{t.kind}/{t.at.isoformat()}")
 
 
 def _now(conn: psycopg.Connection) -> datetime:
@@ -186,11 +207,22 @@ class _Work:
         device, location = key
         for rule in self.cat.rules_for(source, device, location):
             column = rule.column
+            assert rule.id is not None
+            state = self.states.get((rule.id, device)) or self.ev.states.get((rule.id, device))
+            if state is None or state.status == OK:
+                # The common case, made cheap: a rule that is ok stays ok, and nothing is
+                # written, unless some value meets its condition. (The time and value an ok
+                # state holds are not kept up to date: the cursors order the input.)
+                compare, threshold = self.cat.firing[rule.id]
+                if not any(v is not None and compare(v, threshold)
+                           for v in (values[column] for _at, values in run)):
+                    self.outcome.steps += len(run)
+                    continue
             self.apply(rule, device, location, [(at, values[column]) for at, values in run])
 
     def _event(self, rule: Rule, device: str, location: UUID | None, t: Transition) -> UUID:
-        event_id = uuid.uuid4()
         assert rule.id is not None
+        event_id = event_id_of(rule.id, self.cat.versions.get(rule.id), device, t)
         record = self.records.get(rule.id)
         if record is None:
             record = self.records[rule.id] = alertrules.record(rule) | {"id": str(rule.id)}

@@ -19,6 +19,9 @@ class Metrics:
             "sds_alerts_pass_seconds", "Evaluation passes and their duration (read, step, "
             "commit), by trigger (ingest, rollups, sweep)", ["trigger"], registry=r,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.phases = Counter("sds_alerts_pass_phase_seconds", "Seconds of passes by phase: "
+                              "read_step (read and step the machines), write (events, "
+                              "states, cursors, lock check), commit", ["phase"], registry=r)
         self.samples = Counter("sds_alerts_samples", "Readings, buckets and current values "
                                "read by passes", registry=r)
         self.steps = Counter("sds_alerts_steps", "State machine steps (one sample applied to "

@@ -7,7 +7,9 @@ sweep; the rule model itself (validation, units, titles) is shared/alertrules.py
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -19,6 +21,8 @@ from shared.alertrules import Rule
 _RULES_SQL = (f"SELECT {alertstore.COLUMNS}{alertstore.FROM}"
               " WHERE r.active AND (r.device_id IS NULL OR d.id IS NOT NULL)"
               " ORDER BY r.created_at, r.id")
+COMPARISONS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge}
 # Each device's organisation and the location it stands at now (for the kinds whose values
 # carry no location: silent and quarantine).
 _DEVICES_SQL = """
@@ -35,10 +39,16 @@ class Catalogue:
 
     rules: dict[UUID, Rule] = field(default_factory=dict)
     versions: dict[UUID, object] = field(default_factory=dict)  # rule id -> updated_at
+    # rule id -> (comparison, threshold) of its firing condition, for the evaluator's loop
+    firing: dict[UUID, tuple[Callable[[float, float], bool], float]] = field(
+        default_factory=dict)
     by_source: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
     device_org: dict[str, UUID] = field(default_factory=dict)
     device_location: dict[str, UUID | None] = field(default_factory=dict)
     _watching: dict[tuple[str, str, UUID | None], list[Rule]] = field(default_factory=dict)
+    # Device names heard of (in NOTIFYs) but not registered when the devices were last read:
+    # not read again for them before the next sweep's reload.
+    unknown: set[str] = field(default_factory=set)
 
     @classmethod
     def load(cls, conn: psycopg.Connection) -> Catalogue:
@@ -49,6 +59,7 @@ class Catalogue:
             assert rule.id is not None
             cat.rules[rule.id] = rule
             cat.versions[rule.id] = updated
+            cat.firing[rule.id] = (COMPARISONS[rule.op], rule.threshold)
             cat.by_source[rule.source].append(rule)
         cat.load_devices(conn)
         return cat

@@ -25,6 +25,7 @@ BELOW = ("<", "<=")
 NAME_MAX = 120
 DURATION_MAX = 366 * 86400  # a year and a day: longer pending times are mistakes
 REPORTING_INTERVAL_MIN = 5  # a device reports every 5 minutes (the calibrated grid)
+THRESHOLD_MAX = 1e9  # canonical; beyond it a threshold is a typo (and could overflow a unit)
 QUARANTINE_WINDOW_S = 3600  # the `quarantine` kind counts quarantined messages in an hour
 
 
@@ -369,6 +370,11 @@ def parse(body: dict[str, Any], *, base: Rule | None = None,
             if col is not None and col.measure is not None and p == units.param_for(col.measure)}
     rule = replace(rule, units=kept, threshold=to_canonical(rule, raw_t, kept),
                    clear_threshold=to_canonical(rule, clear_raw, kept))
+    for name, value in (("condition", rule.threshold), ("clear", rule.clear_threshold)):
+        if not abs(value) <= THRESHOLD_MAX:  # also NaN; no measured value comes near
+            raise BadRequest(f"invalid rule: {name}: threshold out of range",
+                             errors={"json": {name: [f"threshold: at most {THRESHOLD_MAX:g} "
+                                                     "in size"]}})
     if overlap(rule.op, rule.threshold, rule.clear_op, rule.clear_threshold):
         raise BadRequest("invalid rule: clear: must not overlap the condition (no value may "
                          "meet both)", errors={"json": {"clear": [

@@ -81,6 +81,9 @@ class Process:
         env[PREFIX + "MQTT_USERNAME"] = ""
         self.port = (settings.alerts_metrics_port if module.startswith("alerts")
                      else settings.metrics_port)
+        self.url = settings.database_url
+        # Its database sessions' application_name starts with this (shared.db.connect name=).
+        self.sessions = "sds-alerts" if module.startswith("alerts") else "sds-ingest"
         with open(log_path, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env=env,
                                          stdout=out, stderr=out)
@@ -96,6 +99,25 @@ class Process:
     def cpu(self) -> float:
         """The process's CPU seconds so far."""
         return cpu_seconds(self.proc.pid)
+
+    def db_cpu(self) -> float:
+        """CPU seconds so far of the database server processes serving its sessions (the
+        queries it runs cost there, not in its own process)."""
+        with db.connect(self.url, autocommit=True) as c:
+            pids = [r[0] for r in c.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s",
+                (self.sessions + "%",))]
+        total = 0.0
+        for pid in pids:
+            try:
+                total += cpu_seconds(pid)
+            except OSError:
+                pass  # the session ended just now
+        return total
+
+    def total_cpu(self) -> float:
+        """Its own CPU seconds plus its database sessions'."""
+        return self.cpu() + self.db_cpu()
 
     def stop(self) -> None:
         """SIGTERM and wait."""

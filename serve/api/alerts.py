@@ -14,6 +14,7 @@ from uuid import UUID
 
 import psycopg
 from flask import request
+from marshmallow import Schema, fields, validate
 
 from serve.auth import current_principal, requires
 from serve.body import request_body
@@ -27,6 +28,35 @@ from shared.errors import UnknownObject
 
 blp = Blueprint("alerts", __name__, url_prefix="/api/v2/alerts",
                 description="Alert rules of the caller's organisation (docs/alerts.md).")
+
+
+class ConditionSchema(Schema):
+    """A comparison: `op` and `threshold` (in the rule's units)."""
+
+    op = fields.String(validate=validate.OneOf(alertrules.OPS))
+    threshold = fields.Float()
+
+
+class RuleBodySchema(Schema):
+    """The body of POST (all that is required) and PATCH (any field) /alerts, for the OpenAPI
+    document; shared/alertrules.parse validates it, naming every bad field."""
+
+    name = fields.String(metadata={"maxLength": alertrules.NAME_MAX})
+    kind = fields.String(validate=validate.OneOf(alertrules.KINDS))
+    table = fields.String(validate=validate.OneOf(alertrules.THRESHOLD_TABLES))
+    column = fields.String()
+    scope = fields.Dict(metadata={"description": '{"device": name}, {"location": id} or '
+                                                 '{"organisation": true}'})
+    condition = fields.Nested(ConditionSchema)
+    for_ = fields.Integer(data_key="for", metadata={"minimum": 0})
+    clear = fields.Nested(ConditionSchema, allow_none=True)
+    clear_for = fields.Integer(metadata={"minimum": 0})
+    units = fields.Dict(keys=fields.String(), values=fields.String())
+    channels = fields.List(fields.UUID(), allow_none=True)
+    active = fields.Boolean()
+
+
+_BODY = {"required": True, "content": {"application/json": {"schema": RuleBodySchema}}}
 
 
 def _record(rule: Rule, created: Any, updated: Any) -> dict[str, Any]:
@@ -77,6 +107,7 @@ def list_rules(limit: int, page: int) -> Any:
 
 
 @blp.route("", methods=["POST"])
+@blp.doc(requestBody=_BODY)
 @blp.response(201)
 @requires("notifications:write")
 def create_rule() -> Any:
@@ -107,6 +138,7 @@ def get_rule(rule_id: str) -> Any:
 
 
 @blp.route("/<rule_id>", methods=["PATCH"])
+@blp.doc(requestBody=_BODY)
 @blp.response(200)
 @requires("notifications:write")
 def change_rule(rule_id: str) -> Any:

@@ -133,3 +133,11 @@ def test_patch_keeps_what_is_not_sent() -> None:
         pytest.approx(0.0), 900, {"temp": "f"})
     moved = alertrules.parse({"condition": {"op": "<", "threshold": 28.4}}, base=base)
     assert moved.threshold == pytest.approx(-2.0) and moved.clear_threshold == pytest.approx(-2.0)
+
+
+def test_a_threshold_too_large_for_its_unit_is_refused() -> None:
+    for threshold in (1e300, -1e300, 2e9):
+        with pytest.raises(BadRequest) as err:
+            alertrules.parse(body(table="daily", column="precip", units={"size": "in"},
+                                  condition={"op": ">", "threshold": threshold}))
+        assert "condition" in err.value.errors["json"]  # type: ignore[index]

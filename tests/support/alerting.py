@@ -34,7 +34,7 @@ class EvaluatorProcess:
             self.proc = subprocess.Popen([sys.executable, "-m", "alerts.evaluate"], cwd=ROOT,
                                          env=settings_env(s), stdout=log, stderr=log)
         self.starts += 1
-        wait_for(lambda: self.log().count("evaluator lock taken") >= self.starts, 30,
+        wait_for(lambda: self.log().count("evaluator lock taken") >= self.starts, 90,
                  what=f"evaluator start #{self.starts}")
         return self
 
