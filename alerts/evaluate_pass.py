@@ -214,8 +214,13 @@ class _Work:
                 # written, unless some value meets its condition. (The time and value an ok
                 # state holds are not kept up to date: the cursors order the input.)
                 compare, threshold = self.cat.firing[rule.id]
-                if not any(v is not None and compare(v, threshold)
-                           for v in (values[column] for _at, values in run)):
+                if len(run) == 1:  # a live pass: mostly one reading per device
+                    v = run[0][1][column]
+                    quiet = v is None or not compare(v, threshold)
+                else:
+                    quiet = not any(v is not None and compare(v, threshold)
+                                    for v in (values[column] for _at, values in run))
+                if quiet:
                     self.outcome.steps += len(run)
                     continue
             self.apply(rule, device, location, [(at, values[column]) for at, values in run])

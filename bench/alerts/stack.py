@@ -20,6 +20,7 @@ from typing import Any
 from uuid import UUID
 
 import paho.mqtt.client as mqtt
+import psycopg
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -152,9 +153,11 @@ class Stack:
                 accounts.deploy_device(c, device=site.device, location=loc, start=start)
         self.prefix = "bench"
         self.client_id = "bench-ingest"
+        self._poll: psycopg.Connection | None = None
 
     def close(self) -> None:
         """Stop the servers and remove their files."""
+        db.close_quietly(self._poll)
         self.broker.cleanup()
         self.pg.cleanup()
 
@@ -172,9 +175,18 @@ class Stack:
             return [alertstore.create(c, self.org, alertrules.parse(b)) for b in bodies]
 
     def count(self) -> int:
-        """Readings stored."""
-        with db.connect(self.url) as c:
-            row = c.execute("SELECT count(*) FROM calibrated").fetchone()
+        """Readings stored (on one kept connection: polling costs little)."""
+        if self._poll is None or self._poll.closed:
+            self._poll = db.connect(self.url, autocommit=True)
+        row = self._poll.execute("SELECT count(*) FROM calibrated").fetchone()
+        return int(row[0]) if row else 0
+
+    def evaluated(self, until: datetime) -> int:
+        """Devices whose `calibrated` cursor of the evaluator has reached `until`."""
+        if self._poll is None or self._poll.closed:
+            self._poll = db.connect(self.url, autocommit=True)
+        row = self._poll.execute("SELECT count(*) FROM alert_cursors WHERE source ="
+                                 " 'calibrated' AND at >= %s", (until,)).fetchone()
         return int(row[0]) if row else 0
 
     def ingester_session(self) -> None:
