@@ -26,8 +26,21 @@ blp = Blueprint("notifications", __name__, url_prefix="/api/v2/notifications",
                 description="Alert events (notifications) of the caller's organisation.")
 
 EVENT_KINDS = ("firing", "resolved", "channel_disabled", "test")
-_COLUMNS = ("id, kind, rule_id, device, location_id, column_name, value, unit, at, title, body,"
-            " channels, admins_only, created_at, acknowledged_at, acknowledged_by")
+# Static statements (no SQL is put together at run time): a filter not given is NULL and
+# matches every row.
+_FILTER = """ WHERE org_id = %(org)s
+AND (%(rule)s::uuid IS NULL OR rule_id = %(rule)s)
+AND (%(device)s::text IS NULL OR device = %(device)s)
+AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+AND (%(from)s::timestamptz IS NULL OR created_at >= %(from)s)
+AND (%(to)s::timestamptz IS NULL OR created_at < %(to)s)
+AND (%(acked)s::boolean IS NULL OR (acknowledged_at IS NOT NULL) = %(acked)s)"""
+_SELECT = ("SELECT id, kind, rule_id, device, location_id, column_name, value, unit, at, title,"
+           " body, channels, admins_only, created_at, acknowledged_at, acknowledged_by"
+           " FROM alert_events")
+_PAGE = _SELECT + _FILTER + " ORDER BY created_at DESC, id LIMIT %(limit)s OFFSET %(offset)s"
+_COUNT = "SELECT count(*) FROM alert_events" + _FILTER  # nosec B608  constants of this module
+_ONE = _SELECT + " WHERE org_id = %s AND id = %s"
 
 
 class Instant(fields.Field):
@@ -63,7 +76,7 @@ class ListArgsSchema(PageArgsSchema):
 
 
 def event_record(row: tuple[Any, ...]) -> dict[str, Any]:
-    """The served record of an event row selected with _COLUMNS."""
+    """The served record of an event row selected with _SELECT."""
     (eid, kind, rule, device, location, column, value, unit, at, title, body, channels,
      admins_only, created, acked_at, acked_by) = row
     return {"id": str(eid), "kind": kind, "rule_id": str(rule) if rule else None,
@@ -83,8 +96,7 @@ def _event_id(raw: str) -> UUID:
 
 
 def _fetch(conn: psycopg.Connection, org: UUID, eid: UUID) -> dict[str, Any]:
-    row = conn.execute(f"SELECT {_COLUMNS} FROM alert_events WHERE org_id = %s AND id = %s",
-                       (org, eid)).fetchone()
+    row = conn.execute(_ONE, (org, eid)).fetchone()
     if row is None:
         raise UnknownObject(f"unknown notification {eid}")
     return event_record(row)
@@ -98,27 +110,14 @@ def list_events(limit: int, page: int, rule: UUID | None, device: str | None,
                 kind: str | None, acknowledged: bool | None, from_: Any, to: Any) -> Any:
     """Events newest first in the paged envelope, filtered."""
     org = current_principal().org_id
-    where = ["org_id = %(org)s"]
     params: dict[str, Any] = {"org": org, "rule": rule, "device": device, "kind": kind,
-                              "from": from_, "to": to}
-    for name, clause in (("rule", "rule_id = %(rule)s"), ("device", "device = %(device)s"),
-                         ("kind", "kind = %(kind)s"), ("from", "created_at >= %(from)s"),
-                         ("to", "created_at < %(to)s")):
-        if params[name] is not None:
-            where.append(clause)
-    if acknowledged is not None:
-        where.append("acknowledged_at IS NOT NULL" if acknowledged
-                     else "acknowledged_at IS NULL")
-    condition = " AND ".join(where)
+                              "from": from_, "to": to, "acked": acknowledged}
     with pool().connection() as conn:
-        row = conn.execute(f"SELECT count(*) FROM alert_events WHERE {condition}",
-                           params).fetchone()
+        row = conn.execute(_COUNT, params).fetchone()
         total = row[0] if row else 0
         pages = check_page(total, limit, page)
-        rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM alert_events WHERE {condition}"
-            " ORDER BY created_at DESC, id LIMIT %(limit)s OFFSET %(offset)s",
-            params | {"limit": limit, "offset": offset(limit, page)}).fetchall()
+        rows = conn.execute(_PAGE, params | {"limit": limit,
+                                             "offset": offset(limit, page)}).fetchall()
     return envelope([event_record(r) for r in rows], total=total, limit=limit, page=page,
                     pages=pages)
 
