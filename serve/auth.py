@@ -53,6 +53,10 @@ _SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("/api/v2/apikeys", frozenset({"GET", "HEAD"}), "apikeys:read"),
     ("/api/v2/apikeys", None, USER_ONLY),
     ("/api/v2/auth", None, USER_ONLY),
+    ("/api/v2/alerts", frozenset({"GET", "HEAD"}), "notifications:read"),
+    ("/api/v2/alerts", None, "notifications:write"),
+    ("/api/v2/notifications", frozenset({"GET", "HEAD"}), "notifications:read"),
+    ("/api/v2/notifications", None, "notifications:write"),
 )
 
 

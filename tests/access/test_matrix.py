@@ -23,7 +23,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from serve.principal import USER_ONLY
+from shared import alertrules, alertstore
 from tests.support.access_world import (
+    ALL_READ,
     PASSWORDS,
     World,
     apikey,
@@ -50,6 +52,26 @@ class Route:
     body: dict[str, Any] | None = None
     a_object: bool = False  # another organisation gets 404 here
     basic_status: int | None = None  # when basic differs from bearer
+
+
+def _a_rule(world: World, conn: psycopg.Connection) -> str:
+    """A new alert rule of org A (one per cell: DELETE removes it)."""
+    rid = alertstore.create(conn, world.org_a, alertrules.parse(RULE_BODY))
+    conn.commit()
+    return str(rid)
+
+
+def _a_event(world: World, conn: psycopg.Connection) -> str:
+    """A new event of org A."""
+    row = conn.execute("INSERT INTO alert_events (org_id, kind, device, at, title) VALUES"
+                       " (%s, 'firing', %s, now(), 'matrix') RETURNING id",
+                       (world.org_a, world.dev_a)).fetchone()
+    conn.commit()
+    return str(row[0]) if row else ""
+
+
+RULE_BODY = {"name": "Matrix", "table": "calibrated", "column": "tair",
+             "scope": {"organisation": True}, "condition": {"op": "<", "threshold": 0}}
 
 
 def _fresh_a1_key(world: World, conn: psycopg.Connection) -> str:
@@ -94,6 +116,27 @@ ROUTES = [
           lambda w, c: f"/api/v2/data/calibrated?device={w.dev_a}", "data:read", a_object=True),
     Route("data-location", "GET", "/api/v2/data/<table>",
           lambda w, c: f"/api/v2/data/hourly?location={w.loc_a}", "data:read", a_object=True),
+    # Alert rules and notifications (issue 24, docs/alerts.md).
+    Route("alerts", "GET", "/api/v2/alerts", lambda w, c: "/api/v2/alerts",
+          "notifications:read"),
+    Route("alerts-create", "POST", "/api/v2/alerts", lambda w, c: "/api/v2/alerts",
+          "notifications:write", ok=201, body=RULE_BODY),
+    Route("alert", "GET", "/api/v2/alerts/<rule_id>",
+          lambda w, c: f"/api/v2/alerts/{_a_rule(w, c)}", "notifications:read", a_object=True),
+    Route("alert-update", "PATCH", "/api/v2/alerts/<rule_id>",
+          lambda w, c: f"/api/v2/alerts/{_a_rule(w, c)}", "notifications:write",
+          body={"name": "renamed"}, a_object=True),
+    Route("alert-delete", "DELETE", "/api/v2/alerts/<rule_id>",
+          lambda w, c: f"/api/v2/alerts/{_a_rule(w, c)}", "notifications:write", ok=204,
+          a_object=True),
+    Route("notifications", "GET", "/api/v2/notifications",
+          lambda w, c: "/api/v2/notifications", "notifications:read"),
+    Route("notification", "GET", "/api/v2/notifications/<event_id>",
+          lambda w, c: f"/api/v2/notifications/{_a_event(w, c)}", "notifications:read",
+          a_object=True),
+    Route("notification-ack", "POST", "/api/v2/notifications/<event_id>/ack",
+          lambda w, c: f"/api/v2/notifications/{_a_event(w, c)}/ack", "notifications:write",
+          a_object=True),
 ]
 
 # Callers: name -> (headers for this world, kind). Bearer tokens are minted per cell, because
@@ -106,7 +149,8 @@ SESSIONS = ("session", "other_org_session")
 REFUSED = {"anonymous", "wrong_password", "token_expired", "token_revoked", "key_expired",
            "key_inactive", "key_deleted"}
 SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "locations",
-             "apikeys:read": "apikeys", USER_ONLY: "all"}
+             "apikeys:read": "apikeys", "notifications:read": "notifications_read",
+             "notifications:write": "notifications_write", USER_ONLY: "all"}
 
 
 def _session_cookie(app: Flask, token: str) -> dict[str, str]:
@@ -168,6 +212,8 @@ def expected(caller: str, route: Route) -> int:
     is_key = caller in ("key_scoped", "key_unscoped", "other_org_key")
     if is_key and (route.scope == USER_ONLY or caller == "key_unscoped"):
         return 403
+    if caller == "other_org_key" and route.scope not in ALL_READ:
+        return 403  # org B's key holds the read scopes of ALL_READ only
     if caller.endswith("basic") and route.basic_status is not None:
         return route.basic_status
     if caller.startswith("other_org") and route.a_object:

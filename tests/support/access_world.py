@@ -29,6 +29,8 @@ KEY_SCOPES = {
     "devices": ["devices:read"],
     "locations": ["locations:read"],
     "apikeys": ["apikeys:read"],
+    "notifications_read": ["notifications:read"],
+    "notifications_write": ["notifications:write"],
     "none": ["orgs:read", "users:read"],  # valid scopes, none of them needed by any endpoint
     "expired": ALL_READ,
     "inactive": ALL_READ,
