@@ -156,3 +156,30 @@ def test_a_pass_lost_in_a_crash_is_written_again_with_the_same_event_ids(
     conn.execute("DELETE FROM alert_events; DELETE FROM alert_states; DELETE FROM alert_cursors")
     conn.commit()
     assert evaluate() == first
+
+
+def test_the_rollup_jobs_notify_the_evaluator(conn: psycopg.Connection,
+                                              settings: Settings) -> None:
+    # aggregate/jobs.py sends NOTIFY sds_rollups after a batch of buckets is rewritten, at
+    # commit: the evaluator's cue for hourly and daily rules.
+    from zoneinfo import ZoneInfo
+
+    from aggregate import jobs
+    from shared.dirty import bucket_marks, write_marks
+
+    site = make_site(conn, device="R1")
+    t = now_slot(60)
+    conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES (%s, 'R1', %s,"
+                 " -1)", (t, site.location))
+    write_marks(conn, bucket_marks("R1", [t], ZoneInfo(site.tz)))
+    conn.commit()
+    with psycopg.connect(settings.database_url, autocommit=True) as listener:
+        listener.execute("LISTEN sds_rollups")
+        pool = db.make_pool(settings, name="test-rollups", role=db.ROLE_AGGREGATE)
+        try:
+            assert jobs.drain(pool, table="hourly", low_quality_pct=80.0) >= 1
+            assert jobs.drain(pool, table="hourly", low_quality_pct=80.0) == 0
+        finally:
+            pool.close()
+        heard = [n.payload for n in listener.notifies(timeout=2.0, stop_after=2)]
+    assert heard == ["hourly"]  # once: the empty second run sends nothing
