@@ -4,11 +4,12 @@ bootstrapping and scripts (users manage their own keys through the API)."""
 from __future__ import annotations
 
 import os
+from datetime import date
 
 import click
 
 from admin.context import Context, pass_ctx
-from shared import accounts, sealing
+from shared import accounts, locations, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
@@ -75,6 +76,58 @@ def location_create(obj: Context, org_name: str, name: str, tz_name: str, lat: f
     with obj.conn() as conn:
         lid = accounts.create_location(conn, org=accounts.org_id(conn, org_name), loc=loc)
     click.echo(f"location {name} id {lid}")
+
+
+def _schedule_entry(text: str) -> tuple[date, float]:
+    """`YYYY-MM-DD=KC` as (start date, kc)."""
+    day, sep, kc = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return date.fromisoformat(day), float(kc)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: use YYYY-MM-DD=KC, e.g. 2026-04-01=0.3",
+                                 param_hint="--kc-from") from None
+
+
+@location.command("update")
+@click.argument("location_name")
+@click.option("--org", "org_name", default=None, help="Organisation name or id (when the "
+              "location is given by a name used in several organisations).")
+@click.option("--name", default=None, help="New name.")
+@click.option("--tz", "tz_name", default=None, help="New IANA zone: re-cuts local hours and days.")
+@click.option("--lat", type=float, default=None)
+@click.option("--lon", type=float, default=None)
+@click.option("--elev", type=float, default=None, help="Elevation (m).")
+@click.option("--kc", type=float, default=None, help="Crop coefficient outside the schedule.")
+@click.option("--kc-from", "kc_from", multiple=True, metavar="YYYY-MM-DD=KC",
+              help="Dated kc schedule entry (repeat); replaces the whole schedule.")
+@click.option("--clear-kc-schedule", is_flag=True, help="Remove the dated kc schedule.")
+@click.option("--sensor-height", type=float, default=None, help="Wind sensor height (m).")
+@click.option("--state", type=click.Choice(locations.STATES), default=None)
+@click.option("--crop", default=None)
+@click.option("--notes", default=None)
+@click.option("--clear", "cleared", multiple=True, type=click.Choice(sorted(locations.NULLABLE)),
+              help="Clear a field (repeat).")
+@pass_ctx
+def location_update(obj: Context, location_name: str, org_name: str | None,
+                    kc_from: tuple[str, ...], clear_kc_schedule: bool, cleared: tuple[str, ...],
+                    **fields: object) -> None:
+    """Change LOCATION (name or id), as PATCH /api/v2/locations/{id} does; the rollups the
+    change affects are marked and the scheduler's next run recomputes them."""
+    values = {k: v for k, v in fields.items() if v is not None}
+    values.update({field: None for field in cleared})
+    schedule = [_schedule_entry(e) for e in kc_from] if kc_from else None
+    if clear_kc_schedule:
+        schedule = []
+    if not values and schedule is None:
+        raise click.UsageError("nothing to change: give at least one option")
+    with obj.conn() as conn:
+        org = accounts.org_id(conn, org_name) if org_name else None
+        loc = accounts.location_id(conn, location_name, org=org)
+        outcome = locations.update_location(conn, loc, values, schedule)
+    changed = ", ".join(outcome.changed) or "nothing (values already set)"
+    click.echo(f"location {loc}: changed {changed}; {outcome.marked} rollup buckets marked")
 
 
 

@@ -39,7 +39,7 @@ EXPOSED_HEADERS = ("X-Cursor-Next, X-Units, X-Updated-Since-Next, X-Ignored-Para
                    " Content-Disposition, Retry-After, WWW-Authenticate, Deprecation, Sunset,"
                    " RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Read-Source")
 ALLOWED_HEADERS = "Authorization, Accept, Content-Type"
-ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
+ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 
 
 GETTING_STARTED = """Time series of field sensors: tables, schemas, data, devices, locations

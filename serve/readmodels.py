@@ -117,7 +117,11 @@ def location_by_id(conn: psycopg.Connection, *, org: UUID, location: UUID
 
 _LOCATION_SQL = """
 SELECT l.id, l.name, l.lon, l.lat, l.elev, l.tz_name, l.state, l.archived, l.start_date,
-       l.end_date, dep.device_id
+       l.end_date, dep.device_id, l.kc, l.sensor_height, l.crop, l.notes,
+       (SELECT coalesce(json_agg(json_build_object('start_date', c.start_date,
+                                                   'kc', round(c.kc::numeric, 4)::float8)
+                                 ORDER BY c.start_date), '[]')
+        FROM crop_coefficients c WHERE c.location_id = l.id) AS kc_schedule
 FROM locations l
 LEFT JOIN LATERAL (SELECT p.device_id FROM deployments p JOIN devices d ON d.id = p.device_id
                    WHERE p.location_id = l.id AND d.org_id = l.org_id AND p.during @> now()
@@ -141,7 +145,9 @@ SAMPLE_PCT: Column = TABLES["daily"].column("sample_pct")
 
 def location_record(row: dict[str, Any], devices: dict[UUID, dict[str, Any]]
                     ) -> dict[str, Any]:
-    """The served location record; every key present, `current_device` null when empty."""
+    """The served location record; every key present, `current_device` null when empty.
+    The spec's fields come first (docs/spec/reference-facts.md), then what `locations:write`
+    sets beyond them: `kc`, `kc_schedule`, `sensor_height`, `crop`, `notes`."""
     device = devices.get(row["device_id"]) if row["device_id"] is not None else None
     return {
         "id": str(row["id"]),
@@ -155,6 +161,11 @@ def location_record(row: dict[str, Any], devices: dict[UUID, dict[str, Any]]
         "end_date": day(row["end_date"]),
         "current_device": None if device is None else device_record(device,
                                                                     with_location=False),
+        "kc": None if row["kc"] is None else round(float(row["kc"]), 4),
+        "kc_schedule": row["kc_schedule"],
+        "sensor_height": round(float(row["sensor_height"]), 3),
+        "crop": row["crop"],
+        "notes": row["notes"],
     }
 
 

@@ -50,6 +50,7 @@ class Route:
     body: dict[str, Any] | None = None
     a_object: bool = False  # another organisation gets 404 here
     basic_status: int | None = None  # when basic differs from bearer
+    admin_only: bool = False  # administrators of the organisation only (no caller here is one)
 
 
 def _fresh_a1_key(world: World, conn: psycopg.Connection) -> str:
@@ -66,6 +67,9 @@ ROUTES = [
           "locations:read"),
     Route("location", "GET", "/api/v2/locations/<location_id>",
           lambda w, c: f"/api/v2/locations/{w.loc_a}", "locations:read", a_object=True),
+    Route("location-update", "PATCH", "/api/v2/locations/<location_id>",
+          lambda w, c: f"/api/v2/locations/{w.loc_a}", "locations:write",
+          body={"crop": "matrix"}, a_object=True, admin_only=True),
     Route("summary", "GET", "/api/v2/locations/summary",
           lambda w, c: "/api/v2/locations/summary?temp=f", "locations:read"),
     Route("apikeys-list", "GET", "/api/v2/apikeys", lambda w, c: "/api/v2/apikeys",
@@ -168,6 +172,8 @@ def expected(caller: str, route: Route) -> int:
     is_key = caller in ("key_scoped", "key_unscoped", "other_org_key")
     if is_key and (route.scope == USER_ONLY or caller == "key_unscoped"):
         return 403
+    if route.admin_only:
+        return 403  # an administrator's write (tests/access/test_location_write.py)
     if caller.endswith("basic") and route.basic_status is not None:
         return route.basic_status
     if caller.startswith("other_org") and route.a_object:
