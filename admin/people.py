@@ -8,7 +8,7 @@ from datetime import date
 
 import click
 
-from admin.context import Context, pass_ctx
+from admin.context import Context, audit_operator, pass_ctx
 from shared import accounts, locations, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
@@ -27,6 +27,8 @@ def org_create(obj: Context, name: str) -> None:
     """Create an organisation called NAME."""
     with obj.conn() as conn:
         oid = accounts.create_org(conn, name=name)
+        audit_operator(conn, of="organisations", row=oid, action="org.create",
+                       target_type="org", details={"name": name})
     click.echo(f"organisation {name} id {oid}")
 
 
@@ -48,6 +50,8 @@ def user_create(obj: Context, org_name: str, email: str, name: str | None, admin
     with obj.conn() as conn:
         uid = accounts.create_user(conn, org=accounts.org_id(conn, org_name), email=email,
                                    password=password, name=name, is_admin=admin)
+        audit_operator(conn, of="users", row=uid, action="user.create", target_type="user",
+                       details={"email": email, "name": name, "admin": admin})
     click.echo(f"user {email} id {uid}")
 
 
@@ -75,6 +79,8 @@ def location_create(obj: Context, org_name: str, name: str, tz_name: str, lat: f
                                  sensor_height=sensor_height)
     with obj.conn() as conn:
         lid = accounts.create_location(conn, org=accounts.org_id(conn, org_name), loc=loc)
+        audit_operator(conn, of="locations", row=lid, action="location.create",
+                       target_type="location", details={"name": name, "tz_name": tz_name})
     click.echo(f"location {name} id {lid}")
 
 
@@ -126,6 +132,12 @@ def location_update(obj: Context, location_name: str, org_name: str | None,
         org = accounts.org_id(conn, org_name) if org_name else None
         loc = accounts.location_id(conn, location_name, org=org)
         outcome = locations.update_location(conn, loc, values, schedule)
+        if outcome.changed:
+            audit_operator(conn, of="locations", row=loc, action="location.update",
+                           target_type="location",
+                           details={"changed": list(outcome.changed), "values": values,
+                                    "kc_schedule": schedule,
+                                    "rollup_buckets_marked": outcome.marked})
     changed = ", ".join(outcome.changed) or "nothing (values already set)"
     click.echo(f"location {loc}: changed {changed}; {outcome.marked} rollup buckets marked")
 
@@ -151,9 +163,12 @@ def apikey_create(obj: Context, email: str, scopes: tuple[str, ...], name: str,
             expiry = parse_instant(exp, name="--exp") if exp else None
         except ServiceError as exc:
             raise click.ClickException(exc.message) from None
-        rec = accounts.create_api_key(conn, user=accounts.user_id(conn, email),
-                                      scopes=list(scopes), name=name, exp=expiry,
-                                      sealer=sealer(obj.settings))
+        owner = accounts.user_id(conn, email)
+        rec = accounts.create_api_key(conn, user=owner, scopes=list(scopes), name=name,
+                                      exp=expiry, sealer=sealer(obj.settings))
+        audit_operator(conn, of="users", row=owner, action="apikey.create", target_type="apikey",
+                       target_id=rec["id"], details={"owner": email, "name": name,
+                                                     "scopes": sorted(set(scopes))})
     click.echo(f"apikey {rec['apikey']} id {rec['id']} scopes {','.join(rec['scopes'])}")
 
 

@@ -80,6 +80,15 @@ def build_scheduler(
         log.warning("retention horizons are set but SDS_RETENTION_EXPORT_DIR is not: nothing "
                     "is removed until it names the directory for the export")
 
+    if settings.audit_retention_days > 0:
+        scheduler.add_job(
+            jobs.run_audit_retention, IntervalTrigger(hours=1, timezone=UTC),
+            id=jobs.AUDIT_RETENTION_JOB, name="audit log retention", replace_existing=True,
+            coalesce=True, max_instances=1, misfire_grace_time=MISFIRE_GRACE,
+            next_run_time=datetime.now(UTC),
+            kwargs={"pool": pool, "settings": settings, "guard": leader.guard,
+                    "runner": runner, "metrics": metrics})
+
     def watchdog() -> None:
         if not leader.alive():
             log.warning("scheduler lock lost: stopping jobs and waiting to lead again")

@@ -88,6 +88,9 @@ class Settings:
     quarantine_retention_days: int = _f(
         30, "Quarantine rows older than this are deleted by the ingester, hourly (0: kept "
         "until `sds quarantine purge`)")
+    audit_retention_days: int = _f(
+        365, "Audit log entries older than this are deleted by the scheduler, hourly (0: kept "
+        "for ever)")
     ingest_receive_maximum: int = _f(
         1000, "MQTT 5 Receive Maximum the ingester asks for: unacknowledged messages the broker "
         "may send it at once (overrides mosquitto's max_inflight_messages for this client)")

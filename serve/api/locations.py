@@ -17,13 +17,13 @@ from marshmallow import EXCLUDE, Schema, fields
 from marshmallow.validate import Length
 
 from serve import keypolicy
-from serve.auth import current_principal, requires
+from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, envelope
 from serve.pool import pool
 from serve.readmodels import location_by_id, location_page, location_record, summary_page
-from shared import locations, units
+from shared import audit, locations, units
 from shared.errors import Forbidden, UnknownLocation
 
 blp = Blueprint("locations", __name__, url_prefix="/api/v2/locations",
@@ -145,6 +145,11 @@ def update_location(location_id: str) -> Any:
         if not keypolicy.is_admin(conn, principal):
             raise Forbidden("changing a location needs an administrator of the organisation")
         outcome = locations.update_location(conn, wanted, values, schedule)
+        if outcome.changed:
+            audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
+                         action="location.update", target_type="location", target_id=wanted,
+                         details={"changed": list(outcome.changed), "values": changes,
+                                  "rollup_buckets_marked": outcome.marked})
         row, devices = location_by_id(conn, org=principal.org_id, location=wanted)
     if row is None:
         raise UnknownLocation(f"unknown location {location_id!r}")

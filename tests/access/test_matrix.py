@@ -70,6 +70,8 @@ ROUTES = [
     Route("location-update", "PATCH", "/api/v2/locations/<location_id>",
           lambda w, c: f"/api/v2/locations/{w.loc_a}", "locations:write",
           body={"crop": "matrix"}, a_object=True, admin_only=True),
+    Route("audit", "GET", "/api/v2/audit", lambda w, c: "/api/v2/audit", "orgs:read",
+          admin_only=True),
     Route("summary", "GET", "/api/v2/locations/summary",
           lambda w, c: "/api/v2/locations/summary?temp=f", "locations:read"),
     Route("apikeys-list", "GET", "/api/v2/apikeys", lambda w, c: "/api/v2/apikeys",

@@ -106,6 +106,9 @@ def test_location_update_changes_fields_and_marks_rollups(sds, database_url: str
         assert conn.execute("SELECT tz_name, crop, elev FROM locations WHERE id = %s",
                             (loc,)).fetchone() == ("Asia/Kolkata", "maize", None)
         assert conn.execute("SELECT count(*) FROM crop_coefficients").fetchone() == (2,)
+        entry = conn.execute("SELECT actor, via, details->'changed' FROM audit_log"
+                             " WHERE action = 'location.update'").fetchone()
+        assert entry == ("operator", "cli", ["crop", "elev", "kc_schedule", "tz_name"])
     bad = sds("location", "update", "North", "--kc-from", "June=1")
     assert bad.exit_code == 2 and "YYYY-MM-DD=KC" in bad.output
     assert sds("location", "update", "North").exit_code == 2  # nothing to change

@@ -29,7 +29,7 @@ KEY_SCOPES = {
     "devices": ["devices:read"],
     "locations": ["locations:read"],
     "apikeys": ["apikeys:read"],
-    "none": ["orgs:read", "users:read"],  # valid scopes, none of them needed by any endpoint
+    "none": ["users:read", "teams:read"],  # valid scopes, none of them needed by any endpoint
     "expired": ALL_READ,
     "inactive": ALL_READ,
     "deleted": ALL_READ,
