@@ -129,7 +129,7 @@ class Bucketing:
         return {"points": self.points}
 
 
-def parse(args: Mapping[str, Any], table: str, *, updated_since: bool) -> Bucketing | None:
+def parse(args: Mapping[str, Any], table: str) -> Bucketing | None:
     """The aggregation a request asks for, or None; BadParameter naming the parameter."""
     raw, points = args.get("interval"), args.get("points")
     if raw is None and points is None:
@@ -144,9 +144,6 @@ def parse(args: Mapping[str, Any], table: str, *, updated_since: bool) -> Bucket
             f"{name}: aggregation is served on calibrated (the readings), which reads hourly "
             f"and daily itself where they answer exactly; {table} rows are served as stored",
             errors={name: [f"not available on {table}"]})
-    if updated_since:
-        raise BadParameter(f"{name}: not with updated_since (a changes listing is of rows)",
-                           errors={name: ["not with updated_since"]})
     return Bucketing(parse_interval(raw) if raw is not None else None, points)
 
 
@@ -208,7 +205,8 @@ def _reading_expr(col: Column) -> sql.Composable:
     aggregate.statements merges its partial sums (an average is its sum over its count)."""
     ref = sql.SQL("t.{}").format(_i(col.source or col.name))
     if col.rollup is Rollup.MEAN:
-        return sql.SQL("(sum({0}::float8) / nullif(count({0}), 0))").format(ref)
+        # avg of a real accumulates float8 sums: the sum over the count, in one aggregate.
+        return sql.SQL("avg({})").format(ref)
     if col.rollup is Rollup.SUM:
         return sql.SQL("sum({}::float8)").format(ref)
     if col.rollup is Rollup.MIN:
@@ -278,10 +276,13 @@ def _from_readings(columns: tuple[Column, ...], interval: Interval, scan: querie
     if only is not None:
         where.append(only)
     tz = sql.SQL("min(coalesce(z.tz_name, 'UTC'))") if interval.local else sql.SQL("'UTC'")
+    # OFFSET 0 keeps the outer filter on the bucket start out of the scan: pushed down, its
+    # guessed selectivity made the planner sort the readings (to disk) instead of reading
+    # them in bucket order.
     return sql.SQL(
         "SELECT {start} AS time, t.device, last(t.location, t.time) AS location, {tz} AS tz,"
         " count(*)::int AS samples{values} FROM calibrated t{join} WHERE {where}"
-        " GROUP BY 1, 2").format(
+        " GROUP BY 1, 2 OFFSET 0").format(
         start=start, tz=tz, values=sql.SQL("").join(sql.SQL(", ") + v for v in values),
         join=join, where=sql.SQL(" AND ").join(where))
 
@@ -332,7 +333,7 @@ def statement(scan: queries.Scan, columns: tuple[Column, ...], interval: Interva
     _join, _start, end = _bucket(interval)
     inner = (_from_readings(columns, interval, scan) if source == "calibrated"
              else _from_stored(source, columns, interval, scan))
-    exprs = [sql.SQL("{} AS {}").format(
+    exprs: list[sql.Composable] = [sql.SQL("{} AS {}").format(
         _out(c, _unit_for(c, scan.units), scan.csv), _i(c.name)) for c in columns]
     exprs.append(sql.SQL("b.samples, b.expected, {} AS complete").format(
         sql.SQL("CASE WHEN b.complete THEN 'true' ELSE 'false' END") if scan.csv
@@ -342,7 +343,8 @@ def statement(scan: queries.Scan, columns: tuple[Column, ...], interval: Interva
     elif local is not None:
         exprs.append(sql.SQL(
             "sds_iso_time(b.time, make_interval(secs => %(local)s)) AS local_time"))
-    where = [sql.SQL("b.time >= %(start)s"), sql.SQL("b.time <= %(end)s")]
+    where: list[sql.Composable] = [sql.SQL("b.time >= %(start)s"),
+                                   sql.SQL("b.time <= %(end)s")]
     cmp = "<=" if scan.descending else ">="
     if scan.after is not None:
         where.append(sql.SQL("(b.time, b.device) {} (%(after_time)s, %(after_device)s)")
@@ -405,6 +407,12 @@ class BucketPage:
     headers: dict[str, str]
 
 
+_SETTINGS = ("SELECT set_config('jit', 'off', true),"
+             " set_config('max_parallel_workers_per_gather', '0', true)")
+"""For the page's statement only: JIT compiling its ~60 aggregates cost more than it saved, and
+parallel workers sorted what one process reads in bucket order (docs/benchmarks.md)."""
+
+
 def read_page(conn: psycopg.Connection, scan: queries.Scan, bucketing: Bucketing, start: datetime,
               end: datetime, local_tz: tzinfo | None) -> BucketPage:
     """Read one page of buckets (at most 10,000, so in one statement, plus one bucket for the
@@ -419,7 +427,8 @@ def read_page(conn: psycopg.Connection, scan: queries.Scan, bucketing: Bucketing
             int(offset.total_seconds()) if offset else 0)
     stmt, params = statement(scan, columns, interval, source=source, limit=scan.limit + 1,
                              local=local)
-    with conn.cursor(binary=True) as cur:
+    with conn.transaction(), conn.cursor(binary=True) as cur:
+        cur.execute(_SETTINGS)
         rows = cur.execute(stmt, params).fetchall()
     if not rows and scan.device is not None:
         queries.find_device(conn, org=scan.org, name=scan.device)  # 404 when not the caller's

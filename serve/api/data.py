@@ -179,7 +179,7 @@ class DataRequest:
             csv=(fmt == "csv") if fmt is not None else csv,
             local_tz=local.tz if local is not None else None,
             cursor=args.get("cursor"), updated_since=updated, ignored=tuple(ignored),
-            bucketing=aggregation.parse(args, tbl.name, updated_since=updated is not None))
+            bucketing=aggregation.parse(args, tbl.name))
 
     def binding(self, location: UUID | None) -> dict[str, object]:
         """What a cursor of this listing is bound to: a cursor fits only the same listing.
