@@ -17,8 +17,9 @@ Where a stored rollup answers exactly, it is read instead of the readings (X-Agg
 `1h` from `hourly` and `1d` from `daily`, when every column asked for is a stored column of that
 table under the same rule and unit. A stored row is used only when its reading count equals the
 count of readings now stored in its bucket (readings are written once, never changed: equal
-counts mean the row was computed from these very readings); a bucket whose rollup is missing
-or behind is computed from the readings in the same statement.
+counts mean the row was computed from these very readings), or when retention has deleted
+them all since; a bucket whose rollup is missing or behind is computed from the readings in
+the same statement.
 """
 
 from __future__ import annotations
@@ -290,7 +291,8 @@ def _from_readings(columns: tuple[Column, ...], interval: Interval, scan: querie
 def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, scan: queries.Scan
                  ) -> sql.Composable:
     """SELECT of the buckets: stored rows of `table` whose reading count is that of the
-    readings now in their bucket, and the other buckets computed from the readings."""
+    readings now in their bucket (or whose readings retention has deleted since), and the
+    other buckets computed from the readings."""
     join, start, _end = _bucket(interval)
     values = [sql.SQL("s.{}::float8 AS {}").format(_i(stored.name), _i(c.name))
               for c in columns if c.rollup is not Rollup.KEY
@@ -318,8 +320,8 @@ def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, sc
     ).format(start=start)
     return sql.SQL(
         "WITH counts AS MATERIALIZED ({counts}), stored AS MATERIALIZED ({stored})"
-        " SELECT s.* FROM stored s JOIN counts c ON c.time = s.time AND c.device = s.device"
-        " AND c.n = s.samples"
+        " SELECT s.* FROM stored s LEFT JOIN counts c ON c.time = s.time"
+        " AND c.device = s.device WHERE c.n = s.samples OR c.n IS NULL"
         " UNION ALL {readings}").format(
         counts=counts, stored=stored_rows,
         readings=_from_readings(columns, interval, scan, only=behind))

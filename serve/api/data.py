@@ -30,9 +30,9 @@ from psycopg_pool import ConnectionPool
 
 from serve import aggregation, caching, queries, render
 from serve import cursor as cursors
-from serve.api.data_doc import RESPONSES_DOC
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
+from serve.data_doc import RESPONSES_DOC
 from serve.errors import Blueprint
 from serve.pool import ReadChoice, pool, read_pool
 from serve.readmodels import table_or_404
