@@ -383,6 +383,9 @@ def test_points_pick_the_interval_and_page_like_it(client: FlaskClient,
     answer = ask(client, world, **params, points=30)
     got = rows(answer)
     assert answer.headers["X-Aggregation-Interval"] == "3h"  # 2h would give up to 42
+    # A browser page of another origin may read both headers (CORS).
+    exposed = answer.headers["Access-Control-Expose-Headers"]
+    assert "X-Aggregation-Interval" in exposed and "X-Aggregated-From" in exposed
     assert 0 < len(got) <= 30
     assert got == rows(ask(client, world, **params, interval="3h"))
     assert whole(client, world, **params, points=30, limit=4) == got
