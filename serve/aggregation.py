@@ -279,13 +279,16 @@ def _from_readings(columns: tuple[Column, ...], interval: Interval, scan: querie
     tz = sql.SQL("min(coalesce(z.tz_name, 'UTC'))") if interval.local else sql.SQL("'UTC'")
     # OFFSET 0 keeps the outer filter on the bucket start out of the scan: pushed down, its
     # guessed selectivity made the planner sort the readings (to disk) instead of reading
-    # them in bucket order.
+    # them in bucket order. The ORDER BY in the listing's direction lets a descending page
+    # group the readings newest first too, so it stops after its buckets as an ascending one
+    # does (grouped ascending, it aggregated the whole window before its LIMIT).
+    direction = sql.SQL("DESC" if scan.descending else "ASC")
     return sql.SQL(
         "SELECT {start} AS time, t.device, last(t.location, t.time) AS location, {tz} AS tz,"
         " count(*)::int AS samples{values} FROM calibrated t{join} WHERE {where}"
-        " GROUP BY 1, 2 OFFSET 0").format(
+        " GROUP BY 1, 2 ORDER BY 1 {d}, 2 {d} OFFSET 0").format(
         start=start, tz=tz, values=sql.SQL("").join(sql.SQL(", ") + v for v in values),
-        join=join, where=sql.SQL(" AND ").join(where))
+        join=join, where=sql.SQL(" AND ").join(where), d=direction)
 
 
 def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, scan: queries.Scan
