@@ -6,7 +6,6 @@ SDS_BACKUP_CONFIG (deploy/services.sh writes it and names it in .state/secrets.e
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import time
@@ -19,8 +18,6 @@ import psycopg
 from admin import context
 from shared import backup, db
 from shared.config import Settings
-
-VERIFY_FILE = "verify.json"
 
 
 def _config(settings: Settings) -> str:
@@ -124,15 +121,6 @@ def _archiver(settings: Settings) -> backup.Archiver | None:
         return None
 
 
-def last_verify(config: str) -> dict[str, object] | None:
-    """The last verification's record (written by `sds backup verify` and the scheduler)."""
-    path = Path(config).parent / VERIFY_FILE
-    try:
-        return dict(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return None
-
-
 def status_lines(settings: Settings) -> tuple[list[str], bool]:
     """What `sds backup status` says, and whether all is well (a backup exists, none newer is
     invalid, the archive is not failing)."""
@@ -152,7 +140,7 @@ def status_lines(settings: Settings) -> tuple[list[str], bool]:
         lines.append(f"backup: last {newest.type} {newest.label} finished {age} ago "
                      f"({newest.stop:%Y-%m-%d %H:%M:%S}Z); {len(repo.backups)} kept; WAL "
                      f"{repo.wal_min or '-'} .. {repo.wal_max or '-'}")
-    checked = last_verify(config)
+    checked = backup.last_verify(config)
     if checked is not None:
         invalid = list(checked.get("invalid") or [])
         if checked.get("ok"):
@@ -203,13 +191,6 @@ def now(kind: str) -> None:
     click.echo(f"backup {label} done in {time.monotonic() - start:.1f} s")
 
 
-def record_verify(config: str, result: backup.Verification) -> None:
-    """Keep the verdict beside the configuration, for `status` (and the scheduler's metric)."""
-    path = Path(config).parent / VERIFY_FILE
-    path.write_text(json.dumps({"at": f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z",
-                                "ok": result.ok, "invalid": list(result.invalid)}))
-
-
 @backup_cli.command("verify")
 def verify() -> None:
     """Check every backup's files and the WAL archive against their checksums. Exit status 3
@@ -219,7 +200,7 @@ def verify() -> None:
         result = backup.verify(config)
     except backup.BackupError as exc:
         raise click.ClickException(str(exc)) from None
-    record_verify(config, result)
+    backup.record_verify(config, result)
     click.echo(result.text)
     if result.ok:
         click.echo("verify: every backup and WAL segment is valid")
@@ -287,7 +268,7 @@ def restore(to: str | None, target_dir: str | None) -> None:
     try:
         repo = backup.info(config)
         checked = backup.verify(config, repo)
-        record_verify(config, checked)
+        backup.record_verify(config, checked)
         chosen, skipped = backup.choose_backup(repo, checked.invalid, target)
     except backup.BackupError as exc:
         raise click.ClickException(str(exc)) from None

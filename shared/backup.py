@@ -266,6 +266,24 @@ def parse_verify(text: str, labels: Sequence[str]) -> tuple[str, ...]:
     return tuple(bad)
 
 
+VERIFY_FILE = "verify.json"
+
+
+def record_verify(config: str, result: Verification) -> None:
+    """Keep the verdict beside the configuration, for `sds backup status` and the metrics."""
+    path = Path(config).parent / VERIFY_FILE
+    path.write_text(json.dumps({"at": f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S}Z",
+                                "ok": result.ok, "invalid": list(result.invalid)}))
+
+
+def last_verify(config: str) -> dict[str, Any] | None:
+    """The last verification's record (`sds backup verify`, a restore, the scheduler)."""
+    try:
+        return dict(json.loads((Path(config).parent / VERIFY_FILE).read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 def verify(config: str, repo: RepoInfo | None = None) -> Verification:
     """Check every file of every backup and the WAL archive against the checksums pgBackRest
     recorded (`pgbackrest verify`)."""
