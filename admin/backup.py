@@ -304,3 +304,9 @@ def restore(to: str | None, target_dir: str | None) -> None:
                f"up to {until}, then promotes itself (a new timeline) and accepts writes.")
     click.echo("   Start it: deploy/run.sh (or deploy/services.sh start)")
 
+
+
+# `python -m admin.backup configure|setup`: what deploy/lib/pg_backup.sh runs on every start,
+# without importing the whole sds CLI (seconds on a busy machine).
+if __name__ == "__main__":
+    backup_cli()

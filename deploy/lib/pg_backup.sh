@@ -22,7 +22,7 @@ bk_configure() {
     fi
     mkdir -p "$BK_DIR"
     ensure_traversable postgres "$BK_DIR"
-    "$VENV/bin/sds" backup configure --config "$BK_CONF" --base-dir "$BK_DIR" \
+    "$VENV/bin/python" -m admin.backup configure --config "$BK_CONF" --base-dir "$BK_DIR" \
         --pg "$PGDATA:$PG_PORT:$PG_RUN" --pg-settings "$BK_PG_SETTINGS" >/dev/null \
         || die "could not render the pgBackRest configuration (check the SDS_BACKUP_* settings)"
 }
@@ -41,10 +41,18 @@ bk_check_archive_mode() {
 
 # The stanza (idempotent: a later run checks it). A failure is loud but does not stop the
 # service: `deploy/run.sh status` and the metrics keep saying so.
+# A rerun with the same configuration skips it (stanza.done holds the checksum of the
+# configuration it was made with), so an unchanged start stays fast.
 bk_setup() {
     [[ -f $RETIRED || ! -x $VENV/bin/sds ]] && return 0
     bk_check_archive_mode
-    if ! SDS_BACKUP_CONFIG=$BK_CONF "$VENV/bin/sds" backup setup >>"$LOGS/backup.log" 2>&1; then
+    local stamp=$BK_DIR/stanza.done sum
+    sum=$(sha256sum <"$BK_CONF")
+    if [[ -f $stamp && $(<"$stamp") == "$sum" ]]; then return 0; fi
+    if (cd "$REPO" && SDS_BACKUP_CONFIG=$BK_CONF "$VENV/bin/python" -m admin.backup setup) >>"$LOGS/backup.log" 2>&1; then
+        echo "$sum" >"$stamp"
+    else
+        rm -f "$stamp"
         log_tail "$LOGS/backup.log" 10
         warn "BACKUPS ARE NOT SET UP: pgBackRest could not create its stanza (see $LOGS/backup.log and $BK_DIR/log)"
     fi
