@@ -237,7 +237,8 @@ def parse_time(text: str) -> datetime:
     except ValueError:
         raise click.BadParameter(
             f"not an ISO 8601 time: {text!r} (e.g. 2026-03-01T02:15:00Z)") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+    # In UTC from here on: the recovery target is written with a +00 offset.
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 @click.command("restore")

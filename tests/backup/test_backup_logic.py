@@ -163,3 +163,13 @@ def test_choose_backup_skips_invalid_and_respects_the_target() -> None:
         backup.choose_backup(repo, [], full.start)
     with pytest.raises(backup.BackupError, match="failed verification"):
         backup.choose_backup(repo, [full.label, good.label], None)
+
+
+def test_restore_times_are_utc() -> None:
+    from admin.backup import parse_time
+
+    assert parse_time("2026-03-01T04:15:00+02:00") == datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
+    assert parse_time("2026-03-01T02:15:00Z") == datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
+    assert parse_time("2026-03-01 02:15") == datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
+    with pytest.raises(Exception, match="ISO 8601"):
+        parse_time("yesterday")
