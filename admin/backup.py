@@ -241,6 +241,11 @@ def parse_time(text: str) -> datetime:
     return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+def recovery_target(when: datetime) -> str:
+    """PostgreSQL's recovery_target_time for `when`, in UTC."""
+    return f"{when.astimezone(UTC):%Y-%m-%d %H:%M:%S.%f}+00"
+
+
 @click.command("restore")
 @click.option("--to", "to", default=None, metavar="TIME",
               help="Recover to this moment (ISO 8601, UTC unless it says otherwise); default: "
@@ -292,7 +297,7 @@ def restore(to: str | None, target_dir: str | None) -> None:
     if existing:
         args.append("--delta")
     if target is not None:
-        args += ["--type=time", f"--target={target:%Y-%m-%d %H:%M:%S.%f+00}",
+        args += ["--type=time", f"--target={recovery_target(target)}",
                  "--target-action=promote"]
     start = time.monotonic()
     try:

@@ -166,9 +166,12 @@ def test_choose_backup_skips_invalid_and_respects_the_target() -> None:
 
 
 def test_restore_times_are_utc() -> None:
-    from admin.backup import parse_time
+    from admin.backup import parse_time, recovery_target
 
-    assert parse_time("2026-03-01T04:15:00+02:00") == datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
+    # The recovery target is written with +00: the clock time must be UTC's.
+    assert recovery_target(parse_time("2026-03-01T04:15:00+02:00")) == (
+        "2026-03-01 02:15:00.000000+00")
+    assert parse_time("2026-03-01T04:15:00+02:00").utcoffset() == timedelta(0)
     assert parse_time("2026-03-01T02:15:00Z") == datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
     assert parse_time("2026-03-01 02:15") == datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
     with pytest.raises(Exception, match="ISO 8601"):
