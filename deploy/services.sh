@@ -164,6 +164,7 @@ SDS_INGEST_SHARE_GROUP=$SHARE_GROUP
 SDS_CURSOR_SECRET=$CURSOR_KEY
 SDS_REPLICA_PASSWORD=$REPL_PW
 SDS_APIKEY_SEAL_KEYS=$SEAL_KEYS
+SDS_BACKUP_CONFIG=$BK_CONF
 EOF
 }
 
@@ -189,6 +190,7 @@ pg_start() {
             >>"$PGDATA/postgresql.conf"
     fi
 
+    bk_configure
     local changed
     changed=$(write_if_changed "$PGDATA/sds.conf" 600 <<EOF
 # Written by deploy/services.sh on each start: edit that script, not this file.
@@ -201,6 +203,7 @@ timescaledb.telemetry_level = off
 # (the standby must then be made again) rather than fill the disk.
 max_slot_wal_keep_size = '8GB'
 $(sync_line)
+$(bk_pg_lines)
 EOF
 )
     chown postgres:postgres "$PGDATA/sds.conf"
@@ -237,6 +240,9 @@ sync_line() {
 # ---- the hot standby: deploy/lib/pg_standby.sh --------------------------------------------------
 # shellcheck source=deploy/lib/pg_standby.sh
 . "$REPO/deploy/lib/pg_standby.sh"
+# ---- backups: deploy/lib/pg_backup.sh ----------------------------------------------------------
+# shellcheck source=deploy/lib/pg_backup.sh
+. "$REPO/deploy/lib/pg_backup.sh"
 
 # Role sds (login, not superuser) owns database sds. The extensions are created here by the
 # superuser, because a non-superuser may not create timescaledb (the migrations guard it too).
@@ -285,6 +291,7 @@ SQL
 pg_stop() {
     sb_stop
     if pg_supervised || pg_running; then
+        bk_switch_wal
         say "postgresql: stopping (fast)"
         pg_halt postgresql "$PGDATA"
     else
@@ -425,7 +432,9 @@ start)
     mkdir -p "$LOGS" "$PIDS"
     load_secrets
     pg_start
+    bk_wait_recovery
     pg_bootstrap
+    bk_setup
     sb_start
     echo "$BROKER" >"$PROFILE_FILE"
     if [[ $BROKER == rabbitmq-cluster ]]; then
@@ -444,7 +453,10 @@ stop)
     pg_stop
     ;;
 status)
-    status
+    rc=0
+    status || rc=$?
+    bk_status
+    exit $rc
     ;;
 reload-broker)
     if [[ $BROKER == rabbitmq-cluster ]]; then "${RABBIT[@]}" reload; else mq_reload; fi
