@@ -27,6 +27,8 @@ flock 9
 RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients python3 python3-venv
     python3-dev build-essential ca-certificates procps curl openssl nginx-light
     rabbitmq-server logrotate)
+# The SDS_DB=patroni profile (deploy/lib/pg_patroni.sh): Patroni, its etcd, HAProxy, pgBackRest.
+RUNTIME_PKGS+=(patroni etcd-server etcd-client haproxy pgbackrest)
 # What the browser tests drive (testbed/browser.py): Debian's Chromium and its WebDriver.
 TEST_PKGS=(chromium chromium-driver)
 # Debian's npm installs the dashboard's chart library from the npm registry (step 4). A machine

@@ -26,6 +26,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("time", "Time zones and DST"),
     ("scheduler", "Scheduler"),
     ("security", "Security"),
+    ("failover", "Failover: RPO and RTO of the database profiles"),
 )
 
 PROMISES = """\
