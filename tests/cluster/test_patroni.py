@@ -260,7 +260,7 @@ def test_leader_lost_under_load(profile: Profile, api_key: str, broker: Mosquitt
              what="the old leader synchronous again")
     rejoined_s = round(time.monotonic() - rejoin_at, 1)
     assert profile.leader() == new
-    rewound = "pg_rewind" in profile.log(old)[log_before:]
+    rewound = "running pg_rewind" in profile.log(old)[log_before:]
 
     rows = stored_times(url)
     missing = len(run.acked - set(rows))
