@@ -395,7 +395,7 @@ pt_status() {
         if ! pt_node_alive "$k"; then
             say "patroni-$k: stopped"; rc=3; continue
         fi
-        role=$(curl -s -m 2 "http://127.0.0.1:$(pt_rest_port "$k")/patroni" 2>/dev/null \
+        role=$({ curl -s -m 2 "http://127.0.0.1:$(pt_rest_port "$k")/patroni" 2>/dev/null || true; } \
             | python3 -c 'import json, sys
 try:
     d = json.load(sys.stdin)
