@@ -9,7 +9,8 @@
 #                    seconds; a changed instance count starts or stops instances and reloads the
 #                    edge without dropping a request.
 #   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
-#   status           what is running, with each process's restarts and last exit
+#   status           what is running, with each process's restarts and last exit, the last
+#                    backup's age and the WAL archive's state (deploy/lib/pg_backup.sh)
 # Broker profile (docs/operations.md): SDS_BROKER=mosquitto (default, one broker) or
 #   SDS_BROKER=rabbitmq-cluster deploy/run.sh   a 3-node RabbitMQ cluster on this machine whose
 #   quorum queues survive a node crash (deploy/rabbitmq.sh); the ingester and simulator then
@@ -381,6 +382,7 @@ $headline
   demo login    $DEMO_OUT
   logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
+  backups       pgBackRest into $STATE/pgbackrest (the scheduler takes the first full backup now); sds backup status
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 

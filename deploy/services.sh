@@ -175,6 +175,7 @@ SDS_INGEST_SHARE_GROUP=$SHARE_GROUP
 SDS_CURSOR_SECRET=$CURSOR_KEY
 SDS_REPLICA_PASSWORD=$REPL_PW
 SDS_APIKEY_SEAL_KEYS=$SEAL_KEYS
+SDS_BACKUP_CONFIG=$BK_CONF
 EOF
 }
 
@@ -200,6 +201,7 @@ pg_start() {
             >>"$PGDATA/postgresql.conf"
     fi
 
+    bk_configure
     local changed
     changed=$(write_if_changed "$PGDATA/sds.conf" 600 <<EOF
 # Written by deploy/services.sh on each start: edit that script, not this file.
@@ -212,6 +214,7 @@ timescaledb.telemetry_level = off
 # (the standby must then be made again) rather than fill the disk.
 max_slot_wal_keep_size = '8GB'
 $(sync_line)
+$(bk_pg_lines)
 EOF
 )
     chown postgres:postgres "$PGDATA/sds.conf"
@@ -248,7 +251,11 @@ sync_line() {
 # ---- the hot standby: deploy/lib/pg_standby.sh --------------------------------------------------
 # shellcheck source=deploy/lib/pg_standby.sh
 . "$REPO/deploy/lib/pg_standby.sh"
+# ---- backups: deploy/lib/pg_backup.sh ----------------------------------------------------------
+# shellcheck source=deploy/lib/pg_backup.sh
+. "$REPO/deploy/lib/pg_backup.sh"
 # ---- the automatic failover profile (SDS_DB=patroni): deploy/lib/pg_patroni.sh -------------------
+# (after pg_backup.sh: under Patroni the backup configuration is the cluster's)
 # shellcheck source=deploy/lib/pg_patroni.sh
 . "$REPO/deploy/lib/pg_patroni.sh"
 
@@ -446,8 +453,10 @@ start)
     else
         pt_stop
         pg_start
+        bk_wait_recovery
     fi
     pg_bootstrap
+    bk_setup
     [[ $DB == patroni ]] || sb_start
     echo "$DB" >"$DB_PROFILE_FILE"
     echo "$BROKER" >"$PROFILE_FILE"
@@ -468,7 +477,10 @@ stop)
     pg_stop
     ;;
 status)
-    status
+    rc=0
+    status || rc=$?
+    bk_status
+    exit $rc
     ;;
 reload-broker)
     if [[ $BROKER == rabbitmq-cluster ]]; then "${RABBIT[@]}" reload; else mq_reload; fi

@@ -124,6 +124,44 @@ class Settings:
         "and month); retention drops nothing while it is unset")
     retention_interval: int = _f(3600, "Seconds between retention runs of the scheduler")
 
+    # --- backups (pgBackRest; docs/operations.md "Backups and restore") ---
+    backup_config: str | None = _f(
+        None, "The pgBackRest configuration file the processes and `sds backup` use "
+        "(deploy/services.sh renders it into .state/pgbackrest/ and names it in "
+        ".state/secrets.env); unset: no backups are scheduled and `sds backup` refuses")
+    backup_repo_type: str = _f(
+        "posix", "Where the backup repository lives: posix (a directory: the embedded default "
+        "under .state/pgbackrest/repo, or a second disk or network mount), s3 (S3-compatible "
+        "object storage) or sftp (a second host; needs a pgBackRest built with libssh2, which "
+        "Debian bookworm's 2.45 is not)")
+    backup_repo_path: str | None = _f(
+        None, "Repository directory (posix, sftp) or path inside the bucket (s3); unset: "
+        ".state/pgbackrest/repo (posix), /sds (s3, sftp)")
+    backup_s3_endpoint: str | None = _f(
+        None, "S3 endpoint host[:port] (s3), e.g. s3.eu-west-1.amazonaws.com")
+    backup_s3_bucket: str | None = _f(None, "S3 bucket (s3)")
+    backup_s3_region: str = _f("us-east-1", "S3 region (s3)")
+    backup_s3_key: str | None = _f(None, "S3 access key (s3)", secret=True)
+    backup_s3_secret: str | None = _f(None, "S3 secret access key (s3)", secret=True)
+    backup_s3_uri_style: str = _f(
+        "host", "S3 addressing: host (bucket.endpoint) or path (endpoint/bucket, as MinIO and "
+        "most self-hosted stores want)")
+    backup_s3_verify_tls: bool = _f(True, "Check the S3 endpoint's TLS certificate")
+    backup_sftp_host: str | None = _f(None, "Repository host (sftp)")
+    backup_sftp_user: str = _f("pgbackrest", "User on the repository host (sftp)")
+    backup_sftp_key_file: str | None = _f(
+        None, "Private key file of user postgres for the repository host (sftp)")
+    backup_retention_full: int = _f(
+        2, "Full backups kept; older ones, and the WAL only they need, are expired")
+    backup_retention_diff: int = _f(6, "Differential backups kept")
+    backup_full_cron: str = _f(
+        "0 1 * * 0", "When the scheduler takes a full backup (crontab fields, UTC)")
+    backup_diff_cron: str = _f(
+        "0 1 * * 1-6", "When the scheduler takes a differential backup (crontab fields, UTC)")
+    backup_archive_timeout: int = _f(
+        60, "PostgreSQL's archive_timeout (s): a WAL segment is archived at the latest this "
+        "long after its first write, which bounds what a lost disk loses")
+
     # --- HTTP API ---
     edge_bind: str = _f(
         "127.0.0.1:8080", "Address the edge (nginx, deploy/nginx/nginx.conf) listens on for "

@@ -118,48 +118,41 @@ pt_etcd_start() {
 }
 
 # ---- pgBackRest: one stanza, one pg path per node -------------------------------------------------
-# archive-push runs on whichever node leads (archive_mode = on archives on the primary only); each
-# node's config names its own data directory as pg1, the cluster's config lists every node (a
-# backup or stanza-create finds the primary among them).
-pt_backrest_conf() {
-    local k=$1 n
-    printf '# Written by deploy/services.sh (deploy/lib/pg_patroni.sh) on each start.\n[global]\n'
-    printf 'repo1-path=%s\nrepo1-retention-full=2\nlog-path=%s\nlock-path=%s\n' \
-        "$PT_BACKREST/repo" "$PT_BACKREST/log" "$PT_BACKREST/lock"
-    printf 'log-level-console=warn\nlog-level-file=info\nstart-fast=y\n\n[%s]\n' "$PT_SCOPE"
-    if ((k > 0)); then
-        printf 'pg1-path=%s\npg1-port=%s\npg1-socket-path=%s\n' "$(pt_node_dir "$k")/data" \
-            "$(pt_pg_port "$k")" "$(pt_node_dir "$k")/run"
-    else
-        for ((n = 1; n <= PT_NODES; n++)); do
-            printf 'pg%s-path=%s\npg%s-port=%s\npg%s-socket-path=%s\n' "$n" \
-                "$(pt_node_dir "$n")/data" "$n" "$(pt_pg_port "$n")" "$n" "$(pt_node_dir "$n")/run"
-        done
-    fi
-}
+# Rendered by the backup configuration's own renderer (`sds backup configure`, shared/backup.py,
+# from the SDS_BACKUP_* settings) into .state/patroni/pgbackrest: the cluster's config lists every
+# node (pg1..pgN; a backup finds the primary among them) and is the one the scheduler, `sds
+# backup` and `services.sh status` use (BK_CONF). archive-push runs on whichever node leads
+# (archive_mode = on archives on the primary only) and resolves the WAL file against pg1, so
+# each node gets a config of its own naming its own data directory as pg1, same repository.
+if [[ $DB == patroni ]]; then
+    BK_DIR=$PT_BACKREST
+    BK_CONF=$BK_DIR/pgbackrest.conf
+fi
 
 pt_backrest_files() {
-    mkdir -p "$PT_BACKREST/repo" "$PT_BACKREST/log" "$PT_BACKREST/lock"
-    pt_backrest_conf 0 | write_if_changed "$PT_BACKREST/pgbackrest.conf" 640 >/dev/null
-    local k
+    [[ -x $VENV/bin/sds ]] || die "the Patroni profile needs the project's venv for its archive settings: run deploy/setup.sh (or deploy/run.sh)"
+    mkdir -p "$PT_BACKREST"
+    ensure_traversable postgres "$PT_BACKREST"
+    local k spec all=()
     for ((k = 1; k <= PT_NODES; k++)); do
-        pt_backrest_conf "$k" | write_if_changed "$(pt_node_dir "$k")/pgbackrest.conf" 640 >/dev/null
-        chown postgres:postgres "$(pt_node_dir "$k")/pgbackrest.conf"
+        mkdir -p "$(pt_node_dir "$k")"
+        spec="$(pt_node_dir "$k")/data:$(pt_pg_port "$k"):$(pt_node_dir "$k")/run"
+        all+=(--pg "$spec")
+        "$VENV/bin/sds" backup configure --config "$(pt_node_dir "$k")/pgbackrest.conf" \
+            --base-dir "$PT_BACKREST" --pg "$spec" \
+            --pg-settings "$(pt_node_dir "$k")/archive.conf" >/dev/null \
+            || die "could not render node $k's pgBackRest configuration (check the SDS_BACKUP_* settings)"
     done
-    chown -R postgres:postgres "$PT_BACKREST"
-    chmod 750 "$PT_BACKREST"
+    "$VENV/bin/sds" backup configure --config "$BK_CONF" --base-dir "$PT_BACKREST" "${all[@]}" \
+        >/dev/null || die "could not render the cluster's pgBackRest configuration"
 }
 
-# The stanza, once the leader runs: made on the first start, checked (archiving works) after.
-pt_backrest_stanza() {
-    local conf=$PT_BACKREST/pgbackrest.conf log=$LOGS/pgbackrest-patroni.log
-    if [[ ! -f $PT_BACKREST/repo/archive/$PT_SCOPE/archive.info ]]; then
-        say "pgbackrest: stanza-create $PT_SCOPE (repository $PT_BACKREST/repo)"
-        pt_as_postgres pgbackrest --config="$conf" --stanza="$PT_SCOPE" stanza-create >>"$log" 2>&1 \
-            || { log_tail "$log"; die "pgbackrest stanza-create failed"; }
-    fi
-    pt_as_postgres pgbackrest --config="$conf" --stanza="$PT_SCOPE" check >>"$log" 2>&1 \
-        || { log_tail "$log"; warn "pgbackrest check failed: WAL archiving from the leader does not work (see $log)"; }
+# Node $1's archive settings (archive.conf's "name = 'value'" lines) as YAML mapping entries.
+pt_archive_yaml() {
+    local file
+    file=$(pt_node_dir "$1")/archive.conf
+    [[ -s $file ]] || die "$file is missing (pt_backrest_files renders it)"
+    sed -n "s/^\([a-z_]*\) = '\(.*\)'\$/    \1: '\2'/p" "$file"
 }
 
 # ---- Patroni ------------------------------------------------------------------------------------
@@ -200,7 +193,6 @@ bootstrap:
         max_replication_slots: 10
         max_slot_wal_keep_size: 8GB
         archive_mode: 'on'
-        archive_timeout: 60
         shared_preload_libraries: timescaledb
         timescaledb.telemetry_level: 'off'
   initdb:
@@ -223,8 +215,9 @@ postgresql:
       password: '$PT_REPL_PW'
   parameters:
     unix_socket_directories: '$dir/run'
-    # This node's own pgBackRest config (its data directory as pg1); runs on the leader only.
-    archive_command: 'pgbackrest --config=$dir/pgbackrest.conf --stanza=$PT_SCOPE archive-push %p'
+    # Archiving through this node's own pgBackRest config (its data directory as pg1); only
+    # the leader archives.
+$(pt_archive_yaml "$k")
   pg_hba:
     - local all all peer
     - host replication sds_replica 127.0.0.1/32 scram-sha-256
@@ -356,7 +349,6 @@ pt_start() {
     pt_use_leader
     pt_as_postgres "$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$(pg_live_port)" -t 60 \
         || die "the Patroni leader does not accept connections"
-    pt_backrest_stanza
 }
 
 pt_stop() {

@@ -46,8 +46,8 @@ def _yaml(text: str) -> dict:
 def test_node_config_fails_over_safely(tmp_path: Path, nodes: str) -> None:
     """Synchronous mode, pg_rewind with checksums, timings Patroni accepts, the node's own
     ports and pgBackRest config, every etcd member listed."""
-    conf = _yaml(_render(tmp_path, f"pt_node_yml {nodes}", SDS_PATRONI_NODES=nodes,
-                         SDS_PATRONI_PORT_BASE="50000"))
+    conf = _yaml(_render(tmp_path, f"pt_backrest_files; pt_node_yml {nodes}",
+                         SDS_PATRONI_NODES=nodes, SDS_PATRONI_PORT_BASE="50000"))
     dcs = conf["bootstrap"]["dcs"]
     assert dcs["synchronous_mode"] is True
     assert dcs["loop_wait"] + 2 * dcs["retry_timeout"] <= dcs["ttl"] <= 30
@@ -60,15 +60,25 @@ def test_node_config_fails_over_safely(tmp_path: Path, nodes: str) -> None:
     assert conf["restapi"]["listen"] == f"127.0.0.1:{50010 + int(nodes)}"
     assert conf["etcd3"]["hosts"] == "127.0.0.1:50021,127.0.0.1:50022,127.0.0.1:50023"
     archive = conf["postgresql"]["parameters"]["archive_command"]
-    assert f"{tmp_path}/patroni/node{nodes}/pgbackrest.conf" in archive
+    assert f"--config={tmp_path}/patroni/node{nodes}/pgbackrest.conf" in archive
     assert archive.endswith("archive-push %p")
+    assert int(conf["postgresql"]["parameters"]["archive_timeout"]) > 0
 
 
 def test_each_node_archives_with_its_own_data_directory(tmp_path: Path) -> None:
-    one = _render(tmp_path, "pt_backrest_conf 2", SDS_PATRONI_NODES="3")
-    assert f"pg1-path={tmp_path}/patroni/node2/data" in one and "pg2-path" not in one
-    every = _render(tmp_path, "pt_backrest_conf 0", SDS_PATRONI_NODES="3")
+    """Through the backup renderer (shared/backup.py): one repository; node k's config has its
+    own data directory as pg1 (archive-push resolves the WAL file there); the cluster's
+    config, the one `sds backup` and the scheduler use, lists every node."""
+    out = _render(tmp_path, "pt_backrest_files; echo $BK_CONF", SDS_PATRONI_NODES="3")
+    cluster = Path(out.split()[-1])
+    assert cluster == tmp_path / "patroni" / "pgbackrest" / "pgbackrest.conf"
+    repo = f"repo1-path={tmp_path}/patroni/pgbackrest/repo"
+    every = cluster.read_text()
+    assert repo in every
     assert all(f"pg{k}-path={tmp_path}/patroni/node{k}/data" in every for k in (1, 2, 3))
+    one = (tmp_path / "patroni" / "node2" / "pgbackrest.conf").read_text()
+    assert repo in one
+    assert f"pg1-path={tmp_path}/patroni/node2/data" in one and "pg2-path" not in one
 
 
 @pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed")

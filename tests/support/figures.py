@@ -26,6 +26,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("time", "Time zones and DST"),
     ("scheduler", "Scheduler"),
     ("security", "Security"),
+    ("recovery", "Backups and restore (RPO, RTO)"),
     ("failover", "Failover: RPO and RTO of the database profiles"),
 )
 
