@@ -16,7 +16,7 @@ import click
 import psycopg
 
 from admin import context
-from shared import backup, db
+from shared import backup
 from shared.config import Settings
 
 
@@ -114,10 +114,11 @@ def setup() -> None:
 
 
 def _archiver(settings: Settings) -> backup.Archiver | None:
+    # The archive's state is one line of the status: an unreachable database is said there.
     try:
-        with db.connect(settings, name="sds-backup-cli", connect_timeout=5) as conn:
+        with context.connection(settings, name="sds-backup-cli", connect_timeout=5) as conn:
             return backup.archiver(conn)
-    except psycopg.Error:
+    except (click.ClickException, psycopg.Error):
         return None
 
 

@@ -306,6 +306,7 @@ SQL
 pg_stop() {
     sb_stop
     if pg_supervised || pg_running; then
+        bk_switch_wal
         say "postgresql: stopping (fast)"
         pg_halt postgresql "$PGDATA"
     else

@@ -50,6 +50,13 @@ bk_setup() {
     fi
 }
 
+# Before a stop: start a new WAL segment, so that the shutdown's last archiver round ships the
+# one holding the latest commits (a restore then reaches the moment of the stop).
+bk_switch_wal() {
+    pg_running && [[ $(psql_su -d postgres -tA -c 'SHOW archive_mode' 2>/dev/null) == on ]] || return 0
+    psql_su -d postgres -tA -c 'SELECT pg_switch_wal()' >/dev/null 2>&1 || true
+}
+
 # After `sds restore`, the server replays archived WAL before it accepts writes; it removes
 # recovery.signal when it promotes itself. Wait for that, so the schema check and the processes
 # that follow find a writable database.

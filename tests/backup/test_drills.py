@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +33,6 @@ from tests.support.chaos import chaos_settings
 from tests.support.databases import migrate_database
 from tests.support.figures import Figures
 from tests.support.ingesting import (
-    ROOT,
     IngesterProcess,
     Ledger,
     Run,
@@ -45,15 +43,13 @@ from tests.support.ingesting import (
     stored_times,
     wait_for,
 )
+from tests.support.restoring import sds, start_restored, switch_and_stop
 
 pytestmark = [
     pytest.mark.chaos,
     pytest.mark.timeout(600),
     pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL and pgBackRest run as postgres"),
 ]
-
-SDS = str(ROOT / ".venv" / "bin" / "sds")
-
 
 @pytest.fixture
 def archived(tmp_path: Path) -> Iterator[tuple[PostgresServer, str, PgBackRestRepo]]:
@@ -69,37 +65,6 @@ def archived(tmp_path: Path) -> Iterator[tuple[PostgresServer, str, PgBackRestRe
         yield pg, url, repo
     finally:
         pg.cleanup()
-
-
-def sds(repo: PgBackRestRepo, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    """An `sds` command as the operator runs it (SDS_BACKUP_CONFIG named), and its duration."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
-    env["SDS_BACKUP_CONFIG"] = str(repo.config)
-    start = time.monotonic()
-    result = subprocess.run([SDS, *args], env=env, capture_output=True, text=True, timeout=600)
-    return result, time.monotonic() - start
-
-
-def switch_and_stop(pg: PostgresServer, url: str) -> None:
-    """What deploy/services.sh stop does: a WAL switch, so the shutdown archives the last
-    segment, then the fast shutdown."""
-    with psycopg.connect(pg.dsn(), autocommit=True) as c:
-        c.execute("SELECT pg_switch_wal()")
-    pg.stop()
-
-
-def start_restored(base: Path, *, port: int | None = None) -> tuple[PostgresServer, float]:
-    """Start a server on a restored data directory and wait until it has replayed the archive
-    and promoted itself; the seconds that took."""
-    start = time.monotonic()
-    server = PostgresServer().start(base, durable=True, port=port)
-
-    def promoted() -> bool:
-        with psycopg.connect(server.dsn(), autocommit=True) as c:
-            return c.execute("SELECT NOT pg_is_in_recovery()").fetchone() == (True,)
-
-    wait_for(promoted, 300, every=0.2, what="the restored server to leave recovery")
-    return server, time.monotonic() - start
 
 
 def db_now(url: str) -> datetime:
@@ -137,7 +102,7 @@ def test_point_in_time_restore_undoes_a_mistake(
             c.execute("SELECT drop_chunks('calibrated', older_than => now() + interval '1 year')")
         assert stored_times(url) == []
         proc.terminate()
-        switch_and_stop(pg, url)
+        switch_and_stop(pg)
 
         target = tmp_path / "restored"
         result, restore_s = sds(repo, "restore", "--to", t_mark.isoformat(),
