@@ -363,6 +363,9 @@ pt_stop() {
         stop_pidfile "$PIDS/patroni-$k.pid" "$(pt_node_dir "$k")/patroni.yml" 95 && say "patroni-$k: stopped"
     done
     if [[ -n $leader ]]; then
+        # As in the default profile: the segment holding the last commits goes to the archive
+        # with the shutdown.
+        pt_use_leader && bk_switch_wal
         stop_pidfile "$PIDS/patroni-$leader.pid" "$(pt_node_dir "$leader")/patroni.yml" 95 \
             && say "patroni-$leader: stopped (it led)"
     fi
