@@ -23,7 +23,8 @@ class WriteProbe:
 
     def __init__(self, url: str, every: float = 0.1) -> None:
         self.url, self.every = url, every
-        self.ok: list[float] = []  # time.monotonic() of each committed write
+        # (began, ended) in time.monotonic() of each committed write
+        self.ok: list[tuple[float, float]] = []
         self.failed = 0
         self._stop = threading.Event()
         with db.connect(url, autocommit=True) as c:
@@ -33,12 +34,13 @@ class WriteProbe:
     def _run(self) -> None:
         conn: psycopg.Connection | None = None
         while not self._stop.is_set():
+            began = time.monotonic()
             try:
                 if conn is None:
                     conn = db.connect(self.url, autocommit=True, connect_timeout=2,
                                       name="failover-probe", keepalive_probes=2)
                 conn.execute(f"INSERT INTO {PROBE_TABLE} VALUES (now())")
-                self.ok.append(time.monotonic())
+                self.ok.append((began, time.monotonic()))
             except psycopg.Error:
                 self.failed += 1
                 db.close_quietly(conn)
@@ -51,8 +53,9 @@ class WriteProbe:
         return self
 
     def first_write_after(self, t: float) -> float | None:
-        """Seconds from `t` to the first write that succeeded after it (None: none yet)."""
-        later = [x for x in self.ok if x > t]
+        """Seconds from `t` to the end of the first write begun after it that succeeded (None:
+        none yet). A write begun before `t` may have been committed before it."""
+        later = [ended for began, ended in self.ok if began > t]
         return round(later[0] - t, 2) if later else None
 
     def stop(self) -> None:
