@@ -16,9 +16,8 @@
 #                  "Hot standby and promotion")
 # Broker profile: SDS_BROKER=mosquitto (default) or rabbitmq-cluster (deploy/rabbitmq.sh); the
 # choice is remembered in .state/broker-profile for later stop/status/reload-broker calls.
-# Database profile: SDS_DB=postgres (default: one server, optionally a hand-promoted standby) or
-# patroni (deploy/lib/pg_patroni.sh: etcd, 2-3 nodes under Patroni, automatic failover; switchover
-# [NODE] moves the leader), remembered in .state/db-profile.
+# Database profile: SDS_DB=postgres (default) or patroni (deploy/lib/pg_patroni.sh: automatic
+# failover; switchover [NODE] moves the leader), remembered in .state/db-profile.
 # Ports: SDS_PG_PORT (default 55432), SDS_PG_STANDBY_PORT (55433), SDS_MQTT_PORT (1883, mosquitto); all
 # listen on 127.0.0.1 only. SDS_PG_STANDBY_SYNC=off makes the standby asynchronous.
 set -euo pipefail
@@ -54,12 +53,8 @@ mosquitto | rabbitmq-cluster) ;;
 *) die "SDS_BROKER must be mosquitto or rabbitmq-cluster (got '$BROKER')" ;;
 esac
 RABBIT=("bash" "$REPO/deploy/rabbitmq.sh")
-DB_PROFILE_FILE=$STATE/db-profile
-DB=${SDS_DB:-$(cat "$DB_PROFILE_FILE" 2>/dev/null || echo postgres)}
-case $DB in
-postgres | patroni) ;;
-*) die "SDS_DB must be postgres or patroni (got '$DB')" ;;
-esac
+DB=${SDS_DB:-$(cat "$STATE/db-profile" 2>/dev/null || echo postgres)}
+[[ $DB == postgres || $DB == patroni ]] || die "SDS_DB must be postgres or patroni (got '$DB')"
 
 # PostgreSQL refuses to run as root. Run from a directory postgres can enter, so that neither
 # pg_ctl nor psql complains about the caller's (root's) working directory.
@@ -448,18 +443,11 @@ start)
         || die "PostgreSQL 15, TimescaleDB or mosquitto is missing: run deploy/setup.sh first"
     mkdir -p "$LOGS" "$PIDS"
     load_secrets
-    if [[ $DB == patroni ]]; then
-        pt_start
-        pt_use_leader
-    else
-        pt_stop
-        pg_start
-        bk_wait_recovery
-    fi
+    db_start
     pg_bootstrap
     bk_setup
     [[ $DB == patroni ]] || sb_start
-    echo "$DB" >"$DB_PROFILE_FILE"
+    echo "$DB" >"$STATE/db-profile"
     echo "$BROKER" >"$PROFILE_FILE"
     if [[ $BROKER == rabbitmq-cluster ]]; then
         mq_stop >/dev/null # one broker at a time: devices must not split between two
@@ -498,10 +486,7 @@ promote)
     load_secrets
     sb_promote
     ;;
-switchover)
-    [[ $DB == patroni ]] || die "switchover is for the Patroni profile (SDS_DB=patroni); the standby has: $0 promote"
-    pt_switchover "${2:-}"
-    ;;
+switchover) pt_switchover "${2:-}" ;;
 psql)
     shift
     [[ $DB != patroni ]] || pt_use_leader

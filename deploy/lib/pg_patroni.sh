@@ -321,6 +321,18 @@ pt_haproxy_start() {
 }
 
 # ---- the profile --------------------------------------------------------------------------------
+# The database part of `services.sh start`, for either profile (one database at a time).
+db_start() {
+    if [[ $DB == patroni ]]; then
+        pt_start
+        pt_use_leader
+    else
+        pt_stop
+        pg_start
+        bk_wait_recovery
+    fi
+}
+
 pt_start() {
     command -v patroni >/dev/null && command -v etcd >/dev/null && command -v haproxy >/dev/null \
         && command -v pgbackrest >/dev/null \
@@ -414,6 +426,7 @@ print(d.get("role", "?"), d.get("state", "?"), "timeline", d.get("timeline", "?"
 # A planned switch of the leader (docs/operations.md): Patroni promotes the synchronous replica
 # and the old leader follows it; with the candidate $1 (node number) or any.
 pt_switchover() {
+    [[ $DB == patroni ]] || die "switchover is for the Patroni profile (SDS_DB=patroni); the standby has: services.sh promote"
     local leader
     leader=$(pt_leader)
     [[ -n $leader ]] || die "no node leads: a switchover needs a leader (a failover happens by itself)"
