@@ -264,6 +264,15 @@ db_line() {
     fi
 }
 
+# db_files postgres.log|pgbackrest: where the database's log and backup configuration are.
+db_files() {
+    if [[ $(cat "$STATE/db-profile" 2>/dev/null) != patroni ]]; then
+        [[ $1 == pgbackrest ]] && echo "$STATE/pgbackrest" || echo "$STATE/pg/postgres.log"
+    else
+        [[ $1 == pgbackrest ]] && echo "$STATE/patroni/pgbackrest" || echo "$LOGS/patroni-*.log"
+    fi
+}
+
 # First demo device name and the API key, for the example commands. The demo prints
 # "api key: <key>"; demo-devices.json maps device name -> MQTT password.
 demo_key() { sed -n 's/^api key: *\([^ ]*\).*/\1/p' "$DEMO_OUT" 2>/dev/null | head -n 1; }
@@ -380,9 +389,9 @@ $headline
   MQTT broker   127.0.0.1:$SDS_MQTT_PORT   ($broker${SDS_MQTT_FAILOVER:+; other nodes $SDS_MQTT_FAILOVER})
   secrets       $SECRETS
   demo login    $DEMO_OUT
-  logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
+  logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $(db_files postgres.log), $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
-  backups       pgBackRest into $STATE/pgbackrest (the scheduler takes the first full backup now); sds backup status
+  backups       pgBackRest into $(db_files pgbackrest) (the scheduler takes the first full backup now); sds backup status
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 
