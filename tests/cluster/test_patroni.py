@@ -172,11 +172,13 @@ def test_profile_runs_synchronous_replicas_and_archives(profile: Profile) -> Non
     WAL archived by pgBackRest from the leader, and services.sh status saying so."""
     leader = profile.leader()
     assert leader is not None
-    r = profile.run("psql", "-tA", "-c", "SELECT sync_state FROM pg_stat_replication")
-    assert r.stdout.split() == ["sync"] * (NODES - 1), r.stdout + r.stderr
+    # Patroni names the synchronous replica on its next loop after the replica streams.
+    wait_for(lambda: profile.run("psql", "-tA", "-c", "SELECT sync_state FROM "
+                                 "pg_stat_replication").stdout.split() == ["sync"] * (NODES - 1),
+             60, every=1, what="the replica synchronous")
     r = profile.run("psql", "-tA", "-c", "SHOW data_checksums")
     assert r.stdout.strip() == "on"
-    r = profile.run("psql", "-tA", "-c", "SELECT pg_switch_wal() IS NOT NULL")
+    profile.run("psql", "-tA", "-c", "SELECT pg_switch_wal() IS NOT NULL")
     wait_for(lambda: "0" != profile.run("psql", "-tA", "-c",
                                         "SELECT archived_count FROM pg_stat_archiver"
                                         ).stdout.strip(), 60, what="a WAL segment archived")
