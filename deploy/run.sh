@@ -15,6 +15,9 @@
 #   SDS_BROKER=rabbitmq-cluster deploy/run.sh   a 3-node RabbitMQ cluster on this machine whose
 #   quorum queues survive a node crash (deploy/rabbitmq.sh); the ingester and simulator then
 #   speak MQTT 3.1.1 and fail over between the nodes. The choice is remembered until changed.
+# Database profile: SDS_DB=patroni deploy/run.sh   three etcd members and two PostgreSQL nodes
+#   under Patroni with automatic failover, behind HAProxy (deploy/lib/pg_patroni.sh,
+#   docs/operations.md "The automatic failover profile"); remembered like the broker's.
 # Run as root. State, logs and pids live under <repo>/.state (docs/operations.md).
 set -euo pipefail
 
@@ -251,6 +254,25 @@ status_all() {
     return $rc
 }
 
+# Where the processes reach PostgreSQL, for the banner: the server, or the Patroni profile's
+# HAProxy (deploy/lib/pg_patroni.sh has the ports).
+db_line() {
+    if [[ $(cat "$STATE/db-profile" 2>/dev/null) == patroni ]]; then
+        echo "Patroni leader via HAProxy 127.0.0.1:${SDS_PATRONI_PORT_BASE:-55440} (nodes from $((${SDS_PATRONI_PORT_BASE:-55440} + 1)); deploy/services.sh status)"
+    else
+        echo "127.0.0.1:${SDS_PG_PORT:-55432}"
+    fi
+}
+
+# db_files postgres.log|pgbackrest: where the database's log and backup configuration are.
+db_files() {
+    if [[ $(cat "$STATE/db-profile" 2>/dev/null) != patroni ]]; then
+        [[ $1 == pgbackrest ]] && echo "$STATE/pgbackrest" || echo "$STATE/pg/postgres.log"
+    else
+        [[ $1 == pgbackrest ]] && echo "$STATE/patroni/pgbackrest" || echo "$LOGS/patroni-*.log"
+    fi
+}
+
 # First demo device name and the API key, for the example commands. The demo prints
 # "api key: <key>"; demo-devices.json maps device name -> MQTT password.
 demo_key() { sed -n 's/^api key: *\([^ ]*\).*/\1/p' "$DEMO_OUT" 2>/dev/null | head -n 1; }
@@ -363,13 +385,13 @@ start_all() {
 $headline
   API           http://$bind/api/v2/   (docs: /api/v2/doc; nginx edge in front of $API_INSTANCES API instance(s) from $API_HOST:$API_PORT0)
   dashboard     http://$bind/   (sign in with the demo user's email and password in $DEMO_OUT)
-  PostgreSQL    127.0.0.1:${SDS_PG_PORT:-55432}, database sds   (superuser shell: deploy/services.sh psql)
+  PostgreSQL    $(db_line), database sds   (superuser shell: deploy/services.sh psql)
   MQTT broker   127.0.0.1:$SDS_MQTT_PORT   ($broker${SDS_MQTT_FAILOVER:+; other nodes $SDS_MQTT_FAILOVER})
   secrets       $SECRETS
   demo login    $DEMO_OUT
-  logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
+  logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $(db_files postgres.log), $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
-  backups       pgBackRest into $STATE/pgbackrest (the scheduler takes the first full backup now); sds backup status
+  backups       pgBackRest into $(db_files pgbackrest) (the scheduler takes the first full backup now); sds backup status
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 

@@ -28,6 +28,8 @@ flock 9
 RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients python3 python3-venv
     python3-dev build-essential ca-certificates procps curl openssl nginx-light
     rabbitmq-server logrotate pgbackrest)
+# The SDS_DB=patroni profile (deploy/lib/pg_patroni.sh): Patroni, its etcd, HAProxy.
+RUNTIME_PKGS+=(patroni etcd-server etcd-client haproxy)
 # What the browser tests drive (testbed/browser.py): Debian's Chromium and its WebDriver.
 TEST_PKGS=(chromium chromium-driver)
 # Debian's npm installs the dashboard's chart library from the npm registry (step 4). A machine
