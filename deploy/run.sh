@@ -10,6 +10,9 @@
 #                    edge without dropping a request.
 #   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
 #   status           what is running, with each process's restarts and last exit
+#   monitor [off]    also run Prometheus, Alertmanager and node_exporter with deploy/prometheus/
+#                    (remembered: later starts include them; `monitor off` stops and forgets;
+#                    docs/operations.md "Monitoring and alerts")
 # Broker profile (docs/operations.md): SDS_BROKER=mosquitto (default, one broker) or
 #   SDS_BROKER=rabbitmq-cluster deploy/run.sh   a 3-node RabbitMQ cluster on this machine whose
 #   quorum queues survive a node crash (deploy/rabbitmq.sh); the ingester and simulator then
@@ -46,6 +49,72 @@ api_layout() {
     for ((k = 1; k <= API_INSTANCES; k++)); do PROCS+=("serve-$k"); done
     # logrotate: rotates every log under .state (deploy/logrotate, docs/operations.md "Log files").
     PROCS+=(edge simulate logrotate)
+    API_METRICS0=${SDS_API_METRICS_PORT:-9110}
+    [[ $API_METRICS0 =~ ^[0-9]+$ ]] || die "SDS_API_METRICS_PORT must be a port number, not '$API_METRICS0'"
+    if monitoring_on; then PROCS+=("${MON_PROCS[@]}"); fi
+    return 0
+}
+
+# Monitoring (docs/operations.md "Monitoring and alerts"): on once `deploy/run.sh monitor` ran.
+# Prometheus, Alertmanager and node_exporter (Debian's packages) run as user prometheus on
+# SDS_METRICS_BIND, with the configuration deploy/lib/monitoring_conf.py renders into .state.
+MON_STAMP=$STATE/monitoring
+MON_PROCS=(node-exporter alertmanager prometheus)
+monitoring_on() { [[ -f $MON_STAMP ]]; }
+MBIND=${SDS_METRICS_BIND:-127.0.0.1}
+PROM_PORT=${SDS_PROMETHEUS_PORT:-9190}
+AM_PORT=${SDS_ALERTMANAGER_PORT:-9193}
+NODE_PORT=${SDS_NODE_EXPORTER_PORT:-9191}
+
+# The metrics port of a process run.sh starts (0: none), as the process computes it.
+metrics_port_of() {
+    local base=${SDS_METRICS_PORT:-9108} k
+    case $1 in
+    ingest) echo "$base" ;;
+    ingest-standby) echo "$(standby_metrics_port)" ;;
+    ingest-*-standby) k=${1#ingest-}; k=${k%-standby}
+        ((base == 0)) && echo 0 || echo $((base + 150 + k - 1)) ;;
+    ingest-*) ((base == 0)) && echo 0 || echo $((base + 100 + ${1#ingest-} - 1)) ;;
+    aggregate) echo "${SDS_AGGREGATE_METRICS_PORT:-9109}" ;;
+    serve-*) ((API_METRICS0 == 0)) && echo 0 || echo $((API_METRICS0 + ${1#serve-} - 1)) ;;
+    esac
+}
+
+# Render the monitoring configuration for the current layout into .state/prometheus and
+# .state/alertmanager; a running Prometheus or Alertmanager rereads a changed file (SIGHUP;
+# target lists are reread by Prometheus itself).
+monitoring_config() {
+    local scrape=$MBIND args=() names=("${INGEST_PROCS[@]}" aggregate) name port changed k
+    [[ $scrape == 0.0.0.0 ]] && scrape=127.0.0.1
+    for ((k = 1; k <= API_INSTANCES; k++)); do names+=("serve-$k"); done
+    for name in "${names[@]}"; do
+        port=$(metrics_port_of "$name")
+        ((port)) || continue
+        case $name in
+        ingest*) args+=(--ingest "$name=$scrape:$port") ;;
+        aggregate) args+=(--aggregate "$scrape:$port") ;;
+        serve-*) args+=(--api "$name=$scrape:$port") ;;
+        esac
+    done
+    # The SDS_DB=patroni profile's node configurations, when it made them.
+    [[ -d $STATE/patroni ]] && args+=(--patroni-dir "$STATE/patroni")
+    changed=$(python3 "$REPO/deploy/lib/monitoring_conf.py" --out "$STATE" \
+        --webhook "${SDS_ALERT_WEBHOOK_URL:-http://127.0.0.1:9199/alerts}" \
+        --prometheus "$scrape:$PROM_PORT" --alertmanager "$scrape:$AM_PORT" \
+        --node "$scrape:$NODE_PORT" "${args[@]}") || die "rendering the monitoring configuration failed"
+    mkdir -p "$STATE/prometheus/data" "$STATE/alertmanager/data"
+    chown -R prometheus: "$STATE/prometheus/data" "$STATE/alertmanager/data"
+    ensure_traversable prometheus "$STATE/prometheus/data"
+    ensure_traversable prometheus "$STATE/alertmanager/data"
+    ensure_traversable prometheus "$SUPERVISE"
+    if [[ $changed == *prometheus.yml* || $changed == *sds.rules.yml* ]] && proc_alive prometheus; then
+        kill -HUP "$(<"$PIDS/prometheus.pid")"
+        say "prometheus: configuration changed, reloaded (SIGHUP)"
+    fi
+    if [[ $changed == *alertmanager.yml* ]] && proc_alive alertmanager; then
+        kill -HUP "$(<"$PIDS/alertmanager.pid")"
+        say "alertmanager: configuration changed, reloaded (SIGHUP)"
+    fi
 }
 
 # The ingesters, from the settings: SDS_INGEST_SHARDS (default: one per core, at most 16, with
@@ -146,10 +215,20 @@ proc_argv() {
     # proxy hop of X-Forwarded-For for the client address (login throttling, rate limits).
     serve-*) ARGV=(env "SDS_HTTP_BIND=$API_HOST:$((API_PORT0 + ${1#serve-} - 1))"
         "SDS_TRUSTED_PROXY_HOPS=${SDS_TRUSTED_PROXY_HOPS:-1}"
+        "SDS_API_METRICS_PORT=$(metrics_port_of "$1")"
+        "PROMETHEUS_MULTIPROC_DIR=$STATE/api-metrics/$1"
         "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py serve.wsgi:app) ;;
     edge) ARGV=(nginx -c "$EDGE_CONF" -e "$EDGE_DIR/error.log") ;;
     simulate) ARGV=("$VENV/bin/sds" simulate --credentials "$DEMO_DEVICES" --backfill-days 3) ;;
     logrotate) ARGV=(bash deploy/logrotate/rotate-loop.sh "$STATE") ;;
+    node-exporter) ARGV=(prometheus-node-exporter "--web.listen-address=$MBIND:$NODE_PORT"
+        --collector.disable-defaults --collector.filesystem --collector.textfile
+        "--collector.textfile.directory=$SUPERVISE") ;;
+    alertmanager) ARGV=(prometheus-alertmanager "--config.file=$STATE/alertmanager/alertmanager.yml"
+        "--storage.path=$STATE/alertmanager/data" "--web.listen-address=$MBIND:$AM_PORT"
+        --cluster.listen-address=) ;;
+    prometheus) ARGV=(prometheus "--config.file=$STATE/prometheus/prometheus.yml"
+        "--storage.tsdb.path=$STATE/prometheus/data" "--web.listen-address=$MBIND:$PROM_PORT") ;;
     esac
 }
 
@@ -159,6 +238,9 @@ proc_marker() {
     case $1 in
     edge) echo "$EDGE_CONF" ;;
     logrotate) echo deploy/logrotate/rotate-loop.sh ;;
+    node-exporter) echo "--collector.textfile.directory=$SUPERVISE" ;;
+    alertmanager) echo "$STATE/alertmanager/alertmanager.yml" ;;
+    prometheus) echo "$STATE/prometheus/prometheus.yml" ;;
     *) echo "$VENV/bin/" ;;
     esac
 }
@@ -176,7 +258,9 @@ start_proc() {
     proc_argv "$name"
     # Under its supervisor (deploy/lib/supervise.py), which restarts it when it dies. It stops
     # the process within STOP_WAIT - 5 s of a stop signal, before stop_one's own SIGKILL.
-    supervise_start "$name" "$log" --stop-timeout $((STOP_WAIT - 5)) -- "${ARGV[@]}"
+    local as=()
+    case $name in node-exporter | alertmanager | prometheus) as=(--user prometheus) ;; esac
+    supervise_start "$name" "$log" "${as[@]}" --stop-timeout $((STOP_WAIT - 5)) -- "${ARGV[@]}"
     STARTED=$((STARTED + 1))
     say "$name: started under supervision (pid $(<"$PIDS/$name.pid"), log $log)"
 }
@@ -201,6 +285,9 @@ serve_pidfiles() {
 
 stop_all() {
     local name
+    for name in "${MON_PROCS[@]}"; do
+        [[ -e $PIDS/$name.pid ]] && stop_one "$name"
+    done
     stop_one simulate
     # The edge first, with SIGQUIT: it stops accepting and finishes the requests in flight.
     if stop_pidfile "$PIDS/edge.pid" "$EDGE_CONF" $STOP_WAIT QUIT; then
@@ -324,6 +411,7 @@ start_all() {
         stop_one serve
     fi
     edge_config
+    if monitoring_on; then monitoring_config; fi
     local name
     # A changed shard count: the old layout's ingesters stop before the new one starts.
     if [[ -f $STATE/ingest-shards && $(<"$STATE/ingest-shards") != "$INGEST_SHARDS" ]]; then
@@ -368,6 +456,7 @@ $headline
   demo login    $DEMO_OUT
   logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
+  monitoring    $(monitoring_on && echo "Prometheus http://$MBIND:$PROM_PORT/alerts, Alertmanager http://$MBIND:$AM_PORT (alerts to ${SDS_ALERT_WEBHOOK_URL:-http://127.0.0.1:9199/alerts}); off: deploy/run.sh monitor off" || echo "off (deploy/run.sh monitor: Prometheus, Alertmanager, node_exporter)")
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 
@@ -388,8 +477,20 @@ case ${1:-start} in
 start) start_all ;;
 stop) need_root; stop_all ;;
 status) need_root; api_layout; status_all ;;
+monitor)
+    need_root
+    if [[ ${2:-on} == off ]]; then
+        for name in "${MON_PROCS[@]}"; do stop_one "$name"; done
+        rm -f "$MON_STAMP"
+        say "monitoring off (its data stays in $STATE/prometheus/data)"
+    else
+        mkdir -p "$STATE"
+        touch "$MON_STAMP"
+        start_all
+    fi
+    ;;
 *)
-    echo "usage: $0 [start|stop|status]" >&2
+    echo "usage: $0 [start|stop|status|monitor [off]]" >&2
     exit 2
     ;;
 esac
