@@ -1,4 +1,5 @@
-"""gunicorn's own answers and access log lines made safe (loaded by deploy/gunicorn.conf.py).
+"""gunicorn's hooks: its own answers and access log lines made safe, and the master's side of the
+API's metrics (loaded by deploy/gunicorn.conf.py).
 
 - Errors gunicorn answers itself, before the app sees a request (a malformed request line or
   header, a request line over `limit_request_line` (414), too many or too long headers (431)),
@@ -30,10 +31,11 @@ from typing import Any
 import orjson
 from gunicorn import util
 from gunicorn.glogging import Logger
-from prometheus_client import CollectorRegistry, multiprocess, start_http_server
+from prometheus_client import CollectorRegistry, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from shared import metrics
 from shared.config import Settings
 from shared.db import connect
 
@@ -156,14 +158,11 @@ def when_ready(arbiter: Any) -> None:
     multiprocess.MultiProcessCollector(registry, path=str(multiproc_dir()))
     registry.register(DatabaseProbe(settings, arbiter.log))
     try:
-        _server, _thread = start_http_server(settings.api_metrics_port,
-                                             addr=settings.metrics_bind, registry=registry)
+        _server = metrics.serve(registry, settings.api_metrics_port, settings.metrics_bind)
     except OSError as exc:
         arbiter.log.error("API metrics NOT served: %s:%d: %s", settings.metrics_bind,
                   settings.api_metrics_port, exc)
         return
-    arbiter.log.info("API metrics on http://%s:%d/metrics", settings.metrics_bind,
-             settings.api_metrics_port)
 
 
 def post_fork(_arbiter: Any, _worker: Any) -> None:
