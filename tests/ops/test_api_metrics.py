@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from shared.config import Settings
 from testbed.services import GunicornServer
 from tests.support.access_world import World, seed
 from tests.support.apps import module_db
@@ -199,3 +200,40 @@ def test_a_dead_worker_keeps_its_counts_and_drops_its_gauges(api: Api) -> None:
     while api.samples().get(pool) != 2 * WORKERS:
         assert time.monotonic() < deadline, api.samples().get(pool)
         time.sleep(0.5)
+
+
+def test_database_probe_reports_a_refused_connection() -> None:
+    """The probe the master runs at each scrape: 1 against the test database, 0 against a port
+    where nothing listens (a real refused connection), and the error logged once."""
+    import socket
+
+    from serve.gunicorn_hooks import DatabaseProbe
+
+    class Log:
+        def __init__(self) -> None:
+            self.errors: list[str] = []
+
+        def error(self, msg: str, *args: object) -> None:
+            self.errors.append(msg % args)
+
+        def info(self, msg: str, *args: object) -> None:
+            pass
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # bound, never listening: connections are refused
+        log = Log()
+        probe = DatabaseProbe(Settings(database_url=f"postgresql://x@127.0.0.1:{closed}/x"),
+                              log)
+        for _ in range(2):
+            up = {m.name: m.samples[0].value for m in probe.collect()}
+            assert up["sds_api_database_up"] == 0
+    assert len(log.errors) == 1 and "down" in log.errors[0]
+
+
+def test_database_probe_up(world: World) -> None:
+    """Against the running test database the probe says 1."""
+    from serve.gunicorn_hooks import DatabaseProbe
+
+    probe = DatabaseProbe(Settings(database_url=world.url), None)
+    assert {m.name: m.samples[0].value for m in probe.collect()}["sds_api_database_up"] == 1
