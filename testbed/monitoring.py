@@ -30,9 +30,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from testbed.services import REPO, START_TIMEOUT, STOP_TIMEOUT, ServiceError, _ProcessServer
+from testbed.services import (
+    REPO,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    ServiceError,
+    _ProcessServer,
+    free_port,
+)
 from testbed.services import _tail as tail
-from testbed.services import free_port
 
 
 def _conf() -> ModuleType:
