@@ -175,6 +175,20 @@ class Settings:
         "127.0.0.1:8081", "Address gunicorn binds to; deploy/run.sh gives API instance k this "
         "port + k - 1")
     http_workers: int = _f(2, "gunicorn worker processes (of each API instance)")
+    api_metrics_port: int = _f(
+        9110, "Prometheus metrics port of the API (its gunicorn master, all workers summed; "
+        "on SDS_METRICS_BIND, never through the edge); deploy/run.sh gives API instance k this "
+        "port + k - 1 (0 disables)")
+
+    # --- monitoring (deploy/prometheus/, docs/operations.md "Monitoring and alerts") ---
+    prometheus_port: int = _f(9190, "Port of the Prometheus server deploy/run.sh starts")
+    alertmanager_port: int = _f(9193, "Port of the Alertmanager deploy/run.sh starts")
+    node_exporter_port: int = _f(
+        9191, "Port of node_exporter (the filesystem holding .state, the supervisors' .prom "
+        "files)")
+    alert_webhook_url: str = _f(
+        "http://127.0.0.1:9199/alerts", "Where Alertmanager posts operator alerts (its webhook "
+        "JSON); point it at your paging bridge")
     token_ttl: int = _f(24 * 3600, "Bearer token lifetime (s)")
     apikey_query_enabled: bool = _f(
         False, "Accept the deprecated ?apikey= query form (sunset 2021-05-14)")

@@ -720,6 +720,8 @@ class GunicornServer(_PreforkServer):
     """The API as deployed (gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app) on a free port.
 
     `env` adds SDS_* settings (SDS_DATABASE_URL at least); the access log goes to base_dir.
+    Its master serves the workers' Prometheus metrics on `metrics_port` (a free port unless
+    SDS_API_METRICS_PORT is given), from files in base_dir/metrics.
     """
 
     def __init__(self) -> None:
@@ -735,7 +737,10 @@ class GunicornServer(_PreforkServer):
         self.access_log = base / "access.log"
         self._env = {**os.environ, "SDS_HTTP_BIND": f"127.0.0.1:{self._port}",
                      "SDS_HTTP_WORKERS": str(workers), "SDS_LOG_DIR": str(base),
-                     "SDS_DB_POOL_MIN": "1", "SDS_DB_POOL_MAX": "2", **env}
+                     "SDS_DB_POOL_MIN": "1", "SDS_DB_POOL_MAX": "2",
+                     "SDS_API_METRICS_PORT": str(free_port()),
+                     "PROMETHEUS_MULTIPROC_DIR": str(base / "metrics"), **env}
+        self.metrics_port = int(self._env["SDS_API_METRICS_PORT"])
         self._launch()
         return self
 
