@@ -220,8 +220,13 @@ def device(principal: Principal, name: str) -> Response:
                            chosen=charts.chosen_units(request.args.to_dict()))
     return _html(render_template(
         "web/device.html", device=record, quarantined=count, latest=latest, config=config,
-        unit_choices=charts.unit_choices(), nav="devices",
+        unit_choices=charts.unit_choices(), nav="devices", modules=_modules(),
         chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
+
+
+def _modules() -> list[str]:
+    """The device page's script modules (static/js/), for its modulepreload links."""
+    return sorted(p.name for p in (STATIC / "js").glob("*.js"))
 
 
 def _int_arg(name: str, default: int | None, low: int, high: int) -> int | None:

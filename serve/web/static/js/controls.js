@@ -49,13 +49,13 @@ export class Controls {
     const chosen = new Set(wanted && wanted.length ? wanted : t.defaults);
     t.columns.forEach((c) => {
       const label = document.createElement("label");
-      label.title = c.description;
+      label.title = c.name + ": " + c.description;
       const input = document.createElement("input");
       input.type = "checkbox";
       input.value = c.name;
       input.checked = chosen.has(c.name);
       input.addEventListener("change", () => this.changed());
-      label.append(input, " " + c.name);
+      label.append(input, " " + c.label);
       box.append(label);
     });
   }

@@ -1,7 +1,8 @@
 // The device page's main chart: the chosen table's columns over the chosen range, from the
 // API in the chosen units and zone; drag, wheel and button zoom; the CSV link of what is shown.
 import {dataUrl, fetchRows, iso} from "./api.js";
-import {colour, unitText} from "./facts.js";
+import {DAY, colour, unitText} from "./facts.js";
+import {withGaps} from "./gaps.js";
 import {dateMaker} from "./zones.js";
 
 const $ = (id) => document.getElementById(id);
@@ -30,12 +31,37 @@ export class Readings {
     const series = cols.map((name, i) => {
       const text = unitText(this.cfg, info[name], chosen);
       if (!scales.includes(text)) scales.push(text);
-      return {label: name + (text ? " (" + text + ")" : ""), scale: text || "_",
+      return {label: info[name].label + (text ? " (" + text + ")" : ""), scale: text || "_",
               stroke: colour(this.cfg, i), width: 2, spanGaps: false, points: {show: false}};
     });
-    const axes = [{}].concat(scales.map((s, i) => ({scale: s || "_", label: s,
+    const axes = [this.timeAxis()].concat(scales.map((s, i) => ({scale: s || "_", label: s,
       side: i % 2 ? 1 : 3, grid: {show: i === 0}, size: 60})));
     return {series, axes};
+  }
+
+  /** The time axis: for tables of days, ticks on whole days labelled with the date only (the
+   *  default picked hours for a short span of daily rows). */
+  timeAxis() {
+    if (this.controls.table().step < DAY) return {};
+    const wall = dateMaker(this.el.dataset.zone), day = uPlot.fmtDate("{YYYY}-{MM}-{DD}");
+    return {space: 70, incrs: [1, 2, 7, 14, 28, 56, 91, 182, 364].map((d) => d * DAY),
+            values: (u, splits) => splits.map((ts) => day(wall(ts)))};
+  }
+
+  /** Marks under the plot for incomplete buckets (sample_pct below a whole bucket): hours
+   *  or days with readings missing, such as today so far. */
+  markIncomplete(u) {
+    const marks = this.incomplete || [];
+    if (!marks.length) return;
+    const {ctx, bbox} = u, step = this.controls.table().step;
+    ctx.save();
+    ctx.fillStyle = this.cfg.incomplete_colour;
+    marks.forEach((t) => {
+      const a = u.valToPos(t, "x", true), b = u.valToPos(t + step, "x", true);
+      const left = Math.max(a, bbox.left), right = Math.min(Math.max(b, a + 3), bbox.left + bbox.width);
+      if (right > left) ctx.fillRect(left, bbox.top + bbox.height - 6, right - left, 6);
+    });
+    ctx.restore();
   }
 
   make(cols, data, z) {
@@ -48,7 +74,8 @@ export class Readings {
       cursor: {drag: {x: true, y: false, setScale: true}},
       legend: {live: true},
       hooks: {
-        draw: [() => {
+        draw: [(u) => {
+          this.markIncomplete(u);
           if (this.firstDraw) { this.firstDraw = false; performance.mark("sds-chart-drawn"); }
           this.probe.lastDraw = performance.now();
           el.dataset.state = "drawn";
@@ -112,7 +139,7 @@ export class Readings {
                          start: a, end: b, zone: this.controls.zone(),
                          units: this.controls.units(),
                          extra: {limit: String(cap), format: "csv"}});
-    const inView = u.data[0].filter((t) => t >= a && t <= b).length;
+    const inView = this.times.filter((t) => t >= a && t <= b).length;
     link.title = inView > cap
       ? "The download holds the first " + cap + " of " + inView + " rows: zoom in for the rest"
       : inView + " rows, as shown";
@@ -131,6 +158,10 @@ export class Readings {
       (this.rows >= cap ? " (first " + cap + ")" : "") +
       " · units " + (this.el.dataset.units || "n/a") + " · times in " + z +
       " · showing " + fmt(a) + " to " + fmt(b) +
+      (this.gaps.length ? " · " + this.gaps.length + " outage" +
+        (this.gaps.length > 1 ? "s" : "") + " (gaps)" : "") +
+      (this.incomplete.length ? " · " + this.incomplete.length +
+        " incomplete (amber marks)" : "") +
       (this.rows ? "" : " · no readings in this range");
   }
 
@@ -151,8 +182,10 @@ export class Readings {
     }
     const [start, end] = this.controls.range();
     const z = this.controls.zone(), units = this.controls.units();
-    const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device, cols,
-                         start, end, zone: z, units});
+    const table = this.controls.table(), done = table.completeness;
+    const asked = done && !cols.includes(done) ? cols.concat([done]) : cols;
+    const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
+                         cols: asked, start, end, zone: z, units});
     $("status").textContent = "Loading…";
     const t0 = performance.now();
     let got;
@@ -168,17 +201,26 @@ export class Readings {
     if (!this.current(mine)) return null;
     const fetched = performance.now() - t0;
     const times = got.rows.map((r) => Date.parse(r.time) / 1000);
-    const data = [times].concat(cols.map((c) => got.rows.map((r) => (r[c] === undefined ? null : r[c]))));
+    const values = [times].concat(cols.map((c) => got.rows.map((r) => (r[c] === undefined ? null : r[c]))));
+    // An outage is a gap, not a line across it.
+    const {data, gaps} = withGaps(values, table.step);
+    const whole = this.cfg.complete[units.ratio];
+    this.incomplete = done ? got.rows.filter((r) => r[done] !== null && r[done] < whole)
+      .map((r) => Date.parse(r.time) / 1000) : [];
+    this.times = times;
+    this.gaps = gaps;
     this.loaded = [start, end];
     this.rows = got.rows.length;
     const t1 = performance.now();
     if (this.chart) this.chart.destroy();
     el.dataset.units = got.units || "";
+    el.dataset.zone = z;
+    el.dataset.gaps = String(gaps.length);
+    el.dataset.incomplete = String(this.incomplete.length);
     this.chart = this.probe.main = this.make(cols, data, z);
     this.chart.setScale("x", {min: start, max: end});
     el.dataset.series = cols.join(",");
     el.dataset.points = String(this.rows);
-    el.dataset.zone = z;
     this.probe.loads += 1;
     $("status").dataset.fetchMs = fetched.toFixed(0);
     $("status").dataset.drawMs = (performance.now() - t1).toFixed(0);
