@@ -36,6 +36,11 @@ WATER_COLUMNS = ("et", "etc", "precip", "crop_water_demand", "gdd")
 WATER_DAYS = 30
 # Rows per series the device page fetches (cursor pages followed) before it stops.
 FETCH_ROWS = 50_000
+# A range of more rows than this in a table the API aggregates is drawn from buckets
+# (`points=`, about one per pixel column: a mean line in a min-max band) instead of rows.
+RAW_ROWS = 5000
+# The one table whose answers the API aggregates on request (serve/aggregation.py).
+AGGREGATED = "calibrated"
 
 # Series colours, in order (d3's category10): the charts' scripts take them from here.
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
@@ -95,6 +100,7 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
                 "title": title,
                 "default_days": span.days,
                 "step": int(step.total_seconds()),
+                "aggregates": name == AGGREGATED,
                 "limit": TABLES[name].row_cap,
                 "columns": [column_info(c) for c in plottable(name)],
                 "defaults": list(DEFAULT_COLUMNS[name]),
@@ -114,6 +120,7 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
             units.param_for(Measure.RATIO), code)) for code in units.UNITS["ratio"]},
         "max_limit": MAX_LIMIT,  # the API's largest page: what one CSV download holds
         "fetch_rows": FETCH_ROWS,
+        "raw_rows": RAW_ROWS,
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],
                   "days": WATER_DAYS},
     }

@@ -107,3 +107,46 @@ def test_daily_chart_labels_from_the_registry_axis_in_days_partial_day_marked(
         ".incomplete_colour")
     assert colour_counts(browser, "chart", [amber])["counts"][0] > 20
     browser.save_screenshot(str(shots / "13-daily-days-partial.png"))
+
+
+@pytest.fixture(scope="module")
+def year(world: World) -> str:
+    """Device Y1 at North field: a year of 5-minute readings (105,121 rows) up to END."""
+    with psycopg.connect(world.url) as conn:
+        accounts.register_device(conn, org=world.org_a, name="Y1")
+        accounts.deploy_device(conn, device="Y1", location=world.north,
+                               start=END - timedelta(days=400))
+        conn.execute(
+            "INSERT INTO calibrated (time, device, location, tair, rh)"
+            " SELECT t, 'Y1', %(loc)s, 10 + 12 * sin(extract(epoch FROM t) / 5022000.0)"
+            "  + 6 * sin(extract(epoch FROM t) / 13751.0), 0.6"
+            " FROM generate_series(%(end)s - interval '365 days', %(end)s,"
+            "   interval '5 minutes') t", {"loc": world.north, "end": END})
+        conn.commit()
+    with psycopg.connect(world.url, autocommit=True) as conn:
+        conn.execute("ANALYZE calibrated")
+    return "Y1"
+
+
+def test_a_year_of_5_minute_data_draws_the_whole_year_to_the_newest_day(
+        server: str, browser: WebDriver, year: str, shots: Path) -> None:
+    """More rows than the page draws raw: buckets (points=) with a mean line in a min-max
+    band, from the first day to the newest (the page used to draw the oldest 50,000 rows)."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/devices/{year}?table=calibrated&span=365"
+                f"&end={END.date().isoformat()}&cols=tair&tz=UTC")
+    chart_drawn(browser, "chart", loads=1)
+    chart = browser.find_element(By.ID, "chart")
+    assert chart.get_attribute("data-aggregated")  # e.g. 12h
+    found = browser.execute_script(
+        "const u = window.sdsDashboard.main, t = u.data[0].filter((x, i) => u.data[1][i] !== null);"
+        " return {first: t[0], last: t[t.length - 1], n: u.data[0].length,"
+        " series: u.series.slice(1).map(s => s.label), bands: (u.bands || []).length}")
+    assert found["last"] >= (END - timedelta(days=1)).timestamp(), found  # the newest day
+    assert found["first"] <= (END - timedelta(days=364)).timestamp(), found
+    assert found["n"] <= 2000
+    assert found["series"] == ["Air temperature (°C)", "lowest", "highest"]
+    assert found["bands"] == 1
+    assert browser.execute_script(COLUMN, (END - timedelta(hours=18)).timestamp()) > 0
+    assert "buckets of" in browser.find_element(By.ID, "status").text
+    browser.save_screenshot(str(shots / "14-year-band.png"))

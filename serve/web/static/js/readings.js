@@ -2,7 +2,7 @@
 // API in the chosen units and zone; drag, wheel and button zoom; the CSV link of what is shown.
 import {dataUrl, fetchRows, iso} from "./api.js";
 import {DAY, colour, unitText} from "./facts.js";
-import {withGaps} from "./gaps.js";
+import {shape} from "./shape.js";
 import {dateMaker} from "./zones.js";
 
 const $ = (id) => document.getElementById(id);
@@ -24,19 +24,20 @@ export class Readings {
   /** Is `generation` still the newest load? */
   current(generation) { return generation === this.generation; }
 
-  seriesFor(cols) {
+  /** Label, unit scale and colour of the chosen columns; the y axes, one per unit. */
+  looks(cols) {
     const info = Object.fromEntries(this.controls.table().columns.map((c) => [c.name, c]));
     const chosen = this.controls.units();
     const scales = [];
-    const series = cols.map((name, i) => {
+    const looks = Object.fromEntries(cols.map((name, i) => {
       const text = unitText(this.cfg, info[name], chosen);
       if (!scales.includes(text)) scales.push(text);
-      return {label: info[name].label + (text ? " (" + text + ")" : ""), scale: text || "_",
-              stroke: colour(this.cfg, i), width: 2, spanGaps: false, points: {show: false}};
-    });
+      return [name, {label: info[name].label + (text ? " (" + text + ")" : ""),
+                     scale: text || "_", colour: colour(this.cfg, i)}];
+    }));
     const axes = [this.timeAxis()].concat(scales.map((s, i) => ({scale: s || "_", label: s,
       side: i % 2 ? 1 : 3, grid: {show: i === 0}, size: 60})));
-    return {series, axes};
+    return {look: (name) => looks[name], axes};
   }
 
   /** The time axis: for tables of days, ticks on whole days labelled with the date only (the
@@ -53,7 +54,7 @@ export class Readings {
   markIncomplete(u) {
     const marks = this.incomplete || [];
     if (!marks.length) return;
-    const {ctx, bbox} = u, step = this.controls.table().step;
+    const {ctx, bbox} = u, step = this.shaped.step;
     ctx.save();
     ctx.fillStyle = this.cfg.incomplete_colour;
     marks.forEach((t) => {
@@ -64,12 +65,11 @@ export class Readings {
     ctx.restore();
   }
 
-  make(cols, data, z) {
-    const {series, axes} = this.seriesFor(cols);
+  make(shaped, axes, z) {
     const el = this.el;
     const opts = {
       width: this.width(), height: 380, tzDate: dateMaker(z),
-      series: [{label: "time (" + z + ")"}].concat(series), axes,
+      series: [{label: "time (" + z + ")"}].concat(shaped.series), axes, bands: shaped.bands,
       scales: {x: {time: true}},
       cursor: {drag: {x: true, y: false, setScale: true}},
       legend: {live: true},
@@ -84,7 +84,7 @@ export class Readings {
       },
     };
     el.replaceChildren();
-    const u = new uPlot(opts, data, el);
+    const u = new uPlot(opts, shaped.data, el);
     u.over.addEventListener("wheel", (e) => {  // zoom around the pointer
       e.preventDefault();
       const x = u.posToVal(e.offsetX, "x");
@@ -154,8 +154,11 @@ export class Readings {
     const wall = dateMaker(z), format = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
     const fmt = (ts) => format(wall(ts));
     const cap = this.cfg.fetch_rows;
-    $("status").textContent = this.rows + " rows" +
-      (this.rows >= cap ? " (first " + cap + ")" : "") +
+    const agg = this.aggregation;
+    $("status").textContent = (agg
+      ? this.rows + " buckets of " + agg.interval + " (mean line, lowest to highest band; from " +
+        agg.from + ")"
+      : this.rows + " rows" + (this.rows >= cap ? " (first " + cap + ")" : "")) +
       " · units " + (this.el.dataset.units || "n/a") + " · times in " + z +
       " · showing " + fmt(a) + " to " + fmt(b) +
       (this.gaps.length ? " · " + this.gaps.length + " outage" +
@@ -183,9 +186,12 @@ export class Readings {
     const [start, end] = this.controls.range();
     const z = this.controls.zone(), units = this.controls.units();
     const table = this.controls.table(), done = table.completeness;
+    // A range of more rows than raw_rows is asked for in buckets, about one per pixel column.
+    const aggregated = table.aggregates && (end - start) / table.step > this.cfg.raw_rows;
     const asked = done && !cols.includes(done) ? cols.concat([done]) : cols;
+    const extra = aggregated ? {points: String(Math.min(Math.max(this.width(), 200), 2000))} : {};
     const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
-                         cols: asked, start, end, zone: z, units});
+                         cols: asked, start, end, zone: z, units, extra});
     $("status").textContent = "Loading…";
     const t0 = performance.now();
     let got;
@@ -200,24 +206,26 @@ export class Readings {
     }
     if (!this.current(mine)) return null;
     const fetched = performance.now() - t0;
-    const times = got.rows.map((r) => Date.parse(r.time) / 1000);
-    const values = [times].concat(cols.map((c) => got.rows.map((r) => (r[c] === undefined ? null : r[c]))));
-    // An outage is a gap, not a line across it.
-    const {data, gaps} = withGaps(values, table.step);
     const whole = this.cfg.complete[units.ratio];
-    this.incomplete = done ? got.rows.filter((r) => r[done] !== null && r[done] < whole)
-      .map((r) => Date.parse(r.time) / 1000) : [];
-    this.times = times;
-    this.gaps = gaps;
+    const complete = aggregated ? (r) => r.complete
+      : (r) => (done && r[done] !== null && r[done] !== undefined ? r[done] >= whole : null);
+    el.dataset.zone = z;  // the axes' zone, before they are made
+    const {look, axes} = this.looks(cols);
+    const shaped = shape(got.rows, cols, {look, step: table.step, aggregated, complete});
+    this.shaped = shaped;
+    this.times = shaped.times;
+    this.gaps = shaped.gaps;
+    this.incomplete = shaped.incomplete;
+    this.aggregation = aggregated ? {interval: got.interval, from: got.from} : null;
     this.loaded = [start, end];
     this.rows = got.rows.length;
     const t1 = performance.now();
     if (this.chart) this.chart.destroy();
     el.dataset.units = got.units || "";
-    el.dataset.zone = z;
-    el.dataset.gaps = String(gaps.length);
+    el.dataset.gaps = String(this.gaps.length);
     el.dataset.incomplete = String(this.incomplete.length);
-    this.chart = this.probe.main = this.make(cols, data, z);
+    el.dataset.aggregated = aggregated ? got.interval || "" : "";
+    this.chart = this.probe.main = this.make(shaped, axes, z);
     this.chart.setScale("x", {min: start, max: end});
     el.dataset.series = cols.join(",");
     el.dataset.points = String(this.rows);
