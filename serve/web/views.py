@@ -333,6 +333,29 @@ def locations(principal: Principal) -> Response:
                                  nav="locations"))
 
 
+@blp.route(f"{PREFIX}/compare")
+@signed_in
+def compare(principal: Principal) -> Response:
+    """One column of several devices (or a location's devices) on one chart."""
+    with pool().connection() as conn:
+        prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+        found = model.device_list(conn, org=principal.org_id, settings=_settings())
+        row = conn.execute("SELECT max(time) FROM calibrated").fetchone()
+    end = (row[0] if row and row[0] else datetime.now(UTC)).astimezone(UTC)
+    config = charts.config(device="", zone=None, end=format_utc_z_exact(end),
+                           chosen=charts.chosen_units(preferences.chosen_units(
+                               request.args.to_dict(), prefs)))
+    config["devices"] = [{"name": d["name"], "location": (d["current_location"] or {}).get("id")}
+                         for d in found]
+    locations = {d["current_location"]["id"]: d["current_location"]["name"]
+                 for d in found if d["current_location"]}
+    config["locations"] = [{"id": k, "name": v} for k, v in sorted(locations.items(),
+                                                                   key=lambda kv: kv[1])]
+    return _html(render_template("web/compare.html", config=config, nav="compare",
+                                 unit_choices=charts.unit_choices(),
+                                 chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
+
+
 @blp.route(f"{PREFIX}/preferences", methods=["GET", "PUT"])
 @signed_in
 def user_preferences(principal: Principal) -> Response:
