@@ -328,7 +328,15 @@ def locations(principal: Principal) -> Response:
         if d["current_location"] is not None:
             at.setdefault(d["current_location"]["id"], []).append(d)
     text = {p: charts.UNIT_TEXT[p][chosen_codes[p]] for p in ("temp", "ratio", "size")}
+    map_data = {"unit_text": text,
+                "basemap": url_for("web.static", filename="vendor/countries-110m.json"),
+                "locations": [{"id": i["id"], "name": i["name"], "gps": i["gps"],
+                               "conditions": i["conditions"], "today": i["today"],
+                               "devices": [{"name": d["name"], "badges": [
+                                   {"label": b.label, "level": b.level} for b in d["badges"]]}
+                                   for d in at.get(i["id"], [])]} for i in items]}
     return _html(render_template("web/locations.html", items=items, at=at, unit_text=text,
+                                 map_data=map_data,
                                  chosen=chosen_codes, unit_choices=charts.unit_choices(),
                                  nav="locations"))
 
