@@ -3,6 +3,7 @@
 // the server's JSON), the choices in js/controls.js, one module per view (js/readings.js,
 // js/water.js).
 import {Controls} from "./js/controls.js";
+import {Exporter} from "./js/export.js";
 import {embedded} from "./js/facts.js";
 import {Preferences} from "./js/preferences.js";
 import {Readings} from "./js/readings.js";
@@ -22,6 +23,10 @@ function start() {
   const controls = new Controls(cfg, prefs);
   const readings = new Readings(cfg, controls, probe);
   const water = new Water(cfg, probe);
+  const [first, last] = [() => controls.range()[0], () => controls.range()[1]];
+  new Exporter(cfg, () => ({table: controls.tableName(), device: cfg.device,
+                            cols: controls.columns(), start: first(), end: last(),
+                            zone: controls.zone(), units: controls.units()}), probe);
 
   async function load() {
     controls.save();

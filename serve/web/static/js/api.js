@@ -35,18 +35,29 @@ export async function get(url, {accept = "application/json", signal} = {}) {
           headers: r.headers};
 }
 
+/** The pages of a `/data` URL one by one ({body, headers}), following `X-Cursor-Next` (the
+ *  same URL with `cursor=`) until the last page or until the caller stops asking. */
+export async function* pages(url, options) {
+  let next = url;
+  while (next) {
+    const page = await get(next, options);
+    yield page;
+    const cursor = page.headers.get("X-Cursor-Next");
+    next = cursor ? url + "&cursor=" + encodeURIComponent(cursor) : null;
+  }
+}
+
 /** Rows of a JSON `/data` URL, following `X-Cursor-Next` until `max` rows: {rows, units
  *  (the X-Units header), truncated, and for an aggregated answer interval and from (its
  *  X-Aggregation-Interval and X-Aggregated-From headers)}. */
 export async function fetchRows(url, max) {
   const rows = [];
-  let next = url, first = null;
-  while (next && rows.length < max) {
-    const {body, headers} = await get(next);
+  let first = null, next = false;
+  for await (const {body, headers} of pages(url)) {
     first = first || headers;
     rows.push(...body);
-    const cursor = headers.get("X-Cursor-Next");
-    next = cursor ? url + "&cursor=" + encodeURIComponent(cursor) : null;
+    next = Boolean(headers.get("X-Cursor-Next"));
+    if (rows.length >= max) break;
   }
   const header = (name) => (first ? first.get(name) : null);
   return {rows, units: header("X-Units"), truncated: Boolean(next),
