@@ -16,6 +16,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit
+from uuid import UUID
 
 import psycopg
 import psycopg_pool
@@ -37,7 +38,7 @@ from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
 from serve.principal import Principal
-from serve.readmodels import summary_page
+from serve.readmodels import location_summary, summary_page
 from serve.web import charts, model, preferences
 from serve.web import session as web_session
 from shared import units
@@ -213,17 +214,23 @@ def device(principal: Principal, name: str) -> Response:
             "SELECT count(*) FROM org_quarantine WHERE device = %s AND received_at > now() - %s",
             (name, model.RECENT)).fetchone()
         prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+        chosen = charts.chosen_units(preferences.chosen_units(request.args.to_dict(), prefs))
+        location = record.get("current_location")
+        # Today's ET: the location's summary, the very figure of the Locations page.
+        today = None if location is None else location_summary(
+            conn, principal.org_id, UUID(location["id"]),
+            {"temp": units.parse_unit("temp", chosen["temp"]),
+             "ratio": units.parse_unit("ratio", chosen["ratio"]),
+             "size": units.parse_unit("size", chosen["size"])})
     count = int(quarantined[0]) if quarantined else 0
     record["badges"] = model.badges(record, count, _settings(), datetime.now(UTC))
-    location = record.get("current_location")
     zone = location["tz_name"] if location else None
     end = (latest or datetime.now(UTC)).astimezone(UTC)
-    config = charts.config(device=name, zone=zone, end=format_utc_z_exact(end),
-                           chosen=charts.chosen_units(preferences.chosen_units(
-                               request.args.to_dict(), prefs)))
+    config = charts.config(device=name, zone=zone, end=format_utc_z_exact(end), chosen=chosen)
     config["preferences"] = prefs
     return _html(render_template(
         "web/device.html", device=record, quarantined=count, latest=latest, config=config,
+        today=today and today["today"], size_text=charts.UNIT_TEXT["size"][chosen["size"]],
         unit_choices=charts.unit_choices(), nav="devices", modules=_modules(),
         chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
 

@@ -150,3 +150,47 @@ def test_a_year_of_5_minute_data_draws_the_whole_year_to_the_newest_day(
     assert browser.execute_script(COLUMN, (END - timedelta(hours=18)).timestamp()) > 0
     assert "buckets of" in browser.find_element(By.ID, "status").text
     browser.save_screenshot(str(shots / "14-year-band.png"))
+
+
+@pytest.fixture(scope="module")
+def et_field(world: World) -> str:
+    """Location "ET field" (UTC) with device T1: today's daily row so far (40 % of the day,
+    ET of the hours measured 0.47 mm) and hourly ET summing to 1.05 mm over the day's hours
+    (the other figure the dashboard showed before there was one home)."""
+    with psycopg.connect(world.url) as conn:
+        loc = accounts.create_location(conn, org=world.org_a, loc=accounts.LocationInput(
+            name="ET field", tz_name="UTC", lat=10.0, lon=10.0))
+        accounts.register_device(conn, org=world.org_a, name="T1")
+        accounts.deploy_device(conn, device="T1", location=loc, start=END)
+        conn.execute(
+            "INSERT INTO daily (time, device, location, et, sample_pct, low_quality)"
+            " VALUES (date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 'T1', %s,"
+            " 0.47, 0.4, true)", (loc,))
+        conn.execute(
+            "INSERT INTO local_hourly (time, device, location, et) SELECT"
+            " date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+            "  + g * interval '1 hour', 'T1', %s, 0.15 FROM generate_series(0, 6) g", (loc,))
+        conn.commit()
+    return str(loc)
+
+
+def test_one_et_today_on_locations_and_the_device_page(
+        server: str, browser: WebDriver, et_field: str) -> None:
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/locations")
+    row = browser.find_element(By.CSS_SELECTOR, f"tr[data-location='{et_field}']")
+    et_cell = row.find_elements(By.TAG_NAME, "td")[-1].text
+    assert et_cell.startswith("0.47") and "so far" in et_cell, et_cell
+    browser.get(f"{server}/dashboard/devices/T1")
+    fact = browser.find_element(By.ID, "et-today").text
+    assert fact.startswith("0.47 mm so far") and "ET field" in fact, fact
+    chart_drawn(browser, "water")  # the water panel's today: the same daily row
+    last = browser.find_elements(By.CSS_SELECTOR, "#water-table tbody tr")[-1]
+    assert last.find_elements(By.TAG_NAME, "td")[1].text == "0.47"
+    # In inches alike on both pages (the API's conversion and precision).
+    browser.get(f"{server}/dashboard/locations?size=in")
+    row = browser.find_element(By.CSS_SELECTOR, f"tr[data-location='{et_field}']")
+    inches = row.find_elements(By.TAG_NAME, "td")[-1].text.split()[0]
+    browser.get(f"{server}/dashboard/devices/T1?size=in")
+    assert browser.find_element(By.ID, "et-today").text.startswith(f"{inches} in so far")
+    assert inches == "0.019"
