@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import wraps
+from functools import cache, wraps
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit
@@ -235,9 +236,22 @@ def device(principal: Principal, name: str) -> Response:
         chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
 
 
-def _modules() -> list[str]:
-    """The device page's script modules (static/js/), for its modulepreload links."""
-    return sorted(p.name for p in (STATIC / "js").glob("*.js"))
+_IMPORT = re.compile(r'^import\b[^"\n]*"\./(?:js/)?([\w-]+\.js)";', re.MULTILINE)
+
+
+@cache
+def _modules(entry: str = "device.js") -> list[str]:
+    """The modules (static/js/) that page script `entry` imports, directly or through each
+    other, for the page's modulepreload links: read from the import lines, so the list never
+    goes stale or preloads what the page does not use."""
+    found: set[str] = set()
+    todo = [STATIC / entry]
+    while todo:
+        for name in _IMPORT.findall(todo.pop().read_text()):
+            if name not in found:
+                found.add(name)
+                todo.append(STATIC / "js" / name)
+    return sorted(found)
 
 
 def _int_arg(name: str, default: int | None, low: int, high: int) -> int | None:
