@@ -194,3 +194,35 @@ def test_one_et_today_on_locations_and_the_device_page(
     browser.get(f"{server}/dashboard/devices/T1?size=in")
     assert browser.find_element(By.ID, "et-today").text.startswith(f"{inches} in so far")
     assert inches == "0.019"
+
+
+def test_bad_data_per_day_shows_every_reason_of_a_day(server: str, browser: WebDriver,
+                                                      world: World, shots: Path) -> None:
+    """Ten days ago A1 had one bad_json and one out_of_range row: as lines on one axis they lay
+    on each other and one colour showed; stacked bars show both."""
+    with psycopg.connect(world.url) as conn:
+        conn.execute(
+            "INSERT INTO quarantine (received_at, topic, device, reason, detail, payload)"
+            " SELECT received_at, topic, device, 'out_of_range', 'tair: 99 is outside -60..70',"
+            " payload FROM quarantine WHERE device = 'A1' AND received_at < now() - interval"
+            " '9 days'")
+        conn.commit()
+    sign_in(browser, server, "admin@a.example")
+    browser.get(f"{server}/dashboard/quarantine?device=A1&days=30")
+    chart_drawn(browser, "counts")
+    found = browser.execute_script(
+        "const u = window.sdsDashboard.counts;"
+        " const cfg = JSON.parse(document.getElementById('sds-counts').textContent);"
+        " const day = u.data[0][u.data[0].length - 11];"
+        " const x = Math.round(u.valToPos(day, 'x', true));"
+        " const px = u.ctx.getImageData(x - 1, Math.round(u.bbox.top), 3,"
+        "   Math.round(u.bbox.height)).data;"
+        " return cfg.colours.slice(0, 2).map(h => {"
+        "   const w = [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)); let n = 0;"
+        "   for (let i = 0; i < px.length; i += 4) if (px[i + 3] > 200 && Math.abs(px[i] - w[0])"
+        "     + Math.abs(px[i + 1] - w[1]) + Math.abs(px[i + 2] - w[2]) < 60) n++;"
+        "   return n; })")
+    assert browser.find_element(By.ID, "counts").get_attribute("data-series") == \
+        "out_of_range,bad_json"  # 3 and 2 rows in the period
+    assert all(n > 10 for n in found), found  # both reasons' colours in that day's bar
+    browser.save_screenshot(str(shots / "17-bad-data-stacked.png"))
