@@ -37,7 +37,8 @@ DOC_ASSETS = f"{API_PREFIX}/doc/assets"
 # Response headers browser clients must be able to read (X-Cursor-Next drives paging).
 EXPOSED_HEADERS = ("X-Cursor-Next, X-Units, X-Updated-Since-Next, X-Ignored-Parameters,"
                    " Content-Disposition, Retry-After, WWW-Authenticate, Deprecation, Sunset,"
-                   " RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Read-Source")
+                   " RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Read-Source,"
+                   " X-Aggregated-From, X-Aggregation-Interval")
 ALLOWED_HEADERS = "Authorization, Accept, Content-Type"
 ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
 

@@ -17,8 +17,9 @@ Where a stored rollup answers exactly, it is read instead of the readings (X-Agg
 `1h` from `hourly` and `1d` from `daily`, when every column asked for is a stored column of that
 table under the same rule and unit. A stored row is used only when its reading count equals the
 count of readings now stored in its bucket (readings are written once, never changed: equal
-counts mean the row was computed from these very readings); a bucket whose rollup is missing
-or behind is computed from the readings in the same statement.
+counts mean the row was computed from these very readings), or when retention has deleted
+them all since; a bucket whose rollup is missing or behind is computed from the readings in
+the same statement.
 """
 
 from __future__ import annotations
@@ -278,19 +279,23 @@ def _from_readings(columns: tuple[Column, ...], interval: Interval, scan: querie
     tz = sql.SQL("min(coalesce(z.tz_name, 'UTC'))") if interval.local else sql.SQL("'UTC'")
     # OFFSET 0 keeps the outer filter on the bucket start out of the scan: pushed down, its
     # guessed selectivity made the planner sort the readings (to disk) instead of reading
-    # them in bucket order.
+    # them in bucket order. The ORDER BY in the listing's direction lets a descending page
+    # group the readings newest first too, so it stops after its buckets as an ascending one
+    # does (grouped ascending, it aggregated the whole window before its LIMIT).
+    direction = sql.SQL("DESC" if scan.descending else "ASC")
     return sql.SQL(
         "SELECT {start} AS time, t.device, last(t.location, t.time) AS location, {tz} AS tz,"
         " count(*)::int AS samples{values} FROM calibrated t{join} WHERE {where}"
-        " GROUP BY 1, 2 OFFSET 0").format(
+        " GROUP BY 1, 2 ORDER BY 1 {d}, 2 {d} OFFSET 0").format(
         start=start, tz=tz, values=sql.SQL("").join(sql.SQL(", ") + v for v in values),
-        join=join, where=sql.SQL(" AND ").join(where))
+        join=join, where=sql.SQL(" AND ").join(where), d=direction)
 
 
 def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, scan: queries.Scan
                  ) -> sql.Composable:
     """SELECT of the buckets: stored rows of `table` whose reading count is that of the
-    readings now in their bucket, and the other buckets computed from the readings."""
+    readings now in their bucket (or whose readings retention has deleted since), and the
+    other buckets computed from the readings."""
     join, start, _end = _bucket(interval)
     values = [sql.SQL("s.{}::float8 AS {}").format(_i(stored.name), _i(c.name))
               for c in columns if c.rollup is not Rollup.KEY
@@ -318,8 +323,8 @@ def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, sc
     ).format(start=start)
     return sql.SQL(
         "WITH counts AS MATERIALIZED ({counts}), stored AS MATERIALIZED ({stored})"
-        " SELECT s.* FROM stored s JOIN counts c ON c.time = s.time AND c.device = s.device"
-        " AND c.n = s.samples"
+        " SELECT s.* FROM stored s LEFT JOIN counts c ON c.time = s.time"
+        " AND c.device = s.device WHERE c.n = s.samples OR c.n IS NULL"
         " UNION ALL {readings}").format(
         counts=counts, stored=stored_rows,
         readings=_from_readings(columns, interval, scan, only=behind))

@@ -155,7 +155,8 @@ def decode(token: str, *, key: bytes, binding: Mapping[str, object]) -> CursorSt
         raise BadCursor(
             "cursor: it belongs to a listing with other parameters (table, device, location, "
             "order, start_time, end_time, updated_since, interval or points differ); send it "
-            "with the parameters of the request that returned it", errors={"cursor": ["issued for other parameters"]})
+            "with the parameters of the request that returned it",
+            errors={"cursor": ["issued for other parameters"]})
     try:
         device = body[head_size:].decode()
         return CursorState(Position(_instant(t_us), device), _instant(start_us),

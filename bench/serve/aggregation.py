@@ -27,7 +27,7 @@ from datetime import timedelta
 import orjson
 
 from bench.common import database, server_url
-from bench.serve.__main__ import END, Gunicorn, _REAL_COLUMNS, data_path, get, medians, seed
+from bench.serve.__main__ import _REAL_COLUMNS, END, Gunicorn, data_path, get, medians, seed
 from shared import db
 
 YEAR = timedelta(days=365)

@@ -8,7 +8,8 @@ before the body starts, is known too), with the device's tenant check inside it;
 continue in a REPEATABLE READ transaction with one more statement whose rows are streamed a
 chunk at a time. A CSV page is a COPY ... TO STDOUT streamed block by block, after the next
 page's key, in one REPEATABLE READ transaction. The page is then the response body
-(`serve.render` formats).
+(`serve.render` formats). An aggregated page (`interval=`, `points=`) is read whole in one
+statement by `serve.aggregation` after the same lookups.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from psycopg_pool import ConnectionPool
 
 from serve import aggregation, caching, queries, render
 from serve import cursor as cursors
-from serve.api.data_doc import RESPONSES_DOC
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
+from serve.data_doc import RESPONSES_DOC
 from serve.errors import Blueprint
 from serve.pool import ReadChoice, pool, read_pool
 from serve.readmodels import table_or_404
@@ -451,7 +452,10 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
     a page holds the table's row cap (2050, 2400, 730). When more rows remain, the response
     carries `X-Cursor-Next`: send it back as `cursor` with the same other parameters.
     For `daily`, a date alone in start_time/end_time names local days. `Accept: text/csv`
-    gives CSV; otherwise JSON.
+    gives CSV; otherwise JSON. On `calibrated`, `interval` (or `points`) gives one row per
+    bucket and device: each column by its registry rule, a mean with `<name>_min` and
+    `<name>_max`, then `samples`, `expected` and `complete`; `X-Aggregated-From` names the
+    table read (docs/api.md "Aggregation").
     """
     req = DataRequest.parse(args, table, org=current_principal().org_id,
                             csv=render.wants_csv(request.accept_mimetypes),
