@@ -1,6 +1,7 @@
 """The dashboard on a narrow screen, in headless Chromium against gunicorn (issue 26): at 400 px
 the devices page is a list of cards with no horizontal scroll, "Sign out" is visible and works,
-and a device's chart takes the screen's width."""
+a device's chart takes the screen's width, and the locations (with the map), compare and bad
+data pages do not scroll sideways either."""
 
 from __future__ import annotations
 
@@ -57,8 +58,10 @@ def test_devices_at_400_px_are_cards_without_horizontal_scroll(
     assert visible(browser, "sign-out")
     browser.save_screenshot(str(shots / "11-device-400px.png"))
 
-    browser.get(f"{server}/dashboard/locations")
-    scroll, client, body = browser.execute_script(OVERFLOW)
-    assert scroll <= client, (scroll, client, body)
+    for page in ("/dashboard/locations", "/dashboard/compare", "/dashboard/quarantine"):
+        browser.get(f"{server}{page}")
+        scroll, client, body = browser.execute_script(OVERFLOW)
+        assert scroll <= client, (page, scroll, client, body)
+        assert visible(browser, "sign-out"), page
     browser.find_element(By.ID, "sign-out").click()
     wait_for(browser, "document.getElementById('login-message') !== null")
