@@ -16,6 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from shared import accounts
+from testbed.browser import wait_for
 from tests.support.browsing import chart_drawn, colour_counts, sign_in
 from tests.support.dashboard import END, STEPS, World
 
@@ -150,6 +151,18 @@ def test_a_year_of_5_minute_data_draws_the_whole_year_to_the_newest_day(
     assert browser.execute_script(COLUMN, (END - timedelta(hours=18)).timestamp()) > 0
     assert "buckets of" in browser.find_element(By.ID, "status").text
     browser.save_screenshot(str(shots / "14-year-band.png"))
+    # Zoomed into the last two days: finer buckets for the view, fetched after the zoom.
+    whole = chart.get_attribute("data-aggregated")
+    two_days = (END - timedelta(days=2)).timestamp()
+    browser.execute_script("window.sdsDashboard.main.setScale('x', {min: arguments[0],"
+                           " max: arguments[1]})", two_days, END.timestamp())
+    wait_for(browser, f"document.getElementById('chart').dataset.aggregated !== '{whole}'")
+    in_view = browser.execute_script(
+        "const u = window.sdsDashboard.main; return u.data[0].filter((t, i) => t >= arguments[0]"
+        " && u.data[1][i] !== null).length", two_days)
+    assert in_view >= 2 * 24 * 4, (chart.get_attribute("data-aggregated"), in_view)
+    browser.find_element(By.ID, "zoom-reset").click()  # back to the whole year's buckets
+    wait_for(browser, f"document.getElementById('chart').dataset.aggregated === '{whole}'")
 
 
 @pytest.fixture(scope="module")

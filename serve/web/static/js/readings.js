@@ -80,7 +80,9 @@ export class Readings {
           this.probe.lastDraw = performance.now();
           el.dataset.state = "drawn";
         }],
-        setScale: [(u, key) => { if (key === "x") { this.updateCsv(u); this.describe(u); } }],
+        setScale: [(u, key) => {
+          if (key === "x") { this.updateCsv(u); this.describe(u); this.refine(); }
+        }],
       },
     };
     el.replaceChildren();
@@ -217,6 +219,9 @@ export class Readings {
     this.gaps = shaped.gaps;
     this.incomplete = shaped.incomplete;
     this.aggregation = aggregated ? {interval: got.interval, from: got.from} : null;
+    this.query = {cols, asked, zone: z, units, look, step: table.step};
+    this.whole = {shaped, interval: got.interval};
+    this.fine = null;
     this.loaded = [start, end];
     this.rows = got.rows.length;
     const t1 = performance.now();
@@ -235,6 +240,54 @@ export class Readings {
     this.describe();
     this.updateCsv(this.chart);
     return {generation: mine, zone: z, units, end};
+  }
+
+  /** After a zoom into a bucketed chart: finer buckets for the view, shortly (a burst of
+   *  wheel steps asks once); the whole range's buckets again when zoomed back out. */
+  refine() {
+    if (!this.aggregation || !this.chart) return;
+    clearTimeout(this.refineTimer);
+    this.refineTimer = setTimeout(() => this.refineNow(), 250);
+  }
+
+  async refineNow() {
+    const {min, max} = this.chart.scales.x;
+    const [a, b] = this.loaded;
+    if (max - min >= 0.5 * (b - a)) {
+      if (this.shaped !== this.whole.shaped) this.show(this.whole.shaped, this.whole.interval);
+      this.fine = null;
+      return;
+    }
+    const fine = this.fine;
+    if (fine && fine.start <= min && fine.end >= max && fine.width <= 2 * (max - min)) return;
+    const pad = (max - min) / 4;
+    const start = Math.max(a, Math.floor(min - pad)), end = Math.min(b, Math.ceil(max + pad));
+    const mine = this.generation, ask = this.refineAsk = (this.refineAsk || 0) + 1;
+    const q = this.query;
+    const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
+                         cols: q.asked, start, end, zone: q.zone, units: q.units,
+                         extra: {points: String(Math.min(Math.max(this.width(), 200), 2000))}});
+    let got;
+    try {
+      got = await fetchRows(url, this.cfg.fetch_rows);
+    } catch (err) {
+      return;  // the coarser buckets stay; the next zoom asks again
+    }
+    if (mine !== this.generation || ask !== this.refineAsk || !this.chart) return;
+    this.fine = {start, end, width: max - min};
+    this.show(shape(got.rows, q.cols, {look: q.look, step: q.step, aggregated: true,
+                                       complete: (r) => r.complete}), got.interval);
+  }
+
+  /** Put `shaped` (buckets of `interval`) into the chart, keeping the view. */
+  show(shaped, interval) {
+    Object.assign(this, {shaped, times: shaped.times, gaps: shaped.gaps,
+                         incomplete: shaped.incomplete, rows: shaped.times.length});
+    this.aggregation.interval = interval;
+    this.el.dataset.aggregated = interval || "";
+    this.el.dataset.points = String(this.rows);
+    this.chart.setData(shaped.data, false);
+    this.describe();
   }
 
   resize() { if (this.chart) this.chart.setSize({width: this.width(), height: 380}); }
