@@ -97,14 +97,26 @@ def read(conn: psycopg.Connection, *, user: UUID, org: UUID) -> dict[str, Any]:
     return dict(row[0]) if row and isinstance(row[0], dict) else {}
 
 
+# Keys whose objects merge entry by entry (a page that shows three unit selectors changes
+# those three units, not the other two; columns per table); other keys are replaced whole.
+MERGED = ("units", "columns")
+
+
 def write(conn: psycopg.Connection, *, user: UUID, org: UUID, changes: dict[str, Any]
           ) -> dict[str, Any]:
-    """Merge the checked `changes` into the user's preferences (keys not sent are kept, a
-    key sent replaces the stored one whole); the result."""
-    row = conn.execute(
-        "UPDATE users SET preferences = preferences || %s WHERE id = %s AND org_id = %s"
-        " RETURNING preferences", (Jsonb(changes), user, org)).fetchone()
-    return dict(row[0]) if row else {}
+    """Merge the checked `changes` into the user's preferences (keys not sent are kept;
+    `units` and `columns` merge per unit parameter and per table, other keys are replaced);
+    the result."""
+    row = conn.execute("SELECT preferences FROM users WHERE id = %s AND org_id = %s"
+                       " FOR UPDATE", (user, org)).fetchone()
+    if row is None:
+        return {}
+    stored = dict(row[0]) if isinstance(row[0], dict) else {}
+    for key, value in changes.items():
+        stored[key] = {**(stored.get(key) or {}), **value} if key in MERGED else value
+    conn.execute("UPDATE users SET preferences = %s WHERE id = %s AND org_id = %s",
+                 (Jsonb(stored), user, org))
+    return stored
 
 
 def chosen_units(args: dict[str, str], stored: dict[str, Any]) -> dict[str, str]:

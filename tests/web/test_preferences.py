@@ -83,6 +83,11 @@ def test_the_endpoint_needs_the_csrf_header_and_merges_keys(client: FlaskClient)
     more = client.put("/dashboard/preferences", json={"zone": "UTC"},
                       headers={"X-CSRF-Token": token})
     assert more.get_json() == {"units": {"temp": "f"}, "zone": "UTC"}  # merged
+    size = client.put("/dashboard/preferences", json={"units": {"size": "in"}},
+                      headers={"X-CSRF-Token": token})
+    assert size.get_json()["units"] == {"temp": "f", "size": "in"}  # per unit parameter
+    client.put("/dashboard/preferences", json={"units": {"size": "mm"}},
+               headers={"X-CSRF-Token": token})
     # The pages use them: the locations page and a device page show Fahrenheit unasked.
     assert 'value="f" selected' in client.get("/dashboard/locations").get_data(as_text=True)
     assert '"temp": "f"' in client.get("/dashboard/devices/A1").get_data(as_text=True)
@@ -136,6 +141,19 @@ def test_preferences_follow_the_user_across_devices_reloads_and_browsers(
     assert second_browser.find_element(By.ID, "chart").get_attribute("data-series") == "rh"
     same_choices(second_browser, "A3")
     assert console_errors(browser) == [] and console_errors(second_browser) == []
+
+
+def test_units_chosen_on_locations_are_the_device_pages_units(server: str,
+                                                             browser: WebDriver) -> None:
+    browser_sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/locations")
+    Select(browser.find_element(By.ID, "loc-size")).select_by_value("in")
+    browser.find_element(By.CSS_SELECTOR, "form.controls button[type=submit]").click()
+    wait_for(browser, "location.search.includes('size=in')")
+    browser.get(f"{server}/dashboard/devices/A1")
+    chart_drawn(browser, "chart", loads=1)
+    assert Select(browser.find_element(By.ID, "unit-size")).first_selected_option \
+        .get_attribute("value") == "in"
 
 
 def test_enter_in_the_zone_box_keeps_every_choice(server: str, browser: WebDriver) -> None:

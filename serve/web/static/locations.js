@@ -1,7 +1,20 @@
 // The locations page (serve/web/templates/web/locations.html): the map above the table
-// (js/map.js), from the JSON the server put in the page. An ES module, as the other pages.
+// (js/map.js), from the JSON the server put in the page, and its units remembered as the
+// user's preference. An ES module, as the other pages.
 import {embedded} from "./js/facts.js";
 import {drawMap} from "./js/map.js";
+import {Preferences} from "./js/preferences.js";
+
+// The units chosen here are the user's units on every page (device pages too).
+const form = document.querySelector("form.controls");
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const prefs = new Preferences({});
+  prefs.pending = {units: Object.fromEntries(Array.from(form.querySelectorAll("select"))
+    .map((s) => [s.name, s.value]))};
+  try { await prefs.flush(); } catch (err) { /* the page still shows the units asked for */ }
+  form.submit();
+});
 
 const el = document.getElementById("map");
 if (el && typeof L !== "undefined" && typeof topojson !== "undefined") {
