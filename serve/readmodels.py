@@ -228,13 +228,30 @@ def summary_page(conn: psycopg.Connection, org: UUID, limit: int, page: int,
     """One page of summary items (location record, `conditions`, `today`) in the units
     `chosen` for temp, ratio and size; with the total and the number of pages. Also the
     dashboard's locations page."""
+    rows, devices, total, pages = location_page(conn, org, limit, page)
+    return summary_items(conn, rows, devices, chosen), total, pages
+
+
+def location_summary(conn: psycopg.Connection, org: UUID, location: UUID,
+                     chosen: dict[str, units.Unit]) -> dict[str, Any] | None:
+    """The summary item of one location of the organisation (None when it has no such
+    location): the very figures of its row in `summary_page`, so a device's page and the
+    locations list show one "ET today"."""
+    row, devices = location_by_id(conn, org=org, location=location)
+    return None if row is None else summary_items(conn, [row], devices, chosen)[0]
+
+
+def summary_items(conn: psycopg.Connection, rows: list[dict[str, Any]],
+                  devices: dict[UUID, dict[str, Any]], chosen: dict[str, units.Unit]
+                  ) -> list[dict[str, Any]]:
+    """Summary items (location record, `conditions`, `today`) of location rows, in the units
+    `chosen` for temp, ratio and size."""
 
     def conv(value: float | None, col: Column) -> float | None:
         if col.measure is None:  # the four summary columns all have one; stay correct if not
             return value
         return units.convert(value, col, chosen[units.param_for(col.measure)])
 
-    rows, devices, total, pages = location_page(conn, org, limit, page)
     conditions = _conditions(conn, rows, datetime.now(UTC))
     items = []
     for r in rows:
@@ -253,7 +270,7 @@ def summary_page(conn: psycopg.Connection, org: UUID, limit: int, page: int,
             "low_quality": c.get("low_quality"),
         }
         items.append(item)
-    return items, total, pages
+    return items
 
 
 # ---- tables --------------------------------------------------------------------------------------
