@@ -67,13 +67,21 @@ def fetch_user(conn: psycopg.Connection, user: UUID, org: UUID) -> dict[str, Any
     return row
 
 
+def org_of(conn: psycopg.Connection, user: UUID) -> UUID:
+    """The organisation of `user`; UnknownObject when there is no such user."""
+    row = conn.execute("SELECT org_id FROM users WHERE id = %s", (user,)).fetchone()
+    if row is None:
+        raise UnknownObject(f"unknown user {user}")
+    return UUID(str(row[0]))
+
+
 def user_page(conn: psycopg.Connection, org: UUID, limit: int, offset: int,
               *, active_only: bool) -> tuple[list[dict[str, Any]], int]:
-    """One page of the organisation's users (by email) and their total."""
+    """One page of the organisation's users (by email, as stored) and their total."""
     where = " WHERE org_id = %s" + (" AND active" if active_only else "")
     row = conn.execute("SELECT count(*) FROM users" + where, (org,)).fetchone()
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_USER_SQL + where + " ORDER BY lower(email), id LIMIT %s OFFSET %s",
+        rows = cur.execute(_USER_SQL + where + " ORDER BY email, id LIMIT %s OFFSET %s",
                            (org, limit, offset)).fetchall()
     return rows, int(row[0]) if row else 0
 
