@@ -9,6 +9,7 @@ from datetime import date
 import click
 
 from admin.context import Context, audit_operator, pass_ctx
+from serve import members
 from shared import accounts, locations, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
@@ -53,6 +54,53 @@ def user_create(obj: Context, org_name: str, email: str, name: str | None, admin
         audit_operator(conn, of="users", row=uid, action="user.create", target_type="user",
                        details={"email": email, "name": name, "admin": admin})
     click.echo(f"user {email} id {uid}")
+
+
+@user.command("list")
+@click.option("--org", "org_name", required=True, help="Organisation name or id.")
+@pass_ctx
+def user_list(obj: Context, org_name: str) -> None:
+    """List an organisation's users: email, role, active."""
+    with obj.conn() as conn:
+        org = accounts.org_id(conn, org_name)
+        rows, _total = members.user_page(conn, org, 10000, 0, active_only=False)
+    for r in rows:
+        click.echo(f"{r['email']}\t{members.role_of(r['is_admin'])}\t"
+                   f"{'active' if r['active'] else 'removed'}\t{r['id']}")
+
+
+@user.command("role")
+@click.argument("email")
+@click.argument("role", type=click.Choice(members.ROLES))
+@pass_ctx
+def user_role(obj: Context, email: str, role: str) -> None:
+    """Give the user EMAIL the ROLE in their organisation (as PUT /orgs/{id}/users/{id})."""
+    with obj.conn() as conn:
+        uid = accounts.user_id(conn, email)
+        org = members.org_of(conn, uid)
+        before = members.fetch_user(conn, uid, org)
+        members.set_role(conn, org=org, user=uid, role=role)
+        if members.role_of(before["is_admin"]) != role:
+            audit_operator(conn, of="users", row=uid, action="member.role", target_type="user",
+                           details={"email": email, "from": members.role_of(before["is_admin"]),
+                                    "to": role})
+    click.echo(f"{email}: {role}")
+
+
+@user.command("remove")
+@click.argument("email")
+@pass_ctx
+def user_remove(obj: Context, email: str) -> None:
+    """Remove the user EMAIL from their organisation: the account is deactivated, its bearer
+    tokens revoked and its API keys deactivated at once (as DELETE /orgs/{id}/users/{id})."""
+    with obj.conn() as conn:
+        uid = accounts.user_id(conn, email)
+        org = members.org_of(conn, uid)
+        done = members.remove_member(conn, org=org, user=uid)
+        audit_operator(conn, of="users", row=uid, action="member.remove", target_type="user",
+                       details={"email": email, **done})
+    click.echo(f"{email}: removed; {done['tokens_revoked']} token(s) revoked, "
+               f"{done['keys_deactivated']} key(s) deactivated")
 
 
 @click.group("location")

@@ -56,6 +56,10 @@ _SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("/api/v2/apikeys", None, USER_ONLY),
     ("/api/v2/auth", None, USER_ONLY),
     ("/api/v2/audit", None, "orgs:read"),
+    ("/api/v2/users", frozenset({"GET", "HEAD"}), "users:read"),
+    ("/api/v2/users", None, "users:write"),
+    ("/api/v2/orgs", frozenset({"GET", "HEAD"}), "orgs:read"),
+    ("/api/v2/orgs", None, "orgs:write"),
 )
 
 

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from serve.api import apikeys, audit, data, devices, health, index, locations, schemas, tokens
+from serve.api import (
+    apikeys,
+    audit,
+    data,
+    devices,
+    health,
+    index,
+    locations,
+    orgs,
+    schemas,
+    tokens,
+    users,
+)
 
 BLUEPRINTS = [
     schemas.blp,
@@ -12,6 +24,8 @@ BLUEPRINTS = [
     tokens.blp,
     apikeys.blp,
     audit.blp,
+    users.blp,
+    orgs.blp,
     health.blp,
     index.blp,
 ]

@@ -72,6 +72,30 @@ ROUTES = [
           body={"crop": "matrix"}, a_object=True, admin_only=True),
     Route("audit", "GET", "/api/v2/audit", lambda w, c: "/api/v2/audit", "orgs:read",
           admin_only=True),
+    # People (issue 23); no caller of the matrix is an administrator.
+    Route("users-me", "GET", "/api/v2/users/me", lambda w, c: "/api/v2/users/me", "users:read"),
+    Route("users-me-update", "PATCH", "/api/v2/users/me", lambda w, c: "/api/v2/users/me",
+          "users:write", body={"name": "matrix"}),
+    Route("users", "GET", "/api/v2/users", lambda w, c: "/api/v2/users", "users:read",
+          admin_only=True),
+    Route("user", "GET", "/api/v2/users/<user_id>", lambda w, c: f"/api/v2/users/{w.a1}",
+          "users:read", a_object=True),
+    Route("user-orgs", "GET", "/api/v2/users/<user_id>/orgs",
+          lambda w, c: f"/api/v2/users/{w.a1}/orgs", "users:read", a_object=True),
+    Route("orgs", "GET", "/api/v2/orgs", lambda w, c: "/api/v2/orgs", "orgs:read"),
+    Route("org", "GET", "/api/v2/orgs/<org_id>", lambda w, c: f"/api/v2/orgs/{w.org_a}",
+          "orgs:read", a_object=True),
+    Route("org-update", "PATCH", "/api/v2/orgs/<org_id>",
+          lambda w, c: f"/api/v2/orgs/{w.org_a}", "orgs:write", body={"name": "Org A"},
+          a_object=True, admin_only=True),
+    Route("org-members", "GET", "/api/v2/orgs/<org_id>/users",
+          lambda w, c: f"/api/v2/orgs/{w.org_a}/users", "orgs:read", a_object=True),
+    Route("org-member-role", "PUT", "/api/v2/orgs/<org_id>/users/<user_id>",
+          lambda w, c: f"/api/v2/orgs/{w.org_a}/users/{w.a2}", "orgs:write",
+          body={"role": "member"}, a_object=True, admin_only=True),
+    Route("org-member-remove", "DELETE", "/api/v2/orgs/<org_id>/users/<user_id>",
+          lambda w, c: f"/api/v2/orgs/{w.org_a}/users/{w.a2}", "orgs:write", ok=204,
+          a_object=True, admin_only=True),
     Route("summary", "GET", "/api/v2/locations/summary",
           lambda w, c: "/api/v2/locations/summary?temp=f", "locations:read"),
     Route("apikeys-list", "GET", "/api/v2/apikeys", lambda w, c: "/api/v2/apikeys",
@@ -112,7 +136,8 @@ SESSIONS = ("session", "other_org_session")
 REFUSED = {"anonymous", "wrong_password", "token_expired", "token_revoked", "key_expired",
            "key_inactive", "key_deleted"}
 SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "locations",
-             "apikeys:read": "apikeys", USER_ONLY: "all"}
+             "apikeys:read": "apikeys", "users:read": "users", "users:write": "users_write",
+             "orgs:read": "orgs", "orgs:write": "orgs_write", USER_ONLY: "all"}
 
 
 def _session_cookie(app: Flask, token: str) -> dict[str, str]:

@@ -55,7 +55,8 @@ KEY_OF = {
 }
 # What the API role may change at all (grants); RLS must hold on these. audit_log is
 # append-only (INSERT and SELECT): its rows can be neither changed nor deleted.
-API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE",
+API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDATE DELETE",
+                "auth_tokens": "UPDATE",
                 "locations": "UPDATE", "crop_coefficients": "DELETE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).

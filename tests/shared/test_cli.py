@@ -46,7 +46,8 @@ def _setup(sds) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("path", [[], ["db"], ["db", "upgrade"], ["org", "create"],
                                   ["user", "create"], ["location", "create"],
-                                  ["location", "update"],
+                                  ["location", "update"], ["user", "role"],
+                                  ["user", "remove"], ["user", "list"],
                                   ["device", "register"], ["device", "deploy"],
                                   ["apikey", "create"], ["demo"], ["config"]])
 def test_help_on_every_command(path: list[str]) -> None:
@@ -114,6 +115,28 @@ def test_location_update_changes_fields_and_marks_rollups(sds, database_url: str
     assert sds("location", "update", "North").exit_code == 2  # nothing to change
     far = sds("location", "update", "North", "--elev", "12000")
     assert far.exit_code == 1 and "elev: 12000.0 is outside -500..9000" in far.output
+
+
+def test_user_list_role_and_remove(sds, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SDS_USER_PASSWORD", "long-enough-password")
+    sds("org", "create", "Acme")
+    assert sds("user", "create", "--org", "Acme", "--email", "boss@acme.example",
+               "--admin").exit_code == 0
+    assert sds("user", "create", "--org", "Acme", "--email", "hand@acme.example").exit_code == 0
+    listed = sds("user", "list", "--org", "Acme").output
+    assert "boss@acme.example\tadmin\tactive" in listed
+    assert "hand@acme.example\tmember\tactive" in listed
+    assert sds("user", "role", "hand@acme.example", "admin").output.strip() == \
+        "hand@acme.example: admin"
+    assert sds("user", "role", "boss@acme.example", "member").exit_code == 0
+    last = sds("user", "role", "hand@acme.example", "member")  # the last administrator
+    assert last.exit_code == 1 and "last administrator" in last.output
+    gone = sds("user", "remove", "boss@acme.example")
+    assert gone.exit_code == 0 and "removed" in gone.output
+    assert "boss@acme.example\tmember\tremoved" in sds("user", "list", "--org", "Acme").output
+    with psycopg.connect(database_url) as conn:
+        actions = [r[0] for r in conn.execute("SELECT action FROM audit_log ORDER BY id")]
+    assert actions[-3:] == ["member.role", "member.role", "member.remove"]
 
 
 def test_duplicate_device_is_refused(sds, database_url: str) -> None:  # type: ignore[no-untyped-def]
