@@ -9,7 +9,7 @@ from uuid import UUID
 import click
 import psycopg
 
-from admin.context import connection, settings_from_env
+from admin.context import audit_operator, connection, settings_from_env
 from serve.logins import change_password, revoke_tokens, unlock
 from shared import accounts
 from shared.errors import ServiceError, UnknownObject
@@ -38,7 +38,10 @@ def passwd_command(email: str) -> None:
         "New password", hide_input=True, confirmation_prompt=True)
     with connection(settings_from_env(), name=CLI_NAME) as conn:
         try:
-            change_password(conn, user=_cli_user(conn, email), password=password)
+            uid = _cli_user(conn, email)
+            change_password(conn, user=uid, password=password)
+            audit_operator(conn, of="users", row=uid, action="user.password", target_type="user",
+                           details={"email": email, "tokens_revoked": True})
         except ServiceError as exc:
             raise click.ClickException(exc.message) from None
     click.echo(f"password of {email} changed; its bearer tokens are revoked")
@@ -58,5 +61,8 @@ def unlock_command(email: str) -> None:
 def logout_command(email: str) -> None:
     """Revoke every bearer token of a user (API keys are managed with /api/v2/apikeys)."""
     with connection(settings_from_env(), name=CLI_NAME) as conn:
-        count = revoke_tokens(conn, user=_cli_user(conn, email))
+        uid = _cli_user(conn, email)
+        count = revoke_tokens(conn, user=uid)
+        audit_operator(conn, of="users", row=uid, action="user.logout", target_type="user",
+                       details={"email": email, "tokens_revoked": count})
     click.echo(f"{email}: {count} bearer token(s) revoked")

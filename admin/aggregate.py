@@ -17,10 +17,10 @@ from tqdm import tqdm
 from admin import context
 from aggregate import jobs, rollups
 from aggregate.leader import LOCK_NAME
-from shared import locks
+from shared import dirty, locks
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
-from shared.errors import ServiceError
+from shared.errors import ServiceError, UnknownLocation
 from shared.timeutil import format_utc_z, parse_instant
 
 _settings = context.settings_from_env
@@ -109,8 +109,8 @@ def mark_location(location: str) -> None:
         raise click.BadParameter("must be a location id (uuid)", param_hint="LOCATION") from None
     with _connect(settings) as conn:
         try:
-            n = rollups.mark_location_dirty(conn, loc)
-        except ValueError as exc:
+            n = dirty.mark_location(conn, loc)
+        except UnknownLocation as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(f"{n} buckets marked; the next run recomputes them")
 

@@ -3,8 +3,9 @@
 The commands live in admin/ (the operator room): organisations, users, locations and keys
 (people.py), devices (devices.py, publish.py, brokeraccounts.py), the demo (demo.py), account
 access (access.py), rollups (aggregate.py), storage and retention (storage.py), the quarantine
-(quarantine.py), alert rules (alerts.py) and the device simulator (simulate.py). admin/ may
-import every package of the service; nothing imports admin/ (pyproject.toml, import-linter)."""
+(quarantine.py), backups and restore (backup.py), alert rules (alerts.py) and the device
+simulator (simulate.py). admin/ may import every package of the service; nothing imports
+admin/ (pyproject.toml, import-linter)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from admin import (
     access,
     aggregate,
     alerts,
+    backup,
     demo,
     devices,
     people,
@@ -84,5 +86,6 @@ def db_status(obj: Context) -> None:
 
 for command in (people.org, people.user, people.location, people.apikey, devices.device,
                 demo.demo, access.access_cli, aggregate.aggregate, storage.storage_cli,
-                quarantine.quarantine, simulate.simulate, alerts.alert):
+                quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
+                alerts.alert):
     main.add_command(command)

@@ -1,18 +1,19 @@
 """What every `sds` command shares: settings from the environment, a database connection for one
-command with operator-readable errors instead of tracebacks, and the click context object
-(`Context`, `pass_ctx`) that carries both."""
+command with operator-readable errors instead of tracebacks, the click context object
+(`Context`, `pass_ctx`) that carries both, and the audit entry of an operator's change."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import Any, Literal
+from uuid import UUID
 
 import click
 import psycopg
 
-from shared import db
+from shared import audit, db
 from shared.config import Settings
 from shared.errors import ServiceError
 
@@ -53,6 +54,27 @@ def plain_connection(settings: Settings, *, name: str) -> psycopg.Connection:
     """A connection for work that manages its own transactions (the backfill's workers); the
     caller closes it."""
     return db.connect(settings, name=name)
+
+
+# The tables whose rows name the organisation an operator's change belongs to.
+_ORG_OF = {
+    "organisations": "SELECT id FROM organisations WHERE id = %s",
+    "users": "SELECT org_id FROM users WHERE id = %s",
+    "locations": "SELECT org_id FROM locations WHERE id = %s",
+}
+
+
+def audit_operator(conn: psycopg.Connection, *, of: Literal["organisations", "users", "locations"],
+                   row: UUID, action: str, target_type: str, target_id: object | None = None,
+                   details: dict[str, Any] | None = None) -> None:
+    """Write the audit entry of an `sds` change (actor "operator") in the command's
+    transaction, for the organisation that `row` of table `of` belongs to; the target is
+    `target_id`, or that row."""
+    found = conn.execute(_ORG_OF[of], (row,)).fetchone()
+    if found is not None:
+        audit.record(conn, org=found[0], actor=audit.OPERATOR, action=action,
+                     target_type=target_type, target_id=row if target_id is None else target_id,
+                     details=details)
 
 
 class Context:

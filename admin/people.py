@@ -4,11 +4,13 @@ bootstrapping and scripts (users manage their own keys through the API)."""
 from __future__ import annotations
 
 import os
+from datetime import date
 
 import click
 
-from admin.context import Context, pass_ctx
-from shared import accounts, sealing
+from admin.context import Context, audit_operator, pass_ctx
+from serve import members
+from shared import accounts, locations, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
@@ -26,6 +28,8 @@ def org_create(obj: Context, name: str) -> None:
     """Create an organisation called NAME."""
     with obj.conn() as conn:
         oid = accounts.create_org(conn, name=name)
+        audit_operator(conn, of="organisations", row=oid, action="org.create",
+                       target_type="org", details={"name": name})
     click.echo(f"organisation {name} id {oid}")
 
 
@@ -47,7 +51,56 @@ def user_create(obj: Context, org_name: str, email: str, name: str | None, admin
     with obj.conn() as conn:
         uid = accounts.create_user(conn, org=accounts.org_id(conn, org_name), email=email,
                                    password=password, name=name, is_admin=admin)
+        audit_operator(conn, of="users", row=uid, action="user.create", target_type="user",
+                       details={"email": email, "name": name, "admin": admin})
     click.echo(f"user {email} id {uid}")
+
+
+@user.command("list")
+@click.option("--org", "org_name", required=True, help="Organisation name or id.")
+@pass_ctx
+def user_list(obj: Context, org_name: str) -> None:
+    """List an organisation's users: email, role, active."""
+    with obj.conn() as conn:
+        org = accounts.org_id(conn, org_name)
+        rows, _total = members.user_page(conn, org, 10000, 0, active_only=False)
+    for r in rows:
+        click.echo(f"{r['email']}\t{members.role_of(r['is_admin'])}\t"
+                   f"{'active' if r['active'] else 'removed'}\t{r['id']}")
+
+
+@user.command("role")
+@click.argument("email")
+@click.argument("role", type=click.Choice(members.ROLES))
+@pass_ctx
+def user_role(obj: Context, email: str, role: str) -> None:
+    """Give the user EMAIL the ROLE in their organisation (as PUT /orgs/{id}/users/{id})."""
+    with obj.conn() as conn:
+        uid = accounts.user_id(conn, email)
+        org = members.org_of(conn, uid)
+        before = members.fetch_user(conn, uid, org)
+        members.set_role(conn, org=org, user=uid, role=role)
+        if members.role_of(before["is_admin"]) != role:
+            audit_operator(conn, of="users", row=uid, action="member.role", target_type="user",
+                           details={"email": email, "from": members.role_of(before["is_admin"]),
+                                    "to": role})
+    click.echo(f"{email}: {role}")
+
+
+@user.command("remove")
+@click.argument("email")
+@pass_ctx
+def user_remove(obj: Context, email: str) -> None:
+    """Remove the user EMAIL from their organisation: the account is deactivated, its bearer
+    tokens revoked and its API keys deactivated at once (as DELETE /orgs/{id}/users/{id})."""
+    with obj.conn() as conn:
+        uid = accounts.user_id(conn, email)
+        org = members.org_of(conn, uid)
+        done = members.remove_member(conn, org=org, user=uid)
+        audit_operator(conn, of="users", row=uid, action="member.remove", target_type="user",
+                       details={"email": email, **done})
+    click.echo(f"{email}: removed; {done['tokens_revoked']} token(s) revoked, "
+               f"{done['keys_deactivated']} key(s) deactivated")
 
 
 @click.group("location")
@@ -74,7 +127,67 @@ def location_create(obj: Context, org_name: str, name: str, tz_name: str, lat: f
                                  sensor_height=sensor_height)
     with obj.conn() as conn:
         lid = accounts.create_location(conn, org=accounts.org_id(conn, org_name), loc=loc)
+        audit_operator(conn, of="locations", row=lid, action="location.create",
+                       target_type="location", details={"name": name, "tz_name": tz_name})
     click.echo(f"location {name} id {lid}")
+
+
+def _schedule_entry(text: str) -> tuple[date, float]:
+    """`YYYY-MM-DD=KC` as (start date, kc)."""
+    day, sep, kc = text.partition("=")
+    try:
+        if not sep:
+            raise ValueError
+        return date.fromisoformat(day), float(kc)
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: use YYYY-MM-DD=KC, e.g. 2026-04-01=0.3",
+                                 param_hint="--kc-from") from None
+
+
+@location.command("update")
+@click.argument("location_name")
+@click.option("--org", "org_name", default=None, help="Organisation name or id (when the "
+              "location is given by a name used in several organisations).")
+@click.option("--name", default=None, help="New name.")
+@click.option("--tz", "tz_name", default=None, help="New IANA zone: re-cuts local hours and days.")
+@click.option("--lat", type=float, default=None)
+@click.option("--lon", type=float, default=None)
+@click.option("--elev", type=float, default=None, help="Elevation (m).")
+@click.option("--kc", type=float, default=None, help="Crop coefficient outside the schedule.")
+@click.option("--kc-from", "kc_from", multiple=True, metavar="YYYY-MM-DD=KC",
+              help="Dated kc schedule entry (repeat); replaces the whole schedule.")
+@click.option("--clear-kc-schedule", is_flag=True, help="Remove the dated kc schedule.")
+@click.option("--sensor-height", type=float, default=None, help="Wind sensor height (m).")
+@click.option("--state", type=click.Choice(locations.STATES), default=None)
+@click.option("--crop", default=None)
+@click.option("--notes", default=None)
+@click.option("--clear", "cleared", multiple=True, type=click.Choice(sorted(locations.NULLABLE)),
+              help="Clear a field (repeat).")
+@pass_ctx
+def location_update(obj: Context, location_name: str, org_name: str | None,
+                    kc_from: tuple[str, ...], clear_kc_schedule: bool, cleared: tuple[str, ...],
+                    **fields: object) -> None:
+    """Change LOCATION (name or id), as PATCH /api/v2/locations/{id} does; the rollups the
+    change affects are marked and the scheduler's next run recomputes them."""
+    values = {k: v for k, v in fields.items() if v is not None}
+    values.update({field: None for field in cleared})
+    schedule = [_schedule_entry(e) for e in kc_from] if kc_from else None
+    if clear_kc_schedule:
+        schedule = []
+    if not values and schedule is None:
+        raise click.UsageError("nothing to change: give at least one option")
+    with obj.conn() as conn:
+        org = accounts.org_id(conn, org_name) if org_name else None
+        loc = accounts.location_id(conn, location_name, org=org)
+        outcome = locations.update_location(conn, loc, values, schedule)
+        if outcome.changed:
+            audit_operator(conn, of="locations", row=loc, action="location.update",
+                           target_type="location",
+                           details={"changed": list(outcome.changed), "values": values,
+                                    "kc_schedule": schedule,
+                                    "rollup_buckets_marked": outcome.marked})
+    changed = ", ".join(outcome.changed) or "nothing (values already set)"
+    click.echo(f"location {loc}: changed {changed}; {outcome.marked} rollup buckets marked")
 
 
 
@@ -98,9 +211,12 @@ def apikey_create(obj: Context, email: str, scopes: tuple[str, ...], name: str,
             expiry = parse_instant(exp, name="--exp") if exp else None
         except ServiceError as exc:
             raise click.ClickException(exc.message) from None
-        rec = accounts.create_api_key(conn, user=accounts.user_id(conn, email),
-                                      scopes=list(scopes), name=name, exp=expiry,
-                                      sealer=sealer(obj.settings))
+        owner = accounts.user_id(conn, email)
+        rec = accounts.create_api_key(conn, user=owner, scopes=list(scopes), name=name,
+                                      exp=expiry, sealer=sealer(obj.settings))
+        audit_operator(conn, of="users", row=owner, action="apikey.create", target_type="apikey",
+                       target_id=rec["id"], details={"owner": email, "name": name,
+                                                     "scopes": sorted(set(scopes))})
     click.echo(f"apikey {rec['apikey']} id {rec['id']} scopes {','.join(rec['scopes'])}")
 
 

@@ -1,7 +1,8 @@
 """`python -m aggregate`: the rollup scheduler, one active instance per database.
 
 The process waits for the scheduler lock (aggregate.leader), then runs a BlockingScheduler in
-UTC with one interval job per rollup table plus a watchdog that stops the scheduler when the
+UTC with one interval job per rollup table, the backup jobs (aggregate/backups.py, with
+SDS_BACKUP_CONFIG) plus a watchdog that stops the scheduler when the
 lock is lost; it then waits for the lock again. Jobs are defined here in code (fixed ids,
 replace_existing) with APScheduler's default in-memory job store: no shared persistent store,
 so restarts never duplicate jobs (reliability plan R30-R34).
@@ -28,10 +29,12 @@ from apscheduler.events import (
 )
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.cron import CronTrigger
+from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from psycopg_pool import ConnectionPool
 
-from aggregate import jobs, rollups
+from aggregate import backups, jobs, rollups
 from aggregate.leader import LeaderLock, LeadershipLost
 from aggregate.metrics import Metrics
 from shared.config import Settings
@@ -80,6 +83,19 @@ def build_scheduler(
         log.warning("retention horizons are set but SDS_RETENTION_EXPORT_DIR is not: nothing "
                     "is removed until it names the directory for the export")
 
+    if settings.audit_retention_days > 0:
+        scheduler.add_job(
+            jobs.run_audit_retention, IntervalTrigger(hours=1, timezone=UTC),
+            id=jobs.AUDIT_RETENTION_JOB, name="audit log retention", replace_existing=True,
+            coalesce=True, max_instances=1, misfire_grace_time=MISFIRE_GRACE,
+            next_run_time=datetime.now(UTC),
+            kwargs={"pool": pool, "settings": settings, "guard": leader.guard,
+                    "runner": runner, "metrics": metrics})
+
+    if settings.backup_config:
+        add_backup_jobs(scheduler, pool, settings, settings.backup_config,
+                        metrics.backups if metrics else backups.BackupMetrics())
+
     def watchdog() -> None:
         if not leader.alive():
             log.warning("scheduler lock lost: stopping jobs and waiting to lead again")
@@ -115,6 +131,25 @@ def build_scheduler(
 
     scheduler.add_listener(on_started, EVENT_SCHEDULER_STARTED)
     return scheduler
+
+
+def add_backup_jobs(scheduler: BlockingScheduler, pool: ConnectionPool, settings: Settings,
+                    config: str, metrics: backups.BackupMetrics) -> None:
+    """pgBackRest's jobs (aggregate/backups.py): the first full backup at once when there is
+    none, full and differential backups on their cron schedules, the metrics' refresh."""
+    common = {"replace_existing": True, "coalesce": True, "max_instances": 1,
+              "misfire_grace_time": MISFIRE_GRACE}
+    scheduler.add_job(backups.first_full, DateTrigger(datetime.now(UTC), timezone=UTC),
+                      id="backup-first-full", name="first full backup",
+                      args=(config, pool, metrics), **common)
+    for kind, cron in (("full", settings.backup_full_cron), ("diff", settings.backup_diff_cron)):
+        scheduler.add_job(backups.take, CronTrigger.from_crontab(cron, timezone=UTC),
+                          id=f"backup-{kind}", name=f"{kind} backup",
+                          args=(config, kind, pool, metrics), **common)
+    scheduler.add_job(metrics.refresh, IntervalTrigger(seconds=backups.REFRESH_SECONDS,
+                                                       timezone=UTC),
+                      id="backup-metrics", name="backup metrics",
+                      next_run_time=datetime.now(UTC), args=(config, pool), **common)
 
 
 def main() -> int:

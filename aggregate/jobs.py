@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool
 from aggregate import lifecycle, rollups
 from aggregate.leader import LeadershipLost
 from aggregate.metrics import Metrics
+from shared import audit
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
@@ -185,6 +186,28 @@ def run_retention(
         log.info("retention %s: %d rows exported to %s and removed%s", r.table, r.rows,
                  r.manifest or "-", f" (held back: {r.blocked})" if r.blocked else "")
     return removed
+
+
+AUDIT_RETENTION_JOB = "audit_retention"
+
+
+def run_audit_retention(
+    pool: ConnectionPool, settings: Settings, *, guard: Guard = _no_guard,
+    runner: str | None = None, metrics: Metrics | None = None,
+) -> int:
+    """Delete audit log entries past SDS_AUDIT_RETENTION_DAYS (shared.audit.purge), recorded
+    as job `audit_retention` with the entries removed as its count."""
+
+    def work() -> tuple[int, str | None]:
+        with pool.connection() as conn:
+            return audit.purge(conn, settings.audit_retention_days), None
+
+    removed = _recorded(pool, AUDIT_RETENTION_JOB, work, guard=guard, runner=runner,
+                        metrics=metrics)
+    if removed:
+        log.info("audit retention: %d entries older than %d days removed", removed,
+                 settings.audit_retention_days)
+    return removed or 0
 
 
 def run_all(

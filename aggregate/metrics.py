@@ -1,5 +1,6 @@
 """Prometheus metrics of the rollup scheduler, served on SDS_METRICS_BIND:
-SDS_AGGREGATE_METRICS_PORT (0 disables). Each `Metrics` owns its registry."""
+SDS_AGGREGATE_METRICS_PORT (0 disables), with the backup and WAL archive metrics
+(aggregate/backups.py). Each `Metrics` owns its registry."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from aggregate.backups import BackupMetrics
 from shared import metrics
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,8 @@ class Metrics:
                             "lock", registry=r)
         self.pending = Gauge("sds_aggregate_pending_marks", "Dirty marks waiting, after the "
                              "last run", ["table"], registry=r)
+        # The backup and WAL archive metrics (aggregate/backups.py), refreshed by its job.
+        self.backups = BackupMetrics(r)
 
     def serve(self, port: int, addr: str) -> WSGIServer | None:
         """Start the HTTP endpoint in a daemon thread (port 0: disabled)."""

@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 
 from aggregate import statements
-from shared import dirty, timeutil
+from shared import timeutil
 from shared.timeutil import hour_bounds, slots, zone
 
 log = logging.getLogger(__name__)
@@ -262,33 +262,3 @@ def recompute_range(
         clock.lap(table)
     conn.execute(statements.CLEAR_TEMP)
     return written, readings
-
-
-def mark_location_dirty(conn: psycopg.Connection, location: UUID) -> int:
-    """Mark every local bucket of `location` dirty, under its current zone and its old rows.
-
-    Call in the transaction that changes the location's `tz_name` (reliability plan R29):
-    the buckets of the new zone are recomputed, and rows bucketed by the old zone, which no
-    longer start a bucket, are removed by the next run. Returns the marks written.
-    """
-    row = conn.execute("SELECT tz_name FROM locations WHERE id = %s", (location,)).fetchone()
-    if row is None:
-        raise ValueError(f"unknown location {location}")
-    tz = zone(row[0])
-    marks: set[dirty.Mark] = set()
-    by_device: dict[str, list[datetime]] = defaultdict(list)
-    # A server-side cursor streams the readings; it needs a transaction (a savepoint inside
-    # the caller's).
-    with conn.transaction(), conn.cursor(name="location_readings") as cur:
-        cur.itersize = 10000
-        cur.execute("SELECT device, time FROM calibrated WHERE location = %s", (location,))
-        for device, t in cur:
-            by_device[device].append(t)
-    for device, times in by_device.items():
-        marks |= {m for m in dirty.bucket_marks(device, times, tz) if m[0] in LOCAL_TABLES}
-    for table in ("local_hourly", "daily"):
-        stale = conn.execute(
-            statements.rows_at_location(table), (location,)).fetchall()
-        marks |= {(table, d, t) for d, t in stale}
-    return dirty.write_marks(conn, marks)
-

@@ -470,12 +470,6 @@ def write(table: str, *, scope: str) -> sql.Composed:
         if daily else sql.SQL(""))
 
 
-@cache
-def rows_at_location(table: str) -> sql.Composed:
-    """(device, time) of the rows of `table` at one location (%s)."""
-    return sql.SQL("SELECT device, time FROM {} WHERE location = %s").format(_i(table))
-
-
 CLAIM = sql.SQL(
     "DELETE FROM rollup_dirty WHERE (rollup, device, bucket) IN ("
     " SELECT rollup, device, bucket FROM rollup_dirty WHERE rollup = %(rollup)s"

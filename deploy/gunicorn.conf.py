@@ -1,7 +1,8 @@
 """Gunicorn settings for the HTTP API (`gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app`).
 
 Used by deploy/run.sh (once per API instance, behind the nginx edge), the systemd unit and the
-container. Reads SDS_HTTP_BIND (default 127.0.0.1:8081), SDS_HTTP_WORKERS (default 2) and
+container. Reads SDS_HTTP_BIND (default 127.0.0.1:8081), SDS_HTTP_WORKERS (default 2),
+PROMETHEUS_MULTIPROC_DIR (the workers' metric files; default a temporary directory) and
 SDS_LOG_DIR (default <repo>/.state/logs; "-" sends the access log to stdout, for systemd's journal
 or a container). Gunicorn's own messages go to stderr, which run.sh collects in
 .state/logs/serve-<k>.log together with the app's log.
@@ -9,6 +10,7 @@ or a container). Gunicorn's own messages go to stderr, which run.sh collects in
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 _repo = Path(__file__).resolve().parent.parent
@@ -28,6 +30,14 @@ graceful_timeout = 20
 # instances on one host (or a home-less service user) would trip over it.
 control_socket_disable = True
 
+# Prometheus' multiprocess mode (serve/metrics.py): the workers write their metrics to files in
+# PROMETHEUS_MULTIPROC_DIR (deploy/run.sh gives each API instance its own under .state), which
+# must be set before prometheus_client is first imported (by serve, below). Without it: a fresh
+# temporary directory, removed at exit (serve.gunicorn_hooks.on_exit). A reload (SIGHUP)
+# re-reads this file and keeps the directory already set.
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="sds-api-metrics-")
+
 # gunicorn's own error answers (400/414/431 before the app sees a request) in the API's JSON
 # error body, and access-log values with control characters escaped (serve/gunicorn_hooks.py).
 # The config runs in the master before it forks, so the workers inherit both.
@@ -37,6 +47,13 @@ from serve import gunicorn_hooks  # noqa: E402
 
 gunicorn_hooks.install()
 logger_class = "serve.gunicorn_hooks.AccessLogger"
+# The master serves the workers' summed metrics on SDS_API_METRICS_PORT (docs/operations.md
+# "Monitoring and alerts").
+on_starting = gunicorn_hooks.on_starting
+when_ready = gunicorn_hooks.when_ready
+post_fork = gunicorn_hooks.post_fork
+child_exit = gunicorn_hooks.child_exit
+on_exit = gunicorn_hooks.on_exit
 
 errorlog = "-"
 accesslog = "-" if _log_dir == "-" else os.path.join(_log_dir, "access.log")

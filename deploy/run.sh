@@ -9,17 +9,26 @@
 #                    seconds; a changed instance count starts or stops instances and reloads the
 #                    edge without dropping a request.
 #   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
-#   status           what is running, with each process's restarts and last exit
+#   status           what is running, with each process's restarts and last exit, the last
+#                    backup's age and the WAL archive's state (deploy/lib/pg_backup.sh)
+#   monitor [off]    also run Prometheus, Alertmanager and node_exporter with deploy/prometheus/
+#                    (remembered: later starts include them; `monitor off` stops and forgets;
+#                    docs/operations.md "Monitoring and alerts")
 # Broker profile (docs/operations.md): SDS_BROKER=mosquitto (default, one broker) or
 #   SDS_BROKER=rabbitmq-cluster deploy/run.sh   a 3-node RabbitMQ cluster on this machine whose
 #   quorum queues survive a node crash (deploy/rabbitmq.sh); the ingester and simulator then
 #   speak MQTT 3.1.1 and fail over between the nodes. The choice is remembered until changed.
+# Database profile: SDS_DB=patroni deploy/run.sh   three etcd members and two PostgreSQL nodes
+#   under Patroni with automatic failover, behind HAProxy (deploy/lib/pg_patroni.sh,
+#   docs/operations.md "The automatic failover profile"); remembered like the broker's.
 # Run as root. State, logs and pids live under <repo>/.state (docs/operations.md).
 set -euo pipefail
 
 SDS_SCRIPT=run.sh
 # shellcheck source=deploy/lib/common.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=deploy/lib/monitoring.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/monitoring.sh"
 
 SECRETS=$STATE/secrets.env
 DEMO_STAMP=$STATE/demo.done
@@ -47,6 +56,10 @@ api_layout() {
     for ((k = 1; k <= API_INSTANCES; k++)); do PROCS+=("serve-$k"); done
     # logrotate: rotates every log under .state (deploy/logrotate, docs/operations.md "Log files").
     PROCS+=(edge simulate logrotate)
+    API_METRICS0=${SDS_API_METRICS_PORT:-9110}
+    [[ $API_METRICS0 =~ ^[0-9]+$ ]] || die "SDS_API_METRICS_PORT must be a port number, not '$API_METRICS0'"
+    if monitoring_on; then PROCS+=("${MON_PROCS[@]}"); fi
+    return 0
 }
 
 # The ingesters, from the settings: SDS_INGEST_SHARDS (default: one per core, at most 16, with
@@ -148,10 +161,13 @@ proc_argv() {
     # proxy hop of X-Forwarded-For for the client address (login throttling, rate limits).
     serve-*) ARGV=(env "SDS_HTTP_BIND=$API_HOST:$((API_PORT0 + ${1#serve-} - 1))"
         "SDS_TRUSTED_PROXY_HOPS=${SDS_TRUSTED_PROXY_HOPS:-1}"
+        "SDS_API_METRICS_PORT=$(metrics_port_of "$1")"
+        "PROMETHEUS_MULTIPROC_DIR=$STATE/api-metrics/$1"
         "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py serve.wsgi:app) ;;
     edge) ARGV=(nginx -c "$EDGE_CONF" -e "$EDGE_DIR/error.log") ;;
     simulate) ARGV=("$VENV/bin/sds" simulate --credentials "$DEMO_DEVICES" --backfill-days 3) ;;
     logrotate) ARGV=(bash deploy/logrotate/rotate-loop.sh "$STATE") ;;
+    node-exporter | alertmanager | prometheus) monitoring_argv "$1" ;;
     esac
 }
 
@@ -161,6 +177,7 @@ proc_marker() {
     case $1 in
     edge) echo "$EDGE_CONF" ;;
     logrotate) echo deploy/logrotate/rotate-loop.sh ;;
+    node-exporter | alertmanager | prometheus) monitoring_marker "$1" ;;
     *) echo "$VENV/bin/" ;;
     esac
 }
@@ -178,7 +195,9 @@ start_proc() {
     proc_argv "$name"
     # Under its supervisor (deploy/lib/supervise.py), which restarts it when it dies. It stops
     # the process within STOP_WAIT - 5 s of a stop signal, before stop_one's own SIGKILL.
-    supervise_start "$name" "$log" --stop-timeout $((STOP_WAIT - 5)) -- "${ARGV[@]}"
+    local as=()
+    case $name in node-exporter | alertmanager | prometheus) as=(--user prometheus) ;; esac
+    supervise_start "$name" "$log" "${as[@]}" --stop-timeout $((STOP_WAIT - 5)) -- "${ARGV[@]}"
     STARTED=$((STARTED + 1))
     say "$name: started under supervision (pid $(<"$PIDS/$name.pid"), log $log)"
 }
@@ -203,6 +222,9 @@ serve_pidfiles() {
 
 stop_all() {
     local name
+    for name in "${MON_PROCS[@]}"; do
+        [[ -e $PIDS/$name.pid ]] && stop_one "$name"
+    done
     stop_one simulate
     # The edge first, with SIGQUIT: it stops accepting and finishes the requests in flight.
     if stop_pidfile "$PIDS/edge.pid" "$EDGE_CONF" $STOP_WAIT QUIT; then
@@ -251,6 +273,25 @@ status_all() {
     done
     bash "$REPO/deploy/services.sh" status || rc=3
     return $rc
+}
+
+# Where the processes reach PostgreSQL, for the banner: the server, or the Patroni profile's
+# HAProxy (deploy/lib/pg_patroni.sh has the ports).
+db_line() {
+    if [[ $(cat "$STATE/db-profile" 2>/dev/null) == patroni ]]; then
+        echo "Patroni leader via HAProxy 127.0.0.1:${SDS_PATRONI_PORT_BASE:-55440} (nodes from $((${SDS_PATRONI_PORT_BASE:-55440} + 1)); deploy/services.sh status)"
+    else
+        echo "127.0.0.1:${SDS_PG_PORT:-55432}"
+    fi
+}
+
+# db_files postgres.log|pgbackrest: where the database's log and backup configuration are.
+db_files() {
+    if [[ $(cat "$STATE/db-profile" 2>/dev/null) != patroni ]]; then
+        [[ $1 == pgbackrest ]] && echo "$STATE/pgbackrest" || echo "$STATE/pg/postgres.log"
+    else
+        [[ $1 == pgbackrest ]] && echo "$STATE/patroni/pgbackrest" || echo "$LOGS/patroni-*.log"
+    fi
 }
 
 # First demo device name and the API key, for the example commands. The demo prints
@@ -327,6 +368,7 @@ start_all() {
         stop_one serve
     fi
     edge_config
+    if monitoring_on; then monitoring_config; fi
     local name
     # A changed shard count: the old layout's ingesters stop before the new one starts.
     if [[ -f $STATE/ingest-shards && $(<"$STATE/ingest-shards") != "$INGEST_SHARDS" ]]; then
@@ -365,12 +407,14 @@ start_all() {
 $headline
   API           http://$bind/api/v2/   (docs: /api/v2/doc; nginx edge in front of $API_INSTANCES API instance(s) from $API_HOST:$API_PORT0)
   dashboard     http://$bind/   (sign in with the demo user's email and password in $DEMO_OUT)
-  PostgreSQL    127.0.0.1:${SDS_PG_PORT:-55432}, database sds   (superuser shell: deploy/services.sh psql)
+  PostgreSQL    $(db_line), database sds   (superuser shell: deploy/services.sh psql)
   MQTT broker   127.0.0.1:$SDS_MQTT_PORT   ($broker${SDS_MQTT_FAILOVER:+; other nodes $SDS_MQTT_FAILOVER})
   secrets       $SECRETS
   demo login    $DEMO_OUT
-  logs          $LOGS/{ingest*,aggregate,alerts-evaluate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
+  logs          $LOGS/{ingest*,aggregate,alerts-evaluate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $(db_files postgres.log), $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
+  backups       pgBackRest into $(db_files pgbackrest) (the scheduler takes the first full backup now); sds backup status
+  monitoring    $(monitoring_on && echo "Prometheus http://$MBIND:$PROM_PORT/alerts, Alertmanager http://$MBIND:$AM_PORT (alerts to ${SDS_ALERT_WEBHOOK_URL:-http://127.0.0.1:9199/alerts}); off: deploy/run.sh monitor off" || echo "off (deploy/run.sh monitor: Prometheus, Alertmanager, node_exporter)")
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 
@@ -391,8 +435,20 @@ case ${1:-start} in
 start) start_all ;;
 stop) need_root; stop_all ;;
 status) need_root; api_layout; status_all ;;
+monitor)
+    need_root
+    if [[ ${2:-on} == off ]]; then
+        for name in "${MON_PROCS[@]}"; do stop_one "$name"; done
+        rm -f "$MON_STAMP"
+        say "monitoring off (its data stays in $STATE/prometheus/data)"
+    else
+        mkdir -p "$STATE"
+        touch "$MON_STAMP"
+        start_all
+    fi
+    ;;
 *)
-    echo "usage: $0 [start|stop|status]" >&2
+    echo "usage: $0 [start|stop|status|monitor [off]]" >&2
     exit 2
     ;;
 esac

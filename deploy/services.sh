@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/services.sh {start|stop|status|reload-broker|psql|standby-init|promote}: the running
+# deploy/services.sh {start|stop|status|reload-broker|psql|standby-init|promote|switchover}: the running
 # service's own PostgreSQL 15 (+ TimescaleDB), its optional hot standby, and the broker, with all
 # their state under <repo>/.state. Not the system ones, and no systemd: each server runs in the
 # foreground under its own supervisor (deploy/lib/supervise.py: restarted with backoff when it
@@ -16,6 +16,8 @@
 #                  "Hot standby and promotion")
 # Broker profile: SDS_BROKER=mosquitto (default) or rabbitmq-cluster (deploy/rabbitmq.sh); the
 # choice is remembered in .state/broker-profile for later stop/status/reload-broker calls.
+# Database profile: SDS_DB=postgres (default) or patroni (deploy/lib/pg_patroni.sh: automatic
+# failover; switchover [NODE] moves the leader), remembered in .state/db-profile.
 # Ports: SDS_PG_PORT (default 55432), SDS_PG_STANDBY_PORT (55433), SDS_MQTT_PORT (1883, mosquitto); all
 # listen on 127.0.0.1 only. SDS_PG_STANDBY_SYNC=off makes the standby asynchronous.
 set -euo pipefail
@@ -51,6 +53,8 @@ mosquitto | rabbitmq-cluster) ;;
 *) die "SDS_BROKER must be mosquitto or rabbitmq-cluster (got '$BROKER')" ;;
 esac
 RABBIT=("bash" "$REPO/deploy/rabbitmq.sh")
+DB=${SDS_DB:-$(cat "$STATE/db-profile" 2>/dev/null || echo postgres)}
+[[ $DB == postgres || $DB == patroni ]] || die "SDS_DB must be postgres or patroni (got '$DB')"
 
 # PostgreSQL refuses to run as root. Run from a directory postgres can enter, so that neither
 # pg_ctl nor psql complains about the caller's (root's) working directory.
@@ -133,7 +137,9 @@ load_secrets() {
     # (target_session_attrs), so after a promotion every process finds the new primary on its
     # next reconnect; the API reads from the standby while it is current enough.
     local url="postgresql://sds:$DB_PW@127.0.0.1:$PG_PORT/sds" read_lines=""
-    if sb_exists; then
+    if [[ $DB == patroni ]]; then
+        url=$(pt_url "$DB_PW")
+    elif sb_exists; then
         url="postgresql://sds:$DB_PW@127.0.0.1:$PG_PORT,127.0.0.1:$SB_PORT/sds?target_session_attrs=read-write"
         read_lines="SDS_DATABASE_READ_URL=postgresql://sds:$DB_PW@127.0.0.1:$SB_PORT,127.0.0.1:$PG_PORT/sds?target_session_attrs=prefer-standby"
     fi
@@ -164,6 +170,7 @@ SDS_INGEST_SHARE_GROUP=$SHARE_GROUP
 SDS_CURSOR_SECRET=$CURSOR_KEY
 SDS_REPLICA_PASSWORD=$REPL_PW
 SDS_APIKEY_SEAL_KEYS=$SEAL_KEYS
+SDS_BACKUP_CONFIG=$BK_CONF
 EOF
 }
 
@@ -189,6 +196,7 @@ pg_start() {
             >>"$PGDATA/postgresql.conf"
     fi
 
+    bk_configure
     local changed
     changed=$(write_if_changed "$PGDATA/sds.conf" 600 <<EOF
 # Written by deploy/services.sh on each start: edit that script, not this file.
@@ -201,6 +209,7 @@ timescaledb.telemetry_level = off
 # (the standby must then be made again) rather than fill the disk.
 max_slot_wal_keep_size = '8GB'
 $(sync_line)
+$(bk_pg_lines)
 EOF
 )
     chown postgres:postgres "$PGDATA/sds.conf"
@@ -237,6 +246,13 @@ sync_line() {
 # ---- the hot standby: deploy/lib/pg_standby.sh --------------------------------------------------
 # shellcheck source=deploy/lib/pg_standby.sh
 . "$REPO/deploy/lib/pg_standby.sh"
+# ---- backups: deploy/lib/pg_backup.sh ----------------------------------------------------------
+# shellcheck source=deploy/lib/pg_backup.sh
+. "$REPO/deploy/lib/pg_backup.sh"
+# ---- the automatic failover profile (SDS_DB=patroni): deploy/lib/pg_patroni.sh -------------------
+# (after pg_backup.sh: under Patroni the backup configuration is the cluster's)
+# shellcheck source=deploy/lib/pg_patroni.sh
+. "$REPO/deploy/lib/pg_patroni.sh"
 
 # Role sds (login, not superuser) owns database sds. The extensions are created here by the
 # superuser, because a non-superuser may not create timescaledb (the migrations guard it too).
@@ -286,6 +302,7 @@ SQL
 pg_stop() {
     sb_stop
     if pg_supervised || pg_running; then
+        bk_switch_wal
         say "postgresql: stopping (fast)"
         pg_halt postgresql "$PGDATA"
     else
@@ -389,7 +406,9 @@ sup_note() {
 
 status() {
     local rc=0
-    if [[ -f $RETIRED ]]; then
+    if [[ $DB == patroni ]]; then
+        pt_status || rc=3
+    elif [[ -f $RETIRED ]]; then
         say "postgresql: retired by a promotion (the standby is the primary)"
     elif pg_running; then
         say "postgresql: running, port $(pg_live_port), data $PGDATA, log $PG_LOG$(sup_note postgresql)"
@@ -425,9 +444,11 @@ start)
         || die "PostgreSQL 15, TimescaleDB or mosquitto is missing: run deploy/setup.sh first"
     mkdir -p "$LOGS" "$PIDS"
     load_secrets
-    pg_start
+    db_start
     pg_bootstrap
-    sb_start
+    bk_setup
+    [[ $DB == patroni ]] || sb_start
+    echo "$DB" >"$STATE/db-profile"
     echo "$BROKER" >"$PROFILE_FILE"
     if [[ $BROKER == rabbitmq-cluster ]]; then
         mq_stop >/dev/null # one broker at a time: devices must not split between two
@@ -442,31 +463,39 @@ start)
 stop)
     mq_stop
     [[ ! -d $STATE/rabbitmq ]] || "${RABBIT[@]}" stop
+    pt_stop
     pg_stop
     ;;
 status)
-    status
+    rc=0
+    status || rc=$?
+    bk_status
+    exit $rc
     ;;
 reload-broker)
     if [[ $BROKER == rabbitmq-cluster ]]; then "${RABBIT[@]}" reload; else mq_reload; fi
     ;;
 standby-init)
+    [[ $DB != patroni ]] || die "the Patroni profile has its own replicas (SDS_PATRONI_NODES)"
     mkdir -p "$LOGS"
     load_secrets
     sb_init
     status || true
     ;;
 promote)
+    [[ $DB != patroni ]] || die "under Patroni, use: $0 switchover [NODE]"
     load_secrets
     sb_promote
     ;;
+switchover) pt_switchover "${2:-}" ;;
 psql)
     shift
+    [[ $DB != patroni ]] || pt_use_leader
     pg_running || die "postgresql is not running"
     PGOPTIONS='' as_postgres "$PG_BIN/psql" -X -h "$PG_RUN" -p "$(pg_live_port)" -d sds "$@"
     ;;
 *)
-    echo "usage: $0 {start|stop|status|reload-broker|psql [args]|standby-init|promote}" >&2
+    echo "usage: $0 {start|stop|status|reload-broker|psql [args]|standby-init|promote|switchover [NODE]}" >&2
     exit 2
     ;;
 esac

@@ -24,9 +24,16 @@ flock 9
 # its own config, never Debian's default site: the policy below keeps its service from starting).
 # rabbitmq-server: the replicated broker profile (SDS_BROKER=rabbitmq-cluster) and its tests; its
 # own system node is never started by us (policy-rc.d below) and, if running, left alone.
+# pgbackrest: the backups and WAL archive of the default profile (deploy/lib/pg_backup.sh).
 RUNTIME_PKGS=(postgresql-15 postgresql-contrib mosquitto mosquitto-clients python3 python3-venv
     python3-dev build-essential ca-certificates procps curl openssl nginx-light
-    rabbitmq-server logrotate)
+    rabbitmq-server logrotate pgbackrest)
+# The SDS_DB=patroni profile (deploy/lib/pg_patroni.sh): Patroni, its etcd, HAProxy.
+RUNTIME_PKGS+=(patroni etcd-server etcd-client haproxy)
+# Monitoring (`deploy/run.sh monitor`, deploy/prometheus/; promtool and amtool check the shipped
+# files in the tests): Prometheus, Alertmanager, node_exporter. Their own services never start
+# (policy-rc.d below); run.sh runs them with the rendered configuration.
+RUNTIME_PKGS+=(prometheus prometheus-alertmanager prometheus-node-exporter)
 # What the browser tests drive (testbed/browser.py): Debian's Chromium and its WebDriver.
 TEST_PKGS=(chromium chromium-driver)
 # Debian's npm installs the dashboard's chart library from the npm registry (step 4). A machine

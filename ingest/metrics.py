@@ -77,6 +77,10 @@ class Metrics:
             "client id (each shard serves its own metrics port)",
             ["shard", "shards", "client_id"], registry=r)
         self.connects = Counter("sds_ingest_connects", "Successful broker connections", registry=r)
+        # 0 on a standby too (it connects only once it leads): alert on the max over ingesters.
+        self.broker_connected = Gauge(
+            "sds_ingest_broker_connected", "1 while this ingester is connected to the broker",
+            registry=r)
         self.session_present = Gauge(
             "sds_ingest_session_present",
             "1 when the broker resumed the ingester's persistent session on the last connect",

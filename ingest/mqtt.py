@@ -125,6 +125,7 @@ class MqttLink:
         with self._lock:
             self._generation += 1
             self._connected = connected
+            self.metrics.broker_connected.set(1 if connected else 0)
             return self._generation
 
     def ack(self, generation: int, mid: int, qos: int) -> bool:

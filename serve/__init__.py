@@ -24,7 +24,7 @@ from flask import Flask, Response, g, has_request_context, redirect, request
 from flask_smorest import Api
 from psycopg_pool import ConnectionPool
 
-from serve import auth, cursor, errors, fairshare, web
+from serve import auth, cursor, errors, fairshare, metrics, web
 from serve.api import BLUEPRINTS
 from serve.pool import ReadRouter, attach, attach_reads
 from shared.config import Settings
@@ -37,9 +37,10 @@ DOC_ASSETS = f"{API_PREFIX}/doc/assets"
 # Response headers browser clients must be able to read (X-Cursor-Next drives paging).
 EXPOSED_HEADERS = ("X-Cursor-Next, X-Units, X-Updated-Since-Next, X-Ignored-Parameters,"
                    " Content-Disposition, Retry-After, WWW-Authenticate, Deprecation, Sunset,"
-                   " RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Read-Source")
+                   " RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, X-Read-Source,"
+                   " X-Aggregated-From, X-Aggregation-Interval")
 ALLOWED_HEADERS = "Authorization, Accept, Content-Type"
-ALLOWED_METHODS = "GET, HEAD, POST, PUT, DELETE, OPTIONS"
+ALLOWED_METHODS = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 
 
 GETTING_STARTED = """Time series of field sensors: tables, schemas, data, devices, locations
@@ -124,6 +125,8 @@ def create_app(settings: Settings | None = None) -> Flask:
                         " -c TimeZone=UTC",
                 role=ROLE_API, checkout=_request_scope(settings))
             attach_reads(app, ReadRouter(pool, standby, settings.read_max_staleness))
+        # First: its middleware is the outermost, so the time it measures includes every hook.
+        metrics.init_app(app, {"primary": pool, **({"standby": standby} if standby else {})})
         with pool.connection() as conn:
             app.extensions["cursor_key"] = cursor.load_key(conn, settings.cursor_secret)
         api = Api(app, spec_kwargs={"extra_plugins": [PathParametersFirst()]})

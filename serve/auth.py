@@ -18,6 +18,7 @@ from email.utils import format_datetime
 from functools import wraps
 from typing import Any, TypeVar, cast
 
+import psycopg
 from flask import Flask, Response, current_app, g, request
 
 from serve.authenticator import Authenticator
@@ -25,6 +26,7 @@ from serve.authheader import Credentials, parse_authorization
 from serve.pool import pool
 from serve.principal import USER_ONLY, Principal
 from serve.ratelimit import Verdict
+from shared import audit
 from shared.config import Settings
 from shared.errors import (
     BadRequest,
@@ -57,6 +59,11 @@ _SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("/api/v2/alerts", None, "notifications:write"),
     ("/api/v2/notifications", frozenset({"GET", "HEAD"}), "notifications:read"),
     ("/api/v2/notifications", None, "notifications:write"),
+    ("/api/v2/audit", None, "orgs:read"),
+    ("/api/v2/users", frozenset({"GET", "HEAD"}), "users:read"),
+    ("/api/v2/users", None, "users:write"),
+    ("/api/v2/orgs", frozenset({"GET", "HEAD"}), "orgs:read"),
+    ("/api/v2/orgs", None, "orgs:write"),
 )
 
 
@@ -159,6 +166,16 @@ def client_address(settings: Settings) -> str:
     if len(forwarded) < hops:
         return forwarded[0] if forwarded else peer
     return forwarded[-hops]
+
+
+def audit_actor(conn: psycopg.Connection) -> audit.Actor:
+    """The caller as the audit log names them: their email now (kept if they are renamed or
+    removed later), the key they used, how they authenticated, and their address."""
+    principal = current_principal()
+    row = conn.execute("SELECT email FROM users WHERE id = %s", (principal.user_id,)).fetchone()
+    return audit.Actor(label=row[0] if row else str(principal.user_id), via=principal.kind,
+                       user_id=principal.user_id, key_id=principal.key_id,
+                       address=client_address(_settings_of(current_app)))
 
 
 def _credentials(settings: Settings) -> Credentials | None:

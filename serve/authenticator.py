@@ -20,6 +20,7 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from serve import metrics
 from serve.authheader import Credentials, decode_basic
 from serve.principal import Principal
 from serve.ratelimit import RateLimiter, Verdict
@@ -141,6 +142,7 @@ class Authenticator:
             if failures >= limits[kind] and left > 0:
                 wait = max(wait, math.ceil(left))
         if wait:
+            metrics.refused("login_throttle")
             raise TooManyRequests(
                 f"too many failed logins; try again in {wait} s", retry_after=wait)
 
@@ -286,6 +288,7 @@ class Authenticator:
         if counted is not None:
             counted(verdict)
         if not verdict.allowed:
+            metrics.refused(f"rate_limit_{verdict.kind}")
             raise TooManyRequests(self.rate_limiter.message(principal, verdict),
                                   retry_after=verdict.retry_after)
         return principal

@@ -31,6 +31,7 @@ from typing import cast
 
 from flask import Flask, Response, current_app, g, request
 
+from serve import metrics
 from serve.principal import Principal
 from shared.config import Settings
 from shared.errors import TooManyRequests
@@ -119,6 +120,7 @@ def _slots() -> Slots:
 
 def _refuse_heavy() -> Busy:
     settings = _settings()
+    metrics.refused("heavy_pages")
     return Busy(f"the service is serving its {settings.api_heavy_slots} large page(s) "
                 f"(more than {settings.api_heavy_rows} rows) at once; retry in {RETRY_HEAVY} s "
                 "or ask for fewer rows", retry_after=RETRY_HEAVY)
@@ -149,6 +151,7 @@ def admit() -> None:
         fd = slots.try_take(name, cap)
         if fd is None:
             held.release()
+            metrics.refused(f"in_flight_{name.split('-', 1)[0]}")
             raise TooManyRequests(f"too many requests in flight: at most {cap} at once for "
                                   f"{whose}; retry when one has finished", retry_after=1)
         held.fds.append(fd)

@@ -3,7 +3,9 @@
 - Scopes that manage the organisation and its people (`ADMIN_ONLY_SCOPES`: orgs:write,
   users:write, teams:write) may be put on a key only by an administrator of the organisation
   (`users.is_admin`); anyone else asking for one gets 403 naming it. Every other scope is the
-  user's own to grant. No route honours these scopes yet: the rule stands before one does.
+  user's own to grant. The routes that honour them (/orgs, /users) also check at every
+  request that the key's owner still is an administrator, so demoting a user demotes their
+  keys at once.
 - A user holds at most SDS_API_MAX_KEYS_PER_USER keys (deactivated ones count: they can be
   reactivated); the next POST /apikeys is 409 saying so. The count is taken under a transaction
   lock per user, so parallel requests cannot pass the cap together.

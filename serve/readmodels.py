@@ -117,7 +117,11 @@ def location_by_id(conn: psycopg.Connection, *, org: UUID, location: UUID
 
 _LOCATION_SQL = """
 SELECT l.id, l.name, l.lon, l.lat, l.elev, l.tz_name, l.state, l.archived, l.start_date,
-       l.end_date, dep.device_id
+       l.end_date, dep.device_id, l.kc, l.sensor_height, l.crop, l.notes,
+       (SELECT coalesce(json_agg(json_build_object('start_date', c.start_date,
+                                                   'kc', round(c.kc::numeric, 4)::float8)
+                                 ORDER BY c.start_date), '[]')
+        FROM crop_coefficients c WHERE c.location_id = l.id) AS kc_schedule
 FROM locations l
 LEFT JOIN LATERAL (SELECT p.device_id FROM deployments p JOIN devices d ON d.id = p.device_id
                    WHERE p.location_id = l.id AND d.org_id = l.org_id AND p.during @> now()
@@ -141,7 +145,9 @@ SAMPLE_PCT: Column = TABLES["daily"].column("sample_pct")
 
 def location_record(row: dict[str, Any], devices: dict[UUID, dict[str, Any]]
                     ) -> dict[str, Any]:
-    """The served location record; every key present, `current_device` null when empty."""
+    """The served location record; every key present, `current_device` null when empty.
+    The spec's fields come first (docs/spec/reference-facts.md), then what `locations:write`
+    sets beyond them: `kc`, `kc_schedule`, `sensor_height`, `crop`, `notes`."""
     device = devices.get(row["device_id"]) if row["device_id"] is not None else None
     return {
         "id": str(row["id"]),
@@ -155,6 +161,11 @@ def location_record(row: dict[str, Any], devices: dict[UUID, dict[str, Any]]
         "end_date": day(row["end_date"]),
         "current_device": None if device is None else device_record(device,
                                                                     with_location=False),
+        "kc": None if row["kc"] is None else round(float(row["kc"]), 4),
+        "kc_schedule": row["kc_schedule"],
+        "sensor_height": round(float(row["sensor_height"]), 3),
+        "crop": row["crop"],
+        "notes": row["notes"],
     }
 
 
@@ -217,13 +228,30 @@ def summary_page(conn: psycopg.Connection, org: UUID, limit: int, page: int,
     """One page of summary items (location record, `conditions`, `today`) in the units
     `chosen` for temp, ratio and size; with the total and the number of pages. Also the
     dashboard's locations page."""
+    rows, devices, total, pages = location_page(conn, org, limit, page)
+    return summary_items(conn, rows, devices, chosen), total, pages
+
+
+def location_summary(conn: psycopg.Connection, org: UUID, location: UUID,
+                     chosen: dict[str, units.Unit]) -> dict[str, Any] | None:
+    """The summary item of one location of the organisation (None when it has no such
+    location): the very figures of its row in `summary_page`, so a device's page and the
+    locations list show one "ET today"."""
+    row, devices = location_by_id(conn, org=org, location=location)
+    return None if row is None else summary_items(conn, [row], devices, chosen)[0]
+
+
+def summary_items(conn: psycopg.Connection, rows: list[dict[str, Any]],
+                  devices: dict[UUID, dict[str, Any]], chosen: dict[str, units.Unit]
+                  ) -> list[dict[str, Any]]:
+    """Summary items (location record, `conditions`, `today`) of location rows, in the units
+    `chosen` for temp, ratio and size."""
 
     def conv(value: float | None, col: Column) -> float | None:
         if col.measure is None:  # the four summary columns all have one; stay correct if not
             return value
         return units.convert(value, col, chosen[units.param_for(col.measure)])
 
-    rows, devices, total, pages = location_page(conn, org, limit, page)
     conditions = _conditions(conn, rows, datetime.now(UTC))
     items = []
     for r in rows:
@@ -242,7 +270,7 @@ def summary_page(conn: psycopg.Connection, org: UUID, limit: int, page: int,
             "low_quality": c.get("low_quality"),
         }
         items.append(item)
-    return items, total, pages
+    return items
 
 
 # ---- tables --------------------------------------------------------------------------------------

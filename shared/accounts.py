@@ -14,7 +14,7 @@ from psycopg import errors as pgerr
 from psycopg.rows import dict_row
 from psycopg.types.range import Range
 
-from shared import credentials, dirty
+from shared import credentials, dirty, locations
 from shared.errors import (
     BadParameter,
     DuplicateName,
@@ -98,15 +98,8 @@ class LocationInput:
 
 def create_location(conn: psycopg.Connection, *, org: UUID, loc: LocationInput) -> UUID:
     """A new location; BadParameter for an unknown zone or out-of-range coordinates."""
-    zone(loc.tz_name)  # raises BadParameter naming the zone
-    if loc.lat is not None and not -90 <= loc.lat <= 90:
-        raise BadParameter(f"lat: {loc.lat} is outside -90..90")
-    if loc.lon is not None and not -180 <= loc.lon <= 180:
-        raise BadParameter(f"lon: {loc.lon} is outside -180..180")
-    if loc.kc is not None and not 0 <= loc.kc <= 3:
-        raise BadParameter(f"kc: {loc.kc} is outside 0..3")
-    if loc.sensor_height <= 0:
-        raise BadParameter("sensor_height: must be positive")
+    for field in ("name", "tz_name", "lat", "lon", "elev", "kc", "sensor_height"):
+        locations.check_field(field, getattr(loc, field))  # BadParameter naming the field
     try:
         with conn.transaction():
             row = conn.execute(

@@ -88,6 +88,9 @@ class Settings:
     quarantine_retention_days: int = _f(
         30, "Quarantine rows older than this are deleted by the ingester, hourly (0: kept "
         "until `sds quarantine purge`)")
+    audit_retention_days: int = _f(
+        365, "Audit log entries older than this are deleted by the scheduler, hourly (0: kept "
+        "for ever)")
     ingest_receive_maximum: int = _f(
         1000, "MQTT 5 Receive Maximum the ingester asks for: unacknowledged messages the broker "
         "may send it at once (overrides mosquitto's max_inflight_messages for this client)")
@@ -134,6 +137,44 @@ class Settings:
         365, "Alert events (notifications) older than this many days are deleted (0: kept)")
     alerts_metrics_port: int = _f(9112, "Prometheus metrics port of the alert evaluator (0 off)")
 
+    # --- backups (pgBackRest; docs/operations.md "Backups and restore") ---
+    backup_config: str | None = _f(
+        None, "The pgBackRest configuration file the processes and `sds backup` use "
+        "(deploy/services.sh renders it into .state/pgbackrest/ and names it in "
+        ".state/secrets.env); unset: no backups are scheduled and `sds backup` refuses")
+    backup_repo_type: str = _f(
+        "posix", "Where the backup repository lives: posix (a directory: the embedded default "
+        "under .state/pgbackrest/repo, or a second disk or network mount), s3 (S3-compatible "
+        "object storage) or sftp (a second host; needs a pgBackRest built with libssh2, which "
+        "Debian bookworm's 2.45 is not)")
+    backup_repo_path: str | None = _f(
+        None, "Repository directory (posix, sftp) or path inside the bucket (s3); unset: "
+        ".state/pgbackrest/repo (posix), /sds (s3, sftp)")
+    backup_s3_endpoint: str | None = _f(
+        None, "S3 endpoint host[:port] (s3), e.g. s3.eu-west-1.amazonaws.com")
+    backup_s3_bucket: str | None = _f(None, "S3 bucket (s3)")
+    backup_s3_region: str = _f("us-east-1", "S3 region (s3)")
+    backup_s3_key: str | None = _f(None, "S3 access key (s3)", secret=True)
+    backup_s3_secret: str | None = _f(None, "S3 secret access key (s3)", secret=True)
+    backup_s3_uri_style: str = _f(
+        "host", "S3 addressing: host (bucket.endpoint) or path (endpoint/bucket, as MinIO and "
+        "most self-hosted stores want)")
+    backup_s3_verify_tls: bool = _f(True, "Check the S3 endpoint's TLS certificate")
+    backup_sftp_host: str | None = _f(None, "Repository host (sftp)")
+    backup_sftp_user: str = _f("pgbackrest", "User on the repository host (sftp)")
+    backup_sftp_key_file: str | None = _f(
+        None, "Private key file of user postgres for the repository host (sftp)")
+    backup_retention_full: int = _f(
+        2, "Full backups kept; older ones, and the WAL only they need, are expired")
+    backup_retention_diff: int = _f(6, "Differential backups kept")
+    backup_full_cron: str = _f(
+        "0 1 * * 0", "When the scheduler takes a full backup (crontab fields, UTC)")
+    backup_diff_cron: str = _f(
+        "0 1 * * 1-6", "When the scheduler takes a differential backup (crontab fields, UTC)")
+    backup_archive_timeout: int = _f(
+        60, "PostgreSQL's archive_timeout (s): a WAL segment is archived at the latest this "
+        "long after its first write, which bounds what a lost disk loses")
+
     # --- HTTP API ---
     edge_bind: str = _f(
         "127.0.0.1:8080", "Address the edge (nginx, deploy/nginx/nginx.conf) listens on for "
@@ -144,6 +185,20 @@ class Settings:
         "127.0.0.1:8081", "Address gunicorn binds to; deploy/run.sh gives API instance k this "
         "port + k - 1")
     http_workers: int = _f(2, "gunicorn worker processes (of each API instance)")
+    api_metrics_port: int = _f(
+        9110, "Prometheus metrics port of the API (its gunicorn master, all workers summed; "
+        "on SDS_METRICS_BIND, never through the edge); deploy/run.sh gives API instance k this "
+        "port + k - 1 (0 disables)")
+
+    # --- monitoring (deploy/prometheus/, docs/operations.md "Monitoring and alerts") ---
+    prometheus_port: int = _f(9190, "Port of the Prometheus server deploy/run.sh starts")
+    alertmanager_port: int = _f(9193, "Port of the Alertmanager deploy/run.sh starts")
+    node_exporter_port: int = _f(
+        9191, "Port of node_exporter (the filesystem holding .state, the supervisors' .prom "
+        "files)")
+    alert_webhook_url: str = _f(
+        "http://127.0.0.1:9199/alerts", "Where Alertmanager posts operator alerts (its webhook "
+        "JSON); point it at your paging bridge")
     token_ttl: int = _f(24 * 3600, "Bearer token lifetime (s)")
     apikey_query_enabled: bool = _f(
         False, "Accept the deprecated ?apikey= query form (sunset 2021-05-14)")

@@ -8,15 +8,22 @@ rollup table, not the device's history.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime, tzinfo
 from functools import lru_cache
+from uuid import UUID
 
 import psycopg
+from psycopg import sql
 
-from shared.timeutil import ROLLUP_KINDS, bucket_of
+from shared.errors import UnknownLocation
+from shared.timeutil import ROLLUP_KINDS, bucket_of, zone
 
 Mark = tuple[str, str, datetime]  # (rollup, device, bucket start UTC)
+
+LOCAL_ROLLUPS = ("local_hourly", "daily")
+"""The rollups cut in the location's zone: what a time-zone change re-cuts."""
 
 
 def bucket_marks(device: str, times: Iterable[datetime], tz: tzinfo | None) -> set[Mark]:
@@ -62,3 +69,38 @@ def write_marks(conn: psycopg.Connection, marks: Iterable[Mark]) -> int:
         (rollups, devices, buckets),
     )
     return len(rows)
+
+
+def mark_location(conn: psycopg.Connection, location: UUID,
+                  rollups: Iterable[str] = LOCAL_ROLLUPS) -> int:
+    """Mark the `rollups` buckets of every reading taken at `location` dirty; returns the marks.
+
+    Call in the transaction that changes the location: after a zone change (`LOCAL_ROLLUPS`,
+    reliability plan R29) the buckets of the new zone are recomputed and the rows bucketed by
+    the old zone, which no longer start a bucket, are removed by the next run; after a change
+    of what ET is computed from (coordinates, elevation, sensor height, crop coefficients) every
+    rollup of the location is recomputed with the new values.
+    """
+    wanted = tuple(r for r in ROLLUP_KINDS if r in set(rollups))
+    row = conn.execute("SELECT tz_name FROM locations WHERE id = %s", (location,)).fetchone()
+    if row is None:
+        raise UnknownLocation(f"unknown location {location}")
+    tz = zone(row[0])
+    by_device: dict[str, list[datetime]] = defaultdict(list)
+    # A server-side cursor streams the readings (a year of one device is 105,000 rows); it
+    # needs a transaction: a savepoint inside the caller's.
+    with conn.transaction(), conn.cursor(name="location_readings") as cur:
+        cur.itersize = 10000
+        cur.execute("SELECT device, time FROM calibrated WHERE location = %s", (location,))
+        for device, t in cur:
+            by_device[device].append(t)
+    marks: set[Mark] = set()
+    for device, times in by_device.items():
+        marks |= {m for m in bucket_marks(device, times, tz) if m[0] in wanted}
+    for table in wanted:
+        # Rows already stored there: under an old zone their starts are no bucket of the new
+        # one, and only a mark on them lets the next run delete them.
+        stale = conn.execute(sql.SQL("SELECT device, time FROM {} WHERE location = %s").format(
+            sql.Identifier(table)), (location,)).fetchall()
+        marks |= {(table, d, t) for d, t in stale}
+    return write_marks(conn, marks)

@@ -9,6 +9,7 @@ Pure stdlib plus psycopg. Every wait is bounded; a failed start raises with the 
     pg.create_database("t1"); psycopg.connect(pg.dsn("t1"))
     mq = MosquittoBroker().start(users={"ingester": "pw", "A000001": "pw"})  # shipped ACL
     mq.kill(); mq.restart()
+    repo = PgBackRestRepo(tmp / "pgbackrest").attach(pg)   # WAL archive + stanza (shared.backup)
 """
 
 from __future__ import annotations
@@ -454,6 +455,64 @@ class PostgresServer(_Server):
             )
 
 
+class PgBackRestRepo:
+    """A pgBackRest repository of a test's own for a PostgresServer, set up as deploy/services.sh
+    sets up the shipped one: the configuration rendered by shared/backup.py for the server's
+    data directory, port and socket, PostgreSQL archiving into it (ALTER SYSTEM, so a restored
+    copy archives too), the stanza created. Commands run as postgres, like the deploy's.
+
+        repo = PgBackRestRepo(tmp_path / "pgbackrest").attach(pg, archive_timeout=5)
+        repo.backup("full"); repo.config  # for SDS_BACKUP_CONFIG
+    """
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = Path(base_dir).resolve()
+        self.config = self.base_dir / "pgbackrest.conf"
+
+    def attach(self, pg: PostgresServer, *, archive_timeout: int = 60) -> PgBackRestRepo:
+        """Render the configuration for `pg`, turn archiving on (a restart), create the stanza."""
+        from shared import backup
+        from shared.config import Settings
+
+        settings = Settings(backup_archive_timeout=archive_timeout)
+        for sub in ("", "log", "lock", "spool", "repo"):
+            (self.base_dir / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
+        node = backup.PgNode(str(pg.data_dir), pg.port, str(pg.socket_dir))
+        self.config.write_text(backup.render_config(settings, [node], base_dir=str(self.base_dir)))
+        self.config.chmod(0o600)
+        _chown_tree(self.base_dir, "postgres")
+        _ensure_traversable(self.base_dir, "postgres")
+        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+            for key, value in backup.archive_settings(str(self.config), settings).items():
+                conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                    sql.Identifier(key), sql.Literal(value)))
+        pg.restart()  # archive_mode takes a restart
+        self.run("stanza-create", timeout=120)
+        return self
+
+    def run(self, *args: str, timeout: float = 600) -> str:
+        """One pgbackrest command against the stanza; its output (a failure raises)."""
+        from shared import backup
+
+        try:
+            return backup.run(str(self.config), *args, timeout=timeout).stdout
+        except backup.BackupError as exc:
+            raise ServiceError(str(exc)) from None
+
+    def backup(self, kind: str = "full") -> str:
+        """Take a backup of `kind`; its label."""
+        from shared import backup
+
+        self.run("backup", f"--type={kind}")
+        newest = backup.info(str(self.config)).newest()
+        assert newest is not None
+        return newest.label
+
+    def backup_dir(self, label: str) -> Path:
+        """Where the files of backup `label` are in the repository."""
+        return self.base_dir / "repo" / "backup" / "sds" / label
+
+
 def shipped_durable_conf() -> str:
     """deploy/mosquitto/durable.conf: the persistence and queue settings production uses."""
     return DURABLE_CONF.read_text()
@@ -661,6 +720,8 @@ class GunicornServer(_PreforkServer):
     """The API as deployed (gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app) on a free port.
 
     `env` adds SDS_* settings (SDS_DATABASE_URL at least); the access log goes to base_dir.
+    Its master serves the workers' Prometheus metrics on `metrics_port` (a free port unless
+    SDS_API_METRICS_PORT is given), from files in base_dir/metrics.
     """
 
     def __init__(self) -> None:
@@ -676,7 +737,10 @@ class GunicornServer(_PreforkServer):
         self.access_log = base / "access.log"
         self._env = {**os.environ, "SDS_HTTP_BIND": f"127.0.0.1:{self._port}",
                      "SDS_HTTP_WORKERS": str(workers), "SDS_LOG_DIR": str(base),
-                     "SDS_DB_POOL_MIN": "1", "SDS_DB_POOL_MAX": "2", **env}
+                     "SDS_DB_POOL_MIN": "1", "SDS_DB_POOL_MAX": "2",
+                     "SDS_API_METRICS_PORT": str(free_port()),
+                     "PROMETHEUS_MULTIPROC_DIR": str(base / "metrics"), **env}
+        self.metrics_port = int(self._env["SDS_API_METRICS_PORT"])
         self._launch()
         return self
 

@@ -44,8 +44,10 @@ def data_params(*, device: str | Iterable[str] | None = None, location: str | No
                 select: str | Iterable[str] | None = None, start_time: Any = None,
                 end_time: Any = None, order: str | None = None, local_time: str | None = None,
                 updated_since: Any = None, page_size: int | None = None,
+                interval: str | None = None, points: int | None = None,
                 **units: str) -> dict[str, Any]:
-    """The query parameters of a /data listing; lists become comma-separated values."""
+    """The query parameters of a /data listing; lists become comma-separated values.
+    `interval` or `points` ask `calibrated` for buckets instead of readings."""
     unknown = set(units) - set(UNIT_PARAMS)
     if unknown:
         raise TypeError(f"unknown parameter(s) {', '.join(sorted(unknown))}; units are "
@@ -56,7 +58,7 @@ def data_params(*, device: str | Iterable[str] | None = None, location: str | No
         "select": select if select is None or isinstance(select, str) else ",".join(select),
         "start_time": _iso(start_time), "end_time": _iso(end_time), "order": order,
         "local_time": local_time, "updated_since": _iso(updated_since), "limit": page_size,
-        **units,
+        "interval": interval, "points": points, **units,
     }
     return {k: v for k, v in params.items() if v is not None}
 

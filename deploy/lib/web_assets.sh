@@ -14,8 +14,13 @@ SDS_SCRIPT=web_assets.sh
 
 WEB=$REPO/serve/web
 VENDOR=$WEB/static/vendor
-# The files the dashboard's pages load, from the packages' own dist folders.
-ASSETS=(uplot/dist/uPlot.iife.min.js uplot/dist/uPlot.min.css uplot/LICENSE)
+# The files the dashboard's pages load, from the packages' own dist folders: uPlot (charts),
+# Leaflet and topojson-client (the locations map) and world-atlas's 1:110m countries (the map's
+# basemap, drawn with no tile server). Licences go in as <package>.LICENSE.
+ASSETS=(uplot/dist/uPlot.iife.min.js uplot/dist/uPlot.min.css uplot/LICENSE
+        leaflet/dist/leaflet.js leaflet/dist/leaflet.css leaflet/LICENSE
+        topojson-client/dist/topojson-client.min.js topojson-client/LICENSE
+        world-atlas/countries-110m.json world-atlas/LICENSE)
 
 mode=runtime
 [[ ${1:-} == --with-candidates ]] && mode=candidates
@@ -46,8 +51,10 @@ for asset in "${ASSETS[@]}"; do
     src=$WEB/node_modules/$asset
     [[ -f $src ]] || die "$src missing after npm ci"
     dest=$VENDOR/$(basename "$asset")
-    [[ $(basename "$asset") == LICENSE ]] && dest=$VENDOR/uPlot.LICENSE
+    package=${asset%%/*}
+    [[ $package == uplot ]] && package=uPlot
+    [[ $(basename "$asset") == LICENSE ]] && dest=$VENDOR/$package.LICENSE
     cmp -s "$src" "$dest" 2>/dev/null || install -m 644 "$src" "$dest"
 done
 uplot_version=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$WEB/node_modules/uplot/package.json" | head -n 1)
-say "dashboard assets: npm $npm_step; uPlot $uplot_version in serve/web/static/vendor"
+say "dashboard assets: npm $npm_step; uPlot $uplot_version, Leaflet, world-atlas in serve/web/static/vendor"

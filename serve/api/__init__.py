@@ -5,14 +5,17 @@ from __future__ import annotations
 from serve.api import (
     alerts,
     apikeys,
+    audit,
     data,
     devices,
     health,
     index,
     locations,
     notifications,
+    orgs,
     schemas,
     tokens,
+    users,
 )
 
 BLUEPRINTS = [
@@ -24,6 +27,9 @@ BLUEPRINTS = [
     apikeys.blp,
     alerts.blp,
     notifications.blp,
+    audit.blp,
+    users.blp,
+    orgs.blp,
     health.blp,
     index.blp,
 ]

@@ -21,12 +21,12 @@ from marshmallow import Schema, ValidationError, fields, validate, validates
 from psycopg.rows import dict_row
 
 from serve import keypolicy
-from serve.auth import current_principal, requires, requires_user
+from serve.auth import audit_actor, current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
 from serve.records import stamp
-from shared import accounts, credentials, sealing
+from shared import accounts, audit, credentials, sealing
 from shared.errors import BadParameter, UnknownObject
 from shared.timeutil import INSTANT_RANGE, format_utc_z_exact, parse_instant
 
@@ -214,6 +214,9 @@ def create_key() -> Any:
         record = accounts.create_api_key(
             conn, user=principal.user_id, scopes=args["scopes"], name=args["name"],
             exp=args["exp"], active=args["active"], sealer=_sealer())
+        audit.record(conn, org=principal.org_id, actor=audit_actor(conn), action="apikey.create",
+                     target_type="apikey", target_id=record["id"],
+                     details={"name": args["name"], "scopes": sorted(set(args["scopes"]))})
     return key_record(record, value=record["apikey"]), 200, NO_STORE
 
 
@@ -259,8 +262,13 @@ def update_key(key_id: str) -> Any:
              "name": changes.get("name"), "set_exp": "exp" in changes,
              "exp": changes.get("exp"), "active": changes.get("active"),
              "changed": bool(changes), "id": wanted, "user": principal.user_id}).fetchone()
-    if row is None:
-        raise UnknownObject(f"unknown API key {key_id!r}")
+        if row is None:
+            raise UnknownObject(f"unknown API key {key_id!r}")
+        if changes:
+            audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
+                         action="apikey.update", target_type="apikey", target_id=wanted,
+                         details={k: (sorted(set(v)) if k == "scopes" else v)
+                                  for k, v in changes.items()})
     return key_record(row, value=_owner_value(row)), 200, NO_STORE
 
 
@@ -276,4 +284,6 @@ def delete_key(key_id: str) -> Any:
                            (wanted, principal.user_id))
         if cur.rowcount == 0:
             raise UnknownObject(f"unknown API key {key_id!r}")
+        audit.record(conn, org=principal.org_id, actor=audit_actor(conn), action="apikey.delete",
+                     target_type="apikey", target_id=wanted)
     return None

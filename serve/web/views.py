@@ -8,13 +8,16 @@ organisation's object answers 404 exactly like a missing one.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
-from functools import wraps
+from functools import cache, wraps
 from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit
+from uuid import UUID
 
 import psycopg
 import psycopg_pool
@@ -36,8 +39,8 @@ from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
 from serve.principal import Principal
-from serve.readmodels import summary_page
-from serve.web import charts, model
+from serve.readmodels import location_summary, summary_page
+from serve.web import charts, model, preferences
 from serve.web import session as web_session
 from shared import units
 from shared.config import Settings
@@ -211,17 +214,44 @@ def device(principal: Principal, name: str) -> Response:
         quarantined = conn.execute(
             "SELECT count(*) FROM org_quarantine WHERE device = %s AND received_at > now() - %s",
             (name, model.RECENT)).fetchone()
+        prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+        chosen = charts.chosen_units(preferences.chosen_units(request.args.to_dict(), prefs))
+        location = record.get("current_location")
+        # Today's ET: the location's summary, the very figure of the Locations page.
+        today = None if location is None else location_summary(
+            conn, principal.org_id, UUID(location["id"]),
+            {"temp": units.parse_unit("temp", chosen["temp"]),
+             "ratio": units.parse_unit("ratio", chosen["ratio"]),
+             "size": units.parse_unit("size", chosen["size"])})
     count = int(quarantined[0]) if quarantined else 0
     record["badges"] = model.badges(record, count, _settings(), datetime.now(UTC))
-    location = record.get("current_location")
     zone = location["tz_name"] if location else None
     end = (latest or datetime.now(UTC)).astimezone(UTC)
-    config = charts.config(device=name, zone=zone, end=format_utc_z_exact(end),
-                           chosen=charts.chosen_units(request.args.to_dict()))
+    config = charts.config(device=name, zone=zone, end=format_utc_z_exact(end), chosen=chosen)
+    config["preferences"] = prefs
     return _html(render_template(
         "web/device.html", device=record, quarantined=count, latest=latest, config=config,
-        unit_choices=charts.unit_choices(), nav="devices",
+        today=today and today["today"], size_text=charts.UNIT_TEXT["size"][chosen["size"]],
+        unit_choices=charts.unit_choices(), nav="devices", modules=_modules(),
         chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
+
+
+_IMPORT = re.compile(r'^import\b[^"\n]*"\./(?:js/)?([\w-]+\.js)";', re.MULTILINE)
+
+
+@cache
+def _modules(entry: str = "device.js") -> list[str]:
+    """The modules (static/js/) that page script `entry` imports, directly or through each
+    other, for the page's modulepreload links: read from the import lines, so the list never
+    goes stale or preloads what the page does not use."""
+    found: set[str] = set()
+    todo = [STATIC / entry]
+    while todo:
+        for name in _IMPORT.findall(todo.pop().read_text()):
+            if name not in found:
+                found.add(name)
+                todo.append(STATIC / "js" / name)
+    return sorted(found)
 
 
 def _int_arg(name: str, default: int | None, low: int, high: int) -> int | None:
@@ -307,9 +337,11 @@ def quarantine_payload(principal: Principal, row_id: int) -> Response:
 def locations(principal: Principal) -> Response:
     """Locations with the devices standing there now and the latest conditions (the API's
     summary), in the units chosen on the page."""
-    chosen_codes = charts.chosen_units(request.args.to_dict())
-    chosen = {p: units.parse_unit(p, chosen_codes[p]) for p in ("temp", "ratio", "size")}
     with pool().connection() as conn:
+        prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+        chosen_codes = charts.chosen_units(preferences.chosen_units(request.args.to_dict(),
+                                                                    prefs))
+        chosen = {p: units.parse_unit(p, chosen_codes[p]) for p in ("temp", "ratio", "size")}
         items, _total, _pages = summary_page(conn, principal.org_id, MAX_LIMIT, 1, chosen)
         all_devices = model.device_list(conn, org=principal.org_id, settings=_settings())
     at: dict[str, list[dict[str, Any]]] = {}
@@ -317,9 +349,68 @@ def locations(principal: Principal) -> Response:
         if d["current_location"] is not None:
             at.setdefault(d["current_location"]["id"], []).append(d)
     text = {p: charts.UNIT_TEXT[p][chosen_codes[p]] for p in ("temp", "ratio", "size")}
+    map_data = {"unit_text": text,
+                "basemap": url_for("web.static", filename="vendor/countries-110m.json"),
+                "locations": [{"id": i["id"], "name": i["name"], "gps": i["gps"],
+                               "conditions": i["conditions"], "today": i["today"],
+                               "devices": [{"name": d["name"], "badges": [
+                                   {"label": b.label, "level": b.level} for b in d["badges"]]}
+                                   for d in at.get(i["id"], [])]} for i in items]}
     return _html(render_template("web/locations.html", items=items, at=at, unit_text=text,
+                                 map_data=map_data,
                                  chosen=chosen_codes, unit_choices=charts.unit_choices(),
                                  nav="locations"))
+
+
+@blp.route(f"{PREFIX}/compare")
+@signed_in
+def compare(principal: Principal) -> Response:
+    """One column of several devices (or a location's devices) on one chart."""
+    with pool().connection() as conn:
+        prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+        found = model.device_list(conn, org=principal.org_id, settings=_settings())
+        row = conn.execute("SELECT max(time) FROM calibrated").fetchone()
+    end = (row[0] if row and row[0] else datetime.now(UTC)).astimezone(UTC)
+    config = charts.config(device="", zone=None, end=format_utc_z_exact(end),
+                           chosen=charts.chosen_units(preferences.chosen_units(
+                               request.args.to_dict(), prefs)))
+    config["devices"] = [{"name": d["name"], "location": (d["current_location"] or {}).get("id")}
+                         for d in found]
+    locations = {d["current_location"]["id"]: d["current_location"]["name"]
+                 for d in found if d["current_location"]}
+    config["locations"] = [{"id": k, "name": v} for k, v in sorted(locations.items(),
+                                                                   key=lambda kv: kv[1])]
+    return _html(render_template("web/compare.html", config=config, nav="compare",
+                                 unit_choices=charts.unit_choices(),
+                                 chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
+
+
+@blp.route(f"{PREFIX}/preferences", methods=["GET", "PUT"])
+@signed_in
+def user_preferences(principal: Principal) -> Response:
+    """The signed-in user's preferences as JSON; PUT merges the keys sent (a JSON object,
+    with the session's CSRF value in X-CSRF-Token) and answers the result. Bad input is a
+    400 JSON body saying what was wrong."""
+    try:
+        if request.method == "PUT":
+            web_session.check_csrf_header()
+            if not request.is_json:
+                raise BadRequest("send the preferences as a JSON object (Content-Type: "
+                                 "application/json)")
+            changes = preferences.check(request.get_json(silent=True))
+    except BadRequest as exc:
+        return _json({"message": exc.message}, 400)
+    with pool().connection() as conn:
+        if request.method == "PUT":
+            stored = preferences.write(conn, user=principal.user_id, org=principal.org_id,
+                                       changes=changes)
+        else:
+            stored = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+    return _json(stored, 200)
+
+
+def _json(body: dict[str, Any], status: int) -> Response:
+    return Response(json.dumps(body), status=status, mimetype="application/json")
 
 
 # ---- errors as pages ---------------------------------------------------------------------

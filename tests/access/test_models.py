@@ -22,8 +22,10 @@ DEVICE_KEYS = ["id", "name", "type", "model", "state", "org_id", "owner_id", "fi
                "reported_fw", "last_seen", "last_post", "last_deploy", "sync_interval",
                "batt_pct", "batt_volt", "signal_strength", "has_bridge", "current_location"]
 CURRENT_LOCATION_KEYS = ["id", "name", "gps", "elev", "tz_name", "start_date"]
+# The spec's location fields in its order, then what locations:write sets beyond them.
 LOCATION_KEYS = ["id", "name", "gps", "elev", "tz_name", "state", "archived", "start_date",
-                 "end_date", "current_device"]
+                 "end_date", "current_device", "kc", "kc_schedule", "sensor_height", "crop",
+                 "notes"]
 
 
 def test_device_records_are_complete(client: FlaskClient, world: World) -> None:

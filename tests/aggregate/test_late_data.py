@@ -426,7 +426,7 @@ def test_zone_change_rebuckets_the_location(db) -> None:
     assert {r["m"] for r in fetch(db, "SELECT extract(minute FROM time) AS m"
                                       " FROM local_hourly")} == {0}
     db.execute("UPDATE locations SET tz_name = 'Asia/Kolkata' WHERE id = %s", (loc,))
-    n = rollups.mark_location_dirty(db, loc)
+    n = dirty.mark_location(db, loc)
     assert n > 0
     run_all(db)
     db.commit()

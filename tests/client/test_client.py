@@ -92,6 +92,27 @@ def test_to_pandas_flat_offset_and_empty_listing(api_url: str, world: World) -> 
     assert empty.empty and empty.index.name == "time"
 
 
+def test_buckets_through_the_client(api_url: str, world: World) -> None:
+    """interval= pages like rows; to_pandas keeps the band and bookkeeping columns (D2 has
+    no stored hourly rows: the buckets are computed from its readings)."""
+    window = {"start_time": T0, "end_time": datetime(2024, 7, 1, 23, tzinfo=UTC)}
+    with Client(api_url, apikey=world.keys["a"]) as client:
+        listing = client.rows("calibrated", device="D2", interval="1h", select="time,tair",
+                              page_size=10, **window)
+        buckets = list(listing)
+        frame = client.to_pandas("calibrated", device="D2", points=6, select="time,tair",
+                                 temp="f", **window)
+    assert listing.pages == 3 and len(buckets) == 24
+    first = [tair_at(i) for i in range(12)]
+    assert buckets[0] == {"time": "2024-07-01T00:00:00Z", "tair": round(sum(first) / 12, 2),
+                          "tair_min": min(first), "tair_max": max(first), "samples": 12,
+                          "expected": 12, "complete": True}
+    assert len(frame) == 6 and str(frame.index.tz) == "UTC"  # 4h buckets: 23 h / 4 + 1
+    assert list(frame.columns) == ["tair", "tair_min", "tair_max", "samples", "expected",
+                                   "complete"]
+    assert frame["samples"].tolist() == [48] * 6 and frame.attrs["units"] == {"temp": "F"}
+
+
 def test_progress_bar_for_long_pulls(api_url: str, world: World,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     with Client(api_url, apikey=world.keys["a"]) as client:

@@ -21,7 +21,7 @@ import pytest
 from psycopg import errors
 
 from aggregate import jobs
-from shared import db
+from shared import audit, db
 from shared.config import Settings
 from tests.support.access_world import World
 from tests.support.figures import Figures
@@ -42,6 +42,7 @@ TENANT_ROWS = {
     "alert_events": "SELECT id::text FROM alert_events WHERE org_id = %(org)s",
     "alert_rules": "SELECT id::text FROM alert_rules WHERE org_id = %(org)s",
     "alert_states": "SELECT rule_id::text || device FROM alert_states WHERE org_id = %(org)s",
+    "audit_log": "SELECT id::text FROM audit_log WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
 KEY_OF = {
@@ -53,12 +54,16 @@ KEY_OF = {
     "deployments": ("id::text", "during"),
     "api_keys": ("id::text", "name"),
     "auth_tokens": ("id::text", "revoked_at"),
+    "audit_log": ("id::text", "actor"),
     "alert_events": ("id::text", "acknowledged_at"),
     "alert_rules": ("id::text", "name"),
     "alert_states": ("rule_id::text || device", "value"),
 }
-# What the API role may change at all (grants); RLS must hold on these.
-API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE",
+# What the API role may change at all (grants); RLS must hold on these. audit_log is
+# append-only (INSERT and SELECT): its rows can be neither changed nor deleted.
+API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDATE DELETE",
+                "auth_tokens": "UPDATE",
+                "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
                 "alert_states": "DELETE"}
 
@@ -88,8 +93,12 @@ _tally = {"tables": 0, "forced": 0, "data_tables": 0, "data_forced": 0, "cross_o
 
 @pytest.fixture(scope="module")
 def rls_world(world: World) -> World:
-    """The access world plus a crop coefficient schedule in each organisation."""
+    """The access world plus a crop coefficient schedule and an audit entry in each
+    organisation."""
     with psycopg.connect(world.url) as conn:
+        for org in (world.org_a, world.org_b):
+            audit.record(conn, org=org, actor=audit.OPERATOR, action="org.note",
+                         target_type="org", target_id=org)
         conn.execute("INSERT INTO crop_coefficients (location_id, start_date, kc)"
                      " VALUES (%s, '2024-04-01', 0.4), (%s, '2024-04-01', 0.6)",
                      (world.loc_a, world.loc_b))

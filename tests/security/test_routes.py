@@ -25,6 +25,8 @@ DASHBOARD_RULES = {
     ("/dashboard/quarantine/<int:row_id>", "GET"),
     ("/dashboard/quarantine/<int:row_id>/payload", "GET"), ("/dashboard/locations", "GET"),
     ("/dashboard/static/<path:filename>", "GET"),
+    ("/dashboard/preferences", "GET"), ("/dashboard/preferences", "PUT"),  # the user's own
+    ("/dashboard/compare", "GET"),
     ("/dashboard/<path:rest>", "GET"),  # any other address: the dashboard's 404 page
 }
 # Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).

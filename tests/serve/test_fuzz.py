@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 from tests.support.data_world import World
 
 PARAMS = ["device", "location", "select", "start_time", "end_time", "limit", "cursor", "order",
-          "local_time", "temp", "pres", "size", "ratio", "speed"]
+          "local_time", "temp", "pres", "size", "ratio", "speed", "interval", "points"]
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
 VALUE = st.one_of(TEXT, st.sampled_from([
     "D1", "NY field", "2024-07-01", "2024-07-01T00:00:00Z", "0", "10000", "-1", "desc",
     "America/New_York", "+05:30", "F", "time,tair", "'; DROP TABLE calibrated; --",
-    "\x00", "%", "1e309", "9" * 40]))
+    "\x00", "%", "1e309", "9" * 40, "1h", "1d", "7d", "15m", "1000"]))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -46,6 +46,8 @@ def _setup(sds) -> None:  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("path", [[], ["db"], ["db", "upgrade"], ["org", "create"],
                                   ["user", "create"], ["location", "create"],
+                                  ["location", "update"], ["user", "role"],
+                                  ["user", "remove"], ["user", "list"],
                                   ["device", "register"], ["device", "deploy"],
                                   ["apikey", "create"], ["demo"], ["config"]])
 def test_help_on_every_command(path: list[str]) -> None:
@@ -89,6 +91,52 @@ def test_unknown_zone_is_refused_and_changes_nothing(sds, database_url: str) -> 
     r = sds("location", "create", "--org", "Acme", "--name", "X", "--tz", "Mars/Olympus")
     assert r.exit_code == 1 and "unknown time zone 'Mars/Olympus'" in r.output
     assert _count(database_url, "locations") == 0
+
+
+def test_location_update_changes_fields_and_marks_rollups(sds, database_url: str) -> None:  # type: ignore[no-untyped-def]
+    _setup(sds)
+    with psycopg.connect(database_url) as conn:
+        loc = conn.execute("SELECT id FROM locations WHERE name = 'North'").fetchone()[0]
+        conn.execute("INSERT INTO calibrated (time, device, location, tair)"
+                     " VALUES ('2026-06-10T12:00Z', 'A000001', %s, 20)", (loc,))
+    r = sds("location", "update", "North", "--tz", "Asia/Kolkata", "--kc-from", "2026-05-01=0.3",
+            "--kc-from", "2026-06-15=1.15", "--crop", "maize", "--clear", "elev")
+    assert r.exit_code == 0, r.output
+    assert "changed crop, elev, kc_schedule, tz_name; 3 rollup buckets marked" in r.output
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT tz_name, crop, elev FROM locations WHERE id = %s",
+                            (loc,)).fetchone() == ("Asia/Kolkata", "maize", None)
+        assert conn.execute("SELECT count(*) FROM crop_coefficients").fetchone() == (2,)
+        entry = conn.execute("SELECT actor, via, details->'changed' FROM audit_log"
+                             " WHERE action = 'location.update'").fetchone()
+        assert entry == ("operator", "cli", ["crop", "elev", "kc_schedule", "tz_name"])
+    bad = sds("location", "update", "North", "--kc-from", "June=1")
+    assert bad.exit_code == 2 and "YYYY-MM-DD=KC" in bad.output
+    assert sds("location", "update", "North").exit_code == 2  # nothing to change
+    far = sds("location", "update", "North", "--elev", "12000")
+    assert far.exit_code == 1 and "elev: 12000.0 is outside -500..9000" in far.output
+
+
+def test_user_list_role_and_remove(sds, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SDS_USER_PASSWORD", "long-enough-password")
+    sds("org", "create", "Acme")
+    assert sds("user", "create", "--org", "Acme", "--email", "boss@acme.example",
+               "--admin").exit_code == 0
+    assert sds("user", "create", "--org", "Acme", "--email", "hand@acme.example").exit_code == 0
+    listed = sds("user", "list", "--org", "Acme").output
+    assert "boss@acme.example\tadmin\tactive" in listed
+    assert "hand@acme.example\tmember\tactive" in listed
+    assert sds("user", "role", "hand@acme.example", "admin").output.strip() == \
+        "hand@acme.example: admin"
+    assert sds("user", "role", "boss@acme.example", "member").exit_code == 0
+    last = sds("user", "role", "hand@acme.example", "member")  # the last administrator
+    assert last.exit_code == 1 and "last administrator" in last.output
+    gone = sds("user", "remove", "boss@acme.example")
+    assert gone.exit_code == 0 and "removed" in gone.output
+    assert "boss@acme.example\tmember\tremoved" in sds("user", "list", "--org", "Acme").output
+    with psycopg.connect(database_url) as conn:
+        actions = [r[0] for r in conn.execute("SELECT action FROM audit_log ORDER BY id")]
+    assert actions[-3:] == ["member.role", "member.role", "member.remove"]
 
 
 def test_duplicate_device_is_refused(sds, database_url: str) -> None:  # type: ignore[no-untyped-def]

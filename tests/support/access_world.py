@@ -31,7 +31,11 @@ KEY_SCOPES = {
     "apikeys": ["apikeys:read"],
     "notifications_read": ["notifications:read"],
     "notifications_write": ["notifications:write"],
-    "none": ["orgs:read", "users:read"],  # valid scopes, none of them needed by any endpoint
+    "users": ["users:read"],
+    "users_write": ["users:write"],
+    "orgs": ["orgs:read"],
+    "orgs_write": ["orgs:write"],
+    "none": ["teams:read"],  # a valid scope that no endpoint needs (yet)
     "expired": ALL_READ,
     "inactive": ALL_READ,
     "deleted": ALL_READ,
@@ -135,7 +139,10 @@ def seed(url: str) -> World:
         _readings(conn, world.dev_b, loc_b, 6)
         for name, scopes in KEY_SCOPES.items():
             world.key_ids[name], world.keys[name] = new_key(conn, a1, scopes)
-        world.key_ids["b_all"], world.keys["b_all"] = new_key(conn, b1, ALL_READ)
+        # Org B's key reads whatever org A's callers read, so its cells differ by tenancy only.
+        world.key_ids["b_all"], world.keys["b_all"] = new_key(
+            conn, b1, [*ALL_READ, "users:read", "users:write", "orgs:read",
+                       "notifications:read", "notifications:write"])
         world.key_ids["a2_all"], world.keys["a2_all"] = new_key(conn, a2, ALL_READ)
         conn.execute("UPDATE api_keys SET exp = now() - interval '1 hour' WHERE id = %s",
                      (world.key_ids["expired"],))

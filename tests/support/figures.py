@@ -26,6 +26,8 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("time", "Time zones and DST"),
     ("scheduler", "Scheduler"),
     ("security", "Security"),
+    ("recovery", "Backups and restore (RPO, RTO)"),
+    ("failover", "Failover: RPO and RTO of the database profiles"),
     ("alerts", "Alerts"),
 )
 
@@ -51,6 +53,12 @@ PROMISES = """\
   acknowledged, so devices keep those readings and resend them once a second node is back
   (measured: 0 PUBACKs without a majority, 0 missing afterwards; the cluster took about two
   minutes to resume after the node came back).
+- **Automatic failover profile.** With `SDS_DB=patroni` (three etcd members, two PostgreSQL
+  nodes under Patroni, one replica synchronous), a commit returns after the replica flushed it,
+  so a SIGKILL of the leader node loses no acknowledged reading; the replica leads after the
+  leader key's 15 s TTL and the old leader rejoins as a replica (pg_rewind). The standby
+  profile keeps the same promise through a crash, but waits for an operator to promote
+  (measured below, section "Failover").
 - **Stuck peers.** A database path that stops answering is cut by the ingester's write
   watchdog after `SDS_INGEST_DB_WATCHDOG` (default 30 s) and the batch retried, with no ack sent
   while stuck; a frozen broker is detected by MQTT keepalive and reconnected to after it resumes.

@@ -356,3 +356,17 @@ def test_unknown_dashboard_addresses_get_the_dashboards_404_page(client: FlaskCl
         assert page.headers["X-Frame-Options"] == "DENY"
     assert client.get("/dashboard/devices/A1").status_code == 200  # real pages still win
     assert client.get("/api/v2/nope").content_type == "application/json"  # the API unchanged
+
+
+def test_the_device_page_preloads_exactly_the_modules_it_imports(client: FlaskClient) -> None:
+    from serve.web import views
+
+    found = views._modules("device.js")
+    assert {"api.js", "readings.js", "water.js", "facts.js"} <= set(found)
+    assert "map.js" not in found and "compare.js" not in found  # other pages' views
+    assert all((views.STATIC / "js" / name).is_file() for name in found)
+    sign_in(client, "user@a.example")
+    page = text(client.get("/dashboard/devices/A1"))
+    preloaded = re.findall(r'<link rel="modulepreload" href="/dashboard/static/js/([\w-]+\.js)">',
+                           page)
+    assert preloaded == found

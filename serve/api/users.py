@@ -1,0 +1,139 @@
+"""`/api/v2/users`: the caller (`/users/me`), and for administrators the organisation's users.
+
+- `GET /users/me` and `PATCH /users/me` (name and preferences; never the password: that has
+  its own paths, docs/auth.md) for anyone signed in; an API key needs `users:read` /
+  `users:write`.
+- `GET /users`, `GET /users/{id}` (administrators; the caller's own record for anyone) and
+  `GET /users/{id}/orgs` (the organisations a user belongs to, with their role in each).
+Records and roles come from serve/members.py; preferences are checked by the dashboard's rules
+(serve/web/preferences.py), the one home of what a preference may hold.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from marshmallow import Schema, fields
+from marshmallow.validate import Length
+
+from serve import keypolicy, members
+from serve.auth import audit_actor, current_principal, requires
+from serve.body import load, request_body
+from serve.errors import Blueprint
+from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
+from serve.pool import pool
+from serve.web import preferences
+from shared import audit
+from shared.errors import BadRequest, Forbidden, UnknownObject
+
+blp = Blueprint("users", __name__, url_prefix="/api/v2/users",
+                description="The caller, and the organisation's users for administrators.")
+
+READ_ONLY = ("id", "email", "org_id", "role", "active", "created")
+
+
+class MeUpdateSchema(Schema):
+    """Body of PATCH /users/me: a display name and preferences (the dashboard's defaults)."""
+
+    name = fields.String(allow_none=True, validate=Length(max=200))
+    preferences = fields.Dict(metadata={
+        "description": "units {param: code}, zone, columns {table: [names]}; docs/dashboard.md"})
+
+
+def _user_id(raw: str) -> UUID:
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise UnknownObject(f"unknown user {raw!r}") from None
+
+
+@blp.route("/me", methods=["GET"])
+@blp.response(200)
+@requires("users:read")
+def get_me() -> Any:
+    """The caller's own record: id, email, name, org_id, role, active, created, preferences."""
+    principal = current_principal()
+    with pool().connection() as conn:
+        row = members.fetch_user(conn, principal.user_id, principal.org_id)
+    return members.user_record(row)
+
+
+@blp.route("/me", methods=["PATCH"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": MeUpdateSchema}}})
+@blp.response(200)
+@requires("users:write")
+def update_me() -> Any:
+    """Change the caller's `name` or `preferences` (merged key by key into the stored ones).
+    A `password` is refused here: it changes through the sign-in paths (400)."""
+    body = request_body(form=False)
+    if "password" in body:
+        raise BadRequest("password: not changed through /users/me; an operator runs "
+                         "`sds access passwd`, a signed-in user uses the dashboard's form",
+                         errors={"json": {"password": ["not changed here"]}})
+    changes = load(MeUpdateSchema(), body, read_only=READ_ONLY)
+    principal = current_principal()
+    with pool().connection() as conn:
+        members.fetch_user(conn, principal.user_id, principal.org_id)  # 404 once removed
+        if "preferences" in changes:
+            preferences.write(conn, user=principal.user_id, org=principal.org_id,
+                              changes=preferences.check(changes["preferences"]))
+        if "name" in changes:
+            conn.execute("UPDATE users SET name = %s WHERE id = %s",
+                         (changes["name"], principal.user_id))
+        if changes:
+            audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
+                         action="user.update", target_type="user", target_id=principal.user_id,
+                         details=changes)
+        row = members.fetch_user(conn, principal.user_id, principal.org_id)
+    return members.user_record(row)
+
+
+@blp.route("", methods=["GET"])
+@blp.arguments(PageArgsSchema, location="query", as_kwargs=True)
+@blp.response(200, PageSchema)
+@requires("users:read")
+def list_users(limit: int, page: int) -> Any:
+    """The organisation's users, active and removed, by email (administrators only)."""
+    principal = current_principal()
+    with pool().connection() as conn:
+        if not keypolicy.is_admin(conn, principal):
+            raise Forbidden("listing users is for administrators of the organisation")
+        rows, total = members.user_page(conn, principal.org_id, limit, offset(limit, page),
+                                        active_only=False)
+    pages = check_page(total, limit, page)
+    return envelope([members.user_record(r) for r in rows], total=total, limit=limit,
+                    page=page, pages=pages)
+
+
+def _visible_user(user_id: str) -> dict[str, Any]:
+    """The user row a caller may see: their own, or any of the organisation's for an
+    administrator; the same 404 otherwise (no telling whom the organisation has)."""
+    wanted = _user_id(user_id)
+    principal = current_principal()
+    with pool().connection() as conn:
+        if wanted != principal.user_id and not keypolicy.is_admin(conn, principal):
+            raise UnknownObject(f"unknown user {user_id!r}")
+        return members.fetch_user(conn, wanted, principal.org_id)
+
+
+@blp.route("/<user_id>", methods=["GET"])
+@blp.response(200)
+@requires("users:read")
+def get_user(user_id: str) -> Any:
+    """One user: the caller's own record, or for an administrator any of the organisation's."""
+    return members.user_record(_visible_user(user_id))
+
+
+@blp.route("/<user_id>/orgs", methods=["GET"])
+@blp.response(200)
+@requires("users:read")
+def user_orgs(user_id: str) -> Any:
+    """The organisations the user belongs to, each with the user's role there (a list)."""
+    row = _visible_user(user_id)
+    with pool().connection() as conn:
+        org, count = members.fetch_org(conn, row["org_id"])
+    if not row["active"]:
+        return []
+    return [members.org_record(org, role=members.role_of(row["is_admin"]), members=count)]
