@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from serve.api import apikeys, data, devices, health, index, locations, schemas, tokens
+from serve.api import apikeys, channels, data, devices, health, index, locations, schemas, tokens
 
 BLUEPRINTS = [
     schemas.blp,
@@ -11,6 +11,7 @@ BLUEPRINTS = [
     locations.blp,
     tokens.blp,
     apikeys.blp,
+    channels.blp,
     health.blp,
     index.blp,
 ]
