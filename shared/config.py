@@ -208,8 +208,8 @@ class Settings:
         "jitter, up to SDS_DELIVERY_RETRY_CAP")
     delivery_retry_cap: float = _f(7200.0, "Longest delay between two attempts of a delivery (s)")
     delivery_max_attempts: int = _f(
-        12, "Attempts of one delivery before it is given up (state failed): with the default "
-        "backoff they spread over about 5 hours")
+        15, "Attempts of one delivery before it is given up (state failed): with the default "
+        "backoff they spread over 4.4 to 8.8 hours")
     channel_max_failures: int = _f(
         15, "Failed attempts in a row after which a channel is disabled (its admins are told "
         "by a channel_disabled notification)")
