@@ -219,8 +219,6 @@ class Settings:
     webhook_allow_private: bool = _f(
         False, "Let webhooks target loopback, private, link-local and other non-public "
         "addresses (the demo and the tests; off: refused at creation and at delivery)")
-    alerts_topic_prefix: str = _f(
-        "alerts", "First level of the MQTT alerts topics: {prefix}/{organisation id}/{kind}")
     alerts_mqtt_username: str = _f(
         "alerts-publisher", "Broker account the deliverer publishes alerts with")
     alerts_mqtt_password: str | None = _f(

@@ -1,4 +1,4 @@
-"""Alerts on the broker: each event published at QoS 1 on `{prefix}/{organisation id}/{kind}`.
+"""Alerts on the broker: each event published at QoS 1 on `alerts/{organisation id}/{kind}` (shared.alerttopic).
 
 For on-site controllers (an irrigation valve that closes on a frost alert): they log in with
 their organisation's alert-reader account (`sds alerts reader add`), which the broker plugin
@@ -18,15 +18,10 @@ from typing import Any
 import paho.mqtt.client as mqtt
 
 from alerts.delivery.webhook import Outcome
-from shared import brokers
+from shared import alerttopic, brokers
 from shared.config import Settings
 
 log = logging.getLogger(__name__)
-
-
-def topic(settings: Settings, org: Any, kind: str) -> str:
-    """The topic an event of `org` of `kind` is published on."""
-    return f"{settings.alerts_topic_prefix}/{org}/{kind}"
 
 
 class Publisher:
@@ -60,7 +55,7 @@ class Publisher:
             if time.monotonic() > deadline:
                 return Outcome(False, None, "MQTT: not connected to the broker")
             time.sleep(0.05)
-        info = client.publish(topic(self.settings, org, kind), body, qos=1)
+        info = client.publish(alerttopic.topic(org, kind), body, qos=1)
         if info.rc != mqtt.MQTT_ERR_SUCCESS:
             return Outcome(False, None, f"MQTT publish: {mqtt.error_string(info.rc)}")
         timeout = max(0.1, deadline - time.monotonic())

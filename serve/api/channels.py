@@ -28,7 +28,7 @@ from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
-from shared import netguard, sealing
+from shared import alerttopic, netguard, sealing
 from shared.errors import BadRequest, Conflict, UnknownObject
 
 blp = Blueprint("channels", __name__, url_prefix="/api/v2/channels",
@@ -94,12 +94,6 @@ def _check_url(value: str) -> None:
         raise ValidationError(str(exc)) from None
 
 
-def topic_of(org: UUID) -> str:
-    """The MQTT topic filter the organisation's alerts are published under."""
-    prefix = current_app.extensions["settings"].alerts_topic_prefix
-    return f"{prefix}/{org}/#"
-
-
 def channel_record(row: dict[str, Any], *, secret: str | None = None) -> dict[str, Any]:
     """The served record of a channel row (the secret only when given: at creation)."""
     record: dict[str, Any] = {
@@ -116,7 +110,7 @@ def channel_record(row: dict[str, Any], *, secret: str | None = None) -> dict[st
     elif row["kind"] == "email":
         record["recipients"] = list(row["recipients"] or [])
     else:
-        record["topic"] = topic_of(row["org_id"])
+        record["topic"] = alerttopic.subscription(row["org_id"])
     return record
 
 
