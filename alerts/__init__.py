@@ -1,5 +1,2 @@
-"""Alerts (issue 24): rules evaluated after ingest, events (notifications) and their delivery.
-
-alerts.evaluate turns readings into `alert_events`; alerts.delivery delivers them over the
-organisation's channels. Both meet the API (serve) only in the database.
-"""
+"""Alerts (docs/alerts.md): the evaluator `python -m alerts.evaluate` turns readings and rollup
+buckets into rule states and events (the outbox `alert_events`); the deliverer delivers them."""

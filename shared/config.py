@@ -124,6 +124,15 @@ class Settings:
         "and month); retention drops nothing while it is unset")
     retention_interval: int = _f(3600, "Seconds between retention runs of the scheduler")
 
+    # --- alerts (docs/alerts.md) ---
+    alert_sweep_interval: float = _f(
+        30.0, "Seconds between the alert evaluator's sweeps (silent devices, a missed NOTIFY)")
+    alert_max_age: int = _f(
+        86400, "Readings and buckets older than this many seconds when they arrive are not "
+        "evaluated by alert rules (a backlog does not raise alerts about last week)")
+    alert_event_retention_days: int = _f(
+        365, "Alert events (notifications) older than this many days are deleted (0: kept)")
+
     # --- HTTP API ---
     edge_bind: str = _f(
         "127.0.0.1:8080", "Address the edge (nginx, deploy/nginx/nginx.conf) listens on for "

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from serve.api import apikeys, channels, data, devices, health, index, locations, schemas, tokens
+from serve.api import (
+    alerts,
+    apikeys,
+    channels,
+    data,
+    devices,
+    health,
+    index,
+    locations,
+    notifications,
+    schemas,
+    tokens,
+)
 
 BLUEPRINTS = [
     schemas.blp,
@@ -11,6 +23,8 @@ BLUEPRINTS = [
     locations.blp,
     tokens.blp,
     apikeys.blp,
+    alerts.blp,
+    notifications.blp,
     channels.blp,
     health.blp,
     index.blp,
