@@ -2,7 +2,8 @@
 benchmarks, a separate process on 127.0.0.1.
 
 Every POST is appended to OUT as one JSON line (`headers`, `body`, `received`: Unix time) and
-answered with status N (default 200), after --delay seconds: a failing endpoint is the same receiver with --status 500.
+answered with status N (default 200), after --delay seconds: a failing endpoint is the same
+receiver with --status 500.
 It verifies nothing itself: the test reads the file and verifies the signatures.
 """
 

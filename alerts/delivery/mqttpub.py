@@ -1,4 +1,5 @@
-"""Alerts on the broker: each event published at QoS 1 on `alerts/{organisation id}/{kind}` (shared.alerttopic).
+"""Alerts on the broker: each event published at QoS 1 on `alerts/{organisation id}/{kind}`
+(shared.alerttopic).
 
 For on-site controllers (an irrigation valve that closes on a frost alert): they log in with
 their organisation's alert-reader account (`sds alert-reader add`), which the broker plugin

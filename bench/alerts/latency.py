@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
