@@ -260,7 +260,7 @@ def delete_channel(channel_id: str) -> Any:
 @blp.route("/<channel_id>/test", methods=["POST"])
 @blp.response(202)
 @requires("notifications:write")
-def test_channel(channel_id: str) -> Any:
+def send_test(channel_id: str) -> Any:
     """Send a `test` event to this channel only (202, the event's id). It goes even to an
     inactive or disabled channel, so a repaired receiver can be tried before enabling it."""
     wanted = _channel_id(channel_id)
