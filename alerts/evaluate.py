@@ -12,7 +12,8 @@ Notifications arriving together are folded into one pass (BURST seconds). Every
 SDS_ALERT_SWEEP_INTERVAL seconds a sweep passes over every watched device and table: it drives
 the `silent` kind, catches anything a missed NOTIFY would have missed, and reloads the rules.
 Each pass commits in one transaction after checking the lock is still this process's
-(alerts/evaluate_pass.py).
+(alerts/evaluate_pass.py). Metrics (alerts/metrics.py) on SDS_METRICS_BIND:
+SDS_ALERTS_METRICS_PORT.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import psycopg
 
 from alerts import evaluate_store as store
 from alerts.evaluate_pass import Evaluator
+from alerts.metrics import Metrics
 from shared import db
 from shared.config import Settings
 from shared.locks import SessionLock
@@ -38,7 +40,11 @@ log = logging.getLogger("alerts.evaluate")
 
 LOCK_NAME = "sds-alerts-evaluator"
 LOCK_POLL = 2.0  # seconds between a standby's attempts at the lock
-BURST = 0.05  # seconds to gather notifications that arrive together into one pass
+# Seconds to gather the notifications that follow the first into one pass: a backlog's
+# commits (several a second) then make a few large passes instead of many small ones, each
+# with its round trips and commit (bench.alerts: 23 passes for 12,000 readings at 0.05 s).
+# A reading waits at most this long more for its event.
+BURST = 0.25
 CHANNELS = ("sds_ingested", "sds_rollups", "sds_alert_rules")
 PURGE_EVERY = 3600.0  # seconds between deletions of events past their retention
 
@@ -50,9 +56,11 @@ class LockLost(RuntimeError):
 class Process:
     """The evaluator process: lock, listen, evaluate; until `stop` is set."""
 
-    def __init__(self, settings: Settings, stop: threading.Event) -> None:
+    def __init__(self, settings: Settings, stop: threading.Event,
+                 metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.stop = stop
+        self.metrics = metrics or Metrics()
         self.lock = SessionLock(settings, LOCK_NAME, application_name="sds-alerts-lock",
                                 keepalive_probes=2)
         self.passes = 0
@@ -88,8 +96,10 @@ class Process:
             work = db.connect(self.settings, name="sds-alerts", role=db.ROLE_ALERTS,
                               keepalive_probes=3, server={"statement_timeout": 60000})
             log.info("evaluator lock taken (backend pid %s)", pid)
+            self.metrics.leader.set(1)
             self._loop(lock_conn, work, pid)
         finally:
+            self.metrics.leader.set(0)
             db.close_quietly(work)
             db.close_quietly(lock_conn)
 
@@ -110,6 +120,7 @@ class Process:
             now = time.monotonic()
             if now >= next_sweep:
                 ev.reload(work)
+                self.metrics.rules.set(len(ev.catalogue.rules))
                 self._pass(ev, work, None, rollups=True, guard=guard)
                 next_sweep = time.monotonic() + interval
             if now >= next_purge:
@@ -118,13 +129,25 @@ class Process:
             devices, rollups, rules = _gather(lock_conn, min(1.0, next_sweep - now))
             if rules:
                 ev.reload(work)
+                self.metrics.rules.set(len(ev.catalogue.rules))
             if devices or rollups:
                 self._pass(ev, work, devices, rollups=rollups, guard=guard)
 
     def _pass(self, ev: Evaluator, work: psycopg.Connection, devices: set[str] | None, *,
               rollups: bool, guard: Callable[[psycopg.Connection], None]) -> None:
+        trigger = "sweep" if devices is None else "ingest" if devices else "rollups"
         started = time.monotonic()
-        outcome = ev.run(work, devices, rollups=rollups, guard=guard)
+        try:
+            outcome = ev.run(work, devices, rollups=rollups, guard=guard)
+        except BaseException:
+            self.metrics.failures.inc()
+            raise
+        m = self.metrics
+        m.passes.labels(trigger).observe(time.monotonic() - started)
+        m.samples.inc(outcome.samples)
+        m.steps.inc(outcome.steps)
+        for event in outcome.events:
+            m.events.labels(event["kind"]).inc()
         self.passes += 1
         if outcome.events:
             log.info("pass over %s: %d samples, %d events (%.3f s)",
@@ -177,7 +200,9 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    Process(settings, stop).run()
+    metrics = Metrics()
+    metrics.serve(settings.alerts_metrics_port, settings.metrics_bind)
+    Process(settings, stop, metrics).run()
     log.info("evaluator stopped")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,7 +28,7 @@ from uuid import UUID
 import psycopg
 
 from alerts import evaluate_store as store
-from alerts.machine import FIRING, State, Transition, step
+from alerts.machine import FIRING, State, Transition, advance
 from alerts.rules import Catalogue
 from shared import alertrules
 from shared.alertrules import Rule
@@ -133,6 +133,7 @@ class _Work:
         self.states: dict[tuple[UUID, str], State] = {}
         self.dirty: dict[tuple[UUID, str], tuple[UUID, str, UUID, State, UUID | None]] = {}
         self.cursors: dict[tuple[str, str], datetime] = {}
+        self.records: dict[UUID, dict[str, Any]] = {}  # each rule's record, made once a pass
         self.outcome = Outcome()
 
     def _state(self, rule: Rule, device: str) -> State:
@@ -140,23 +141,59 @@ class _Work:
         key = (rule.id, device)
         return self.states.get(key) or self.ev.states.get(key) or State()
 
-    def apply(self, rule: Rule, device: str, location: UUID | None, at: datetime,
-              value: float | None) -> None:
-        """Step one (rule, device) with one sample; queue its event and state change."""
+    def apply(self, rule: Rule, device: str, location: UUID | None,
+              samples: list[tuple[datetime, float | None]]) -> None:
+        """Step one (rule, device) through samples in time order; queue its events and its
+        state change."""
         assert rule.id is not None and rule.org_id is not None
         key = (rule.id, device)
         before = self._state(rule, device)
-        after, transition = step(rule, before, at, value)
-        self.outcome.steps += 1
+        after, transitions = advance(rule, before, samples)
+        self.outcome.steps += len(samples)
+        if after is before and not transitions:
+            return
         self.states[key] = after
-        if transition is not None or (after.status, after.since, after.clearing_since) != \
+        event_id = None
+        for t in transitions:
+            event_id = self._event(rule, device, location, t)
+        if transitions or (after.status, after.since, after.clearing_since) != \
                 (before.status, before.since, before.clearing_since):
-            event_id = self._event(rule, device, location, transition) if transition else None
-            self.dirty[key] = (rule.id, device, rule.org_id, after, event_id)
+            # The firing event's id is kept with the state (None after a resolve: the
+            # store keeps the last firing's id).
+            fired = event_id if after.status == FIRING else None
+            self.dirty[key] = (rule.id, device, rule.org_id, after, fired)
+
+    def _group(self, source: str,
+               rows: Iterator[tuple[str, datetime, UUID | None, dict[str, float | None]]]
+               ) -> None:
+        """Feed rows (in device, time order) to the rules watching them, one run of rows of
+        the same device and location at a time; advance each device's cursor."""
+        run: list[tuple[datetime, dict[str, float | None]]] = []
+        key: tuple[str, UUID | None] | None = None
+        for device, at, location, values in rows:
+            self.outcome.samples += 1
+            if key is not None and key != (device, location):
+                self._feed(source, key, run)
+                run = []
+            key = (device, location)
+            run.append((at, values))
+            self.cursors[(source, device)] = at
+        if key is not None:
+            self._feed(source, key, run)
+
+    def _feed(self, source: str, key: tuple[str, UUID | None],
+              run: list[tuple[datetime, dict[str, float | None]]]) -> None:
+        device, location = key
+        for rule in self.cat.rules_for(source, device, location):
+            column = rule.column
+            self.apply(rule, device, location, [(at, values[column]) for at, values in run])
 
     def _event(self, rule: Rule, device: str, location: UUID | None, t: Transition) -> UUID:
         event_id = uuid.uuid4()
-        record = alertrules.record(rule)
+        assert rule.id is not None
+        record = self.records.get(rule.id)
+        if record is None:
+            record = self.records[rule.id] = alertrules.record(rule) | {"id": str(rule.id)}
         self.outcome.events.append({
             "id": event_id, "org_id": rule.org_id, "kind": t.kind, "rule_id": rule.id,
             "device": device, "location_id": rule.location_id, "column_name": rule.column,
@@ -185,11 +222,7 @@ class _Work:
         chosen = watched if devices is None else [d for d in watched if d in devices]
         floor = now - self.max_age
         since = {d: self._cursor(source, d, floor) for d in chosen}
-        for device, at, location, values in store.samples(self.conn, source, cols, since):
-            self.outcome.samples += 1
-            for rule in self.cat.rules_for(source, device, location):
-                self.apply(rule, device, location, at, values[rule.column])
-            self.cursors[(source, device)] = at
+        self._group(source, store.samples(self.conn, source, cols, since))
 
     def buckets(self, source: str, now: datetime) -> None:
         """Buckets of `hourly` or `daily` rewritten since the watermark."""
@@ -200,12 +233,7 @@ class _Work:
         floor = now - self.max_age - _RESOLUTION[source]
         previous = self._cursor(source, "", floor)
         since = {d: self._cursor(source, d, floor) for d in self.cat.devices(source)}
-        for device, at, location, values in store.samples(self.conn, source, cols, since,
-                                                          watermark=previous):
-            self.outcome.samples += 1
-            for rule in self.cat.rules_for(source, device, location):
-                self.apply(rule, device, location, at, values[rule.column])
-            self.cursors[(source, device)] = at
+        self._group(source, store.samples(self.conn, source, cols, since, watermark=previous))
         self.cursors[(source, "")] = max(watermark, previous)
 
     def current(self, source: str, devices: set[str] | None, now: datetime,
@@ -219,8 +247,9 @@ class _Work:
             return
         for device, value in read(chosen).items():
             location = self.cat.device_location.get(device)
+            self.outcome.samples += 1
             for rule in self.cat.rules_for(source, device, location):
-                self.apply(rule, device, location, now, value)
+                self.apply(rule, device, location, [(now, value)])
 
     def commit(self) -> None:
         """Write the pass's events, changed states and cursors (the caller's transaction)."""

@@ -38,6 +38,7 @@ class Catalogue:
     by_source: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
     device_org: dict[str, UUID] = field(default_factory=dict)
     device_location: dict[str, UUID | None] = field(default_factory=dict)
+    _watching: dict[tuple[str, str, UUID | None], list[Rule]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, conn: psycopg.Connection) -> Catalogue:
@@ -56,6 +57,7 @@ class Catalogue:
         """Refresh the devices' organisations and current locations."""
         self.device_org.clear()
         self.device_location.clear()
+        self._watching.clear()
         for name, org, location in conn.execute(_DEVICES_SQL):
             self.device_org[name] = org
             self.device_location[name] = location
@@ -75,8 +77,14 @@ class Catalogue:
         return True
 
     def rules_for(self, source: str, device: str, location: UUID | None) -> list[Rule]:
-        """The rules of `source` that watch this device's value at `location`."""
-        return [r for r in self.by_source.get(source, ()) if self.watches(r, device, location)]
+        """The rules of `source` that watch this device's value at `location` (remembered
+        until the devices are read again)."""
+        key = (source, device, location)
+        found = self._watching.get(key)
+        if found is None:
+            found = self._watching[key] = [r for r in self.by_source.get(source, ())
+                                           if self.watches(r, device, location)]
+        return found
 
     def devices(self, source: str) -> list[str]:
         """Every device some rule of `source` may watch (for sweeps), sorted."""

@@ -132,6 +132,7 @@ class Settings:
         "evaluated by alert rules (a backlog does not raise alerts about last week)")
     alert_event_retention_days: int = _f(
         365, "Alert events (notifications) older than this many days are deleted (0: kept)")
+    alerts_metrics_port: int = _f(9112, "Prometheus metrics port of the alert evaluator (0 off)")
 
     # --- HTTP API ---
     edge_bind: str = _f(

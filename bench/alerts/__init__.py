@@ -1,1 +1,1 @@
-"""Alert benchmarks (issue 24): latency from publish to webhook; the evaluation cost."""
+"""Alerts benchmark (issue 24): `.venv/bin/python -m bench.alerts`."""

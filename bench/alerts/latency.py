@@ -1,4 +1,5 @@
-"""Alert latency (issue 24): from a reading's MQTT publish to its signed webhook's receipt.
+"""Alert latency, a part of bench.alerts (issue 24): from a reading's MQTT publish to its
+signed webhook's receipt.
 
 The demo's shape: the five demo devices (admin/demo.py) each with a frost rule (`tair < 0`,
 clear `>= 1`, no pending time) and one webhook channel; the real processes on loopback: a
@@ -11,7 +12,8 @@ the probes are 60 times that, and every one of them is an alert (a worst case at
 
 Latency of a probe: the receiver's arrival time minus the publish time (both this machine's
 clock). Baseline in the same run: a bare MQTT subscriber's arrival time of the same publishes
-(what the broker alone takes). Goal: p99 <= 10 s.
+(what the broker alone takes). Goal: p99 <= 10 s. It runs on the stack's PostgreSQL server (a
+database of its own) and broker (topics and client ids of its own), with its own processes.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from shared import accounts, alertrules, alertstore, db, sealing
+from shared import accounts, alertrules, alertstore, db, migrate, sealing
 from shared.config import PREFIX
 from testbed.receivers import webhook_receiver
 from testbed.services import MosquittoBroker
@@ -106,9 +108,10 @@ def _slot(t: datetime) -> datetime:
     return t.replace(minute=t.minute - t.minute % 5, second=0, microsecond=0)
 
 
-def measure(url: str, workdir: Path, *, probes: int) -> dict[str, Any]:
+def measure(url: str, workdir: Path, broker: MosquittoBroker, *, probes: int
+            ) -> dict[str, Any]:
     """Run the pipeline and `probes` probes; latency summaries (seconds)."""
-    broker = MosquittoBroker().start(workdir / "mqtt", durable=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     hook = webhook_receiver(workdir)
     seal = sealing.new_key()
     procs: list[subprocess.Popen[bytes]] = []
@@ -192,4 +195,30 @@ def measure(url: str, workdir: Path, *, probes: int) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 p.kill()
         hook.stop()
-        broker.cleanup()
+
+
+GOAL_P99 = 10.0
+
+
+def run(stack: Any, per_device: int) -> dict[str, Any]:
+    """The part's entry (bench/alerts/__main__.py): 100 probes (30 with --quick)."""
+    url = stack.pg.create_database("latency")
+    with db.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
+    migrate.upgrade(url)
+    return measure(url, stack.base / "latency", stack.broker,
+                   probes=100 if per_device >= 12 else 30)
+
+
+def report(f: dict[str, Any]) -> list[str]:
+    """The result lines."""
+    w, b = f["webhook"], f["mqtt_baseline"]
+    met = "met" if w["p99"] <= GOAL_P99 else "MISSED"
+    return [
+        f"latency, publish to webhook, {f['probes']} probes at {f['probe_rate_per_s']:g}/s over "
+        f"{len(DEVICES)} demo devices",
+        f"  webhook: p50 {w['p50']:.3f} s, p99 {w['p99']:.3f} s, max {w['max']:.3f} s  "
+        f"(goal p99 <= {GOAL_P99:g} s: {met})",
+        f"  bare MQTT subscriber (baseline): p50 {b['p50'] * 1000:.1f} ms, "
+        f"p99 {b['p99'] * 1000:.1f} ms; p50 ratio {f['ratio_p50']:g}",
+    ]

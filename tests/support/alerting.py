@@ -29,7 +29,7 @@ class EvaluatorProcess:
 
     def start(self, **changes: Any) -> EvaluatorProcess:
         """Start it and wait until it holds the evaluator lock and listens."""
-        s = self.settings.replace(**changes)
+        s = self.settings.replace(**({"alerts_metrics_port": 0} | changes))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "alerts.evaluate"], cwd=ROOT,
                                          env=settings_env(s), stdout=log, stderr=log)
