@@ -15,6 +15,7 @@ import psycopg
 from admin import (
     access,
     aggregate,
+    alertreaders,
     alerts,
     backup,
     demo,
@@ -87,5 +88,5 @@ def db_status(obj: Context) -> None:
 for command in (people.org, people.user, people.location, people.apikey, devices.device,
                 demo.demo, access.access_cli, aggregate.aggregate, storage.storage_cli,
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
-                alerts.alert):
+                alerts.alert, alertreaders.alert_reader):
     main.add_command(command)

@@ -50,8 +50,9 @@ api_layout() {
     [[ $API_INSTANCES =~ ^[1-9][0-9]*$ ]] || die "SDS_API_INSTANCES must be a positive integer, not '$API_INSTANCES'"
     [[ $API_PORT0 =~ ^[0-9]+$ ]] || die "SDS_HTTP_BIND must be host:port, not '$bind'"
     ingest_layout
-    # alerts-evaluate: the alert evaluator (docs/alerts.md), one active per database.
-    PROCS=("${INGEST_PROCS[@]}" aggregate alerts-evaluate)
+    # alerts-evaluate: the alert evaluator (docs/alerts.md), one active per database;
+    # alerts-deliver: the deliverer (webhooks, email, the MQTT alerts topic).
+    PROCS=("${INGEST_PROCS[@]}" aggregate alerts-evaluate alerts-deliver)
     local k
     for ((k = 1; k <= API_INSTANCES; k++)); do PROCS+=("serve-$k"); done
     # logrotate: rotates every log under .state (deploy/logrotate, docs/operations.md "Log files").
@@ -157,6 +158,8 @@ proc_argv() {
         "$VENV/bin/python" -m ingest) ;;
     aggregate) ARGV=("$VENV/bin/python" -m aggregate) ;;
     alerts-evaluate) ARGV=("$VENV/bin/python" -m alerts.evaluate) ;;
+    # The alert deliverer (docs/alerts.md): webhooks, email, the MQTT alerts topic.
+    alerts-deliver) ARGV=("$VENV/bin/python" -m alerts.delivery) ;;
     # env execs gunicorn, so the pid is gunicorn's master. Behind the edge, the API trusts one
     # proxy hop of X-Forwarded-For for the client address (login throttling, rate limits).
     serve-*) ARGV=(env "SDS_HTTP_BIND=$API_HOST:$((API_PORT0 + ${1#serve-} - 1))"
@@ -241,6 +244,7 @@ stop_all() {
     for name in $(ingest_pidfiles); do stop_one "$name"; done
     stop_one aggregate
     stop_one alerts-evaluate
+    stop_one alerts-deliver
     stop_one logrotate
     bash "$REPO/deploy/services.sh" stop
 }
@@ -411,7 +415,7 @@ $headline
   MQTT broker   127.0.0.1:$SDS_MQTT_PORT   ($broker${SDS_MQTT_FAILOVER:+; other nodes $SDS_MQTT_FAILOVER})
   secrets       $SECRETS
   demo login    $DEMO_OUT
-  logs          $LOGS/{ingest*,aggregate,alerts-evaluate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $(db_files postgres.log), $broker_logs
+  logs          $LOGS/{ingest*,aggregate,alerts-evaluate,alerts-deliver,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $(db_files postgres.log), $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
   backups       pgBackRest into $(db_files pgbackrest) (the scheduler takes the first full backup now); sds backup status
   monitoring    $(monitoring_on && echo "Prometheus http://$MBIND:$PROM_PORT/alerts, Alertmanager http://$MBIND:$AM_PORT (alerts to ${SDS_ALERT_WEBHOOK_URL:-http://127.0.0.1:9199/alerts}); off: deploy/run.sh monitor off" || echo "off (deploy/run.sh monitor: Prometheus, Alertmanager, node_exporter)")

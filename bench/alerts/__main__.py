@@ -6,9 +6,12 @@ baselines measured in the same run (docs/benchmarks.md "Alerts"):
 
   evaluation  the evaluation cost of 1,000 devices x 10 rules as a ratio to the ingest cost of
               the same readings (bench/alerts/evaluation.py; goal <= 0.2)
+  latency     p50/p99 from a reading's MQTT publish to its signed webhook's arrival, through
+              the ingester, evaluator and deliverer processes, against a bare MQTT subscriber
+              (bench/alerts/latency.py; goal p99 <= 10 s)
 
 A part is a module with `run(stack, per_device) -> figures` and `report(figures) -> lines`,
-registered in PARTS (the delivery latency part joins here). `--part NAME` runs one.
+registered in PARTS. `--part NAME` runs one.
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench.alerts import evaluation
+from bench.alerts import evaluation, latency
 from bench.alerts.stack import Stack, log
 
-PARTS: dict[str, ModuleType] = {"evaluation": evaluation}
+PARTS: dict[str, ModuleType] = {"evaluation": evaluation, "latency": latency}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,6 +6,7 @@ from serve.api import (
     alerts,
     apikeys,
     audit,
+    channels,
     data,
     devices,
     health,
@@ -30,6 +31,7 @@ BLUEPRINTS = [
     audit.blp,
     users.blp,
     orgs.blp,
+    channels.blp,
     health.blp,
     index.blp,
 ]

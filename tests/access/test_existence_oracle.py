@@ -46,6 +46,7 @@ class Probe:
     missing_id: str
     body: dict[str, Any] | None = None
     key_allowed: bool = True  # API keys may call it (else they get 403, not a 404)
+    rule: str | None = None  # the url_map rule, when the id is not the path's last segment
 
 
 _MADE: dict[tuple[str, str], str] = {}
@@ -128,6 +129,16 @@ PROBES = [
     Probe("org-member-remove", "DELETE", lambda w: f"/api/v2/orgs/{w.org_a}/users/{w.a2}",
           f"/api/v2/orgs/{MISSING_UUID}/users/{MISSING_UUID}", lambda w: str(w.org_a),
           MISSING_UUID, key_allowed=False),
+    Probe("channel", "GET", lambda w: f"/api/v2/channels/{w.channel_a}",
+          f"/api/v2/channels/{MISSING_UUID}", lambda w: str(w.channel_a), MISSING_UUID),
+    Probe("channel-update", "PATCH", lambda w: f"/api/v2/channels/{w.channel_a}",
+          f"/api/v2/channels/{MISSING_UUID}", lambda w: str(w.channel_a), MISSING_UUID,
+          body={"name": "probe"}),
+    Probe("channel-delete", "DELETE", lambda w: f"/api/v2/channels/{w.channel_a}",
+          f"/api/v2/channels/{MISSING_UUID}", lambda w: str(w.channel_a), MISSING_UUID),
+    Probe("channel-test", "POST", lambda w: f"/api/v2/channels/{w.channel_a}/test",
+          f"/api/v2/channels/{MISSING_UUID}/test", lambda w: str(w.channel_a), MISSING_UUID,
+          rule="/api/v2/channels/<channel_id>/test"),
 ]
 
 

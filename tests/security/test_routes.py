@@ -33,6 +33,11 @@ DASHBOARD_RULES = {
 IMPLICIT = {"HEAD", "OPTIONS"}
 SUSPICIOUS = re.compile(r"debug|test|admin|internal|console|shell|phpinfo|actuator|metrics|"
                         r"/api/v1|/api/v3|/_", re.IGNORECASE)
+# Rules and endpoints whose suspicious-looking word is the product's own, with why.
+SANCTIONED = {
+    "/api/v2/channels/<channel_id>/test": "issue 24's 'send test' of a delivery channel",
+    "channels.send_test": "the view of that route",
+}
 
 
 def served(app: Flask) -> set[tuple[str, str]]:
@@ -80,8 +85,10 @@ def test_no_debug_test_or_other_version_routes(app: Flask) -> None:
             assert (rule.rule == "/" or rule.rule.startswith("/dashboard/")), rule.rule
         else:
             assert rule.rule.startswith("/api/v2/"), f"route outside /api/v2: {rule.rule}"
-        assert not SUSPICIOUS.search(rule.rule), f"suspicious route {rule.rule}"
-        assert not SUSPICIOUS.search(rule.endpoint), f"suspicious endpoint {rule.endpoint}"
+        if rule.rule not in SANCTIONED:
+            assert not SUSPICIOUS.search(rule.rule), f"suspicious route {rule.rule}"
+        if rule.endpoint not in SANCTIONED:
+            assert not SUSPICIOUS.search(rule.endpoint), f"suspicious endpoint {rule.endpoint}"
 
 
 def test_inventory_check_catches_an_extra_route(app: Flask, client: FlaskClient) -> None:

@@ -31,6 +31,7 @@ KEY_SCOPES = {
     "apikeys": ["apikeys:read"],
     "notifications_read": ["notifications:read"],
     "notifications_write": ["notifications:write"],
+    "notifications": ["notifications:read", "notifications:write"],
     "users": ["users:read"],
     "users_write": ["users:write"],
     "orgs": ["orgs:read"],
@@ -61,6 +62,7 @@ class World:
     keys: dict[str, str] = field(default_factory=dict)
     key_ids: dict[str, UUID] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
+    channel_a: UUID | None = None  # an alert delivery channel of org A (issue 24)
 
     def secrets(self) -> list[str]:
         """Every raw password, key and token of the world."""
@@ -144,6 +146,9 @@ def seed(url: str) -> World:
             conn, b1, [*ALL_READ, "users:read", "users:write", "orgs:read",
                        "notifications:read", "notifications:write"])
         world.key_ids["a2_all"], world.keys["a2_all"] = new_key(conn, a2, ALL_READ)
+        row = conn.execute("INSERT INTO alert_channels (org_id, name, kind) VALUES"
+                           " (%s, 'valve', 'mqtt') RETURNING id", (org_a,)).fetchone()
+        world.channel_a = row[0] if row else None
         conn.execute("UPDATE api_keys SET exp = now() - interval '1 hour' WHERE id = %s",
                      (world.key_ids["expired"],))
         conn.execute("UPDATE api_keys SET active = false WHERE id = %s",
