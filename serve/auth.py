@@ -53,6 +53,8 @@ _SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("/api/v2/apikeys", frozenset({"GET", "HEAD"}), "apikeys:read"),
     ("/api/v2/apikeys", None, USER_ONLY),
     ("/api/v2/auth", None, USER_ONLY),
+    ("/api/v2/annotations", frozenset({"GET", "HEAD"}), "annotations:read"),
+    ("/api/v2/annotations", None, "annotations:write"),
 )
 
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from serve.api import apikeys, data, devices, health, index, locations, schemas, tokens
 
+# By its blueprint: `from __future__ import annotations` has taken the module's name here.
+from serve.api.annotations import blp as annotations_blp
+
 BLUEPRINTS = [
     schemas.blp,
     data.blp,
@@ -11,6 +14,7 @@ BLUEPRINTS = [
     locations.blp,
     tokens.blp,
     apikeys.blp,
+    annotations_blp,
     health.blp,
     index.blp,
 ]

@@ -39,6 +39,7 @@ TENANT_ROWS = {
     "api_keys": "SELECT id::text FROM api_keys WHERE org_id = %(org)s",
     "auth_tokens": "SELECT t.id::text FROM auth_tokens t JOIN users u ON u.id = t.user_id"
                    " WHERE u.org_id = %(org)s",
+    "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
 KEY_OF = {
@@ -50,9 +51,11 @@ KEY_OF = {
     "deployments": ("id::text", "during"),
     "api_keys": ("id::text", "name"),
     "auth_tokens": ("id::text", "revoked_at"),
+    "annotations": ("id::text", "text"),
 }
 # What the API role may change at all (grants); RLS must hold on these.
-API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE"}
+API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE",
+                "annotations": "UPDATE DELETE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
@@ -88,6 +91,10 @@ def rls_world(world: World) -> World:
                 conn.execute(f"INSERT INTO {table} (time, device, location) VALUES"
                              " ('2024-04-01', %s, %s), ('2024-04-01', %s, %s)",
                              (world.dev_a, world.loc_a, world.dev_b, world.loc_b))
+        for org, user, loc in ((world.org_a, world.a1, world.loc_a),
+                               (world.org_b, world.b1, world.loc_b)):
+            conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"
+                         " author_id) VALUES (%s, %s, now(), 'note', %s)", (org, loc, user))
     return world
 
 
@@ -192,6 +199,21 @@ def test_api_role_cannot_write_into_another_organisation(rls_world: World) -> No
             pytest.raises(errors.InsufficientPrivilege):
         conn.execute("UPDATE api_keys SET org_id = %s WHERE id = %s",
                      (rls_world.org_b, rls_world.key_ids["a2_all"]))
+
+
+def test_annotation_cannot_name_another_organisations_device_or_location(
+        rls_world: World) -> None:
+    """Migration 0110's WITH CHECK: an annotation of org A on org B's device or location is
+    refused even with org A's own org_id (the subqueries see org A's devices only)."""
+    with psycopg.connect(rls_world.url) as conn:
+        dev_b = conn.execute("SELECT id FROM devices WHERE name = %s",
+                             (rls_world.dev_b,)).fetchone()
+    for column, target in (("device_id", dev_b[0] if dev_b else None),
+                           ("location_id", rls_world.loc_b)):
+        with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn, \
+                pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(f"INSERT INTO annotations (org_id, {column}, start_time, text)"
+                         " VALUES (%s, %s, now(), 'x')", (rls_world.org_a, target))
 
 
 @pytest.mark.parametrize("table", sorted(TENANT_ROWS))
