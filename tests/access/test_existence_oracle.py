@@ -63,6 +63,16 @@ PROBES = [
     Probe("apikey-delete", "DELETE", lambda w: f"/api/v2/apikeys/{w.key_ids['data']}",
           f"/api/v2/apikeys/{MISSING_UUID}", lambda w: str(w.key_ids["data"]), MISSING_UUID,
           key_allowed=False),
+    # Annotations: API keys of the world hold no annotations scope (403 before any lookup).
+    Probe("annotation", "GET", lambda w: f"/api/v2/annotations/{w.annotation_a}",
+          f"/api/v2/annotations/{MISSING_UUID}", lambda w: str(w.annotation_a), MISSING_UUID,
+          key_allowed=False),
+    Probe("annotation-update", "PUT", lambda w: f"/api/v2/annotations/{w.annotation_a}",
+          f"/api/v2/annotations/{MISSING_UUID}", lambda w: str(w.annotation_a), MISSING_UUID,
+          body={"text": "probe"}, key_allowed=False),
+    Probe("annotation-delete", "DELETE", lambda w: f"/api/v2/annotations/{w.annotation_a}",
+          f"/api/v2/annotations/{MISSING_UUID}", lambda w: str(w.annotation_a), MISSING_UUID,
+          key_allowed=False),
 ]
 
 

@@ -50,12 +50,21 @@ class Route:
     body: dict[str, Any] | None = None
     a_object: bool = False  # another organisation gets 404 here
     basic_status: int | None = None  # when basic differs from bearer
+    other_org_status: int | None = None  # when another organisation's caller differs
 
 
 def _fresh_a1_key(world: World, conn: psycopg.Connection) -> str:
     key_id, _value = new_key(conn, world.a1, ["data:read"])
     conn.commit()
     return str(key_id)
+
+
+def _fresh_annotation(world: World, conn: psycopg.Connection) -> str:
+    row = conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text)"
+                       " VALUES (%s, %s, now(), 'matrix') RETURNING id",
+                       (world.org_a, world.loc_a)).fetchone()
+    conn.commit()
+    return str(row[0]) if row else ""
 
 
 ROUTES = [
@@ -94,6 +103,22 @@ ROUTES = [
           lambda w, c: f"/api/v2/data/calibrated?device={w.dev_a}", "data:read", a_object=True),
     Route("data-location", "GET", "/api/v2/data/<table>",
           lambda w, c: f"/api/v2/data/hourly?location={w.loc_a}", "data:read", a_object=True),
+    # Annotations (issue 24): another organisation cannot name org A's device in a body (400).
+    Route("annotations", "GET", "/api/v2/annotations", lambda w, c: "/api/v2/annotations",
+          "annotations:read"),
+    Route("annotations-create", "POST", "/api/v2/annotations",
+          lambda w, c: "/api/v2/annotations", "annotations:write", ok=201,
+          body={"device": "A000101", "start_time": "2026-01-01T00:00:00Z", "text": "matrix"},
+          other_org_status=400),
+    Route("annotation", "GET", "/api/v2/annotations/<annotation_id>",
+          lambda w, c: f"/api/v2/annotations/{w.annotation_a}", "annotations:read",
+          a_object=True),
+    Route("annotation-update", "PUT", "/api/v2/annotations/<annotation_id>",
+          lambda w, c: f"/api/v2/annotations/{w.annotation_a}", "annotations:write",
+          body={"text": "hail, changed"}, a_object=True),
+    Route("annotation-delete", "DELETE", "/api/v2/annotations/<annotation_id>",
+          lambda w, c: f"/api/v2/annotations/{_fresh_annotation(w, c)}", "annotations:write",
+          ok=204, a_object=True),
 ]
 
 # Callers: name -> (headers for this world, kind). Bearer tokens are minted per cell, because
@@ -106,7 +131,8 @@ SESSIONS = ("session", "other_org_session")
 REFUSED = {"anonymous", "wrong_password", "token_expired", "token_revoked", "key_expired",
            "key_inactive", "key_deleted"}
 SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "locations",
-             "apikeys:read": "apikeys", USER_ONLY: "all"}
+             "apikeys:read": "apikeys", "annotations:read": "annotations_read",
+             "annotations:write": "annotations_write", USER_ONLY: "all"}
 
 
 def _session_cookie(app: Flask, token: str) -> dict[str, str]:
@@ -170,6 +196,10 @@ def expected(caller: str, route: Route) -> int:
         return 403
     if caller.endswith("basic") and route.basic_status is not None:
         return route.basic_status
+    if caller == "other_org_key" and route.scope.startswith("annotations:"):
+        return 403  # org B's key holds the read scopes of the world only
+    if caller.startswith("other_org") and route.other_org_status is not None:
+        return route.other_org_status
     if caller.startswith("other_org") and route.a_object:
         return 404
     return route.ok

@@ -29,6 +29,8 @@ KEY_SCOPES = {
     "devices": ["devices:read"],
     "locations": ["locations:read"],
     "apikeys": ["apikeys:read"],
+    "annotations_read": ["annotations:read"],
+    "annotations_write": ["annotations:write"],
     "none": ["orgs:read", "users:read"],  # valid scopes, none of them needed by any endpoint
     "expired": ALL_READ,
     "inactive": ALL_READ,
@@ -55,6 +57,7 @@ class World:
     keys: dict[str, str] = field(default_factory=dict)
     key_ids: dict[str, UUID] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
+    annotation_a: UUID | None = None  # an annotation of org A on its location
 
     def secrets(self) -> list[str]:
         """Every raw password, key and token of the world."""
@@ -145,6 +148,10 @@ def seed(url: str) -> World:
         world.tokens["revoked"] = insert_token(conn, a1, expires_in=timedelta(hours=1),
                                                revoked=True)
         world.tokens["b_live"] = insert_token(conn, b1, expires_in=timedelta(hours=1))
+        row = conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"
+                           " author_id) VALUES (%s, %s, now(), 'hail', %s) RETURNING id",
+                           (org_a, loc_a, a1)).fetchone()
+        world.annotation_a = row[0] if row else None
         conn.commit()
     return world
 
