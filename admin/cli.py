@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 import psycopg
 
-from admin import access, aggregate, demo, devices, people, quarantine, simulate, storage
+from admin import access, aggregate, alertreaders, demo, devices, people, quarantine, simulate, storage
 from admin.context import Context, pass_ctx
 from shared import config, migrate
 from shared.logs import configure_logging
@@ -74,5 +74,5 @@ def db_status(obj: Context) -> None:
 
 for command in (people.org, people.user, people.location, people.apikey, devices.device,
                 demo.demo, access.access_cli, aggregate.aggregate, storage.storage_cli,
-                quarantine.quarantine, simulate.simulate):
+                quarantine.quarantine, simulate.simulate, alertreaders.alerts_cli):
     main.add_command(command)

@@ -89,6 +89,10 @@ def drain(
             guard(conn)
             n = rollups.process_marks(conn, table=table, limit=batch,
                                       low_quality_pct=low_quality_pct)
+            if n:
+                # The alert evaluator reads the rewritten buckets now (docs/alerts.md);
+                # delivered at commit, so it never looks before they are visible.
+                conn.execute("SELECT pg_notify('sds_rollups', %s)", (table,))
             guard(conn)
         total += n
         if n < batch:

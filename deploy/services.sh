@@ -257,7 +257,8 @@ pg_bootstrap() {
 DO $$
 DECLARE r text;
 BEGIN
-    FOREACH r IN ARRAY ARRAY['sds_api', 'sds_auth', 'sds_ingest', 'sds_aggregate'] LOOP
+    FOREACH r IN ARRAY ARRAY['sds_api', 'sds_auth', 'sds_ingest', 'sds_aggregate',
+                             'sds_alerts'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
             RAISE NOTICE 'creating role %', r;
             EXECUTE format('CREATE ROLE %I NOLOGIN', r);

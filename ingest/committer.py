@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections import deque
@@ -57,6 +58,29 @@ TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 # configuration errors (58, F0, XX). Quarantining on these would misfile good readings, so the
 # batch waits (unacknowledged) and is retried until an operator fixes the cause.
 SETUP_FAULT_CLASSES = frozenset({"28", "3D", "3F", "42", "53", "55", "57", "58", "F0", "XX"})
+
+
+# NOTIFY payloads must stay under 8000 bytes; device names are at most 64 ASCII characters
+# (0001_accounts.sql); a topic naming anything else is no registered device and not sent.
+NOTIFY_BYTES = 7000
+_DEVICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _notify_ingested(conn: psycopg.Connection, messages: list[Message]) -> None:
+    """Tell the alert evaluator (docs/alerts.md) which devices this batch wrote, newline-
+    separated on channel `sds_ingested`; PostgreSQL delivers it at commit, so the evaluator
+    never looks before the rows are visible, and never hears of a batch that rolled back."""
+    names = sorted({m.device for m in messages
+                    if m.device is not None and _DEVICE_NAME.fullmatch(m.device)})
+    chunks: list[str] = []
+    for name in names:
+        if chunks and len(chunks[-1]) + len(name) < NOTIFY_BYTES:
+            chunks[-1] += "\n" + name
+        else:
+            chunks.append(name)
+    if chunks:
+        conn.execute("SELECT pg_notify('sds_ingested', c) FROM unnest(%s::text[]) AS c",
+                     (chunks,))
 
 
 def retry_later(exc: psycopg.Error) -> bool:
@@ -292,6 +316,7 @@ class Committer:
                     conn = self.db()
                     with conn.transaction():
                         result = writer.write_batch(conn, messages)
+                        _notify_ingested(conn, messages)
                         self._fault("after_insert_before_commit")
                         # As late as possible before the commit that allows the acks.
                         self._leader.confirm()

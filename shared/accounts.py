@@ -137,6 +137,10 @@ def location_id(conn: psycopg.Connection, name_or_id: str, *, org: UUID | None =
 # shard: ingester, ingester-1, ...), so no device may ever have one: its password entry would
 # replace the ingester's, and its session would be the ingester's.
 RESERVED_DEVICE_NAMES = re.compile(r"^ingester(-[0-9]+)?$")
+# The alert accounts' names (docs/alerts.md "MQTT"): the deliverer's alerts-publisher and each
+# organisation's reader alerts-<organisation id>, which may read alerts/...; no device may have
+# a name of this form, or it would take over such an account's password entry and grants.
+RESERVED_ALERT_NAMES = re.compile(r"^alerts-")
 # What a device name may be, the Python side of the devices.name CHECK constraints (0001, 0085):
 # 1-64 letters, digits, '_', '.' or '-', and not dots only ('.', '..' cannot be used in a path).
 DEVICE_NAME = re.compile(r"^(?!\.+$)[A-Za-z0-9_.-]{1,64}$")
@@ -151,6 +155,9 @@ def register_device(
     reserved for the ingester's broker accounts."""
     if RESERVED_DEVICE_NAMES.match(name):
         raise BadParameter(f"device name {name!r} is reserved for the ingester's broker account")
+    if RESERVED_ALERT_NAMES.match(name):
+        raise BadParameter(f"device name {name!r}: names starting alerts- are reserved for the "
+                           "alert accounts of the broker")
     if not DEVICE_NAME.match(name):
         raise BadParameter(f"device name {name!r}: {DEVICE_NAME_RULE}")
     try:

@@ -124,6 +124,15 @@ class Settings:
         "and month); retention drops nothing while it is unset")
     retention_interval: int = _f(3600, "Seconds between retention runs of the scheduler")
 
+    # --- alerts (docs/alerts.md) ---
+    alert_sweep_interval: float = _f(
+        30.0, "Seconds between the alert evaluator's sweeps (silent devices, a missed NOTIFY)")
+    alert_max_age: int = _f(
+        86400, "Readings and buckets older than this many seconds when they arrive are not "
+        "evaluated by alert rules (a backlog does not raise alerts about last week)")
+    alert_event_retention_days: int = _f(
+        365, "Alert events (notifications) older than this many days are deleted (0: kept)")
+
     # --- HTTP API ---
     edge_bind: str = _f(
         "127.0.0.1:8080", "Address the edge (nginx, deploy/nginx/nginx.conf) listens on for "
@@ -195,6 +204,45 @@ class Settings:
         "intervals without a message")
     dashboard_low_battery_pct: float = _f(
         20.0, "Battery charge (%) below which the dashboard flags a device")
+
+    # --- alert delivery (docs/alerts.md "Channels") ---
+    delivery_workers: int = _f(
+        4, "Deliveries the deliverer (python -m alerts.delivery) sends at once, each on its own "
+        "database connection")
+    delivery_sweep_interval: float = _f(
+        2.0, "Seconds between the deliverer's sweeps for due retries and events it was not "
+        "told of (it also wakes at once on each new event)")
+    delivery_retry_base: float = _f(
+        5.0, "First retry delay of a failed delivery (s); each further retry doubles it, with "
+        "jitter, up to SDS_DELIVERY_RETRY_CAP")
+    delivery_retry_cap: float = _f(7200.0, "Longest delay between two attempts of a delivery (s)")
+    delivery_max_attempts: int = _f(
+        15, "Attempts of one delivery before it is given up (state failed): with the default "
+        "backoff they spread over 4.4 to 8.8 hours")
+    channel_max_failures: int = _f(
+        15, "Failed attempts in a row after which a channel is disabled (its admins are told "
+        "by a channel_disabled notification)")
+    webhook_timeout: float = _f(
+        10.0, "Longest a webhook attempt may take, connecting, sending and reading the answer (s)")
+    webhook_max_response: int = _f(65536, "Most bytes of a webhook receiver's answer read")
+    webhook_allow_private: bool = _f(
+        False, "Let webhooks target loopback, private, link-local and other non-public "
+        "addresses (the demo and the tests; off: refused at creation and at delivery)")
+    alerts_mqtt_username: str = _f(
+        "alerts-publisher", "Broker account the deliverer publishes alerts with")
+    alerts_mqtt_password: str | None = _f(
+        None, "Broker password of SDS_ALERTS_MQTT_USERNAME", secret=True)
+
+    # --- outgoing email (alerts now; invitations later) ---
+    smtp_host: str | None = _f(None, "SMTP server for outgoing email (unset: no email is sent)")
+    smtp_port: int = _f(25, "SMTP server port")
+    smtp_security: str = _f(
+        "starttls", "none, starttls (upgrade a plain connection; refused if the server does not "
+        "offer it) or tls (TLS from the first byte, usually port 465)")
+    smtp_username: str | None = _f(None, "SMTP login (unset: no AUTH)")
+    smtp_password: str | None = _f(None, "SMTP password", secret=True)
+    smtp_from: str = _f("sds@localhost", "From address of outgoing email")
+    smtp_timeout: float = _f(20.0, "Longest an SMTP conversation may stall (s)")
 
     # --- logging ---
     log_level: str = _f("INFO", "Log level of every process")

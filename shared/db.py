@@ -25,7 +25,8 @@ ROLE_API = "sds_api"  # API views: one organisation's rows, chosen by app.org_id
 ROLE_AUTH = "sds_auth"  # API credential checks, before the organisation is known
 ROLE_INGEST = "sds_ingest"  # the MQTT ingester
 ROLE_AGGREGATE = "sds_aggregate"  # the rollup scheduler
-ROLES = (ROLE_API, ROLE_AUTH, ROLE_INGEST, ROLE_AGGREGATE)
+ROLE_ALERTS = "sds_alerts"  # the alert evaluator (migration 0101)
+ROLES = (ROLE_API, ROLE_AUTH, ROLE_INGEST, ROLE_AGGREGATE, ROLE_ALERTS)
 
 
 def role_for(settings: Settings, role: str | None) -> str | None:
@@ -184,6 +185,6 @@ def close_quietly(conn: psycopg.Connection | None) -> None:
             pass
 
 
-__all__ = ["ROLES", "ROLE_AGGREGATE", "ROLE_API", "ROLE_AUTH", "ROLE_INGEST", "DictRow",
+__all__ = ["ROLES", "ROLE_AGGREGATE", "ROLE_ALERTS", "ROLE_API", "ROLE_AUTH", "ROLE_INGEST", "DictRow",
            "close_quietly", "connect", "dict_row", "make_pool", "role_for", "session_options",
            "set_request_scope", "set_role"]

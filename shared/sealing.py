@@ -92,3 +92,10 @@ def from_settings(settings: Settings, *, warn: bool = True) -> Sealer | None:
                         "masked (set it, as deploy/run.sh does, to let owners retrieve them)")
         return None
     return Sealer(keys)
+
+
+def secret_sealer(settings: Settings) -> Sealer | None:
+    """The Sealer of stored secrets the service must use again itself (webhook signing
+    secrets): SDS_APIKEY_SEAL_KEYS whether or not API keys are retrievable; None without keys."""
+    keys = parse_keys(settings.apikey_seal_keys)
+    return Sealer(keys) if keys else None

@@ -496,6 +496,7 @@ class MosquittoBroker(_ProcessServer):
         shipped_template: bool = False,
         env: dict[str, str] | None = None,
         binary: str = "mosquitto",
+        plugin: Path | None = None,
     ) -> MosquittoBroker:
         """Write a config into base_dir and start the broker; returns self.
 
@@ -504,7 +505,9 @@ class MosquittoBroker(_ProcessServer):
         the shipped durable.conf. shipped_template=True renders deploy/mosquitto/mosquitto.conf
         itself (as deploy/services.sh does) instead of the helper's own listener/auth lines.
         env: extra environment for the broker process (e.g. a glibc malloc tunable). binary:
-        another mosquitto executable than the one on PATH (a negative control).
+        another mosquitto executable than the one on PATH (a negative control). plugin: with the
+        shipped template, load this build of deploy/mosquitto/sds_plugin.c instead of the
+        installed one (a test of the source in this tree).
         """
         self._env = dict(env or {})
         self._binary = binary
@@ -540,6 +543,8 @@ class MosquittoBroker(_ProcessServer):
                 .replace("@PORT@", str(self._port))
                 .replace("@DIR@", str(base))
             )
+            if plugin is not None:
+                conf = conf.replace("/usr/local/lib/sds/mosquitto_sds.so", str(plugin))
         else:
             conf = f"listener {self._port} 127.0.0.1\n"
             if users is None:

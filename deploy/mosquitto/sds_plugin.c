@@ -13,6 +13,11 @@
  *    ingester's broker accounts: RESERVED_DEVICE_NAMES) is refused: 0x87 Not authorized in an
  *    MQTT 5 SUBACK, 0x80 Failure in MQTT 3.1.1. The ingester's own subscriptions, publishes and
  *    deliveries, and UNSUBSCRIBE, are deferred to the acl_file, which keeps the read grants.
+ *    One exception (issue 24): an organisation's alert-reader account `alerts-<organisation
+ *    uuid>` (admin/alertreaders.py; shared/accounts.py reserves the names) may subscribe to
+ *    its own organisation's alerts topic only: a filter equal to `alerts/<uuid>` or under
+ *    `alerts/<uuid>/`, never `$share/...` or another organisation's. Its read grant is the
+ *    acl_file's `pattern read alerts/#`; the subscription refusal here is what confines it.
  *
  * 2. No client keeps retained messages on the broker (MOSQ_EVT_MESSAGE). A device may publish
  *    under its own subtree, and every retained publish stayed in the broker's memory and store
@@ -41,6 +46,12 @@
 /* The ingester's account names: "ingester" and "ingester-<digits>" (shared/accounts.py
  * RESERVED_DEVICE_NAMES, which keeps every device from having such a name). */
 #define INGESTER "ingester"
+
+/* An organisation's alert reader: "alerts-" and a UUID in its 36-character text form; it may
+ * subscribe under "alerts/<uuid>" only (alerts.delivery publishes there). */
+#define READER "alerts-"
+#define ALERTS_ROOT "alerts/"
+#define UUID_LEN 36
 
 struct rate_log {
 	unsigned long since_log;
@@ -88,10 +99,44 @@ static bool is_ingester(const char *user)
 	return true;
 }
 
+/* The organisation UUID of an alert-reader account name, or NULL for any other name. */
+static const char *reader_org(const char *user)
+{
+	size_t n = strlen(READER);
+	size_t i;
+	const char *org;
+
+	if(user == NULL || strncmp(user, READER, n) != 0 || strlen(user) != n + UUID_LEN){
+		return NULL;
+	}
+	org = user + n;
+	for(i = 0; i < UUID_LEN; i++){
+		char c = org[i];
+		bool dash = (i == 8 || i == 13 || i == 18 || i == 23);
+		if(dash ? c != '-' : !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))){
+			return NULL;
+		}
+	}
+	return org;
+}
+
+/* Whether `filter` lies in the organisation's alerts subtree: "alerts/<org>" or "alerts/<org>/...". */
+static bool in_alerts_of(const char *org, const char *filter)
+{
+	size_t n = strlen(ALERTS_ROOT);
+
+	if(filter == NULL || strncmp(filter, ALERTS_ROOT, n) != 0
+			|| strncmp(filter + n, org, UUID_LEN) != 0){
+		return false;
+	}
+	return filter[n + UUID_LEN] == '\0' || filter[n + UUID_LEN] == '/';
+}
+
 static int on_acl_check(int event, void *event_data, void *userdata)
 {
 	struct mosquitto_evt_acl_check *ed = event_data;
 	const char *user;
+	const char *org;
 
 	(void)event;
 	(void)userdata;
@@ -102,10 +147,14 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 	if(is_ingester(user)){
 		return MOSQ_ERR_PLUGIN_DEFER; /* the acl_file decides, as for everything else */
 	}
+	org = reader_org(user);
+	if(org != NULL && in_alerts_of(org, ed->topic)){
+		return MOSQ_ERR_PLUGIN_DEFER; /* its own alerts; the acl_file grants the read */
+	}
 	if(rate_log_due(&refused)){
 		mosquitto_log_printf(MOSQ_LOG_NOTICE,
 				"sds_plugin: refused %lu SUBSCRIBE filter(s) (%lu since start): only the ingester's "
-				"accounts may subscribe; latest from user %s to %s", refused.since_log, refused.total,
+				"accounts, and alert readers to their own alerts, may subscribe; latest from user %s to %s", refused.since_log, refused.total,
 				user ? user : "(none)", ed->topic);
 		refused.since_log = 0;
 	}

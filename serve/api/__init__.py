@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
-from serve.api import apikeys, data, devices, health, index, locations, schemas, tokens
+from serve.api import (
+    alerts,
+    apikeys,
+    channels,
+    data,
+    devices,
+    health,
+    index,
+    locations,
+    notifications,
+    schemas,
+    tokens,
+)
 
 # By its blueprint: `from __future__ import annotations` has taken the module's name here.
 from serve.api.annotations import blp as annotations_blp
@@ -14,6 +26,9 @@ BLUEPRINTS = [
     locations.blp,
     tokens.blp,
     apikeys.blp,
+    alerts.blp,
+    notifications.blp,
+    channels.blp,
     annotations_blp,
     health.blp,
     index.blp,

@@ -39,6 +39,9 @@ TENANT_ROWS = {
     "api_keys": "SELECT id::text FROM api_keys WHERE org_id = %(org)s",
     "auth_tokens": "SELECT t.id::text FROM auth_tokens t JOIN users u ON u.id = t.user_id"
                    " WHERE u.org_id = %(org)s",
+    "alert_events": "SELECT id::text FROM alert_events WHERE org_id = %(org)s",
+    "alert_rules": "SELECT id::text FROM alert_rules WHERE org_id = %(org)s",
+    "alert_states": "SELECT rule_id::text || device FROM alert_states WHERE org_id = %(org)s",
     "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
@@ -51,11 +54,15 @@ KEY_OF = {
     "deployments": ("id::text", "during"),
     "api_keys": ("id::text", "name"),
     "auth_tokens": ("id::text", "revoked_at"),
+    "alert_events": ("id::text", "acknowledged_at"),
+    "alert_rules": ("id::text", "name"),
+    "alert_states": ("rule_id::text || device", "value"),
     "annotations": ("id::text", "text"),
 }
 # What the API role may change at all (grants); RLS must hold on these.
 API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE",
-                "annotations": "UPDATE DELETE"}
+                "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
+                "alert_states": "DELETE", "annotations": "UPDATE DELETE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
@@ -73,6 +80,8 @@ SERVICE_TABLES = {
     "login_failures": "the login throttle, keyed by a digest of the name tried",
     "request_rate": "rate-limit counters keyed by credential id",
     "schema_migrations": "applied migrations and their checksums; owner only",
+    "alert_cursors": "how far the alert evaluator has read, per source table and device; "
+                     "not granted to the API",
 }
 
 _tally = {"tables": 0, "forced": 0, "data_tables": 0, "data_forced": 0, "cross_org_visible": 0,
@@ -91,6 +100,15 @@ def rls_world(world: World) -> World:
                 conn.execute(f"INSERT INTO {table} (time, device, location) VALUES"
                              " ('2024-04-01', %s, %s), ('2024-04-01', %s, %s)",
                              (world.dev_a, world.loc_a, world.dev_b, world.loc_b))
+        conn.execute("INSERT INTO alert_events (org_id, kind, at, title) VALUES"
+                     " (%s, 'test', now(), 'a'), (%s, 'test', now(), 'b')",
+                     (world.org_a, world.org_b))
+        for org in (world.org_a, world.org_b):
+            conn.execute("WITH r AS (INSERT INTO alert_rules (org_id, name, kind, source,"
+                         " column_name, op, threshold, clear_op, clear_threshold) VALUES"
+                         " (%s, 'r', 'threshold', 'calibrated', 'tair', '<', 0, '>=', 0)"
+                         " RETURNING id, org_id) INSERT INTO alert_states (rule_id, device,"
+                         " org_id, status) SELECT id, 'd', org_id, 'ok' FROM r", (org,))
         for org, user, loc in ((world.org_a, world.a1, world.loc_a),
                                (world.org_b, world.b1, world.loc_b)):
             conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"

@@ -1,0 +1,128 @@
+"""The deliverer's SQL: fan events out into deliveries, claim one due delivery, record its end.
+
+Fan-out is idempotent (unique event x channel; ON CONFLICT DO NOTHING), so deliverers may run
+it concurrently or be killed half-way. A claim is `SELECT ... FOR UPDATE OF d SKIP LOCKED` held
+for the whole attempt: two deliverers never send one row at once, and a deliverer killed
+mid-attempt leaves the row pending (its lock ends with its session) to be sent again, with the
+same event id (at least once). Failures count on the channel; the Nth in a row disables it and
+writes a `channel_disabled` event for the organisation's administrators.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+FANOUT_BATCH = 1000
+
+_FANOUT_SQL = """
+WITH todo AS (
+    SELECT e.id, e.org_id, e.kind, e.channels, e.admins_only FROM alert_events e
+    WHERE NOT EXISTS (SELECT 1 FROM alert_event_fanout f WHERE f.event_id = e.id)
+    ORDER BY e.created_at LIMIT %(batch)s
+), marked AS (
+    INSERT INTO alert_event_fanout (event_id) SELECT id FROM todo
+    ON CONFLICT DO NOTHING RETURNING event_id
+), to_channels AS (
+    INSERT INTO alert_deliveries (event_id, org_id, channel_id)
+    SELECT t.id, t.org_id, c.id FROM todo t JOIN alert_channels c ON c.org_id = t.org_id
+    WHERE NOT t.admins_only
+      AND (t.channels IS NULL OR c.id = ANY (t.channels))
+      -- "send test" reaches its channel even inactive or disabled (trying a repaired receiver)
+      AND (t.kind = 'test' OR (c.active AND c.disabled_at IS NULL))
+    ON CONFLICT DO NOTHING RETURNING 1
+), to_admins AS (
+    INSERT INTO alert_deliveries (event_id, org_id, channel_id)
+    SELECT t.id, t.org_id, NULL FROM todo t WHERE t.admins_only AND %(email)s
+    ON CONFLICT DO NOTHING RETURNING 1
+)
+SELECT (SELECT count(*) FROM marked) AS events,
+       (SELECT count(*) FROM to_channels) + (SELECT count(*) FROM to_admins) AS deliveries
+"""
+
+_CLAIM_SQL = """
+SELECT d.id AS delivery_id, d.attempts, d.channel_id, c.kind AS channel_kind,
+       c.name AS channel_name, c.url, c.secret_sealed, c.recipients,
+       e.id, e.org_id, e.kind, e.rule_id, e.device, e.location_id, e.column_name, e.value,
+       e.unit, e.at, e.title, e.body, e.created_at
+FROM alert_deliveries d
+JOIN alert_events e ON e.id = d.event_id
+LEFT JOIN alert_channels c ON c.id = d.channel_id
+WHERE d.state = 'pending' AND d.next_attempt_at <= now()
+  AND (d.channel_id IS NULL OR e.kind = 'test' OR (c.active AND c.disabled_at IS NULL))
+ORDER BY d.next_attempt_at
+LIMIT 1
+FOR UPDATE OF d SKIP LOCKED
+"""
+
+
+def fanout(conn: psycopg.Connection, *, email: bool) -> tuple[int, int]:
+    """Fan out up to FANOUT_BATCH new events; (events marked, deliveries made). `email`: the
+    service can send email (admins_only events get a delivery to the administrators)."""
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_FANOUT_SQL, {"batch": FANOUT_BATCH, "email": email}).fetchone()
+    assert row is not None
+    return int(row["events"]), int(row["deliveries"])
+
+
+def claim(conn: psycopg.Connection) -> dict[str, Any] | None:
+    """The next due delivery with its event and channel, locked until the caller's
+    transaction ends; None when nothing is due. Call inside a transaction."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_CLAIM_SQL).fetchone()
+
+
+def admin_emails(conn: psycopg.Connection, org: Any) -> list[str]:
+    """Addresses of the organisation's active administrators."""
+    rows = conn.execute("SELECT email FROM users WHERE org_id = %s AND is_admin AND active"
+                        " ORDER BY email", (org,)).fetchall()
+    return [r[0] for r in rows]
+
+
+def delivered(conn: psycopg.Connection, job: dict[str, Any], status: int | None) -> None:
+    """Record a successful attempt; the channel's failure streak ends."""
+    conn.execute("UPDATE alert_deliveries SET state = 'delivered', attempts = attempts + 1,"
+                 " last_attempt_at = now(), last_status = %s, last_error = NULL,"
+                 " delivered_at = now() WHERE id = %s", (status, job["delivery_id"]))
+    if job["channel_id"] is not None:
+        conn.execute("UPDATE alert_channels SET consecutive_failures = 0"
+                     " WHERE id = %s AND consecutive_failures <> 0", (job["channel_id"],))
+
+
+def failed(conn: psycopg.Connection, job: dict[str, Any], status: int | None, error: str,
+           *, retry_in: float, max_attempts: int, max_failures: int) -> bool:
+    """Record a failed attempt: retried after `retry_in` seconds, or given up after
+    `max_attempts`. True when this failure disabled the channel."""
+    attempts = job["attempts"] + 1
+    conn.execute(
+        "UPDATE alert_deliveries SET attempts = %s, last_attempt_at = now(), last_status = %s,"
+        " last_error = %s, state = CASE WHEN %s THEN 'failed' ELSE state END,"
+        " next_attempt_at = now() + %s WHERE id = %s",
+        (attempts, status, error, attempts >= max_attempts, timedelta(seconds=retry_in),
+         job["delivery_id"]))
+    if job["channel_id"] is None:
+        return False
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            "UPDATE alert_channels SET consecutive_failures = consecutive_failures + 1"
+            " WHERE id = %s RETURNING org_id, name, consecutive_failures, disabled_at",
+            (job["channel_id"],)).fetchone()
+        if row is None or row["disabled_at"] is not None or (
+                row["consecutive_failures"] < max_failures):
+            return False
+        reason = (f"{row['consecutive_failures']} failed deliveries in a row; last: "
+                  f"{error}")[:500]
+        cur.execute("UPDATE alert_channels SET disabled_at = now(), disabled_reason = %s,"
+                    " updated_at = now() WHERE id = %s", (reason, job["channel_id"]))
+        cur.execute(
+            "INSERT INTO alert_events (org_id, kind, at, title, body, admins_only)"
+            " VALUES (%s, 'channel_disabled', now(), %s, %s, true)",
+            (row["org_id"], f"Channel {row['name']} disabled: {row['consecutive_failures']} "
+             "failed deliveries in a row",
+             Jsonb({"channel": {"id": str(job["channel_id"]), "name": row["name"],
+                                "kind": job["channel_kind"]}, "reason": reason})))
+    return True

@@ -1,0 +1,67 @@
+"""What a delivery carries and when a failed one is tried again: pure functions.
+
+The payload is Standard Webhooks' recommended envelope, `{"type": "alert.<kind>", "timestamp":
+<event creation, ISO 8601>, "data": {...}}`, the same bytes for every attempt of one event, over
+every channel kind (the webhook body, the MQTT message, the JSON part of an email).
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+# Event columns copied into `data` beside the event's own body.
+EVENT_FIELDS = ("id", "kind", "rule_id", "device", "location_id", "column_name", "value", "unit",
+                "at", "title", "created_at")
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def envelope(event: dict[str, Any]) -> dict[str, Any]:
+    """The delivered document of an alert_events row."""
+    data: dict[str, Any] = dict(event.get("body") or {})
+    for key in EVENT_FIELDS:
+        value = event.get(key)
+        if isinstance(value, datetime):
+            value = _iso(value)
+        elif value is not None and key in ("id", "rule_id", "location_id"):
+            value = str(value)
+        data["column" if key == "column_name" else key] = value
+    return {"type": f"alert.{event['kind']}", "timestamp": _iso(event["created_at"]),
+            "data": data}
+
+
+def encode(event: dict[str, Any]) -> bytes:
+    """The envelope as compact JSON bytes (the signed webhook body)."""
+    return orjson.dumps(envelope(event))
+
+
+def retry_delay(attempts: int, *, base: float, cap: float,
+                rand: random.Random | None = None) -> float:
+    """Seconds before the next attempt after `attempts` failed ones: base x 2^(attempts-1),
+    at most `cap`, with 'equal jitter' (between half and all of it), so receivers that failed
+    together are not all retried at the same instant."""
+    r = rand or random
+    ceiling = min(cap, base * 2 ** max(0, attempts - 1))
+    return ceiling / 2 + r.uniform(0, ceiling / 2)
+
+
+def email_text(event: dict[str, Any]) -> tuple[str, str]:
+    """(subject, plain-text body) of an event's email."""
+    doc = envelope(event)
+    data = doc["data"]
+    lines = [data["title"], ""]
+    for label, key in (("Kind", "kind"), ("Device", "device"), ("Column", "column"),
+                       ("Value", "value"), ("Unit", "unit"), ("At", "at"),
+                       ("Event id", "id")):
+        if data.get(key) is not None:
+            lines.append(f"{label}: {data[key]}")
+    lines += ["", "The event as JSON:", orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()]
+    prefix = {"firing": "[ALERT]", "resolved": "[RESOLVED]", "channel_disabled": "[CHANNEL "
+              "DISABLED]", "test": "[TEST]"}.get(event["kind"], "[ALERT]")
+    return f"{prefix} {data['title']}", "\n".join(lines) + "\n"

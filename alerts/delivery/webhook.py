@@ -1,0 +1,106 @@
+"""One webhook attempt: a Standard Webhooks signed POST to an address that passed the SSRF check.
+
+Headers `webhook-id` (the event id, the same on every attempt), `webhook-timestamp` (this
+attempt's Unix time) and `webhook-signature` (`v1,<base64 HMAC-SHA256 of id.timestamp.body>`
+with the channel's whsec_ secret), made by the specification's own library (`standardwebhooks`).
+The name is resolved here and the socket connects to a checked address of that answer
+(shared.netguard): no DNS rebinding between check and use. Redirects are not followed (a 3xx
+is a failure), the whole attempt has one deadline and at most SDS_WEBHOOK_MAX_RESPONSE bytes of
+the answer are read.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from standardwebhooks.webhooks import Webhook
+
+from shared import netguard
+
+USER_AGENT = "sds-alerts/1 (Standard Webhooks)"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an attempt ended: ok, the HTTP status when there was one, and what went wrong."""
+
+    ok: bool
+    status: int | None = None
+    error: str | None = None
+
+
+def signed_headers(secret: str, msg_id: str, body: bytes, when: datetime) -> dict[str, str]:
+    """The three Standard Webhooks headers for `body` sent at `when`."""
+    signature = Webhook(secret).sign(msg_id=msg_id, timestamp=when, data=body.decode())
+    return {"webhook-id": msg_id, "webhook-timestamp": str(int(when.timestamp())),
+            "webhook-signature": signature}
+
+
+class _PinnedConnection(http.client.HTTPConnection):
+    """An HTTP connection to a fixed, already checked address; Host is still the URL's host."""
+
+    def __init__(self, host: str, port: int, address: str, timeout: float,
+                 tls: ssl.SSLContext | None) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self._address = address
+        self._tls = tls
+
+    def connect(self) -> None:
+        """Open the socket to the pinned address (and TLS with the URL's host name)."""
+        sock = socket.create_connection((self._address, self.port), self.timeout)
+        if self._tls is not None:
+            sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+        self.sock = sock
+
+
+def _read_capped(response: http.client.HTTPResponse, limit: int, deadline: float) -> None:
+    """Read up to `limit` bytes of the answer before `deadline` (the rest is left unread)."""
+    left = limit
+    while left > 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError("answer not read within the attempt's deadline")
+        chunk = response.read1(min(left, 16384))
+        if not chunk:
+            return
+        left -= len(chunk)
+
+
+def post(url: str, secret: str, msg_id: str, body: bytes, *, timeout: float,
+         max_response: int, allow_private: bool) -> Outcome:
+    """One signed POST of `body` to `url`; 2xx is success, anything else a failure."""
+    deadline = time.monotonic() + timeout
+    try:
+        target = netguard.parse_url(url)
+        addresses = netguard.allowed_addresses(target.host, target.port,
+                                               allow_private=allow_private)
+    except netguard.Refused as exc:
+        return Outcome(False, None, f"refused: {exc}")
+    headers = signed_headers(secret, msg_id, body, datetime.now(UTC))
+    headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
+    tls = ssl.create_default_context() if target.scheme == "https" else None
+    last = "no address answered"
+    for address in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Outcome(False, None, f"timed out after {timeout:g} s")
+        conn = _PinnedConnection(target.host, target.port, address, left, tls)
+        try:
+            conn.request("POST", target.path, body=body, headers=headers)
+            response = conn.getresponse()
+            _read_capped(response, max_response, deadline)
+            status = response.status
+        except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
+            last = f"{address}: {type(exc).__name__}: {exc}"[:500]
+            continue
+        finally:
+            conn.close()
+        if 200 <= status < 300:
+            return Outcome(True, status)
+        # A redirect is not followed: its target would escape the check above.
+        return Outcome(False, status, f"HTTP {status} {response.reason}"[:500])
+    return Outcome(False, None, last)

@@ -1,0 +1,185 @@
+"""`python -m alerts.evaluate`: the alert evaluator, one active instance per database.
+
+The process waits for the lock `sds-alerts-evaluator` (shared.locks; a second instance is a
+standby that takes over within LOCK_POLL seconds of the holder's end), then LISTENs on the
+lock's own session:
+- `sds_ingested` (ingest/committer.py, at each commit: the devices it wrote) -> a pass over
+  those devices' new readings, health reports, quarantine counts and last contact;
+- `sds_rollups` (aggregate/jobs.py, after rollup buckets were rewritten) -> a pass over the
+  rewritten buckets;
+- `sds_alert_rules` (the API, after a rule changed) -> the rules are read again.
+Notifications arriving together are folded into one pass (BURST seconds). Every
+SDS_ALERT_SWEEP_INTERVAL seconds a sweep passes over every watched device and table: it drives
+the `silent` kind, catches anything a missed NOTIFY would have missed, and reloads the rules.
+Each pass commits in one transaction after checking the lock is still this process's
+(alerts/evaluate_pass.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+import psycopg
+
+from alerts import evaluate_store as store
+from alerts.evaluate_pass import Evaluator
+from shared import db
+from shared.config import Settings
+from shared.locks import SessionLock
+from shared.logs import configure_logging
+
+log = logging.getLogger("alerts.evaluate")
+
+LOCK_NAME = "sds-alerts-evaluator"
+LOCK_POLL = 2.0  # seconds between a standby's attempts at the lock
+BURST = 0.05  # seconds to gather notifications that arrive together into one pass
+CHANNELS = ("sds_ingested", "sds_rollups", "sds_alert_rules")
+PURGE_EVERY = 3600.0  # seconds between deletions of events past their retention
+
+
+class LockLost(RuntimeError):
+    """The evaluator lock is no longer this process's: its pass must not commit."""
+
+
+class Process:
+    """The evaluator process: lock, listen, evaluate; until `stop` is set."""
+
+    def __init__(self, settings: Settings, stop: threading.Event) -> None:
+        self.settings = settings
+        self.stop = stop
+        self.lock = SessionLock(settings, LOCK_NAME, application_name="sds-alerts-lock",
+                                keepalive_probes=2)
+        self.passes = 0
+
+    def run(self) -> None:
+        """Serve as evaluator whenever holding the lock, until stopped."""
+        while not self.stop.is_set():
+            try:
+                self._serve()
+            except (psycopg.OperationalError, psycopg.InterfaceError, LockLost) as exc:
+                log.warning("evaluator: %s; waiting %.0f s to start again", exc, LOCK_POLL)
+                self.stop.wait(LOCK_POLL)
+
+    def _take_lock(self) -> tuple[psycopg.Connection, int] | None:
+        while not self.stop.is_set():
+            conn = self.lock.connect()
+            pid = self.lock.try_lock(conn)
+            if pid is not None:
+                return conn, pid
+            conn.close()
+            self.stop.wait(LOCK_POLL)
+        return None
+
+    def _serve(self) -> None:
+        taken = self._take_lock()
+        if taken is None:
+            return
+        lock_conn, pid = taken
+        work = None
+        try:
+            for channel in CHANNELS:  # before the first pass: nothing committed after is missed
+                lock_conn.execute(f"LISTEN {channel}")
+            work = db.connect(self.settings, name="sds-alerts", role=db.ROLE_ALERTS,
+                              keepalive_probes=3, server={"statement_timeout": 60000})
+            log.info("evaluator lock taken (backend pid %s)", pid)
+            self._loop(lock_conn, work, pid)
+        finally:
+            db.close_quietly(work)
+            db.close_quietly(lock_conn)
+
+    def _guard(self, pid: int) -> Callable[[psycopg.Connection], None]:
+        def check(conn: psycopg.Connection) -> None:
+            if not self.lock.held_by(conn, pid):
+                raise LockLost("the evaluator lock was lost")
+        return check
+
+    def _loop(self, lock_conn: psycopg.Connection, work: psycopg.Connection, pid: int) -> None:
+        ev = Evaluator(self.settings)
+        ev.reload(work)
+        guard = self._guard(pid)
+        interval = max(0.5, self.settings.alert_sweep_interval)
+        next_sweep = 0.0
+        next_purge = time.monotonic() + 60.0
+        while not self.stop.is_set():
+            now = time.monotonic()
+            if now >= next_sweep:
+                ev.reload(work)
+                self._pass(ev, work, None, rollups=True, guard=guard)
+                next_sweep = time.monotonic() + interval
+            if now >= next_purge:
+                self._purge(work)
+                next_purge = time.monotonic() + PURGE_EVERY
+            devices, rollups, rules = _gather(lock_conn, min(1.0, next_sweep - now))
+            if rules:
+                ev.reload(work)
+            if devices or rollups:
+                self._pass(ev, work, devices, rollups=rollups, guard=guard)
+
+    def _pass(self, ev: Evaluator, work: psycopg.Connection, devices: set[str] | None, *,
+              rollups: bool, guard: Callable[[psycopg.Connection], None]) -> None:
+        started = time.monotonic()
+        outcome = ev.run(work, devices, rollups=rollups, guard=guard)
+        self.passes += 1
+        if outcome.events:
+            log.info("pass over %s: %d samples, %d events (%.3f s)",
+                     "all devices" if devices is None else f"{len(devices)} devices",
+                     outcome.samples, len(outcome.events), time.monotonic() - started)
+
+    def _purge(self, work: psycopg.Connection) -> None:
+        days = self.settings.alert_event_retention_days
+        if days <= 0:
+            return
+        try:
+            with work.transaction():
+                n = store.purge_events(work, days)
+            if n:
+                log.info("deleted %d alert events older than %d days", n, days)
+        except psycopg.errors.DatabaseError as exc:  # e.g. a delivery still refers to one
+            log.warning("alert event retention: %s", exc)
+
+
+def _gather(conn: psycopg.Connection, timeout: float) -> tuple[set[str], bool, bool]:
+    """Notifications within `timeout` s (and the burst after the first): devices written,
+    whether rollups were rewritten, whether rules changed."""
+    devices: set[str] = set()
+    rollups = rules = False
+    waits = [(max(0.0, timeout), 1), (BURST, None)]
+    for wait, most in waits:
+        got = 0
+        for note in conn.notifies(timeout=wait, stop_after=most):
+            got += 1
+            if note.channel == "sds_ingested":
+                devices.update(n for n in note.payload.split("\n") if n)
+            elif note.channel == "sds_rollups":
+                rollups = True
+            else:
+                rules = True
+        if not got:
+            break
+    return devices, rollups, rules
+
+
+def main() -> None:
+    """Entry point: settings, logging, signals, then the process until SIGTERM or SIGINT."""
+    settings = Settings.from_env(os.environ)
+    configure_logging(settings)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    Process(settings, stop).run()
+    log.info("evaluator stopped")
+
+
+if __name__ == "__main__":
+    main()

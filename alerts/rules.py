@@ -1,0 +1,95 @@
+"""The evaluator's view of the rules: every active rule of every organisation, and which rules
+watch which device (scope: one device, one location, or every device of the organisation).
+
+Loaded at start, again when the API announces a change (NOTIFY `sds_alert_rules`) and on each
+sweep; the rule model itself (validation, units, titles) is shared/alertrules.py.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from uuid import UUID
+
+import psycopg
+
+from shared.alertrules import Rule
+
+_RULES_SQL = """
+SELECT r.id, r.org_id, r.name, r.kind, r.source, r.column_name, d.name, r.location_id, r.op,
+       r.threshold, r.clear_op, r.clear_threshold, r.for_seconds, r.clear_for_seconds,
+       r.units, r.channels, r.updated_at
+FROM alert_rules r LEFT JOIN devices d ON d.id = r.device_id
+WHERE r.active AND (r.device_id IS NULL OR d.id IS NOT NULL)
+ORDER BY r.created_at, r.id
+"""
+# Each device's organisation and the location it stands at now (for the kinds whose values
+# carry no location: silent and quarantine).
+_DEVICES_SQL = """
+SELECT d.name, d.org_id,
+       (SELECT dp.location_id FROM deployments dp
+        WHERE dp.device_id = d.id AND dp.during @> now() LIMIT 1)
+FROM devices d
+"""
+
+
+@dataclass(slots=True)
+class Catalogue:
+    """Active rules by source table, and the devices they may watch."""
+
+    rules: dict[UUID, Rule] = field(default_factory=dict)
+    versions: dict[UUID, object] = field(default_factory=dict)  # rule id -> updated_at
+    by_source: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
+    device_org: dict[str, UUID] = field(default_factory=dict)
+    device_location: dict[str, UUID | None] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, conn: psycopg.Connection) -> Catalogue:
+        """Every active rule and every device, read now."""
+        cat = cls()
+        for (rid, org, name, kind, source, column, device, location, op, threshold, clear_op,
+             clear_threshold, for_s, clear_for_s, units, channels, updated) \
+                in conn.execute(_RULES_SQL):
+            rule = Rule(name=name, kind=kind, source=source, column=column, op=op,
+                        threshold=threshold, clear_op=clear_op,
+                        clear_threshold=clear_threshold, for_seconds=for_s,
+                        clear_for_seconds=clear_for_s, device=device, location_id=location,
+                        units=dict(units or {}),
+                        channels=tuple(channels) if channels is not None else None,
+                        id=rid, org_id=org)
+            cat.rules[rid] = rule
+            cat.versions[rid] = updated
+            cat.by_source[source].append(rule)
+        cat.load_devices(conn)
+        return cat
+
+    def load_devices(self, conn: psycopg.Connection) -> None:
+        """Refresh the devices' organisations and current locations."""
+        self.device_org.clear()
+        self.device_location.clear()
+        for name, org, location in conn.execute(_DEVICES_SQL):
+            self.device_org[name] = org
+            self.device_location[name] = location
+
+    def columns(self, source: str) -> list[str]:
+        """The columns of `source` that some rule reads, in a stable order."""
+        return sorted({r.column for r in self.by_source.get(source, ())})
+
+    def watches(self, rule: Rule, device: str, location: UUID | None) -> bool:
+        """True when `rule` applies to a value of `device` measured at `location`."""
+        if self.device_org.get(device) != rule.org_id:
+            return False  # another organisation's device (or an unknown one)
+        if rule.device is not None:
+            return rule.device == device
+        if rule.location_id is not None:
+            return location == rule.location_id
+        return True
+
+    def rules_for(self, source: str, device: str, location: UUID | None) -> list[Rule]:
+        """The rules of `source` that watch this device's value at `location`."""
+        return [r for r in self.by_source.get(source, ()) if self.watches(r, device, location)]
+
+    def devices(self, source: str) -> list[str]:
+        """Every device some rule of `source` may watch (for sweeps), sorted."""
+        orgs = {r.org_id for r in self.by_source.get(source, ())}
+        return sorted(d for d, org in self.device_org.items() if org in orgs)

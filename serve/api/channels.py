@@ -1,0 +1,276 @@
+"""`/api/v2/channels`: where the organisation's alert events are delivered (docs/alerts.md).
+
+Kinds: `webhook` (an http(s) URL; requests signed per Standard Webhooks with the channel's
+`whsec_` secret, shown once in the creation answer and kept sealed with SDS_APIKEY_SEAL_KEYS),
+`email` (recipients, sent through SDS_SMTP_*) and `mqtt` (the organisation's alerts topic).
+`notifications:read` lists and reads, `notifications:write` creates, changes, deletes and
+sends a test. Another organisation's channel is the same 404 as a missing one. Webhook URLs
+that resolve to non-public addresses are refused (shared.netguard) unless
+SDS_WEBHOOK_ALLOW_PRIVATE. The deliverer (alerts.delivery) sets `disabled_at` after
+SDS_CHANNEL_MAX_FAILURES failed attempts in a row; `PATCH {"active": true}` enables it again.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from typing import Any
+from uuid import UUID
+
+from flask import current_app
+from marshmallow import Schema, ValidationError, fields, validate, validates, validates_schema
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from serve.auth import current_principal, requires
+from serve.body import load, request_body
+from serve.errors import Blueprint
+from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
+from serve.pool import pool
+from serve.records import stamp
+from shared import alerttopic, netguard, sealing
+from shared.errors import BadRequest, Conflict, UnknownObject
+
+blp = Blueprint("channels", __name__, url_prefix="/api/v2/channels",
+                description="Delivery channels of the organisation's alert events.")
+
+KINDS = ("webhook", "email", "mqtt")
+READ_ONLY = ("id", "secret", "secret_hint", "topic", "consecutive_failures", "disabled_at",
+             "disabled_reason", "created_at", "updated_at")
+NAME_RULES = [validate.Length(min=1, max=120),
+              validate.Regexp(r"^[^\x00-\x1f\x7f]*$", error="must not contain control characters")]
+MAX_RECIPIENTS = 20
+# Answers holding a secret: no cache along the way may keep them.
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+_COLUMNS = ("id, org_id, name, kind, url, secret_last4, recipients, active, consecutive_failures,"
+            " disabled_at, disabled_reason, created_at, updated_at")
+
+
+def _recipient_list(**kwargs: Any) -> fields.List:
+    return fields.List(fields.Email(validate=validate.Length(max=254)),
+                       validate=validate.Length(min=1, max=MAX_RECIPIENTS), **kwargs)
+
+
+class ChannelCreateSchema(Schema):
+    """Body of POST /channels: `url` for a webhook, `recipients` for email, nothing for mqtt."""
+
+    name = fields.String(required=True, validate=NAME_RULES)
+    kind = fields.String(required=True, validate=validate.OneOf(KINDS))
+    url = fields.String(validate=validate.Length(max=netguard.URL_MAX))
+    recipients = _recipient_list()
+    active = fields.Boolean(load_default=True)
+
+    @validates_schema
+    def _by_kind(self, data: dict[str, Any], **_kwargs: Any) -> None:
+        kind = data.get("kind")
+        if kind == "webhook" and "url" not in data:
+            raise ValidationError("required for a webhook channel", "url")
+        if kind == "email" and "recipients" not in data:
+            raise ValidationError("required for an email channel", "recipients")
+        if kind != "webhook" and "url" in data:
+            raise ValidationError("only a webhook channel has a url", "url")
+        if kind != "email" and "recipients" in data:
+            raise ValidationError("only an email channel has recipients", "recipients")
+
+
+class ChannelUpdateSchema(Schema):
+    """Body of PATCH /channels/{id}: any of name, url (webhook), recipients (email), active."""
+
+    name = fields.String(validate=NAME_RULES)
+    url = fields.String(validate=validate.Length(max=netguard.URL_MAX))
+    recipients = _recipient_list()
+    active = fields.Boolean()
+
+    @validates("url")
+    def _url(self, value: str, **_kwargs: Any) -> None:
+        _check_url(value)
+
+
+def _check_url(value: str) -> None:
+    allow = current_app.extensions["settings"].webhook_allow_private
+    try:
+        netguard.check_url(value, allow_private=allow)
+    except netguard.Refused as exc:
+        raise ValidationError(str(exc)) from None
+
+
+def channel_record(row: dict[str, Any], *, secret: str | None = None) -> dict[str, Any]:
+    """The served record of a channel row (the secret only when given: at creation)."""
+    record: dict[str, Any] = {
+        "id": str(row["id"]), "name": row["name"], "kind": row["kind"],
+        "active": row["active"], "consecutive_failures": row["consecutive_failures"],
+        "disabled_at": stamp(row["disabled_at"]), "disabled_reason": row["disabled_reason"],
+        "created_at": stamp(row["created_at"]), "updated_at": stamp(row["updated_at"]),
+    }
+    if row["kind"] == "webhook":
+        record["url"] = row["url"]
+        record["secret_hint"] = f"whsec_...{row['secret_last4']}"
+        if secret is not None:
+            record["secret"] = secret
+    elif row["kind"] == "email":
+        record["recipients"] = list(row["recipients"] or [])
+    else:
+        record["topic"] = alerttopic.subscription(row["org_id"])
+    return record
+
+
+def new_secret() -> str:
+    """A Standard Webhooks signing secret: whsec_ and 32 random bytes in base64."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def _channel_id(raw: str) -> UUID:
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise UnknownObject(f"unknown channel {raw!r}") from None  # ids do not leak
+
+
+def _sealer() -> sealing.Sealer:
+    ext = current_app.extensions
+    if "secret_sealer" not in ext:
+        ext["secret_sealer"] = sealing.secret_sealer(ext["settings"])
+    found: sealing.Sealer | None = ext["secret_sealer"]
+    if found is None:
+        raise Conflict("webhook channels need SDS_APIKEY_SEAL_KEYS (the signing secret is kept "
+                       "sealed); the operator has not set it")
+    return found
+
+
+@blp.route("", methods=["POST"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": ChannelCreateSchema}}})
+@blp.response(201)
+@requires("notifications:write")
+def create_channel() -> Any:
+    """Create a channel (201). A webhook's answer holds its `secret` (whsec_...): the only
+    time it is shown; keep it to verify signatures."""
+    args = load(ChannelCreateSchema(), request_body(form=False), read_only=READ_ONLY)
+    if args["kind"] == "webhook":
+        try:
+            _check_url(args["url"])
+        except ValidationError as exc:
+            raise BadRequest(f"invalid body: url: {' '.join(exc.messages)}",
+                             errors={"json": {"url": exc.messages}}) from None
+    secret = new_secret() if args["kind"] == "webhook" else None
+    sealed = _sealer().seal(secret) if secret else None
+    org = current_principal().org_id
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            f"INSERT INTO alert_channels (org_id, name, kind, url, secret_sealed, secret_last4,"
+            f" recipients, active) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+            f" ON CONFLICT (org_id, name) DO NOTHING RETURNING {_COLUMNS}",
+            (org, args["name"], args["kind"], args.get("url"), sealed,
+             secret[-4:] if secret else None, args.get("recipients"), args["active"])).fetchone()
+    if row is None:
+        raise Conflict(f"a channel named {args['name']!r} exists already",
+                       errors={"json": {"name": ["already used by another channel"]}})
+    return channel_record(row, secret=secret), 201, NO_STORE
+
+
+@blp.route("", methods=["GET"])
+@blp.arguments(PageArgsSchema, location="query", as_kwargs=True)
+@blp.response(200, PageSchema)
+@requires("notifications:read")
+def list_channels(limit: int, page: int) -> Any:
+    """The organisation's channels in the paged envelope, oldest first."""
+    org = current_principal().org_id
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        found = cur.execute("SELECT count(*) AS n FROM alert_channels WHERE org_id = %s",
+                            (org,)).fetchone()
+        total = found["n"] if found else 0
+        pages = check_page(total, limit, page)
+        rows = cur.execute(
+            f"SELECT {_COLUMNS} FROM alert_channels WHERE org_id = %s ORDER BY created_at, id"
+            " LIMIT %s OFFSET %s", (org, limit, offset(limit, page))).fetchall()
+    return envelope([channel_record(r) for r in rows], total=total, limit=limit, page=page,
+                    pages=pages)
+
+
+def _fetch(cur: Any, wanted: UUID, raw: str) -> dict[str, Any]:
+    row = cur.execute(f"SELECT {_COLUMNS} FROM alert_channels WHERE id = %s AND org_id = %s",
+                      (wanted, current_principal().org_id)).fetchone()
+    if row is None:
+        raise UnknownObject(f"unknown channel {raw!r}")
+    return dict(row)
+
+
+@blp.route("/<channel_id>", methods=["GET"])
+@blp.response(200)
+@requires("notifications:read")
+def get_channel(channel_id: str) -> Any:
+    """One channel, with its failure count and, when disabled, when and why."""
+    wanted = _channel_id(channel_id)
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        return channel_record(_fetch(cur, wanted, channel_id))
+
+
+@blp.route("/<channel_id>", methods=["PATCH"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": ChannelUpdateSchema}}})
+@blp.response(200)
+@requires("notifications:write")
+def update_channel(channel_id: str) -> Any:
+    """Change `name`, `url` (webhook), `recipients` (email) or `active`. `active: true` also
+    enables a channel the deliverer disabled (failures reset; its pending deliveries resume)."""
+    wanted = _channel_id(channel_id)
+    changes = load(ChannelUpdateSchema(), request_body(form=False), read_only=READ_ONLY)
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = _fetch(cur, wanted, channel_id)
+        for key, only in (("url", "webhook"), ("recipients", "email")):
+            if key in changes and row["kind"] != only:
+                raise BadRequest(f"invalid body: {key}: only a {only} channel has it",
+                                 errors={"json": {key: [f"only a {only} channel has it"]}})
+        enable = changes.get("active") is True
+        updated = cur.execute(
+            f"UPDATE alert_channels SET name = coalesce(%(name)s, name),"
+            f" url = coalesce(%(url)s, url), recipients = coalesce(%(recipients)s, recipients),"
+            f" active = coalesce(%(active)s, active),"
+            f" disabled_at = CASE WHEN %(enable)s THEN NULL ELSE disabled_at END,"
+            f" disabled_reason = CASE WHEN %(enable)s THEN NULL ELSE disabled_reason END,"
+            f" consecutive_failures = CASE WHEN %(enable)s THEN 0 ELSE consecutive_failures END,"
+            f" updated_at = now()"
+            f" WHERE id = %(id)s AND org_id = %(org)s"
+            f" AND NOT EXISTS (SELECT 1 FROM alert_channels o WHERE o.org_id = %(org)s"
+            f"   AND o.name = %(name)s AND o.id <> %(id)s)"
+            f" RETURNING {_COLUMNS}",
+            {"name": changes.get("name"), "url": changes.get("url"),
+             "recipients": changes.get("recipients"), "active": changes.get("active"),
+             "enable": enable, "id": wanted, "org": row["org_id"]}).fetchone()
+    if updated is None:
+        raise Conflict(f"a channel named {changes.get('name')!r} exists already",
+                       errors={"json": {"name": ["already used by another channel"]}})
+    return channel_record(updated)
+
+
+@blp.route("/<channel_id>", methods=["DELETE"])
+@blp.response(204)
+@requires("notifications:write")
+def delete_channel(channel_id: str) -> Any:
+    """Delete a channel; its pending deliveries are dropped with it."""
+    wanted = _channel_id(channel_id)
+    with pool().connection() as conn:
+        cur = conn.execute("DELETE FROM alert_channels WHERE id = %s AND org_id = %s",
+                           (wanted, current_principal().org_id))
+        if cur.rowcount == 0:
+            raise UnknownObject(f"unknown channel {channel_id!r}")
+    return None
+
+
+@blp.route("/<channel_id>/test", methods=["POST"])
+@blp.response(202)
+@requires("notifications:write")
+def test_channel(channel_id: str) -> Any:
+    """Send a `test` event to this channel only (202, the event's id). It goes even to an
+    inactive or disabled channel, so a repaired receiver can be tried before enabling it."""
+    wanted = _channel_id(channel_id)
+    org = current_principal().org_id
+    with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        row = _fetch(cur, wanted, channel_id)
+        event = cur.execute(
+            "INSERT INTO alert_events (org_id, kind, at, title, body, channels)"
+            " VALUES (%s, 'test', now(), %s, %s, ARRAY[%s]::uuid[]) RETURNING id",
+            (org, f"Test of channel {row['name']}",
+             Jsonb({"test": True, "channel": str(wanted)}), wanted)).fetchone()
+    assert event is not None
+    return {"event_id": str(event["id"]), "channel_id": str(wanted)}

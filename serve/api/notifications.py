@@ -1,0 +1,147 @@
+"""`/api/v2/notifications`: the organisation's alert events, newest first, page by page, and
+their acknowledgement (docs/alerts.md "Notifications").
+
+`notifications:read` to list, `notifications:write` to acknowledge. Filters: rule, device,
+kind, acknowledged, and a time range on when the event was created. Another organisation's
+event is the same 404 as a missing one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from marshmallow import EXCLUDE, ValidationError, fields, validate, validates_schema
+
+from serve.auth import current_principal, requires
+from serve.errors import Blueprint
+from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
+from serve.pool import pool
+from serve.records import stamp
+from shared.errors import BadParameter, UnknownObject
+from shared.timeutil import parse_instant
+
+blp = Blueprint("notifications", __name__, url_prefix="/api/v2/notifications",
+                description="Alert events (notifications) of the caller's organisation.")
+
+EVENT_KINDS = ("firing", "resolved", "channel_disabled", "test")
+_COLUMNS = ("id, kind, rule_id, device, location_id, column_name, value, unit, at, title, body,"
+            " channels, admins_only, created_at, acknowledged_at, acknowledged_by")
+
+
+class Instant(fields.Field):
+    """An ISO 8601 time (as on /data's `from` and `to`)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, str):
+            raise ValidationError("must be an ISO 8601 time")
+        try:
+            return parse_instant(value, name=attr or "time")
+        except BadParameter as exc:
+            raise ValidationError(exc.message) from None
+
+
+class ListArgsSchema(PageArgsSchema):
+    """Filters of the listing, and the page."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+    rule = fields.UUID(load_default=None)
+    device = fields.String(load_default=None, validate=validate.Regexp(
+        r"^[A-Za-z0-9_.-]{1,64}$", error="must be a device name"))
+    kind = fields.String(load_default=None, validate=validate.OneOf(EVENT_KINDS))
+    acknowledged = fields.Boolean(load_default=None)
+    from_ = Instant(data_key="from", load_default=None)
+    to = Instant(load_default=None)
+
+    @validates_schema
+    def _range(self, data: dict[str, Any], **_kwargs: Any) -> None:
+        if data.get("from_") and data.get("to") and data["from_"] >= data["to"]:
+            raise ValidationError("must be before `to`", "from")
+
+
+def event_record(row: tuple[Any, ...]) -> dict[str, Any]:
+    """The served record of an event row selected with _COLUMNS."""
+    (eid, kind, rule, device, location, column, value, unit, at, title, body, channels,
+     admins_only, created, acked_at, acked_by) = row
+    return {"id": str(eid), "kind": kind, "rule_id": str(rule) if rule else None,
+            "device": device, "location_id": str(location) if location else None,
+            "column": column, "value": value, "unit": unit, "at": stamp(at), "title": title,
+            "body": body, "channels": [str(c) for c in channels] if channels is not None else None,
+            "admins_only": admins_only, "created_at": stamp(created),
+            "acknowledged_at": stamp(acked_at),
+            "acknowledged_by": str(acked_by) if acked_by else None}
+
+
+def _event_id(raw: str) -> UUID:
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise UnknownObject(f"unknown notification {raw!r}") from None
+
+
+def _fetch(conn: psycopg.Connection, org: UUID, eid: UUID) -> dict[str, Any]:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM alert_events WHERE org_id = %s AND id = %s",
+                       (org, eid)).fetchone()
+    if row is None:
+        raise UnknownObject(f"unknown notification {eid}")
+    return event_record(row)
+
+
+@blp.route("", methods=["GET"])
+@blp.arguments(ListArgsSchema, location="query", as_kwargs=True)
+@blp.response(200, PageSchema)
+@requires("notifications:read")
+def list_events(limit: int, page: int, rule: UUID | None, device: str | None,
+                kind: str | None, acknowledged: bool | None, from_: Any, to: Any) -> Any:
+    """Events newest first in the paged envelope, filtered."""
+    org = current_principal().org_id
+    where = ["org_id = %(org)s"]
+    params: dict[str, Any] = {"org": org, "rule": rule, "device": device, "kind": kind,
+                              "from": from_, "to": to}
+    for name, clause in (("rule", "rule_id = %(rule)s"), ("device", "device = %(device)s"),
+                         ("kind", "kind = %(kind)s"), ("from", "created_at >= %(from)s"),
+                         ("to", "created_at < %(to)s")):
+        if params[name] is not None:
+            where.append(clause)
+    if acknowledged is not None:
+        where.append("acknowledged_at IS NOT NULL" if acknowledged
+                     else "acknowledged_at IS NULL")
+    condition = " AND ".join(where)
+    with pool().connection() as conn:
+        row = conn.execute(f"SELECT count(*) FROM alert_events WHERE {condition}",
+                           params).fetchone()
+        total = row[0] if row else 0
+        pages = check_page(total, limit, page)
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM alert_events WHERE {condition}"
+            " ORDER BY created_at DESC, id LIMIT %(limit)s OFFSET %(offset)s",
+            params | {"limit": limit, "offset": offset(limit, page)}).fetchall()
+    return envelope([event_record(r) for r in rows], total=total, limit=limit, page=page,
+                    pages=pages)
+
+
+@blp.route("/<event_id>", methods=["GET"])
+@blp.response(200)
+@requires("notifications:read")
+def get_event(event_id: str) -> Any:
+    """One event."""
+    org = current_principal().org_id
+    with pool().connection() as conn:
+        return _fetch(conn, org, _event_id(event_id))
+
+
+@blp.route("/<event_id>/ack", methods=["POST"])
+@blp.response(200)
+@requires("notifications:write")
+def acknowledge(event_id: str) -> Any:
+    """Acknowledge an event; acknowledging again keeps the first time and user."""
+    principal = current_principal()
+    eid = _event_id(event_id)
+    with pool().connection() as conn, conn.transaction():
+        conn.execute("UPDATE alert_events SET acknowledged_at = now(), acknowledged_by = %s"
+                     " WHERE org_id = %s AND id = %s AND acknowledged_at IS NULL",
+                     (principal.user_id, principal.org_id, eid))
+        return _fetch(conn, principal.org_id, eid)

@@ -1,0 +1,61 @@
+"""Receiving ends of alert deliveries as real processes on loopback: a webhook receiver
+(testbed.webhook_receiver) and an SMTP server (testbed.smtp_sink, aiosmtpd). Each writes what
+it receives as JSON lines into a file the test reads (`received()`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from testbed.services import free_port, port_open
+
+
+class Receiver:
+    """One receiver process (`module`: testbed.webhook_receiver or testbed.smtp_sink)."""
+
+    def __init__(self, module: str, directory: Path, *extra: str) -> None:
+        self.port = free_port()
+        self.out = directory / f"{module.rsplit('.', 1)[1]}-{self.port}.jsonl"
+        self.out.touch()
+        self._proc = subprocess.Popen([sys.executable, "-m", module, str(self.port),
+                                       str(self.out), *extra])
+        deadline = time.monotonic() + 20
+        while not port_open(self.port):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{module} did not start on port {self.port}")
+            time.sleep(0.05)
+
+    @property
+    def url(self) -> str:
+        """The webhook receiver's URL."""
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def received(self) -> list[dict[str, Any]]:
+        """Everything received so far, oldest first."""
+        lines = self.out.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def stop(self) -> None:
+        """End the process."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(10)
+
+
+def webhook_receiver(directory: Path, *, status: int = 200) -> Receiver:
+    """A webhook receiver answering `status` to every POST."""
+    return Receiver("testbed.webhook_receiver", directory, "--status", str(status))
+
+
+def smtp_sink(directory: Path) -> Receiver:
+    """An aiosmtpd SMTP server."""
+    return Receiver("testbed.smtp_sink", directory)

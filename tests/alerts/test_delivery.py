@@ -1,0 +1,212 @@
+"""Delivery end to end on real processes: channels made through the API, events inserted as
+the evaluator inserts them, the deliverer (`python -m alerts.delivery`) as a child process, a
+webhook receiver and an SMTP server (aiosmtpd) as separate processes on loopback.
+
+Signed webhooks verified with the specification's own algorithm (standardwebhooks'
+Webhook.verify); the all-clear; a failing endpoint disabled and its admins told by email; an
+email channel; the SSRF guard at delivery.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from testbed.receivers import Receiver, smtp_sink, webhook_receiver
+from tests.support.apps import close_app, make_app
+from tests.support.delivery import (
+    SEAL_KEY,
+    DelivererProcess,
+    Org,
+    deliverer_env,
+    insert_event,
+    make_org,
+)
+from tests.support.ingesting import wait_for
+
+
+@pytest.fixture
+def app(database_url: str) -> Iterator[Flask]:
+    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True)
+    try:
+        yield application
+    finally:
+        close_app(application)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def org(conn: psycopg.Connection) -> Org:
+    return make_org(conn, "farm-a")
+
+
+@pytest.fixture
+def receivers(tmp_path: Path) -> Iterator[list[Receiver]]:
+    """Receivers a test starts; stopped afterwards."""
+    started: list[Receiver] = []
+    yield started
+    for r in started:
+        r.stop()
+
+
+@pytest.fixture
+def deliverers(tmp_path: Path) -> Iterator[list[DelivererProcess]]:
+    started: list[DelivererProcess] = []
+    yield started
+    for d in started:
+        d.stop()
+
+
+def _deliverer(deliverers: list[DelivererProcess], database_url: str, tmp_path: Path,
+               **settings: Any) -> DelivererProcess:
+    d = DelivererProcess(deliverer_env(database_url, **settings),
+                         tmp_path / f"deliverer-{len(deliverers)}.log").start()
+    deliverers.append(d)
+    return d
+
+
+def _webhook(client: FlaskClient, org: Org, url: str, name: str = "hook") -> dict[str, Any]:
+    r = client.post("/api/v2/channels", json={"name": name, "kind": "webhook", "url": url},
+                    headers=org.auth)
+    assert r.status_code == 201, r.get_json()
+    return r.get_json()
+
+
+def test_signed_webhook_arrives_and_verifies_then_the_all_clear(
+        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        tmp_path: Path, receivers: list[Receiver], deliverers: list[DelivererProcess]) -> None:
+    hook = webhook_receiver(tmp_path)
+    receivers.append(hook)
+    channel = _webhook(client, org, hook.url)
+    secret = channel["secret"]
+    assert secret.startswith("whsec_")
+    _deliverer(deliverers, database_url, tmp_path)
+
+    firing = insert_event(conn, org.id, kind="firing")
+    got = wait_for(lambda: hook.received(), 30, what="the firing webhook")
+    first = got[0]
+    payload = Webhook(secret).verify(first["body"], first["headers"])
+    assert first["headers"]["webhook-id"] == str(firing)
+    assert payload["type"] == "alert.firing"
+    assert payload["data"]["id"] == str(firing)
+    assert payload["data"]["device"] == "dev-1" and payload["data"]["value"] == -0.5
+    # A wrong secret or a changed body does not verify: the check is real.
+    with pytest.raises(WebhookVerificationError):
+        Webhook("whsec_" + "A" * 44).verify(first["body"], first["headers"])
+    with pytest.raises(WebhookVerificationError):
+        Webhook(secret).verify(first["body"].replace("-0.5", "5.0"), first["headers"])
+
+    resolved = insert_event(conn, org.id, kind="resolved", value=1.5)
+    got = wait_for(lambda: [r for r in hook.received()
+                            if r["headers"]["webhook-id"] == str(resolved)], 30,
+                   what="the all-clear webhook")
+    assert Webhook(secret).verify(got[0]["body"], got[0]["headers"])["type"] == "alert.resolved"
+    row = conn.execute("SELECT state, attempts, last_status FROM alert_deliveries"
+                       " WHERE event_id = %s", (resolved,)).fetchone()
+    assert row == ("delivered", 1, 200)
+
+
+def test_failing_endpoint_is_disabled_and_the_admins_are_told(
+        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        tmp_path: Path, receivers: list[Receiver], deliverers: list[DelivererProcess]) -> None:
+    broken = webhook_receiver(tmp_path, status=500)
+    mail = smtp_sink(tmp_path)
+    receivers += [broken, mail]
+    channel = _webhook(client, org, broken.url, "broken")
+    _deliverer(deliverers, database_url, tmp_path, channel_max_failures=3,
+               smtp_host="127.0.0.1", smtp_port=mail.port, smtp_security="none",
+               smtp_from="alerts@sds.example")
+    event = insert_event(conn, org.id)
+
+    def disabled() -> Any:
+        conn.rollback()
+        return conn.execute("SELECT disabled_at, disabled_reason, consecutive_failures"
+                            " FROM alert_channels WHERE id = %s",
+                            (channel["id"],)).fetchone()[0]
+
+    wait_for(disabled, 60, what="the channel disabled")
+    r = client.get(f"/api/v2/channels/{channel['id']}", headers=org.auth).get_json()
+    assert r["disabled_at"] and "3 failed deliveries in a row" in r["disabled_reason"]
+    assert "HTTP 500" in r["disabled_reason"]
+    assert len(broken.received()) == 3  # the same event, tried three times
+    assert {x["headers"]["webhook-id"] for x in broken.received()} == {str(event)}
+    notice = conn.execute("SELECT id, admins_only, title FROM alert_events"
+                          " WHERE kind = 'channel_disabled' AND org_id = %s",
+                          (org.id,)).fetchall()
+    assert len(notice) == 1 and notice[0][1] is True and "broken" in notice[0][2]
+    mails = wait_for(lambda: mail.received(), 30, what="the admins' email")
+    assert mails[0]["rcpt_tos"] == [org.admin_email]
+    assert "[CHANNEL DISABLED]" in mails[0]["data"] and str(notice[0][0]) in mails[0]["data"]
+    # Disabled: a new event is not sent to it; enabling it again resumes the pending delivery.
+    before = len(broken.received())
+    insert_event(conn, org.id, device="dev-2")
+    r = client.post(f"/api/v2/channels/{channel['id']}/test", headers=org.auth)
+    assert r.status_code == 202
+    test_id = r.get_json()["event_id"]
+    wait_for(lambda: any(x["headers"]["webhook-id"] == test_id for x in broken.received()), 30,
+             what="the test event at the disabled channel")
+    assert {x["headers"]["webhook-id"] for x in broken.received()[before:]} == {test_id}
+
+
+def test_email_channel_message_arrives_at_the_smtp_server(
+        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        tmp_path: Path, receivers: list[Receiver], deliverers: list[DelivererProcess]) -> None:
+    mail = smtp_sink(tmp_path)
+    receivers.append(mail)
+    r = client.post("/api/v2/channels", headers=org.auth, json={
+        "name": "grower", "kind": "email", "recipients": ["grower@farm.example"]})
+    assert r.status_code == 201, r.get_json()
+    _deliverer(deliverers, database_url, tmp_path, smtp_host="127.0.0.1", smtp_port=mail.port,
+               smtp_security="none", smtp_from="alerts@sds.example")
+    event = insert_event(conn, org.id, title="Frost: tair < 0 C for 15 min at dev-1")
+    got = wait_for(lambda: mail.received(), 30, what="the email")
+    assert got[0]["rcpt_tos"] == ["grower@farm.example"]
+    assert got[0]["mail_from"] == "alerts@sds.example"
+    text = got[0]["data"]
+    assert "Subject: [ALERT] Frost: tair < 0 C for 15 min at dev-1" in text
+    assert f"X-SDS-Event-Id: {event}" in text and f"Message-ID: <{event}@sds.example>" in text
+
+
+def test_delivery_refuses_a_loopback_target_unless_allowed(
+        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        tmp_path: Path, receivers: list[Receiver], deliverers: list[DelivererProcess]) -> None:
+    # The API allowed it (this app allows private targets), the deliverer does not: the check
+    # at delivery holds on its own, on the address it would connect to.
+    hook = webhook_receiver(tmp_path)
+    receivers.append(hook)
+    _webhook(client, org, hook.url.replace("127.0.0.1", "localhost"))
+    _deliverer(deliverers, database_url, tmp_path, webhook_allow_private="false")
+    event = insert_event(conn, org.id)
+
+    def attempted() -> Any:
+        conn.rollback()
+        return conn.execute("SELECT last_error FROM alert_deliveries WHERE event_id = %s"
+                            " AND attempts > 0", (event,)).fetchone()
+
+    row = wait_for(attempted, 30, what="a refused attempt")
+    assert "refused" in row[0] and "non-public" in row[0]
+    assert hook.received() == []
+
+
+def test_payload_is_the_standard_envelope(conn: psycopg.Connection, org: Org) -> None:
+    from alerts.delivery.payload import envelope
+
+    event = insert_event(conn, org.id)
+    row = conn.execute("SELECT * FROM alert_events WHERE id = %s", (event,)).fetchone()
+    cols = [d.name for d in conn.execute("SELECT * FROM alert_events LIMIT 0").description]
+    doc = envelope(dict(zip(cols, row, strict=True)))
+    assert set(doc) == {"type", "timestamp", "data"}
+    assert doc["timestamp"].endswith("Z")
+    json.dumps(doc)  # plain JSON

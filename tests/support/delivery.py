@@ -1,0 +1,109 @@
+"""Alert delivery test support: an organisation with an admin, the API app to make channels
+with, events inserted as the evaluator inserts them, and the deliverer as a real process
+(`python -m alerts.delivery`) that tests SIGKILL and restart. Used by tests/alerts and bench."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from shared import accounts, sealing
+from shared.config import PREFIX
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "delivery-test-password-1"
+SEAL_KEY = sealing.new_key()
+
+
+@dataclass
+class Org:
+    """An organisation with one administrator (and their Basic credentials)."""
+
+    id: uuid.UUID
+    name: str
+    admin_email: str
+
+    @property
+    def auth(self) -> dict[str, str]:
+        raw = f"{self.admin_email}:{PASSWORD}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(raw).decode()}
+
+
+def make_org(conn: psycopg.Connection, name: str) -> Org:
+    """A new organisation and its administrator (committed)."""
+    org = accounts.create_org(conn, name=name)
+    email = f"admin@{name}.example"
+    accounts.create_user(conn, org=org, email=email, password=PASSWORD, is_admin=True)
+    conn.commit()
+    return Org(org, name, email)
+
+
+def insert_event(conn: psycopg.Connection, org: uuid.UUID, *, kind: str = "firing",
+                 device: str = "dev-1", value: float = -0.5, title: str | None = None,
+                 channels: list[uuid.UUID] | None = None) -> uuid.UUID:
+    """An alert event as the evaluator writes it (committed); its id."""
+    row = conn.execute(
+        "INSERT INTO alert_events (org_id, kind, device, column_name, value, unit, at, title,"
+        " body, channels) VALUES (%s, %s, %s, 'tair', %s, 'C', now(), %s, %s, %s) RETURNING id",
+        (org, kind, device, value, title or f"Frost: tair < 0 C at {device}",
+         Jsonb({"rule": {"name": "Frost"}, "state": kind}), channels)).fetchone()
+    conn.commit()
+    assert row is not None
+    return uuid.UUID(str(row[0]))
+
+
+def deliverer_env(database_url: str, **settings: Any) -> dict[str, str]:
+    """The environment of a deliverer process: the test's database, fast retries, loopback
+    webhooks allowed; keyword arguments are further settings (smtp_port=...)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+    values: dict[str, Any] = {"database_url": database_url, "apikey_seal_keys": SEAL_KEY,
+                              "webhook_allow_private": "true", "delivery_retry_base": "0.2",
+                              "delivery_retry_cap": "1", "delivery_sweep_interval": "0.5",
+                              "log_level": "INFO", **settings}
+    env.update({PREFIX + k.upper(): str(v) for k, v in values.items()})
+    return env
+
+
+class DelivererProcess:
+    """`python -m alerts.delivery` as a child process, its log in `log_path`."""
+
+    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> DelivererProcess:
+        """Start (or restart) the process."""
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "alerts.delivery"], env=self.env,
+                                         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies mid-attempt, holding whatever it held."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM and wait (SIGKILL after 20 s)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        """What the process wrote so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
