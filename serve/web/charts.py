@@ -15,12 +15,13 @@ from serve.args import MAX_LIMIT
 from shared import units
 from shared.columns import TABLES, Column, Measure
 
-# The tables the device page charts, in menu order, with a short title and default range.
+# The tables the device page charts, in menu order, with a short title, default range and
+# the time between two rows (a longer distance between rows is an outage, drawn as a gap).
 CHART_TABLES = {
-    "calibrated": ("5-minute readings", timedelta(days=7)),
-    "hourly": ("Hourly (UTC hours)", timedelta(days=30)),
-    "local_hourly": ("Hourly (local hours)", timedelta(days=30)),
-    "daily": ("Daily (local days)", timedelta(days=365)),
+    "calibrated": ("5-minute readings", timedelta(days=7), timedelta(minutes=5)),
+    "hourly": ("Hourly (UTC hours)", timedelta(days=30), timedelta(hours=1)),
+    "local_hourly": ("Hourly (local hours)", timedelta(days=30), timedelta(hours=1)),
+    "daily": ("Daily (local days)", timedelta(days=365), timedelta(days=1)),
 }
 # Columns ticked when a table is first shown.
 DEFAULT_COLUMNS = {
@@ -32,6 +33,8 @@ DEFAULT_COLUMNS = {
 # The daily water and growth panel: ET, crop ET, rain, crop water demand and degree days.
 WATER_COLUMNS = ("et", "etc", "precip", "crop_water_demand", "gdd")
 WATER_DAYS = 30
+# Rows per series the device page fetches (cursor pages followed) before it stops.
+FETCH_ROWS = 50_000
 
 # Series colours, in order (d3's category10): the charts' scripts take them from here.
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
@@ -74,17 +77,19 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
             name: {
                 "title": title,
                 "default_days": span.days,
+                "step": int(step.total_seconds()),
                 "limit": TABLES[name].row_cap,
                 "columns": [column_info(c) for c in plottable(name)],
                 "defaults": list(DEFAULT_COLUMNS[name]),
             }
-            for name, (title, span) in CHART_TABLES.items()
+            for name, (title, span, step) in CHART_TABLES.items()
         },
         "units": {param: [{"code": code, "text": UNIT_TEXT[param][code]}
                           for code in units.UNITS[param]] for param in units.UNIT_PARAMS},
         "chosen": chosen,
         "colours": list(COLOURS),
         "max_limit": MAX_LIMIT,  # the API's largest page: what one CSV download holds
+        "fetch_rows": FETCH_ROWS,
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],
                   "days": WATER_DAYS},
     }

@@ -1,0 +1,191 @@
+// The device page's main chart: the chosen table's columns over the chosen range, from the
+// API in the chosen units and zone; drag, wheel and button zoom; the CSV link of what is shown.
+import {dataUrl, fetchRows, iso} from "./api.js";
+import {colour, unitText} from "./facts.js";
+import {dateMaker} from "./zones.js";
+
+const $ = (id) => document.getElementById(id);
+
+/** The main chart view over `controls` (Controls); `hooks.loaded(end)` runs after each load. */
+export class Readings {
+  constructor(cfg, controls, probe) {
+    this.cfg = cfg;
+    this.controls = controls;
+    this.probe = probe;         // window.sdsDashboard: what tests and the benchmark read
+    this.el = $("chart");
+    this.chart = null;
+    this.loaded = null;         // [start, end] epoch seconds of the fetched range
+    this.rows = 0;
+    this.firstDraw = true;
+    this.generation = 0;        // a newer load makes older answers stale
+  }
+
+  /** Is `generation` still the newest load? */
+  current(generation) { return generation === this.generation; }
+
+  seriesFor(cols) {
+    const info = Object.fromEntries(this.controls.table().columns.map((c) => [c.name, c]));
+    const chosen = this.controls.units();
+    const scales = [];
+    const series = cols.map((name, i) => {
+      const text = unitText(this.cfg, info[name], chosen);
+      if (!scales.includes(text)) scales.push(text);
+      return {label: name + (text ? " (" + text + ")" : ""), scale: text || "_",
+              stroke: colour(this.cfg, i), width: 2, spanGaps: false, points: {show: false}};
+    });
+    const axes = [{}].concat(scales.map((s, i) => ({scale: s || "_", label: s,
+      side: i % 2 ? 1 : 3, grid: {show: i === 0}, size: 60})));
+    return {series, axes};
+  }
+
+  make(cols, data, z) {
+    const {series, axes} = this.seriesFor(cols);
+    const el = this.el;
+    const opts = {
+      width: this.width(), height: 380, tzDate: dateMaker(z),
+      series: [{label: "time (" + z + ")"}].concat(series), axes,
+      scales: {x: {time: true}},
+      cursor: {drag: {x: true, y: false, setScale: true}},
+      legend: {live: true},
+      hooks: {
+        draw: [() => {
+          if (this.firstDraw) { this.firstDraw = false; performance.mark("sds-chart-drawn"); }
+          this.probe.lastDraw = performance.now();
+          el.dataset.state = "drawn";
+        }],
+        setScale: [(u, key) => { if (key === "x") { this.updateCsv(u); this.describe(u); } }],
+      },
+    };
+    el.replaceChildren();
+    const u = new uPlot(opts, data, el);
+    u.over.addEventListener("wheel", (e) => {  // zoom around the pointer
+      e.preventDefault();
+      const x = u.posToVal(e.offsetX, "x");
+      const f = e.deltaY < 0 ? 0.75 : 1 / 0.75;
+      this.zoomTo(x - (x - u.scales.x.min) * f, x + (u.scales.x.max - x) * f);
+    }, {passive: false});
+    return u;
+  }
+
+  width() { return Math.max(this.el.clientWidth, 300); }
+
+  /** Show [min, max] of the loaded range (kept inside it, at least 5 minutes wide). */
+  zoomTo(min, max) {
+    if (!this.chart || !this.loaded) return;
+    const [a, b] = this.loaded;
+    const width = Math.min(max - min, b - a);
+    min = Math.max(a, Math.min(min, b - width));
+    this.chart.setScale("x", {min, max: min + Math.max(width, 300)});
+  }
+
+  /** Pan by `f` of the view's width (negative: left). */
+  pan(f) {
+    if (!this.chart) return;
+    const {min, max} = this.chart.scales.x;
+    this.zoomTo(min + (max - min) * f, max + (max - min) * f);
+  }
+
+  /** Zoom by `f` around the middle (below 1: in). */
+  zoom(f) {
+    if (!this.chart) return;
+    const {min, max} = this.chart.scales.x;
+    const mid = (min + max) / 2, half = (max - min) * f / 2;
+    this.zoomTo(mid - half, mid + half);
+  }
+
+  reset() {
+    if (this.chart && this.loaded) this.chart.setScale("x", {min: this.loaded[0], max: this.loaded[1]});
+  }
+
+  shown() {
+    const u = this.chart;
+    return [Math.floor(u.scales.x.min), Math.ceil(u.scales.x.max)];
+  }
+
+  updateCsv(u) {
+    const cols = this.controls.columns();
+    const link = $("csv");
+    if (!u || !cols.length) { link.removeAttribute("href"); return; }
+    const [a, b] = this.shown();
+    const cap = this.cfg.max_limit;  // the API's largest page: what one download holds
+    link.href = dataUrl({table: this.controls.tableName(), device: this.cfg.device, cols,
+                         start: a, end: b, zone: this.controls.zone(),
+                         units: this.controls.units(),
+                         extra: {limit: String(cap), format: "csv"}});
+    const inView = u.data[0].filter((t) => t >= a && t <= b).length;
+    link.title = inView > cap
+      ? "The download holds the first " + cap + " of " + inView + " rows: zoom in for the rest"
+      : inView + " rows, as shown";
+    this.el.dataset.viewMin = String(a);
+    this.el.dataset.viewMax = String(b);
+  }
+
+  describe() {
+    const [a, b] = this.shown();
+    // The range in the zone the axis is drawn in: one zone in the whole status line.
+    const z = this.el.dataset.zone;
+    const wall = dateMaker(z), format = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
+    const fmt = (ts) => format(wall(ts));
+    const cap = this.cfg.fetch_rows;
+    $("status").textContent = this.rows + " rows" +
+      (this.rows >= cap ? " (first " + cap + ")" : "") +
+      " · units " + (this.el.dataset.units || "n/a") + " · times in " + z +
+      " · showing " + fmt(a) + " to " + fmt(b) +
+      (this.rows ? "" : " · no readings in this range");
+  }
+
+  /** Fetch and draw the chosen columns over the chosen range: the load's choices
+   *  ({generation, zone, units, end}), or null when nothing was drawn. */
+  async load() {
+    const mine = ++this.generation;
+    const cols = this.controls.columns();
+    const el = this.el;
+    el.dataset.state = "loading";
+    if (!cols.length) {
+      $("status").textContent = "Tick at least one column.";
+      el.replaceChildren();
+      if (this.chart) this.chart.destroy();
+      this.chart = this.probe.main = null;
+      this.updateCsv(null);
+      return null;
+    }
+    const [start, end] = this.controls.range();
+    const z = this.controls.zone(), units = this.controls.units();
+    const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device, cols,
+                         start, end, zone: z, units});
+    $("status").textContent = "Loading…";
+    const t0 = performance.now();
+    let got;
+    try {
+      got = await fetchRows(url, this.cfg.fetch_rows);
+    } catch (err) {
+      if (!this.current(mine)) return null;
+      this.probe.errors.push(String(err.message || err));
+      el.dataset.state = "error";
+      $("status").textContent = "Could not load the data: " + (err.message || err);
+      return null;
+    }
+    if (!this.current(mine)) return null;
+    const fetched = performance.now() - t0;
+    const times = got.rows.map((r) => Date.parse(r.time) / 1000);
+    const data = [times].concat(cols.map((c) => got.rows.map((r) => (r[c] === undefined ? null : r[c]))));
+    this.loaded = [start, end];
+    this.rows = got.rows.length;
+    const t1 = performance.now();
+    if (this.chart) this.chart.destroy();
+    el.dataset.units = got.units || "";
+    this.chart = this.probe.main = this.make(cols, data, z);
+    this.chart.setScale("x", {min: start, max: end});
+    el.dataset.series = cols.join(",");
+    el.dataset.points = String(this.rows);
+    el.dataset.zone = z;
+    this.probe.loads += 1;
+    $("status").dataset.fetchMs = fetched.toFixed(0);
+    $("status").dataset.drawMs = (performance.now() - t1).toFixed(0);
+    this.describe();
+    this.updateCsv(this.chart);
+    return {generation: mine, zone: z, units, end};
+  }
+
+  resize() { if (this.chart) this.chart.setSize({width: this.width(), height: 380}); }
+}

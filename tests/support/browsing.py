@@ -1,0 +1,100 @@
+"""Helpers of the dashboard's browser tests (tests/web): signing in through the form, waiting
+for a chart, counting a chart's pixels per series colour, fetching with the page's cookies,
+screenshots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from testbed.browser import wait_for
+from tests.support.dashboard import PASSWORDS
+
+# Series colours of device.js / quarantine.js, in column order.
+COLORS = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"]
+
+# Pixels of a colour on a canvas (within a small distance, for anti-aliasing), per colour.
+COUNT_COLORS = """
+const canvas = arguments[0].querySelector('canvas');
+if (!canvas) return null;
+const ctx = canvas.getContext('2d');
+const px = ctx.getImageData(0, 0, canvas.width, canvas.height).data;
+const want = arguments[1].map(h => [1, 3, 5].map(i => parseInt(h.slice(i, i + 2), 16)));
+const counts = want.map(() => 0);
+let painted = 0;
+for (let i = 0; i < px.length; i += 4) {
+  if (px[i + 3] < 200) continue;
+  painted++;
+  for (let k = 0; k < want.length; k++) {
+    const [r, g, b] = want[k];
+    if (Math.abs(px[i] - r) + Math.abs(px[i + 1] - g) + Math.abs(px[i + 2] - b) < 60) counts[k]++;
+  }
+}
+return {counts, painted, width: canvas.width, height: canvas.height};
+"""
+
+
+def snap(driver: WebDriver, shots: Path, name: str) -> Path:
+    """Save a full-page screenshot `name`.png."""
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, max(1000, min(int(height) + 40, 4000)))
+    path = shots / f"{name}.png"
+    driver.save_screenshot(str(path))
+    assert path.stat().st_size > 5000
+    return path
+
+
+def sign_in(driver: WebDriver, base: str, email: str) -> None:
+    """Sign in through the form, starting from a dashboard page."""
+    driver.get(f"{base}/dashboard/")
+    assert "/dashboard/login" in driver.current_url  # signed out: sent to the form
+    driver.find_element(By.ID, "email").send_keys(email)
+    driver.find_element(By.ID, "password").send_keys(PASSWORDS[email])
+    driver.find_element(By.ID, "sign-in").click()
+    wait_for(driver, "document.getElementById('devices') !== null || "
+                     "document.querySelector('main h1').textContent === 'Devices'")
+
+
+def fetch(driver: WebDriver, path: str) -> tuple[int, str]:
+    """GET `path` from the page's own script (its cookies, same origin): status and body."""
+    found = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        " fetch(arguments[0]).then(r => r.text().then(t => done([r.status, t])))"
+        ".catch(e => done([0, String(e)]));", path)
+    return int(found[0]), str(found[1])
+
+
+def fetch_header(driver: WebDriver, url: str, name: str) -> str:
+    """One response header of a GET of `url` from the page (its cookies)."""
+    return str(driver.execute_async_script(
+        "const done = arguments[arguments.length - 1], name = arguments[1];"
+        " fetch(arguments[0]).then(r => r.text().then(() => done(r.headers.get(name) || '')))"
+        ".catch(e => done(String(e)));", url, name))
+
+
+def chart_drawn(driver: WebDriver, element_id: str, loads: int | None = None) -> None:
+    """Wait until the chart in #element_id has drawn (after `loads` data loads, if given)."""
+    # Null-safe: right after a click the old page may still be the document.
+    cond = (f"(document.getElementById('{element_id}') || {{dataset: {{}}}}).dataset.state"
+            " === 'drawn'")
+    if loads is not None:
+        cond += f" && window.sdsDashboard.loads >= {loads}"
+    wait_for(driver, cond, timeout=30)
+
+
+def colour_counts(driver: WebDriver, element_id: str, colors: list[str]) -> dict[str, Any]:
+    """Pixels of each colour on the chart's canvas."""
+    found = driver.execute_script(COUNT_COLORS, driver.find_element(By.ID, element_id), colors)
+    assert found is not None, f"no canvas in #{element_id}"
+    return dict(found)
+
+
+def assert_series_drawn(driver: WebDriver, element_id: str, n: int) -> None:
+    """The chart's canvas is not blank and shows a line of each of its first n colours."""
+    found = colour_counts(driver, element_id, COLORS[:n])
+    assert found["painted"] > 1000, f"#{element_id} canvas looks blank: {found}"
+    for colour, count in zip(COLORS[:n], found["counts"], strict=True):
+        assert count > 150, f"series colour {colour} barely on #{element_id}: {found}"
