@@ -37,6 +37,10 @@ WATER_DAYS = 30
 FETCH_ROWS = 50_000
 
 # Series colours, in order (d3's category10): the charts' scripts take them from here.
+# Annotations: a colour no series has (lines for instants, a translucent band for ranges), and
+# how many of the shown range's annotations the chart draws (one API page, not a heavy one).
+NOTE_COLOUR = "#8250df"
+NOTES_PAGE = 1000
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
            "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 
@@ -90,6 +94,8 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
         "colours": list(COLOURS),
         "max_limit": MAX_LIMIT,  # the API's largest page: what one CSV download holds
         "fetch_rows": FETCH_ROWS,
+        "note_colour": NOTE_COLOUR,  # annotations on the chart (static/js/annotations.js)
+        "notes_page": NOTES_PAGE,
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],
                   "days": WATER_DAYS},
     }

@@ -1,8 +1,9 @@
 // The device page (serve/web/templates/web/device.html): wires its views together. An ES
 // module (no build step): API calls live in js/api.js, the page's facts in js/facts.js (from
 // the server's JSON), the choices in js/controls.js, one module per view (js/readings.js,
-// js/water.js).
+// js/water.js, js/annotations.js).
 import {Controls} from "./js/controls.js";
+import {Annotations} from "./js/annotations.js";
 import {embedded} from "./js/facts.js";
 import {Readings} from "./js/readings.js";
 import {Water} from "./js/water.js";
@@ -20,11 +21,17 @@ function start() {
   const controls = new Controls(cfg);
   const readings = new Readings(cfg, controls, probe);
   const water = new Water(cfg, probe);
+  const notes = new Annotations(cfg, readings, probe);
+  readings.plugins.push(notes.plugin());
+  notes.wire();
 
   async function load() {
     controls.save();
     const shown = await readings.load();
-    if (shown !== null) water.load(shown, () => readings.current(shown.generation));
+    if (shown !== null) {
+      water.load(shown, () => readings.current(shown.generation));
+      notes.load(readings.loaded);
+    }
   }
   controls.onChange(load);
   $("pan-left").addEventListener("click", () => readings.pan(-0.5));

@@ -18,6 +18,7 @@ export class Readings {
     this.rows = 0;
     this.firstDraw = true;
     this.generation = 0;        // a newer load makes older answers stale
+    this.plugins = [];          // uPlot plugins other views add (js/annotations.js)
   }
 
   /** Is `generation` still the newest load? */
@@ -47,6 +48,7 @@ export class Readings {
       scales: {x: {time: true}},
       cursor: {drag: {x: true, y: false, setScale: true}},
       legend: {live: true},
+      plugins: this.plugins,
       hooks: {
         draw: [() => {
           if (this.firstDraw) { this.firstDraw = false; performance.mark("sds-chart-drawn"); }
