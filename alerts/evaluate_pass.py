@@ -136,7 +136,8 @@ class _Work:
         self.outcome = Outcome()
 
     def _state(self, rule: Rule, device: str) -> State:
-        key = (rule.id, device)  # type: ignore[arg-type]
+        assert rule.id is not None
+        key = (rule.id, device)
         return self.states.get(key) or self.ev.states.get(key) or State()
 
     def apply(self, rule: Rule, device: str, location: UUID | None, at: datetime,

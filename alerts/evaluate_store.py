@@ -1,8 +1,9 @@
 """The evaluator's SQL: the values rules read (readings, rollup buckets, health reports, last
 contact, quarantine counts), and the states, cursors and events it writes.
 
-Every write of one evaluation pass happens in the caller's one transaction (alerts/evaluate_pass.py),
-so an event, the state change it records and the cursor past its sample commit together.
+Every write of one evaluation pass happens in the caller's one transaction
+(alerts/evaluate_pass.py), so an event, the state change it records and the cursor past its
+sample commit together.
 """
 
 from __future__ import annotations

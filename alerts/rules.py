@@ -13,16 +13,12 @@ from uuid import UUID
 
 import psycopg
 
+from shared import alertstore
 from shared.alertrules import Rule
 
-_RULES_SQL = """
-SELECT r.id, r.org_id, r.name, r.kind, r.source, r.column_name, d.name, r.location_id, r.op,
-       r.threshold, r.clear_op, r.clear_threshold, r.for_seconds, r.clear_for_seconds,
-       r.units, r.channels, r.updated_at
-FROM alert_rules r LEFT JOIN devices d ON d.id = r.device_id
-WHERE r.active AND (r.device_id IS NULL OR d.id IS NOT NULL)
-ORDER BY r.created_at, r.id
-"""
+_RULES_SQL = (f"SELECT {alertstore.COLUMNS}{alertstore.FROM}"
+              " WHERE r.active AND (r.device_id IS NULL OR d.id IS NOT NULL)"
+              " ORDER BY r.created_at, r.id")
 # Each device's organisation and the location it stands at now (for the kinds whose values
 # carry no location: silent and quarantine).
 _DEVICES_SQL = """
@@ -47,19 +43,12 @@ class Catalogue:
     def load(cls, conn: psycopg.Connection) -> Catalogue:
         """Every active rule and every device, read now."""
         cat = cls()
-        for (rid, org, name, kind, source, column, device, location, op, threshold, clear_op,
-             clear_threshold, for_s, clear_for_s, units, channels, updated) \
-                in conn.execute(_RULES_SQL):
-            rule = Rule(name=name, kind=kind, source=source, column=column, op=op,
-                        threshold=threshold, clear_op=clear_op,
-                        clear_threshold=clear_threshold, for_seconds=for_s,
-                        clear_for_seconds=clear_for_s, device=device, location_id=location,
-                        units=dict(units or {}),
-                        channels=tuple(channels) if channels is not None else None,
-                        id=rid, org_id=org)
-            cat.rules[rid] = rule
-            cat.versions[rid] = updated
-            cat.by_source[source].append(rule)
+        for row in conn.execute(_RULES_SQL):
+            rule, _created, updated = alertstore.rule_of(row)
+            assert rule.id is not None
+            cat.rules[rule.id] = rule
+            cat.versions[rule.id] = updated
+            cat.by_source[rule.source].append(rule)
         cat.load_devices(conn)
         return cat
 

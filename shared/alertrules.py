@@ -307,13 +307,13 @@ def parse(body: dict[str, Any], *, base: Rule | None = None,
     BadRequest naming every rejected field. Thresholds are converted to canonical units with
     the body's `units`, else `query_units`, else (PATCH) the base's, else the defaults."""
     errs = _Errors()
-    for name in body:
-        if name in READ_ONLY:
-            errs.add(name, "read-only field")
-        elif name not in _FIELDS:
-            errs.add(name, "unknown field")
+    for sent in body:
+        if sent in READ_ONLY:
+            errs.add(sent, "read-only field")
+        elif sent not in _FIELDS:
+            errs.add(sent, "unknown field")
     kind, source, column = _target(body, base, errs)
-    name = body.get("name", base.name if base else None)
+    name: Any = body.get("name", base.name if base else None)
     if not isinstance(name, str) or not 0 < len(name.strip()) <= NAME_MAX \
             or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         errs.add("name", f"must be 1 to {NAME_MAX} characters without control characters")

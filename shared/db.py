@@ -185,6 +185,6 @@ def close_quietly(conn: psycopg.Connection | None) -> None:
             pass
 
 
-__all__ = ["ROLES", "ROLE_AGGREGATE", "ROLE_ALERTS", "ROLE_API", "ROLE_AUTH", "ROLE_INGEST", "DictRow",
-           "close_quietly", "connect", "dict_row", "make_pool", "role_for", "session_options",
-           "set_request_scope", "set_role"]
+__all__ = ["ROLES", "ROLE_AGGREGATE", "ROLE_ALERTS", "ROLE_API", "ROLE_AUTH", "ROLE_INGEST",
+           "DictRow", "close_quietly", "connect", "dict_row", "make_pool", "role_for",
+           "session_options", "set_request_scope", "set_role"]

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCTION = ("shared", "ingest", "aggregate", "serve", "admin")
+PRODUCTION = ("shared", "ingest", "aggregate", "serve", "alerts", "admin")
 
 
 def _tool(name: str) -> str:

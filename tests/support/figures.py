@@ -26,6 +26,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("time", "Time zones and DST"),
     ("scheduler", "Scheduler"),
     ("security", "Security"),
+    ("alerts", "Alerts"),
 )
 
 PROMISES = """\
