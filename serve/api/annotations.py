@@ -173,6 +173,7 @@ WHERE a.org_id = %(org)s
   AND (%(end)s::timestamptz IS NULL OR a.start_time <= %(end)s)
   AND a.tags @> %(tags)s::text[]
 """
+_COUNT = "SELECT count(*) FROM annotations a" + _WHERE  # nosec B608  constant text; values bound
 _INSERT = """
 INSERT INTO annotations (org_id, device_id, location_id, start_time, end_time, text, tags,
                          author_id)
@@ -331,7 +332,7 @@ def list_annotations(limit: int, page: int, **filters: Any) -> Any:
         bind = {"org": org, "device": device, "location": location,
                 "start": filters.get("start_time"), "end": filters.get("end_time"),
                 "tags": _tags(filters.get("tag"))}
-        counted = conn.execute("SELECT count(*) FROM annotations a" + _WHERE, bind).fetchone()
+        counted = conn.execute(_COUNT, bind).fetchone()
         total = counted[0] if counted else 0
         pages = check_page(total, limit, page)
         with conn.cursor(row_factory=dict_row) as cur:
