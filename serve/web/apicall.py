@@ -49,16 +49,18 @@ def call(method: str, path: str, *, json: Any = None, query: dict[str, Any] | No
     token = web_session.session_token()
     if token is None:
         raise Unauthorized("sign in first", scheme="Basic")
+    headers = [("Authorization", f"Bearer {token}"), ("Accept", "application/json"),
+               ("User-Agent", "sds-dashboard")]
+    # The same peer and forwarding chain as the page's request: the API sees the same client.
+    headers += [("X-Forwarded-For", v) for v in request.headers.getlist("X-Forwarded-For")]
     builder = EnvironBuilder(
-        path=path, method=method, query_string=query, json=json,
-        headers=[("Authorization", f"Bearer {token}"), ("Accept", "application/json"),
-                 ("User-Agent", "sds-dashboard")],
+        path=path, method=method, query_string=query, json=json, headers=headers,
         environ_base={"REMOTE_ADDR": request.remote_addr or "127.0.0.1"})
     try:
         environ = builder.get_environ()
     finally:
         builder.close()
-    app_iter, status, headers = run_wsgi_app(current_app.wsgi_app, environ, buffered=True)
+    app_iter, status, answered = run_wsgi_app(current_app.wsgi_app, environ, buffered=True)
     try:
         data = b"".join(app_iter)
     finally:
@@ -70,4 +72,4 @@ def call(method: str, path: str, *, json: Any = None, query: dict[str, Any] | No
         body = orjson.loads(data) if data else None
     except orjson.JSONDecodeError:
         body = None
-    return Answer(code, body, dict(headers))
+    return Answer(code, body, dict(answered))
