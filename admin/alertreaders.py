@@ -1,4 +1,4 @@
-"""`sds alerts reader add|remove ORG`: an organisation's alert-reader account on the broker.
+"""`sds alert-reader add|remove ORG`: an organisation's alert-reader account on the broker.
 
 On-site controllers (an irrigation valve) log in with it and subscribe to
 `alerts/<organisation id>/#`, where the deliverer publishes the organisation's alert events
@@ -31,13 +31,8 @@ def reader_name(org: object) -> str:
     return f"alerts-{org}"
 
 
-@click.group("alerts")
-def alerts_cli() -> None:
-    """Alert delivery accounts."""
-
-
-@alerts_cli.group("reader")
-def reader() -> None:
+@click.group("alert-reader")
+def alert_reader() -> None:
     """An organisation's MQTT alert-reader account (mosquitto)."""
 
 
@@ -49,7 +44,7 @@ def _org(obj: Context, name_or_id: str) -> str:
         raise click.ClickException(exc.message) from None
 
 
-@reader.command("add")
+@alert_reader.command("add")
 @click.argument("org_name")
 @click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), required=True,
               help=PASSWD_HELP)
@@ -67,7 +62,7 @@ def reader_add(obj: Context, org_name: str, mqtt_passwd_file: Path,
     click.echo(reload_broker(mqtt_passwd_file, broker_pid_file))
 
 
-@reader.command("remove")
+@alert_reader.command("remove")
 @click.argument("org_name")
 @click.option("--mqtt-passwd-file", type=click.Path(path_type=Path), required=True,
               help=PASSWD_HELP)

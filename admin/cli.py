@@ -3,15 +3,26 @@
 The commands live in admin/ (the operator room): organisations, users, locations and keys
 (people.py), devices (devices.py, publish.py, brokeraccounts.py), the demo (demo.py), account
 access (access.py), rollups (aggregate.py), storage and retention (storage.py), the quarantine
-(quarantine.py) and the device simulator (simulate.py). admin/ may import every package of the
-service; nothing imports admin/ (pyproject.toml, import-linter)."""
+(quarantine.py), alert rules (alerts.py) and the device simulator (simulate.py). admin/ may
+import every package of the service; nothing imports admin/ (pyproject.toml, import-linter)."""
 
 from __future__ import annotations
 
 import click
 import psycopg
 
-from admin import access, aggregate, alertreaders, demo, devices, people, quarantine, simulate, storage
+from admin import (
+    access,
+    aggregate,
+    alertreaders,
+    alerts,
+    demo,
+    devices,
+    people,
+    quarantine,
+    simulate,
+    storage,
+)
 from admin.context import Context, pass_ctx
 from shared import config, migrate
 from shared.logs import configure_logging
@@ -74,5 +85,5 @@ def db_status(obj: Context) -> None:
 
 for command in (people.org, people.user, people.location, people.apikey, devices.device,
                 demo.demo, access.access_cli, aggregate.aggregate, storage.storage_cli,
-                quarantine.quarantine, simulate.simulate, alertreaders.alerts_cli):
+                quarantine.quarantine, simulate.simulate, alerts.alert, alertreaders.alert_reader):
     main.add_command(command)

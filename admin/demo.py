@@ -1,4 +1,5 @@
-"""`sds demo`: a demo organisation, user, locations in several zones, devices and an API key."""
+"""`sds demo`: a demo organisation, user, locations in several zones, devices, an API key and
+a frost alert rule."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import click
 from admin.brokeraccounts import set_mqtt_passwords, set_rabbitmq_users
 from admin.context import Context, pass_ctx
 from admin.people import sealer
-from shared import accounts
+from shared import accounts, alertrules, alertstore
 
 DEMO_ORG = "Demo Farms"
 DEMO_EMAIL = "demo@example.com"
@@ -25,6 +26,13 @@ DEMO_SITES = (
     ("A000104", "Curico orchard", "America/Santiago", -34.98, -71.24, 230.0, 0.9),
     ("A000105", "Wagga wheat", "Australia/Sydney", -35.12, 147.37, 180.0, 1.05),
 )
+
+# One alert rule (docs/alerts.md), so a newcomer sees events: frost at any demo site. The
+# simulated nights dip below 0 C at the mid-latitude sites in their winter (Ames from November,
+# Wagga and Curico from May), and the simulator's last day is evaluated at start.
+DEMO_RULE = {"name": "Frost", "table": "calibrated", "column": "tair",
+             "scope": {"organisation": True}, "condition": {"op": "<", "threshold": 0},
+             "for": 900, "clear": {"op": ">=", "threshold": 1}, "units": {"temp": "c"}}
 
 
 @click.command("demo")
@@ -57,9 +65,11 @@ def demo(obj: Context, credentials_out: Path | None, mqtt_passwd_file: Path | No
             accounts.register_device(conn, org=oid, name=dev, type="weather", model="SDS-1")
             accounts.deploy_device(conn, device=dev, location=lid, start=start)
             device_passwords[dev] = secrets.token_urlsafe(18)
+        alertstore.create(conn, oid, alertrules.parse(DEMO_RULE))
         key = accounts.create_api_key(
             conn, user=uid, name="demo", scopes=["data:read", "devices:read", "locations:read",
-                                                 "apikeys:read"], sealer=sealer(obj.settings))
+                                                 "apikeys:read", "notifications:read"],
+            sealer=sealer(obj.settings))
         if mqtt_passwd_file:
             set_mqtt_passwords(mqtt_passwd_file, device_passwords)
         if rabbitmq_definitions:

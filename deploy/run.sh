@@ -41,7 +41,9 @@ api_layout() {
     [[ $API_INSTANCES =~ ^[1-9][0-9]*$ ]] || die "SDS_API_INSTANCES must be a positive integer, not '$API_INSTANCES'"
     [[ $API_PORT0 =~ ^[0-9]+$ ]] || die "SDS_HTTP_BIND must be host:port, not '$bind'"
     ingest_layout
-    PROCS=("${INGEST_PROCS[@]}" aggregate)
+    # alerts-evaluate: the alert evaluator (docs/alerts.md), one active per database;
+    # alerts-deliver: the deliverer (webhooks, email, the MQTT alerts topic).
+    PROCS=("${INGEST_PROCS[@]}" aggregate alerts-evaluate alerts-deliver)
     local k
     for ((k = 1; k <= API_INSTANCES; k++)); do PROCS+=("serve-$k"); done
     # logrotate: rotates every log under .state (deploy/logrotate, docs/operations.md "Log files").
@@ -142,6 +144,9 @@ proc_argv() {
     ingest-*) ARGV=(env "SDS_INGEST_SHARDS=$INGEST_SHARDS" "SDS_INGEST_SHARD=${1#ingest-}"
         "$VENV/bin/python" -m ingest) ;;
     aggregate) ARGV=("$VENV/bin/python" -m aggregate) ;;
+    alerts-evaluate) ARGV=("$VENV/bin/python" -m alerts.evaluate) ;;
+    # The alert deliverer (docs/alerts.md): webhooks, email, the MQTT alerts topic.
+    alerts-deliver) ARGV=("$VENV/bin/python" -m alerts.delivery) ;;
     # env execs gunicorn, so the pid is gunicorn's master. Behind the edge, the API trusts one
     # proxy hop of X-Forwarded-For for the client address (login throttling, rate limits).
     serve-*) ARGV=(env "SDS_HTTP_BIND=$API_HOST:$((API_PORT0 + ${1#serve-} - 1))"
@@ -216,6 +221,8 @@ stop_all() {
     done
     for name in $(ingest_pidfiles); do stop_one "$name"; done
     stop_one aggregate
+    stop_one alerts-evaluate
+    stop_one alerts-deliver
     stop_one logrotate
     bash "$REPO/deploy/services.sh" stop
 }
@@ -366,7 +373,7 @@ $headline
   MQTT broker   127.0.0.1:$SDS_MQTT_PORT   ($broker${SDS_MQTT_FAILOVER:+; other nodes $SDS_MQTT_FAILOVER})
   secrets       $SECRETS
   demo login    $DEMO_OUT
-  logs          $LOGS/{ingest*,aggregate,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
+  logs          $LOGS/{ingest*,aggregate,alerts-evaluate,alerts-deliver,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $STATE/pg/postgres.log, $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status

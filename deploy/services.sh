@@ -160,6 +160,7 @@ SDS_MQTT_HOST=127.0.0.1
 SDS_MQTT_PORT=$MQTT_PORT
 SDS_MQTT_USERNAME=ingester
 SDS_MQTT_PASSWORD=$MQ_PW
+SDS_ALERTS_MQTT_PASSWORD=$MQ_PW
 SDS_INGEST_SHARE_GROUP=$SHARE_GROUP
 SDS_CURSOR_SECRET=$CURSOR_KEY
 SDS_REPLICA_PASSWORD=$REPL_PW
@@ -335,6 +336,12 @@ mq_start() {
             changed=changed
         fi
     done
+    # The alert deliverer's account (alerts.delivery, SDS_ALERTS_MQTT_USERNAME) shares it too;
+    # the shipped ACL lets it write alerts/# only.
+    if [[ -n $MQ_PW_NEW ]] || ! grep -q "^alerts-publisher:" "$MQ_DIR/passwd"; then
+        mosquitto_passwd -b "$MQ_DIR/passwd" alerts-publisher "$MQ_PW"
+        changed=changed
+    fi
     mq_fix_perms
     ensure_traversable mosquitto "$MQ_DIR"
 

@@ -1,7 +1,7 @@
 """The MQTT alerts topic of an organisation: `alerts/<organisation id>/<kind>`.
 
 One home for the name: the deliverer publishes there (alerts.delivery.mqttpub), the channels
-API shows it, `sds alerts reader add` prints it; deploy/mosquitto/acl and the broker plugin
+API shows it, `sds alert-reader add` prints it; deploy/mosquitto/acl and the broker plugin
 (deploy/mosquitto/sds_plugin.c, ALERTS_ROOT) spell the same root for the broker.
 """
 

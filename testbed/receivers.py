@@ -51,9 +51,11 @@ class Receiver:
                 self._proc.wait(10)
 
 
-def webhook_receiver(directory: Path, *, status: int = 200) -> Receiver:
-    """A webhook receiver answering `status` to every POST."""
-    return Receiver("testbed.webhook_receiver", directory, "--status", str(status))
+def webhook_receiver(directory: Path, *, status: int = 200, delay: float = 0.0) -> Receiver:
+    """A webhook receiver answering `status` to every POST, `delay` seconds after receiving it
+    (it is recorded on arrival)."""
+    return Receiver("testbed.webhook_receiver", directory, "--status", str(status),
+                    "--delay", str(delay))
 
 
 def smtp_sink(directory: Path) -> Receiver:

@@ -2,7 +2,8 @@
 benchmarks, a separate process on 127.0.0.1.
 
 Every POST is appended to OUT as one JSON line (`headers`, `body`, `received`: Unix time) and
-answered with status N (default 200): a failing endpoint is the same receiver with --status 500.
+answered with status N (default 200), after --delay seconds: a failing endpoint is the same
+receiver with --status 500.
 It verifies nothing itself: the test reads the file and verifies the signatures.
 """
 
@@ -23,6 +24,8 @@ def main() -> None:
     parser.add_argument("port", type=int)
     parser.add_argument("out")
     parser.add_argument("--status", type=int, default=200)
+    parser.add_argument("--delay", type=float, default=0.0,
+                        help="seconds to wait before answering (a slow receiver)")
     args = parser.parse_args()
     lock = threading.Lock()
     out = open(args.out, "a", encoding="utf-8")  # noqa: SIM115 (open for the process's life)
@@ -37,6 +40,8 @@ def main() -> None:
             with lock:
                 out.write(line + "\n")
                 out.flush()
+            if args.delay:
+                time.sleep(args.delay)
             self.send_response(args.status)
             self.send_header("Content-Length", "2")
             self.end_headers()

@@ -1,7 +1,8 @@
-"""Alerts on the broker: each event published at QoS 1 on `alerts/{organisation id}/{kind}` (shared.alerttopic).
+"""Alerts on the broker: each event published at QoS 1 on `alerts/{organisation id}/{kind}`
+(shared.alerttopic).
 
 For on-site controllers (an irrigation valve that closes on a frost alert): they log in with
-their organisation's alert-reader account (`sds alerts reader add`), which the broker plugin
+their organisation's alert-reader account (`sds alert-reader add`), which the broker plugin
 lets subscribe to that organisation's subtree only. The deliverer publishes as
 SDS_ALERTS_MQTT_USERNAME; an attempt succeeds when the broker acknowledged the message (PUBACK).
 Messages are not retained (the broker plugin strips retain flags anyway).

@@ -8,18 +8,16 @@ every channel kind (the webhook body, the MQTT message, the JSON part of an emai
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from shared.timeutil import format_utc_z_exact
+
 # Event columns copied into `data` beside the event's own body.
 EVENT_FIELDS = ("id", "kind", "rule_id", "device", "location_id", "column_name", "value", "unit",
                 "at", "title", "created_at")
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def envelope(event: dict[str, Any]) -> dict[str, Any]:
@@ -28,11 +26,11 @@ def envelope(event: dict[str, Any]) -> dict[str, Any]:
     for key in EVENT_FIELDS:
         value = event.get(key)
         if isinstance(value, datetime):
-            value = _iso(value)
+            value = format_utc_z_exact(value)
         elif value is not None and key in ("id", "rule_id", "location_id"):
             value = str(value)
         data["column" if key == "column_name" else key] = value
-    return {"type": f"alert.{event['kind']}", "timestamp": _iso(event["created_at"]),
+    return {"type": f"alert.{event['kind']}", "timestamp": format_utc_z_exact(event["created_at"]),
             "data": data}
 
 

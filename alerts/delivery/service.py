@@ -5,7 +5,7 @@ commit) and also sweeps every SDS_DELIVERY_SWEEP_INTERVAL seconds, so an event w
 was missed (the deliverer was down) is still fanned out. SDS_DELIVERY_WORKERS threads, each on
 its own connection, claim one due delivery at a time (alerts.delivery.outbox) and send it.
 Several deliverers may run against one database: the claim's row lock keeps them apart.
-Runs as the database owner: it serves every organisation (docs/decisions.md).
+Works as the alerts role sds_alerts (migrations 0101, 0106), like the evaluator.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ class Deliverer:
         while not self.stop.is_set():
             try:
                 if conn is None or conn.closed:
-                    conn = db.connect(self.settings, name="sds-deliverer", keepalive_probes=3)
+                    conn = db.connect(self.settings, name="sds-deliverer", role=db.ROLE_ALERTS,
+                                      keepalive_probes=3)
                 wake.clear()
                 if not self.deliver_one(conn):
                     wake.wait(self.settings.delivery_sweep_interval)
@@ -132,7 +133,8 @@ class Deliverer:
             try:
                 with db.connect(self.settings, name="sds-deliverer-listen", autocommit=True,
                                 keepalive_probes=3) as listen, \
-                        db.connect(self.settings, name="sds-deliverer-fanout") as work:
+                        db.connect(self.settings, name="sds-deliverer-fanout",
+                                   role=db.ROLE_ALERTS) as work:
                     listen.execute(f"LISTEN {CHANNEL}")
                     while not self.stop.is_set():
                         self._fanout(work)

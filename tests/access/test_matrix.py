@@ -67,6 +67,25 @@ def _fresh_annotation(world: World, conn: psycopg.Connection) -> str:
     return str(row[0]) if row else ""
 
 
+def _a_channel(world: World, conn: psycopg.Connection, name: str = "matrix-a") -> str:
+    """The id of org A's delivery channel `name` (made on first use)."""
+    row = conn.execute("SELECT id FROM alert_channels WHERE org_id = %s AND name = %s",
+                       (world.org_a, name)).fetchone()
+    if row is None:
+        row = conn.execute("INSERT INTO alert_channels (org_id, name, kind) VALUES"
+                           " (%s, %s, 'mqtt') RETURNING id", (world.org_a, name)).fetchone()
+        conn.commit()
+    return str(row[0])
+
+
+def _no_matrix_channel(world: World, conn: psycopg.Connection) -> str:
+    """The channels path, after removing the channel an earlier cell created (names are unique
+    per organisation)."""
+    conn.execute("DELETE FROM alert_channels WHERE name = 'matrix'")
+    conn.commit()
+    return "/api/v2/channels"
+
+
 ROUTES = [
     Route("devices", "GET", "/api/v2/devices", lambda w, c: "/api/v2/devices", "devices:read"),
     Route("device", "GET", "/api/v2/devices/<name>",
@@ -93,6 +112,23 @@ ROUTES = [
           None, body={"email": "a1@a.example", "password": PASSWORDS["a1@a.example"]}),
     Route("token-revoke", "DELETE", "/api/v2/auth/token", lambda w, c: "/api/v2/auth/token",
           USER_ONLY, ok=204, basic_status=400),
+    # Delivery channels (issue 24).
+    Route("channels", "GET", "/api/v2/channels", lambda w, c: "/api/v2/channels",
+          "notifications:read"),
+    Route("channel-create", "POST", "/api/v2/channels", _no_matrix_channel,
+          "notifications:write", ok=201, body={"name": "matrix", "kind": "mqtt"}),
+    Route("channel", "GET", "/api/v2/channels/<channel_id>",
+          lambda w, c: f"/api/v2/channels/{_a_channel(w, c)}", "notifications:read",
+          a_object=True),
+    Route("channel-update", "PATCH", "/api/v2/channels/<channel_id>",
+          lambda w, c: f"/api/v2/channels/{_a_channel(w, c)}", "notifications:write",
+          body={"active": True}, a_object=True),
+    Route("channel-delete", "DELETE", "/api/v2/channels/<channel_id>",
+          lambda w, c: f"/api/v2/channels/{_a_channel(w, c, 'matrix-gone')}",
+          "notifications:write", ok=204, a_object=True),
+    Route("channel-test", "POST", "/api/v2/channels/<channel_id>/test",
+          lambda w, c: f"/api/v2/channels/{_a_channel(w, c)}/test", "notifications:write",
+          ok=202, a_object=True),
     Route("health", "GET", "/api/v2/health", lambda w, c: "/api/v2/health", None),
     Route("index", "GET", "/api/v2/", lambda w, c: "/api/v2/", None),
     # The data and schema endpoints (issue 5); rows apply when the app serves the rule.
@@ -132,7 +168,8 @@ REFUSED = {"anonymous", "wrong_password", "token_expired", "token_revoked", "key
            "key_inactive", "key_deleted"}
 SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "locations",
              "apikeys:read": "apikeys", "annotations:read": "annotations_read",
-             "annotations:write": "annotations_write", USER_ONLY: "all"}
+             "annotations:write": "annotations_write", "notifications:read": "notifications",
+             "notifications:write": "notifications", USER_ONLY: "all"}
 
 
 def _session_cookie(app: Flask, token: str) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """Alerts on the broker: the deliverer publishes an organisation's events on
-alerts/<organisation id>/<kind>; that organisation's alert reader (made with `sds alerts reader
+alerts/<organisation id>/<kind>; that organisation's alert reader (made with `sds alert-reader
 add`) receives them; another organisation's reader cannot subscribe to them.
 
 The broker runs the shipped mosquitto.conf and ACL with the broker plugin built from this
@@ -59,9 +59,9 @@ def secured_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
 
 
 def _reader(broker: MosquittoBroker, conn: psycopg.Connection, org: Org) -> dict[str, str]:
-    """`sds alerts reader add` for `org` against the broker's password file; its login."""
+    """`sds alert-reader add` for `org` against the broker's password file; its login."""
     result = CliRunner().invoke(
-        sds, ["alerts", "reader", "add", org.name, "--mqtt-passwd-file",
+        sds, ["alert-reader", "add", org.name, "--mqtt-passwd-file",
               str(broker.base_dir / "passwd")],
         env={"SDS_DATABASE_URL": conn.info.dsn}, catch_exceptions=False)
     assert result.exit_code == 0, result.output

@@ -20,7 +20,7 @@ import pytest
 from tests.support.figures import Figures
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["shared", "ingest", "aggregate", "serve", "admin"]
+PACKAGES = ["shared", "ingest", "aggregate", "serve", "alerts", "admin"]
 NOSEC = re.compile(r"#\s*nosec\b(.*)$")
 NOSEC_WITH_REASON = re.compile(r"^\s+B\d{3}(\s*,\s*B\d{3})*\s+\S.{5,}")
 

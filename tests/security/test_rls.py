@@ -42,6 +42,8 @@ TENANT_ROWS = {
     "alert_events": "SELECT id::text FROM alert_events WHERE org_id = %(org)s",
     "alert_rules": "SELECT id::text FROM alert_rules WHERE org_id = %(org)s",
     "alert_states": "SELECT rule_id::text || device FROM alert_states WHERE org_id = %(org)s",
+    "alert_channels": "SELECT id::text FROM alert_channels WHERE org_id = %(org)s",
+    "alert_deliveries": "SELECT id::text FROM alert_deliveries WHERE org_id = %(org)s",
     "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
@@ -57,12 +59,15 @@ KEY_OF = {
     "alert_events": ("id::text", "acknowledged_at"),
     "alert_rules": ("id::text", "name"),
     "alert_states": ("rule_id::text || device", "value"),
+    "alert_channels": ("id::text", "name"),
+    "alert_deliveries": ("id::text", "last_error"),
     "annotations": ("id::text", "text"),
 }
 # What the API role may change at all (grants); RLS must hold on these.
 API_WRITABLE = {"users": "UPDATE", "api_keys": "UPDATE DELETE", "auth_tokens": "UPDATE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
-                "alert_states": "DELETE", "annotations": "UPDATE DELETE"}
+                "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
+                "annotations": "UPDATE DELETE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
@@ -82,6 +87,8 @@ SERVICE_TABLES = {
     "schema_migrations": "applied migrations and their checksums; owner only",
     "alert_cursors": "how far the alert evaluator has read, per source table and device; "
                      "not granted to the API",
+    "alert_event_fanout": "which alert events the deliverer has fanned out into deliveries "
+                          "(event ids only); not granted to the API",
 }
 
 _tally = {"tables": 0, "forced": 0, "data_tables": 0, "data_forced": 0, "cross_org_visible": 0,
@@ -109,6 +116,10 @@ def rls_world(world: World) -> World:
                          " (%s, 'r', 'threshold', 'calibrated', 'tair', '<', 0, '>=', 0)"
                          " RETURNING id, org_id) INSERT INTO alert_states (rule_id, device,"
                          " org_id, status) SELECT id, 'd', org_id, 'ok' FROM r", (org,))
+            conn.execute("WITH c AS (INSERT INTO alert_channels (org_id, name, kind) VALUES"
+                         " (%s, 'c', 'mqtt') RETURNING id, org_id) INSERT INTO alert_deliveries"
+                         " (event_id, org_id, channel_id) SELECT e.id, c.org_id, c.id FROM c"
+                         " JOIN alert_events e ON e.org_id = c.org_id", (org,))
         for org, user, loc in ((world.org_a, world.a1, world.loc_a),
                                (world.org_b, world.b1, world.loc_b)):
             conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"

@@ -31,6 +31,7 @@ KEY_SCOPES = {
     "apikeys": ["apikeys:read"],
     "annotations_read": ["annotations:read"],
     "annotations_write": ["annotations:write"],
+    "notifications": ["notifications:read", "notifications:write"],
     "none": ["orgs:read", "users:read"],  # valid scopes, none of them needed by any endpoint
     "expired": ALL_READ,
     "inactive": ALL_READ,
@@ -136,7 +137,10 @@ def seed(url: str) -> World:
         _readings(conn, world.dev_b, loc_b, 6)
         for name, scopes in KEY_SCOPES.items():
             world.key_ids[name], world.keys[name] = new_key(conn, a1, scopes)
-        world.key_ids["b_all"], world.keys["b_all"] = new_key(conn, b1, ALL_READ)
+        # Org B's key also holds the notification scopes, so the access matrix reaches the
+        # tenancy check (404) of the alert endpoints rather than stopping at the scope (403).
+        world.key_ids["b_all"], world.keys["b_all"] = new_key(
+            conn, b1, [*ALL_READ, "notifications:read", "notifications:write"])
         world.key_ids["a2_all"], world.keys["a2_all"] = new_key(conn, a2, ALL_READ)
         conn.execute("UPDATE api_keys SET exp = now() - interval '1 hour' WHERE id = %s",
                      (world.key_ids["expired"],))

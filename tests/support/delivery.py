@@ -75,17 +75,20 @@ def deliverer_env(database_url: str, **settings: Any) -> dict[str, str]:
 
 
 class DelivererProcess:
-    """`python -m alerts.delivery` as a child process, its log in `log_path`."""
+    """`python -m alerts.delivery` (or another `module`: alerts.evaluate) as a child process,
+    its log in `log_path`."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], log_path: Path, module: str = "alerts.delivery"
+                 ) -> None:
         self.env = env
         self.log_path = log_path
+        self.module = module
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> DelivererProcess:
         """Start (or restart) the process."""
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "alerts.delivery"], env=self.env,
+            self.proc = subprocess.Popen([sys.executable, "-m", self.module], env=self.env,
                                          cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         return self
 

@@ -1,0 +1,1 @@
+"""Alert benchmarks (issue 24): latency from publish to webhook; the evaluation cost."""

@@ -1,0 +1,128 @@
+"""Evaluation passes in-process on a real database, as the evaluator's role sds_alerts: the
+`silent` kind, hourly and daily rules on rollup buckets (a recomputed bucket re-evaluated, an
+older one ignored, nothing repeated), another organisation's device never watched, and the
+operator CLI and the demo's rule."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID
+
+import psycopg
+from click.testing import CliRunner
+
+from admin.cli import main
+from alerts.evaluate_pass import Evaluator
+from shared import db
+from shared.config import Settings
+from tests.support.alerting import add_rule, events
+from tests.support.ingesting import make_site, now_slot
+
+
+def evaluator_conn(settings: Settings) -> psycopg.Connection:
+    return db.connect(settings, name="test-alerts", role=db.ROLE_ALERTS)
+
+
+def test_silent_device_fires_and_a_new_reading_resolves(
+        conn: psycopg.Connection, settings: Settings, database_url: str) -> None:
+    site = make_site(conn, device="S1")
+    other = make_site(conn, device="S2", org_name="Other Org")
+    conn.execute("UPDATE devices SET last_post = now() - interval '31 minutes'")
+    conn.commit()
+    add_rule(database_url, site.org, {"name": "Dead", "kind": "silent",
+                                      "scope": {"organisation": True},
+                                      "condition": {"threshold": 3}})
+    ev = Evaluator(settings)
+    with evaluator_conn(settings) as work:
+        ev.reload(work)
+        out = ev.run(work, None, rollups=False)
+        assert [(e["device"], e["kind"]) for e in out.events] == [("S1", "firing")]
+        assert 31 <= out.events[0]["value"] < 32 and out.events[0]["unit"] == "min"
+        assert ev.run(work, None, rollups=False).events == []  # still silent: nothing new
+        conn.execute("UPDATE devices SET last_post = now() WHERE name = 'S1'")
+        conn.commit()
+        out = ev.run(work, {"S1"}, rollups=False)
+        assert [(e["device"], e["kind"]) for e in out.events] == [("S1", "resolved")]
+    assert [e[0] for e in events(database_url)] == ["S1", "S1"]
+    assert other.device not in {e[0] for e in events(database_url)}
+
+
+def test_hourly_and_daily_rules_follow_rewritten_buckets(
+        conn: psycopg.Connection, settings: Settings, database_url: str) -> None:
+    site = make_site(conn, device="H1")
+    make_site(conn, device="H2", org_name="Other Org")
+    add_rule(database_url, site.org, {"name": "Cold hour", "table": "hourly", "column": "tair",
+                                      "scope": {"location": str(site.location)},
+                                      "condition": {"op": "<", "threshold": 0},
+                                      "clear": {"op": ">=", "threshold": 1}})
+    add_rule(database_url, site.org, {"name": "Wet day", "table": "daily", "column": "precip",
+                                      "scope": {"organisation": True},
+                                      "condition": {"op": ">", "threshold": 1},
+                                      "units": {"size": "in"}})
+    hour = now_slot(120).replace(minute=0)
+    day = hour.replace(hour=0)
+
+    def bucket(table: str, device: str, t: object, location: UUID, **values: float) -> None:
+        cols = ", ".join(values)
+        marks = ", ".join(["%s"] * len(values))
+        sets = ", ".join(f"{c} = EXCLUDED.{c}" for c in values)
+        conn.execute(f"INSERT INTO {table} (time, device, location, {cols}) VALUES"
+                     f" (%s, %s, %s, {marks}) ON CONFLICT (device, time) DO UPDATE SET {sets},"
+                     " update_time = now()", (t, device, location, *values.values()))
+        conn.commit()
+
+    other_loc = conn.execute("SELECT location_id FROM deployments dp JOIN devices d"
+                             " ON d.id = dp.device_id WHERE d.name = 'H2'").fetchone()[0]
+    ev = Evaluator(settings)
+    with evaluator_conn(settings) as work:
+        ev.reload(work)
+        bucket("hourly", "H1", hour, site.location, tair=-2.0)
+        bucket("hourly", "H2", hour, other_loc, tair=-9.0)  # another organisation's device
+        bucket("daily", "H1", day, site.location, precip=30.0)  # 30 mm > 1 in (25.4 mm)
+        out = ev.run(work, None, rollups=True)
+        assert sorted((e["device"], e["kind"], e["column_name"], e["value"])
+                      for e in out.events) == [("H1", "firing", "precip", 30.0),
+                                               ("H1", "firing", "tair", -2.0)]
+        assert ev.run(work, None, rollups=True).events == []  # read again: nothing repeated
+        # The same hour recomputed warmer: re-evaluated, the clear condition resolves it.
+        bucket("hourly", "H1", hour, site.location, tair=1.5)
+        # A rewritten bucket older than the newest one applied is not evaluated.
+        bucket("hourly", "H1", hour - timedelta(hours=1), site.location, tair=-5.0)
+        out = ev.run(work, None, rollups=True)
+        assert [(e["kind"], e["at"]) for e in out.events] == [("resolved", hour)]
+    # A new evaluator (a restart) starts from the stored cursors: nothing is repeated.
+    again = Evaluator(settings)
+    with evaluator_conn(settings) as work:
+        again.reload(work)
+        assert again.run(work, None, rollups=True).events == []
+    assert len(events(database_url)) == 3
+
+
+def _cli(url: str, *args: str) -> str:
+    result = CliRunner().invoke(main, list(args), env={"SDS_DATABASE_URL": url},
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_operator_cli_creates_lists_and_deletes(conn: psycopg.Connection,
+                                                database_url: str) -> None:
+    make_site(conn, device="C1", org_name="Cli Org")
+    out = _cli(database_url, "alert", "create", "--org", "Cli Org",
+               '{"name": "Frost", "table": "calibrated", "column": "tair", "scope": {"device":'
+               ' "C1"}, "condition": {"op": "<", "threshold": 32}, "units": {"temp": "f"}}')
+    rid = out.split()[2].rstrip(":")
+    assert "tair < 32 F" in out
+    listed = _cli(database_url, "alert", "list", "--org", "Cli Org")
+    assert rid in listed and "1 rule(s)" in listed
+    bad = CliRunner().invoke(main, ["alert", "create", "--org", "Cli Org", '{"name": ""}'],
+                             env={"SDS_DATABASE_URL": database_url})
+    assert bad.exit_code != 0 and "name" in bad.output
+    assert "deleted" in _cli(database_url, "alert", "delete", rid)
+    assert "0 rule(s)" in _cli(database_url, "alert", "list")
+
+
+def test_the_demo_has_a_frost_rule(database_url: str) -> None:
+    _cli(database_url, "demo")
+    listed = _cli(database_url, "alert", "list", "--org", "Demo Farms")
+    assert "Frost" in listed and "tair < 0 C for 15 min" in listed
