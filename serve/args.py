@@ -206,6 +206,17 @@ class DataArgs(_QuerySchema):
                        "after this instant (new rows and rows recomputed for late data); "
                        "start_time then defaults to no lower bound. Send back the response's "
                        "X-Updated-Since-Next next time to get what changed since"})
+    interval = fields.String(metadata={
+        "description": "calibrated: one row per bucket of this width and device instead of "
+                       "one per reading: 5m, 10m, 15m, 20m, 30m, 1h, 2h, 3h, 4h, 6h, 8h, 12h "
+                       "(UTC-aligned), 1d, 7d (local midnight / Monday in the device's zone). "
+                       "Each column by its registry rule; see docs/api.md \"Aggregation\""})
+    points = fields.Integer(
+        validate=validate.Range(1, MAX_LIMIT, error=f"must be an integer from 1 to {MAX_LIMIT}"),
+        error_messages={"invalid": f"must be an integer from 1 to {MAX_LIMIT}"},
+        metadata={"description": "calibrated, for charts: the finest interval giving at most "
+                                 "this many buckets per device over the window (not with "
+                                 "interval); X-Aggregation-Interval names it"})
 
 
 # ---- parameters the API does not know -------------------------------------------------------

@@ -4,7 +4,8 @@ A cursor names the first row of the next page by its key (time, device) and carr
 resolved time window of the first request, so every page of one listing reads the same window
 even when `end_time` defaulted to "now". It is bound to the parameters that decide which rows
 the listing holds (table, device, location, order, start_time, end_time and the caller's
-organisation): replayed with others it is a 400, as is any garbled or altered cursor.
+organisation; `interval` or `points` when aggregated): replayed with others it is a 400, as is
+any garbled or altered cursor.
 
 Layout before base64url (no padding): version (1 byte) | next time | window start | window end
 (each int64 microseconds since the epoch, big-endian) | parameter fingerprint (8 bytes) | device
@@ -153,8 +154,8 @@ def decode(token: str, *, key: bytes, binding: Mapping[str, object]) -> CursorSt
     if not hmac.compare_digest(bound, fingerprint(binding)):
         raise BadCursor(
             "cursor: it belongs to a listing with other parameters (table, device, location, "
-            "order, start_time, end_time or updated_since differ); send it with the parameters "
-            "of the request that returned it", errors={"cursor": ["issued for other parameters"]})
+            "order, start_time, end_time, updated_since, interval or points differ); send it "
+            "with the parameters of the request that returned it", errors={"cursor": ["issued for other parameters"]})
     try:
         device = body[head_size:].decode()
         return CursorState(Position(_instant(t_us), device), _instant(start_us),

@@ -320,3 +320,16 @@ HEALTH_INPUTS = tuple(c for c in HEALTH if c.rollup is Rollup.INPUT)
 def table(name: str) -> Table:
     """The table called `name`; KeyError when there is none."""
     return TABLES[name]
+
+
+def reading_rule(name: str) -> Rollup:
+    """How the calibrated column `name` aggregates over a span of readings (`/data`'s
+    `interval=`): the rule of the hourly column rolled up from it under the same name, else of
+    the one hourly column rolled up from it (wind_gust: the hour's highest gust)."""
+    rolled = [c for c in HOURLY if c.source == name]
+    same = [c for c in rolled if c.name == name]
+    if same:
+        return same[0].rollup
+    if len(rolled) == 1:
+        return rolled[0].rollup
+    raise KeyError(f"no single hourly rule rolls up calibrated column {name}")

@@ -28,8 +28,9 @@ import psycopg
 from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
 
-from serve import caching, queries, render
+from serve import aggregation, caching, queries, render
 from serve import cursor as cursors
+from serve.api.data_doc import RESPONSES_DOC
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
 from serve.errors import Blueprint
@@ -47,32 +48,6 @@ blp = Blueprint("data", __name__, url_prefix="/api/v2/data",
                 description="Time series rows, JSON or CSV, with keyset paging.")
 
 CHUNK_ROWS = 1000  # rows per chunk read from the database, and per body chunk
-
-_HEADERS_DOC = {
-    "X-Cursor-Next": {"description": "Send as cursor= (same other parameters) for the next "
-                                     "page; absent on the last page", "schema": {"type": "string"}},
-    "X-Units": {"description": "Unit codes in effect for the measurement classes present, "
-                               "e.g. C,mb,pct,mm", "schema": {"type": "string"}},
-    "Access-Control-Allow-Origin": {"schema": {"type": "string"}},
-}
-_RESPONSES_DOC = {
-    "200": {
-        "description": "Rows in time order (then device). JSON: a bare array of objects; CSV "
-                       "(Accept: text/csv): a header line, then one line per row.",
-        "headers": _HEADERS_DOC,
-        "content": {
-            "application/json": {
-                "schema": {"type": "array", "items": {"type": "object"}},
-                "example": [{"time": "2019-07-01T00:00:00Z", "device": "A000101",
-                             "tair": 21.3, "rh": 65.2,
-                             "local_time": "2019-06-30T19:00:00-0500"}]},
-            "text/csv": {"schema": {"type": "string"},
-                         "example": "time,device,tair\n2019-07-01T00:00:00+0000,A000101,21.3\n"},
-        },
-    },
-    "404": {"description": "Unknown table, device or location"},
-}
-
 
 def select_columns(table: Table, raw: str | None, *, local_time: bool) -> tuple[Column, ...]:
     """Columns named by `select`, in request order (duplicates dropped); all when absent.
@@ -155,6 +130,7 @@ class DataRequest:
     cursor: str | None
     updated_since: TimeArg | None = None
     ignored: tuple[str, ...] = ()  # unknown parameters, named in X-Ignored-Parameters
+    bucketing: aggregation.Bucketing | None = None  # interval= / points= (serve.aggregation)
 
     @property
     def device(self) -> str | None:
@@ -202,7 +178,8 @@ class DataRequest:
             descending=args.get("order") == "desc", limit=args.get("limit") or tbl.row_cap,
             csv=(fmt == "csv") if fmt is not None else csv,
             local_tz=local.tz if local is not None else None,
-            cursor=args.get("cursor"), updated_since=updated, ignored=tuple(ignored))
+            cursor=args.get("cursor"), updated_since=updated, ignored=tuple(ignored),
+            bucketing=aggregation.parse(args, tbl.name))
 
     def binding(self, location: UUID | None) -> dict[str, object]:
         """What a cursor of this listing is bound to: a cursor fits only the same listing.
@@ -216,6 +193,8 @@ class DataRequest:
         }
         if self.updated_since is not None:
             binding["updated_since"] = self.updated_since.instant.isoformat()
+        if self.bucketing is not None:
+            binding.update(self.bucketing.binding())
         return binding
 
     def filename(self) -> str:
@@ -253,6 +232,7 @@ class DataPage:
         self.start, self.end = req.start, req.end  # a cursor carries its listing's window
         self.bound: datetime | None = None  # updated_since: the listing's watermark
         self.following: cursors.Position | None = None
+        self.headers: dict[str, str] = {}  # an aggregated page's X-Aggregated-From, ...
 
     # -- plan ----------------------------------------------------------------------------------
 
@@ -261,7 +241,13 @@ class DataPage:
         conn = self._conn = self._pool.getconn()
         try:
             scan = self._scan(conn)
-            if self.req.csv:
+            if self.req.bucketing is not None:
+                buckets = aggregation.read_page(conn, scan, self.req.bucketing, self.start,
+                                                self.end, self.req.local_tz)
+                self.close()  # the page is in memory
+                self._body, self.following = buckets.body, buckets.following
+                self.headers = buckets.headers
+            elif self.req.csv:
                 self._plan_csv(conn, scan)
             else:
                 self._plan_json(conn, scan)
@@ -400,7 +386,8 @@ class DataPage:
         if req.ignored:
             response.headers["X-Ignored-Parameters"] = ignored_header(list(req.ignored))
         if self.bound is not None:
-            response.headers["X-Updated-Since-Next"] = _iso_micros(self.bound)
+            response.headers["X-Updated-Since-Next"] = format_utc_micros_z(self.bound)
+        response.headers.extend(self.headers)
         if self.following is not None:
             response.headers["X-Cursor-Next"] = cursors.encode(
                 cursors.CursorState(self.following, self.start, self.end, self.bound),
@@ -449,15 +436,10 @@ def _one_snapshot(conn: psycopg.Connection) -> None:
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 
-def _iso_micros(t: datetime) -> str:
-    """2026-11-24T05:04:52.123456Z: an update_time watermark, to the microsecond."""
-    return format_utc_micros_z(t)
-
-
 @blp.route("/<table>")
 @requires("data:read")
 @blp.arguments(DataArgs, location="query", as_kwargs=False)
-@blp.doc(responses=_RESPONSES_DOC)
+@blp.doc(responses=RESPONSES_DOC)
 def get_data(args: Mapping[str, Any], table: str) -> Response:
     """Rows of a table for a device or a location.
 

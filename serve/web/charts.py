@@ -8,6 +8,7 @@ come from `shared.columns` and `shared.units`.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +36,11 @@ WATER_COLUMNS = ("et", "etc", "precip", "crop_water_demand", "gdd")
 WATER_DAYS = 30
 # Rows per series the device page fetches (cursor pages followed) before it stops.
 FETCH_ROWS = 50_000
+# A range of more rows than this in a table the API aggregates is drawn from buckets
+# (`points=`, about one per pixel column: a mean line in a min-max band) instead of rows.
+RAW_ROWS = 5000
+# The one table whose answers the API aggregates on request (serve/aggregation.py).
+AGGREGATED = "calibrated"
 
 # Series colours, in order (d3's category10): the charts' scripts take them from here.
 # Annotations: a colour no series has (lines for instants, a translucent band for ranges), and
@@ -54,11 +60,27 @@ UNIT_TEXT = {
 }
 
 
+# A stored unit at the end of a registry description: "Air temperature, maximum (C)". The
+# chart's label puts the unit chosen on the page there instead.
+_STORED_UNIT = re.compile(r"\s*\([^()]*\)$")
+
+# Marks on the charts: buckets (hours, days) with fewer readings than they should have.
+INCOMPLETE_COLOUR = "#bf8700"
+COMPLETENESS = TABLES["daily"].column("sample_pct")
+
+
+def label(col: Column) -> str:
+    """What a chart calls a column: its registry description without the stored unit."""
+    return _STORED_UNIT.sub("", col.description)
+
+
 def column_info(col: Column) -> dict[str, Any]:
-    """One plottable column: name, description, unit parameter (or None) and fixed unit."""
+    """One plottable column: name, label and description (the registry's), unit parameter (or
+    None) and fixed unit."""
     param = units.param_for(col.measure) if col.measure is not None else None
     return {
         "name": col.name,
+        "label": label(col),
         "description": col.description,
         "param": param,
         "delta": col.measure is Measure.TEMP_DELTA,  # degree days: 'C day' / 'F day'
@@ -82,9 +104,13 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
                 "title": title,
                 "default_days": span.days,
                 "step": int(step.total_seconds()),
+                "aggregates": name == AGGREGATED,
                 "limit": TABLES[name].row_cap,
                 "columns": [column_info(c) for c in plottable(name)],
                 "defaults": list(DEFAULT_COLUMNS[name]),
+                # Buckets carry their completeness: incomplete ones are marked.
+                "completeness": (COMPLETENESS.name if COMPLETENESS.name
+                                 in TABLES[name].column_names else None),
             }
             for name, (title, span, step) in CHART_TABLES.items()
         },
@@ -92,8 +118,13 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
                           for code in units.UNITS[param]] for param in units.UNIT_PARAMS},
         "chosen": chosen,
         "colours": list(COLOURS),
+        "incomplete_colour": INCOMPLETE_COLOUR,
+        # A complete bucket's sample_pct in each ratio unit (100 in %, 1 as a fraction).
+        "complete": {code: units.convert(1.0, COMPLETENESS, units.parse_unit(
+            units.param_for(Measure.RATIO), code)) for code in units.UNITS["ratio"]},
         "max_limit": MAX_LIMIT,  # the API's largest page: what one CSV download holds
         "fetch_rows": FETCH_ROWS,
+        "raw_rows": RAW_ROWS,
         "note_colour": NOTE_COLOUR,  # annotations on the chart (static/js/annotations.js)
         "notes_page": NOTES_PAGE,
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],

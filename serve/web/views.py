@@ -8,6 +8,7 @@ organisation's object answers 404 exactly like a missing one.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -37,7 +38,7 @@ from serve.auth import public
 from serve.pool import pool
 from serve.principal import Principal
 from serve.readmodels import summary_page
-from serve.web import charts, model
+from serve.web import charts, model, preferences
 from serve.web import session as web_session
 from shared import units
 from shared.config import Settings
@@ -211,17 +212,25 @@ def device(principal: Principal, name: str) -> Response:
         quarantined = conn.execute(
             "SELECT count(*) FROM org_quarantine WHERE device = %s AND received_at > now() - %s",
             (name, model.RECENT)).fetchone()
+        prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
     count = int(quarantined[0]) if quarantined else 0
     record["badges"] = model.badges(record, count, _settings(), datetime.now(UTC))
     location = record.get("current_location")
     zone = location["tz_name"] if location else None
     end = (latest or datetime.now(UTC)).astimezone(UTC)
     config = charts.config(device=name, zone=zone, end=format_utc_z_exact(end),
-                           chosen=charts.chosen_units(request.args.to_dict()))
+                           chosen=charts.chosen_units(preferences.chosen_units(
+                               request.args.to_dict(), prefs)))
+    config["preferences"] = prefs
     return _html(render_template(
         "web/device.html", device=record, quarantined=count, latest=latest, config=config,
-        unit_choices=charts.unit_choices(), nav="devices",
+        unit_choices=charts.unit_choices(), nav="devices", modules=_modules(),
         chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
+
+
+def _modules() -> list[str]:
+    """The device page's script modules (static/js/), for its modulepreload links."""
+    return sorted(p.name for p in (STATIC / "js").glob("*.js"))
 
 
 def _int_arg(name: str, default: int | None, low: int, high: int) -> int | None:
@@ -307,9 +316,11 @@ def quarantine_payload(principal: Principal, row_id: int) -> Response:
 def locations(principal: Principal) -> Response:
     """Locations with the devices standing there now and the latest conditions (the API's
     summary), in the units chosen on the page."""
-    chosen_codes = charts.chosen_units(request.args.to_dict())
-    chosen = {p: units.parse_unit(p, chosen_codes[p]) for p in ("temp", "ratio", "size")}
     with pool().connection() as conn:
+        prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+        chosen_codes = charts.chosen_units(preferences.chosen_units(request.args.to_dict(),
+                                                                    prefs))
+        chosen = {p: units.parse_unit(p, chosen_codes[p]) for p in ("temp", "ratio", "size")}
         items, _total, _pages = summary_page(conn, principal.org_id, MAX_LIMIT, 1, chosen)
         all_devices = model.device_list(conn, org=principal.org_id, settings=_settings())
     at: dict[str, list[dict[str, Any]]] = {}
@@ -320,6 +331,57 @@ def locations(principal: Principal) -> Response:
     return _html(render_template("web/locations.html", items=items, at=at, unit_text=text,
                                  chosen=chosen_codes, unit_choices=charts.unit_choices(),
                                  nav="locations"))
+
+
+@blp.route(f"{PREFIX}/compare")
+@signed_in
+def compare(principal: Principal) -> Response:
+    """One column of several devices (or a location's devices) on one chart."""
+    with pool().connection() as conn:
+        prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+        found = model.device_list(conn, org=principal.org_id, settings=_settings())
+        row = conn.execute("SELECT max(time) FROM calibrated").fetchone()
+    end = (row[0] if row and row[0] else datetime.now(UTC)).astimezone(UTC)
+    config = charts.config(device="", zone=None, end=format_utc_z_exact(end),
+                           chosen=charts.chosen_units(preferences.chosen_units(
+                               request.args.to_dict(), prefs)))
+    config["devices"] = [{"name": d["name"], "location": (d["current_location"] or {}).get("id")}
+                         for d in found]
+    locations = {d["current_location"]["id"]: d["current_location"]["name"]
+                 for d in found if d["current_location"]}
+    config["locations"] = [{"id": k, "name": v} for k, v in sorted(locations.items(),
+                                                                   key=lambda kv: kv[1])]
+    return _html(render_template("web/compare.html", config=config, nav="compare",
+                                 unit_choices=charts.unit_choices(),
+                                 chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
+
+
+@blp.route(f"{PREFIX}/preferences", methods=["GET", "PUT"])
+@signed_in
+def user_preferences(principal: Principal) -> Response:
+    """The signed-in user's preferences as JSON; PUT merges the keys sent (a JSON object,
+    with the session's CSRF value in X-CSRF-Token) and answers the result. Bad input is a
+    400 JSON body saying what was wrong."""
+    try:
+        if request.method == "PUT":
+            web_session.check_csrf_header()
+            if not request.is_json:
+                raise BadRequest("send the preferences as a JSON object (Content-Type: "
+                                 "application/json)")
+            changes = preferences.check(request.get_json(silent=True))
+    except BadRequest as exc:
+        return _json({"message": exc.message}, 400)
+    with pool().connection() as conn:
+        if request.method == "PUT":
+            stored = preferences.write(conn, user=principal.user_id, org=principal.org_id,
+                                       changes=changes)
+        else:
+            stored = preferences.read(conn, user=principal.user_id, org=principal.org_id)
+    return _json(stored, 200)
+
+
+def _json(body: dict[str, Any], status: int) -> Response:
+    return Response(json.dumps(body), status=status, mimetype="application/json")
 
 
 # ---- errors as pages ---------------------------------------------------------------------

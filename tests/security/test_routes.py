@@ -25,6 +25,8 @@ DASHBOARD_RULES = {
     ("/dashboard/quarantine/<int:row_id>", "GET"),
     ("/dashboard/quarantine/<int:row_id>/payload", "GET"), ("/dashboard/locations", "GET"),
     ("/dashboard/static/<path:filename>", "GET"),
+    ("/dashboard/preferences", "GET"), ("/dashboard/preferences", "PUT"),  # the user's own
+    ("/dashboard/compare", "GET"),
     ("/dashboard/<path:rest>", "GET"),  # any other address: the dashboard's 404 page
     # The alert pages (serve/web/alertpages.py): every POST checks the CSRF value.
     ("/dashboard/alerts", "GET"), ("/dashboard/alerts", "POST"),

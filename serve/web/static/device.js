@@ -5,6 +5,7 @@
 import {Controls} from "./js/controls.js";
 import {Annotations} from "./js/annotations.js";
 import {embedded} from "./js/facts.js";
+import {Preferences} from "./js/preferences.js";
 import {Readings} from "./js/readings.js";
 import {Water} from "./js/water.js";
 
@@ -18,7 +19,8 @@ function start() {
     return;
   }
   const cfg = embedded("sds-config");
-  const controls = new Controls(cfg);
+  const prefs = probe.preferences = new Preferences(cfg.preferences);
+  const controls = new Controls(cfg, prefs);
   const readings = new Readings(cfg, controls, probe);
   const water = new Water(cfg, probe);
   const notes = new Annotations(cfg, readings, probe);
@@ -32,8 +34,12 @@ function start() {
       water.load(shown, () => readings.current(shown.generation));
       notes.load(readings.loaded);
     }
+    return shown;
   }
-  controls.onChange(load);
+  // A choice the user makes is remembered once the API took it (a zone it refuses is not);
+  // opening a page, even from a bookmark, changes no preference.
+  controls.onChange(async () => { if (await load() !== null) prefs.remember(controls.asPreferences()); });
+  window.addEventListener("pagehide", () => prefs.flush());
   $("pan-left").addEventListener("click", () => readings.pan(-0.5));
   $("pan-right").addEventListener("click", () => readings.pan(0.5));
   $("zoom-in").addEventListener("click", () => readings.zoom(0.5));

@@ -36,16 +36,19 @@ export async function get(url, {accept = "application/json", signal} = {}) {
 }
 
 /** Rows of a JSON `/data` URL, following `X-Cursor-Next` until `max` rows: {rows, units
- *  (the X-Units header), truncated}. */
+ *  (the X-Units header), truncated, and for an aggregated answer interval and from (its
+ *  X-Aggregation-Interval and X-Aggregated-From headers)}. */
 export async function fetchRows(url, max) {
   const rows = [];
-  let next = url, units = null;
+  let next = url, first = null;
   while (next && rows.length < max) {
     const {body, headers} = await get(next);
-    units = headers.get("X-Units");
+    first = first || headers;
     rows.push(...body);
     const cursor = headers.get("X-Cursor-Next");
     next = cursor ? url + "&cursor=" + encodeURIComponent(cursor) : null;
   }
-  return {rows, units, truncated: Boolean(next)};
+  const header = (name) => (first ? first.get(name) : null);
+  return {rows, units: header("X-Units"), truncated: Boolean(next),
+          interval: header("X-Aggregation-Interval"), from: header("X-Aggregated-From")};
 }

@@ -9,10 +9,12 @@ function pick(select, value) {
   if (value && Array.from(select.options).some((o) => o.value === value)) select.value = value;
 }
 
-/** The form controls of the device page, with the state they hold. */
+/** The form controls of the device page, with the state they hold: from the page URL when
+ *  it has them (a bookmark), else from the user's preferences (`prefs`, Preferences). */
 export class Controls {
-  constructor(cfg) {
+  constructor(cfg, prefs) {
     this.cfg = cfg;
+    this.prefs = prefs;
     this.tableSel = $("table");
     this.spanSel = $("span");
     this.endInput = $("end-date");
@@ -23,7 +25,7 @@ export class Controls {
     pick(this.tableSel, params.get("table"));
     pick(this.spanSel, params.get("span") || String(this.table().default_days));
     this.endInput.value = params.get("end") || cfg.end.slice(0, 10);
-    const tz = params.get("tz");
+    const tz = params.get("tz") || this.preferredZone();
     if (tz) {
       pick(this.tzSel, tz);
       if (this.tzSel.value !== tz && tz !== "browser") {
@@ -33,6 +35,23 @@ export class Controls {
     }
     this.tzCustom.hidden = this.tzSel.value !== "custom";
     this.buildColumns((params.get("cols") || "").split(",").filter(Boolean));
+  }
+
+  /** The zone choice of the user's preferences as a `tz` value ("device": the device's). */
+  preferredZone() {
+    const z = this.prefs.get("zone");
+    if (z === "device") return this.cfg.zone || "UTC";
+    return z || null;
+  }
+
+  /** The choices as preferences: units, zone ("device" for the device's own) and the
+   *  columns of the shown table beside those remembered for the other tables. */
+  asPreferences() {
+    const tz = this.tzSel.value;
+    const zone = tz === "custom" ? this.zone() : (this.cfg.zone && tz === this.cfg.zone ? "device" : tz);
+    const columns = Object.assign({}, this.prefs.get("columns") || {});
+    columns[this.tableName()] = this.columns();
+    return {units: this.units(), zone, columns};
   }
 
   /** The chosen table's configuration (charts.config()["tables"][name]). */
@@ -46,16 +65,18 @@ export class Controls {
     const box = $("columns");
     box.querySelectorAll("label").forEach((l) => l.remove());
     const t = this.table();
-    const chosen = new Set(wanted && wanted.length ? wanted : t.defaults);
+    const remembered = (this.prefs.get("columns") || {})[this.tableName()];
+    const chosen = new Set(wanted && wanted.length ? wanted
+      : (remembered && remembered.length ? remembered : t.defaults));
     t.columns.forEach((c) => {
       const label = document.createElement("label");
-      label.title = c.description;
+      label.title = c.name + ": " + c.description;
       const input = document.createElement("input");
       input.type = "checkbox";
       input.value = c.name;
       input.checked = chosen.has(c.name);
       input.addEventListener("change", () => this.changed());
-      label.append(input, " " + c.name);
+      label.append(input, " " + c.label);
       box.append(label);
     });
   }

@@ -1,7 +1,8 @@
 // The device page's main chart: the chosen table's columns over the chosen range, from the
 // API in the chosen units and zone; drag, wheel and button zoom; the CSV link of what is shown.
 import {dataUrl, fetchRows, iso} from "./api.js";
-import {colour, unitText} from "./facts.js";
+import {DAY, colour, unitText} from "./facts.js";
+import {shape} from "./shape.js";
 import {dateMaker} from "./zones.js";
 
 const $ = (id) => document.getElementById(id);
@@ -24,33 +25,59 @@ export class Readings {
   /** Is `generation` still the newest load? */
   current(generation) { return generation === this.generation; }
 
-  seriesFor(cols) {
+  /** Label, unit scale and colour of the chosen columns; the y axes, one per unit. */
+  looks(cols) {
     const info = Object.fromEntries(this.controls.table().columns.map((c) => [c.name, c]));
     const chosen = this.controls.units();
     const scales = [];
-    const series = cols.map((name, i) => {
+    const looks = Object.fromEntries(cols.map((name, i) => {
       const text = unitText(this.cfg, info[name], chosen);
       if (!scales.includes(text)) scales.push(text);
-      return {label: name + (text ? " (" + text + ")" : ""), scale: text || "_",
-              stroke: colour(this.cfg, i), width: 2, spanGaps: false, points: {show: false}};
-    });
-    const axes = [{}].concat(scales.map((s, i) => ({scale: s || "_", label: s,
+      return [name, {label: info[name].label + (text ? " (" + text + ")" : ""),
+                     scale: text || "_", colour: colour(this.cfg, i)}];
+    }));
+    const axes = [this.timeAxis()].concat(scales.map((s, i) => ({scale: s || "_", label: s,
       side: i % 2 ? 1 : 3, grid: {show: i === 0}, size: 60})));
-    return {series, axes};
+    return {look: (name) => looks[name], axes};
   }
 
-  make(cols, data, z) {
-    const {series, axes} = this.seriesFor(cols);
+  /** The time axis: for tables of days, ticks on whole days labelled with the date only (the
+   *  default picked hours for a short span of daily rows). */
+  timeAxis() {
+    if (this.controls.table().step < DAY) return {};
+    const wall = dateMaker(this.el.dataset.zone), day = uPlot.fmtDate("{YYYY}-{MM}-{DD}");
+    return {space: 70, incrs: [1, 2, 7, 14, 28, 56, 91, 182, 364].map((d) => d * DAY),
+            values: (u, splits) => splits.map((ts) => day(wall(ts)))};
+  }
+
+  /** Marks under the plot for incomplete buckets (sample_pct below a whole bucket): hours
+   *  or days with readings missing, such as today so far. */
+  markIncomplete(u) {
+    const marks = this.incomplete || [];
+    if (!marks.length) return;
+    const {ctx, bbox} = u, step = this.shaped.step;
+    ctx.save();
+    ctx.fillStyle = this.cfg.incomplete_colour;
+    marks.forEach((t) => {
+      const a = u.valToPos(t, "x", true), b = u.valToPos(t + step, "x", true);
+      const left = Math.max(a, bbox.left), right = Math.min(Math.max(b, a + 3), bbox.left + bbox.width);
+      if (right > left) ctx.fillRect(left, bbox.top + bbox.height - 6, right - left, 6);
+    });
+    ctx.restore();
+  }
+
+  make(shaped, axes, z) {
     const el = this.el;
     const opts = {
       width: this.width(), height: 380, tzDate: dateMaker(z),
-      series: [{label: "time (" + z + ")"}].concat(series), axes,
+      series: [{label: "time (" + z + ")"}].concat(shaped.series), axes, bands: shaped.bands,
       scales: {x: {time: true}},
       cursor: {drag: {x: true, y: false, setScale: true}},
       legend: {live: true},
       plugins: this.plugins,
       hooks: {
-        draw: [() => {
+        draw: [(u) => {
+          this.markIncomplete(u);
           if (this.firstDraw) { this.firstDraw = false; performance.mark("sds-chart-drawn"); }
           this.probe.lastDraw = performance.now();
           el.dataset.state = "drawn";
@@ -59,7 +86,7 @@ export class Readings {
       },
     };
     el.replaceChildren();
-    const u = new uPlot(opts, data, el);
+    const u = new uPlot(opts, shaped.data, el);
     u.over.addEventListener("wheel", (e) => {  // zoom around the pointer
       e.preventDefault();
       const x = u.posToVal(e.offsetX, "x");
@@ -114,7 +141,7 @@ export class Readings {
                          start: a, end: b, zone: this.controls.zone(),
                          units: this.controls.units(),
                          extra: {limit: String(cap), format: "csv"}});
-    const inView = u.data[0].filter((t) => t >= a && t <= b).length;
+    const inView = this.times.filter((t) => t >= a && t <= b).length;
     link.title = inView > cap
       ? "The download holds the first " + cap + " of " + inView + " rows: zoom in for the rest"
       : inView + " rows, as shown";
@@ -129,10 +156,17 @@ export class Readings {
     const wall = dateMaker(z), format = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
     const fmt = (ts) => format(wall(ts));
     const cap = this.cfg.fetch_rows;
-    $("status").textContent = this.rows + " rows" +
-      (this.rows >= cap ? " (first " + cap + ")" : "") +
+    const agg = this.aggregation;
+    $("status").textContent = (agg
+      ? this.rows + " buckets of " + agg.interval + " (mean line, lowest to highest band; from " +
+        agg.from + ")"
+      : this.rows + " rows" + (this.rows >= cap ? " (first " + cap + ")" : "")) +
       " · units " + (this.el.dataset.units || "n/a") + " · times in " + z +
       " · showing " + fmt(a) + " to " + fmt(b) +
+      (this.gaps.length ? " · " + this.gaps.length + " outage" +
+        (this.gaps.length > 1 ? "s" : "") + " (gaps)" : "") +
+      (this.incomplete.length ? " · " + this.incomplete.length +
+        " incomplete (amber marks)" : "") +
       (this.rows ? "" : " · no readings in this range");
   }
 
@@ -153,8 +187,13 @@ export class Readings {
     }
     const [start, end] = this.controls.range();
     const z = this.controls.zone(), units = this.controls.units();
-    const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device, cols,
-                         start, end, zone: z, units});
+    const table = this.controls.table(), done = table.completeness;
+    // A range of more rows than raw_rows is asked for in buckets, about one per pixel column.
+    const aggregated = table.aggregates && (end - start) / table.step > this.cfg.raw_rows;
+    const asked = done && !cols.includes(done) ? cols.concat([done]) : cols;
+    const extra = aggregated ? {points: String(Math.min(Math.max(this.width(), 200), 2000))} : {};
+    const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
+                         cols: asked, start, end, zone: z, units, extra});
     $("status").textContent = "Loading…";
     const t0 = performance.now();
     let got;
@@ -169,18 +208,29 @@ export class Readings {
     }
     if (!this.current(mine)) return null;
     const fetched = performance.now() - t0;
-    const times = got.rows.map((r) => Date.parse(r.time) / 1000);
-    const data = [times].concat(cols.map((c) => got.rows.map((r) => (r[c] === undefined ? null : r[c]))));
+    const whole = this.cfg.complete[units.ratio];
+    const complete = aggregated ? (r) => r.complete
+      : (r) => (done && r[done] !== null && r[done] !== undefined ? r[done] >= whole : null);
+    el.dataset.zone = z;  // the axes' zone, before they are made
+    const {look, axes} = this.looks(cols);
+    const shaped = shape(got.rows, cols, {look, step: table.step, aggregated, complete});
+    this.shaped = shaped;
+    this.times = shaped.times;
+    this.gaps = shaped.gaps;
+    this.incomplete = shaped.incomplete;
+    this.aggregation = aggregated ? {interval: got.interval, from: got.from} : null;
     this.loaded = [start, end];
     this.rows = got.rows.length;
     const t1 = performance.now();
     if (this.chart) this.chart.destroy();
     el.dataset.units = got.units || "";
-    this.chart = this.probe.main = this.make(cols, data, z);
+    el.dataset.gaps = String(this.gaps.length);
+    el.dataset.incomplete = String(this.incomplete.length);
+    el.dataset.aggregated = aggregated ? got.interval || "" : "";
+    this.chart = this.probe.main = this.make(shaped, axes, z);
     this.chart.setScale("x", {min: start, max: end});
     el.dataset.series = cols.join(",");
     el.dataset.points = String(this.rows);
-    el.dataset.zone = z;
     this.probe.loads += 1;
     $("status").dataset.fetchMs = fetched.toFixed(0);
     $("status").dataset.drawMs = (performance.now() - t1).toFixed(0);

@@ -1,0 +1,113 @@
+"""A user's dashboard preferences: chosen units, time zone and columns per table.
+
+Stored in `users.preferences` (migration 0130, one JSON object; keys in docs/dashboard.md
+"Preferences"), read when a page is made and written by the device page's script through
+`PUT /dashboard/preferences` (serve.web.views). Everything written is checked here first: an
+unknown key, unit code, zone, table or column is a BadRequest naming it, never stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from serve.web.charts import CHART_TABLES, plottable
+from shared import units
+from shared.errors import BadParameter, BadRequest
+from shared.timeutil import parse_local_time
+
+# Zone choices that are not a zone name: the device's own zone, and the browser's.
+ZONE_WORDS = ("device", "browser")
+KEYS = ("units", "zone", "columns")
+_ZONE_MAX = 64
+
+
+def check(raw: Any) -> dict[str, Any]:
+    """The preferences in `raw` (a JSON object), checked; BadRequest saying what is wrong."""
+    if not isinstance(raw, dict):
+        raise BadRequest("preferences: expected a JSON object")
+    unknown = sorted(set(raw) - set(KEYS))
+    if unknown:
+        raise BadRequest(f"preferences: unknown key(s) {', '.join(unknown)}; known: "
+                         f"{', '.join(KEYS)}")
+    out: dict[str, Any] = {}
+    if "units" in raw:
+        out["units"] = _units(raw["units"])
+    if "zone" in raw:
+        out["zone"] = _zone(raw["zone"])
+    if "columns" in raw:
+        out["columns"] = _columns(raw["columns"])
+    return out
+
+
+def _units(raw: Any) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        raise BadRequest("preferences.units: expected an object of unit parameter to code")
+    out = {}
+    for param, code in raw.items():
+        if param not in units.UNIT_PARAMS:
+            raise BadRequest(f"preferences.units: unknown unit parameter {param!r}; known: "
+                             f"{', '.join(units.UNIT_PARAMS)}")
+        if code not in units.UNITS[param]:
+            raise BadRequest(f"preferences.units.{param}: {code!r} is not one of "
+                             f"{', '.join(units.UNITS[param])}")
+        out[param] = code
+    return out
+
+
+def _zone(raw: Any) -> str:
+    if not isinstance(raw, str) or not raw.strip() or len(raw) > _ZONE_MAX:
+        raise BadRequest("preferences.zone: expected 'device', 'browser', an IANA zone or an "
+                         f"offset, at most {_ZONE_MAX} characters")
+    value = raw.strip()
+    if value not in ZONE_WORDS:
+        try:
+            parse_local_time(value)
+        except BadParameter as exc:
+            raise BadRequest(f"preferences.zone: {exc.message}") from None
+    return value
+
+
+def _columns(raw: Any) -> dict[str, list[str]]:
+    if not isinstance(raw, dict):
+        raise BadRequest("preferences.columns: expected an object of table to column names")
+    out = {}
+    for table, names in raw.items():
+        if table not in CHART_TABLES:
+            raise BadRequest(f"preferences.columns: unknown table {table!r}; known: "
+                             f"{', '.join(CHART_TABLES)}")
+        known = [c.name for c in plottable(table)]
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise BadRequest(f"preferences.columns.{table}: expected a list of column names")
+        bad = [n for n in names if n not in known]
+        if bad:
+            raise BadRequest(f"preferences.columns.{table}: no plottable column(s) "
+                             f"{', '.join(map(repr, bad))}")
+        out[table] = list(dict.fromkeys(names))
+    return out
+
+
+def read(conn: psycopg.Connection, *, user: UUID, org: UUID) -> dict[str, Any]:
+    """The user's stored preferences (an empty object when none)."""
+    row = conn.execute("SELECT preferences FROM users WHERE id = %s AND org_id = %s",
+                       (user, org)).fetchone()
+    return dict(row[0]) if row and isinstance(row[0], dict) else {}
+
+
+def write(conn: psycopg.Connection, *, user: UUID, org: UUID, changes: dict[str, Any]
+          ) -> dict[str, Any]:
+    """Merge the checked `changes` into the user's preferences (keys not sent are kept, a
+    key sent replaces the stored one whole); the result."""
+    row = conn.execute(
+        "UPDATE users SET preferences = preferences || %s WHERE id = %s AND org_id = %s"
+        " RETURNING preferences", (Jsonb(changes), user, org)).fetchone()
+    return dict(row[0]) if row else {}
+
+
+def chosen_units(args: dict[str, str], stored: dict[str, Any]) -> dict[str, str]:
+    """Unit codes for a page: a unit parameter in the URL wins, then the user's preference."""
+    remembered = stored.get("units") or {}
+    return {p: args[p] if p in args else remembered.get(p, "") for p in units.UNIT_PARAMS}

@@ -1,0 +1,27 @@
+// The compare page (serve/web/templates/web/compare.html): wires the form to its view
+// (js/compare.js). An ES module, as the device page.
+import {Compare} from "./js/compare.js";
+import {embedded} from "./js/facts.js";
+
+const probe = {main: null, loads: 0};
+window.sdsDashboard = probe;  // for the browser tests
+
+function start() {
+  const $ = (id) => document.getElementById(id);
+  if (typeof uPlot === "undefined") {
+    $("status").textContent = "The chart library did not load (run deploy/setup.sh).";
+    return;
+  }
+  const view = new Compare(embedded("sds-config"), probe);
+  const load = () => view.load();
+  $("table").addEventListener("change", () => { view.fillColumns(null); load(); });
+  $("location").addEventListener("change", () => { view.tickLocation(); load(); });
+  $("controls").addEventListener("change", (e) => {
+    if (e.target.id !== "table" && e.target.id !== "location") load();
+  });
+  $("controls").addEventListener("submit", (e) => { e.preventDefault(); load(); });
+  window.addEventListener("resize", () => view.resize());
+  load();
+}
+
+start();

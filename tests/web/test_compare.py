@@ -1,0 +1,92 @@
+"""Compare (issue 26): one column of several devices on one chart, in headless Chromium
+against gunicorn. Devices A1, C1 and C2 of org A hold a week of 5-minute readings each (C1 two
+degrees warmer, C2 with a 30-hour outage); the chart draws three lines in three colours, in
+the chosen units; choosing a location ticks the devices standing there."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
+
+from shared import accounts
+from testbed.browser import console_errors
+from tests.support.browsing import assert_series_drawn, chart_drawn, sign_in
+from tests.support.dashboard import END, STEPS, World
+
+OUTAGE_START = END - timedelta(days=3)
+
+
+# Pixels of series colour arguments[1] in the plot's column at time arguments[0].
+COLUMN = """
+const u = window.sdsDashboard.main;
+const cfg = JSON.parse(document.getElementById('sds-config').textContent);
+const want = [1, 3, 5].map(i => parseInt(cfg.colours[arguments[1]].slice(i, i + 2), 16));
+const x = Math.round(u.valToPos(arguments[0], 'x', true));
+const px = u.ctx.getImageData(x - 1, Math.round(u.bbox.top), 3, Math.round(u.bbox.height)).data;
+let n = 0;
+for (let i = 0; i < px.length; i += 4) {
+  if (px[i + 3] > 100 && Math.abs(px[i] - want[0]) + Math.abs(px[i + 1] - want[1])
+      + Math.abs(px[i + 2] - want[2]) < 120) n++;
+}
+return n;
+"""
+
+
+@pytest.fixture(scope="module")
+def three(world: World) -> World:
+    """Devices C1 and C2 at North field beside A1, with a week of readings each."""
+    with psycopg.connect(world.url) as conn:
+        for name, warmer in (("C1", 2), ("C2", -3)):
+            accounts.register_device(conn, org=world.org_a, name=name)
+            accounts.deploy_device(conn, device=name, location=world.north,
+                                   start=END - timedelta(days=60))
+            conn.execute(
+                "INSERT INTO calibrated (time, device, location, tair, rh)"
+                " SELECT t, %(name)s, %(loc)s,"
+                "  %(warmer)s + 15 + 8 * sin(extract(epoch FROM t) / 13751.0), 0.6"
+                " FROM generate_series(%(end)s - %(n)s * interval '5 minutes', %(end)s,"
+                "   interval '5 minutes') t"
+                " WHERE %(name)s <> 'C2' OR NOT (t > %(out)s AND t < %(out)s + interval '30h')",
+                {"name": name, "loc": world.north, "warmer": warmer, "end": END,
+                 "n": STEPS - 1, "out": OUTAGE_START})
+        conn.commit()
+    return world
+
+
+def test_three_devices_on_one_chart(server: str, browser: WebDriver, three: World,
+                                    shots: Path) -> None:
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/compare?devices=A1,C1,C2&table=calibrated&col=tair"
+                f"&span=7&end={END.date().isoformat()}&temp=f&tz=UTC")
+    chart_drawn(browser, "chart", loads=1)
+    chart = browser.find_element(By.ID, "chart")
+    assert chart.get_attribute("data-series") == "A1,C1,C2"
+    assert chart.get_attribute("data-units").startswith("F")
+    assert_series_drawn(browser, "chart", 3)  # three lines in the palette's first 3 colours
+    found = browser.execute_script(
+        "const u = window.sdsDashboard.main, max = (a) => Math.max(...a.filter(v => v != null));"
+        " return {labels: u.series.slice(1).map(s => s.label), axis: u.axes[1].label,"
+        " max: [1, 2, 3].map(i => max(u.data[i])),"
+        " nulls: [1, 2, 3].map(i => u.data[i].filter(v => v === null).length)}")
+    assert found["labels"] == ["A1", "C1", "C2"]
+    assert found["axis"] == "Air temperature (°F)"
+    assert found["max"][1] > found["max"][0] + 3  # C1 is 2 C (3.6 F) warmer: its own line
+    # C2's outage is a gap over all of its 30 hours (A1's readings there do not fill it).
+    assert found["nulls"][2] >= 30 * 12 - 2 and found["nulls"][0] == 0, found["nulls"]
+    middle = (OUTAGE_START + timedelta(hours=15)).timestamp()
+    green = browser.execute_script(COLUMN, middle, 2)
+    assert green == 0, green
+    assert browser.execute_script(COLUMN, middle, 0) > 0  # A1 is drawn there
+    browser.save_screenshot(str(shots / "15-compare-three.png"))
+    # A location ticks the devices standing there: A1, A2, A3, C1, C2 at North field.
+    Select(browser.find_element(By.ID, "location")).select_by_visible_text("North field")
+    chart_drawn(browser, "chart", loads=2)
+    assert chart.get_attribute("data-series") == "A1,A2,A3,C1,C2"
+    assert "location=" in browser.current_url
+    assert console_errors(browser) == []

@@ -1,0 +1,152 @@
+"""Charts that tell the truth (issue 26), in headless Chromium against gunicorn: an outage is a
+gap, not a line across it; series are labelled with the registry's descriptions and the chosen
+units, not raw codes; a daily chart's axis is in days; incomplete buckets (a partial day) are
+marked. Device G1 of org A: a week of 5-minute readings with a 41-hour outage, 30 daily rows, one
+of which holds 40 % of its day's readings."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from shared import accounts
+from tests.support.browsing import chart_drawn, colour_counts, sign_in
+from tests.support.dashboard import END, STEPS, World
+
+OUTAGE_START = END - timedelta(days=4)
+OUTAGE = timedelta(hours=41)
+
+# Pixels of the first series' colour in one column of the plot, at time arguments[0].
+COLUMN = """
+const u = window.sdsDashboard.main;
+const cfg = JSON.parse(document.getElementById('sds-config').textContent);
+const want = [1, 3, 5].map(i => parseInt(cfg.colours[0].slice(i, i + 2), 16));
+const x = Math.round(u.valToPos(arguments[0], 'x', true));
+const top = Math.round(u.bbox.top), h = Math.round(u.bbox.height);
+const px = u.ctx.getImageData(x - 1, top, 3, h).data;
+let n = 0;
+for (let i = 0; i < px.length; i += 4) {
+  if (px[i + 3] > 100 && Math.abs(px[i] - want[0]) + Math.abs(px[i + 1] - want[1])
+      + Math.abs(px[i + 2] - want[2]) < 120) n++;
+}
+return n;
+"""
+
+
+@pytest.fixture(scope="module")
+def gapped(world: World) -> str:
+    """Device G1 at North field: 5-minute readings with a 41-hour outage, daily rows."""
+    with psycopg.connect(world.url) as conn:
+        accounts.register_device(conn, org=world.org_a, name="G1")
+        accounts.deploy_device(conn, device="G1", location=world.north,
+                               start=END - timedelta(days=60))
+        conn.execute(
+            "INSERT INTO calibrated (time, device, location, tair, rh)"
+            " SELECT t, 'G1', %(loc)s, 15 + 8 * sin(extract(epoch FROM t) / 13751.0), 0.6"
+            " FROM generate_series(%(end)s - %(n)s * interval '5 minutes', %(end)s,"
+            "   interval '5 minutes') t"
+            " WHERE NOT (t > %(out)s AND t < %(out)s + %(len)s)",
+            {"loc": world.north, "end": END, "n": STEPS - 1, "out": OUTAGE_START,
+             "len": OUTAGE})
+        conn.execute(
+            "INSERT INTO daily (time, device, location, meant, maxt, mint, sample_pct,"
+            " low_quality) SELECT (%s::date - g) + time '06:00', 'G1', %s, 15, 20 + g %% 3, 8,"
+            " CASE WHEN g = 1 THEN 0.4 ELSE 1 END, g = 1 FROM generate_series(0, 29) g",
+            (END, world.north))
+        conn.commit()
+    return "G1"
+
+
+def test_an_outage_of_41_hours_is_drawn_as_a_gap(server: str, browser: WebDriver,
+                                                 gapped: str, shots: Path) -> None:
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/devices/{gapped}?table=calibrated&span=7"
+                f"&end={END.date().isoformat()}&cols=tair&tz=UTC")
+    chart_drawn(browser, "chart", loads=1)
+    chart = browser.find_element(By.ID, "chart")
+    middle = (OUTAGE_START + OUTAGE / 2).timestamp()
+    before = (OUTAGE_START - timedelta(hours=10)).timestamp()
+    after = (OUTAGE_START + OUTAGE + timedelta(hours=10)).timestamp()
+    inside = [browser.execute_script(COLUMN, middle + k * 3600) for k in (-12, 0, 12)]
+    assert inside == [0, 0, 0], inside  # nothing drawn across the outage
+    assert browser.execute_script(COLUMN, before) > 0
+    assert browser.execute_script(COLUMN, after) > 0
+    assert chart.get_attribute("data-gaps") == "1"
+    assert "1 outage" in browser.find_element(By.ID, "status").text
+    browser.save_screenshot(str(shots / "12-outage-gap.png"))
+
+
+def test_daily_chart_labels_from_the_registry_axis_in_days_partial_day_marked(
+        server: str, browser: WebDriver, gapped: str, shots: Path) -> None:
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/devices/{gapped}?table=daily&span=30"
+                f"&end={END.date().isoformat()}&cols=maxt,mint&temp=f")
+    chart_drawn(browser, "chart", loads=1)
+    labels = browser.execute_script(
+        "return window.sdsDashboard.main.series.slice(1).map(s => s.label)")
+    assert labels == ["Air temperature, maximum (°F)", "Air temperature, minimum (°F)"]
+    boxes = {e.get_attribute("value"): e.find_element(By.XPATH, "..").text
+             for e in browser.find_elements(By.CSS_SELECTOR, "#columns input")}
+    assert boxes["maxt"].strip() == "Air temperature, maximum"
+    ticks = browser.execute_script("return window.sdsDashboard.main.axes[0]._values")
+    assert ticks and all(re.fullmatch(r"\d{4}-\d{2}-\d{2}", t) for t in ticks), ticks
+    splits = browser.execute_script("return window.sdsDashboard.main.axes[0]._splits")
+    steps = {round((b - a) / 86400) for a, b in zip(splits, splits[1:], strict=False)}
+    assert steps and all(s >= 1 for s in steps), splits
+    chart = browser.find_element(By.ID, "chart")
+    assert chart.get_attribute("data-incomplete") == "1"  # a day with 40 % of its readings
+    assert "1 incomplete" in browser.find_element(By.ID, "status").text
+    amber = browser.execute_script(
+        "return JSON.parse(document.getElementById('sds-config').textContent)"
+        ".incomplete_colour")
+    assert colour_counts(browser, "chart", [amber])["counts"][0] > 20
+    browser.save_screenshot(str(shots / "13-daily-days-partial.png"))
+
+
+@pytest.fixture(scope="module")
+def year(world: World) -> str:
+    """Device Y1 at North field: a year of 5-minute readings (105,121 rows) up to END."""
+    with psycopg.connect(world.url) as conn:
+        accounts.register_device(conn, org=world.org_a, name="Y1")
+        accounts.deploy_device(conn, device="Y1", location=world.north,
+                               start=END - timedelta(days=400))
+        conn.execute(
+            "INSERT INTO calibrated (time, device, location, tair, rh)"
+            " SELECT t, 'Y1', %(loc)s, 10 + 12 * sin(extract(epoch FROM t) / 5022000.0)"
+            "  + 6 * sin(extract(epoch FROM t) / 13751.0), 0.6"
+            " FROM generate_series(%(end)s - interval '365 days', %(end)s,"
+            "   interval '5 minutes') t", {"loc": world.north, "end": END})
+        conn.commit()
+    with psycopg.connect(world.url, autocommit=True) as conn:
+        conn.execute("ANALYZE calibrated")
+    return "Y1"
+
+
+def test_a_year_of_5_minute_data_draws_the_whole_year_to_the_newest_day(
+        server: str, browser: WebDriver, year: str, shots: Path) -> None:
+    """More rows than the page draws raw: buckets (points=) with a mean line in a min-max
+    band, from the first day to the newest (the page used to draw the oldest 50,000 rows)."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/devices/{year}?table=calibrated&span=365"
+                f"&end={END.date().isoformat()}&cols=tair&tz=UTC")
+    chart_drawn(browser, "chart", loads=1)
+    chart = browser.find_element(By.ID, "chart")
+    assert chart.get_attribute("data-aggregated")  # e.g. 12h
+    found = browser.execute_script(
+        "const u = window.sdsDashboard.main, t = u.data[0].filter((x, i) => u.data[1][i] !== null);"
+        " return {first: t[0], last: t[t.length - 1], n: u.data[0].length,"
+        " series: u.series.slice(1).map(s => s.label), bands: (u.bands || []).length}")
+    assert found["last"] >= (END - timedelta(days=1)).timestamp(), found  # the newest day
+    assert found["first"] <= (END - timedelta(days=364)).timestamp(), found
+    assert found["n"] <= 2000
+    assert found["series"] == ["Air temperature (°C)", "lowest", "highest"]
+    assert found["bands"] == 1
+    assert browser.execute_script(COLUMN, (END - timedelta(hours=18)).timestamp()) > 0
+    assert "buckets of" in browser.find_element(By.ID, "status").text
+    browser.save_screenshot(str(shots / "14-year-band.png"))
