@@ -190,6 +190,42 @@ class Client:
                 "GET", f"{API_PREFIX}/schemas/{table}").json()
         return self._columns[table]
 
+    # ---- annotations ----------------------------------------------------------------------
+    def annotations(self, *, page_size: int | None = None, start_time: Any = None,
+                    end_time: Any = None, **filters: Any) -> list[dict[str, Any]]:
+        """Annotations (records as the API sends them), filtered by `device`, `location`,
+        `start_time`/`end_time` (overlap) and `tags` (all must be carried)."""
+        from sds_client import annotations
+
+        return list(annotations.iter_annotations(
+            self.transport, annotations.list_params(
+                start_time=_iso(start_time), end_time=_iso(end_time), **filters),
+            page_size=page_size or annotations.PAGE_SIZE))
+
+    def annotations_pandas(self, **filters: Any) -> pd.DataFrame:
+        """`annotations()` as a DataFrame: times as UTC datetimes (`end_time` NaT for an
+        instant); needs the `pandas` extra."""
+        from sds_client.annotations import to_frame
+
+        return to_frame(self.annotations(**filters))
+
+    def create_annotation(self, text: str, *, start_time: Any, end_time: Any = None,
+                          device: str | None = None, location: str | None = None,
+                          tags: Iterable[str] = ()) -> dict[str, Any]:
+        """Create an annotation on `device` (name) or `location` (id), at `start_time` or over
+        `start_time`..`end_time`; returns its record."""
+        from sds_client import annotations
+
+        body = annotations.create_body(text, start_time=_iso(start_time), end_time=_iso(end_time),
+                                       device=device, location=location, tags=tags)
+        return dict(self.transport.request("POST", annotations.PATH, json=body).json())
+
+    def delete_annotation(self, annotation_id: str) -> None:
+        """Delete an annotation."""
+        from sds_client.annotations import PATH
+
+        self.transport.request("DELETE", f"{PATH}/{annotation_id}")
+
     # ---- rows -----------------------------------------------------------------------------
     def rows(self, table: str, *, progress: bool | None = None, max_rows: int | None = None,
              **params: Any) -> Listing:

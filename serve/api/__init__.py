@@ -19,6 +19,9 @@ from serve.api import (
     users,
 )
 
+# By its blueprint: `from __future__ import annotations` has taken the module's name here.
+from serve.api.annotations import blp as annotations_blp
+
 BLUEPRINTS = [
     schemas.blp,
     data.blp,
@@ -32,6 +35,7 @@ BLUEPRINTS = [
     users.blp,
     orgs.blp,
     channels.blp,
+    annotations_blp,
     health.blp,
     index.blp,
 ]

@@ -43,6 +43,10 @@ RAW_ROWS = 5000
 AGGREGATED = "calibrated"
 
 # Series colours, in order (d3's category10): the charts' scripts take them from here.
+# Annotations: a colour no series has (lines for instants, a translucent band for ranges), and
+# how many of the shown range's annotations the chart draws (one API page, not a heavy one).
+NOTE_COLOUR = "#8250df"
+NOTES_PAGE = 1000
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
            "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 
@@ -121,6 +125,8 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
         "max_limit": MAX_LIMIT,  # the API's largest page: what one CSV download holds
         "fetch_rows": FETCH_ROWS,
         "raw_rows": RAW_ROWS,
+        "note_colour": NOTE_COLOUR,  # annotations on the chart (static/js/annotations.js)
+        "notes_page": NOTES_PAGE,
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],
                   "days": WATER_DAYS},
     }

@@ -139,6 +139,16 @@ PROBES = [
     Probe("channel-test", "POST", lambda w: f"/api/v2/channels/{w.channel_a}/test",
           f"/api/v2/channels/{MISSING_UUID}/test", lambda w: str(w.channel_a), MISSING_UUID,
           rule="/api/v2/channels/<channel_id>/test"),
+    # Annotations: API keys of the world hold no annotations scope (403 before any lookup).
+    Probe("annotation", "GET", lambda w: f"/api/v2/annotations/{w.annotation_a}",
+          f"/api/v2/annotations/{MISSING_UUID}", lambda w: str(w.annotation_a), MISSING_UUID,
+          key_allowed=False),
+    Probe("annotation-update", "PUT", lambda w: f"/api/v2/annotations/{w.annotation_a}",
+          f"/api/v2/annotations/{MISSING_UUID}", lambda w: str(w.annotation_a), MISSING_UUID,
+          body={"text": "probe"}, key_allowed=False),
+    Probe("annotation-delete", "DELETE", lambda w: f"/api/v2/annotations/{w.annotation_a}",
+          f"/api/v2/annotations/{MISSING_UUID}", lambda w: str(w.annotation_a), MISSING_UUID,
+          key_allowed=False),
 ]
 
 

@@ -51,6 +51,7 @@ class Route:
     body: dict[str, Any] | None = None
     a_object: bool = False  # another organisation gets 404 here
     basic_status: int | None = None  # when basic differs from bearer
+    other_org_status: int | None = None  # when another organisation's caller differs
     admin_only: bool = False  # administrators of the organisation only (no caller here is one)
 
 
@@ -78,6 +79,14 @@ def _fresh_a1_key(world: World, conn: psycopg.Connection) -> str:
     key_id, _value = new_key(conn, world.a1, ["data:read"])
     conn.commit()
     return str(key_id)
+
+
+def _fresh_annotation(world: World, conn: psycopg.Connection) -> str:
+    row = conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text)"
+                       " VALUES (%s, %s, now(), 'matrix') RETURNING id",
+                       (world.org_a, world.loc_a)).fetchone()
+    conn.commit()
+    return str(row[0]) if row else ""
 
 
 def _a_channel(world: World, conn: psycopg.Connection, name: str = "matrix-a") -> str:
@@ -202,6 +211,22 @@ ROUTES = [
     Route("notification-ack", "POST", "/api/v2/notifications/<event_id>/ack",
           lambda w, c: f"/api/v2/notifications/{_a_event(w, c)}/ack", "notifications:write",
           a_object=True),
+    # Annotations (issue 24): another organisation cannot name org A's device in a body (400).
+    Route("annotations", "GET", "/api/v2/annotations", lambda w, c: "/api/v2/annotations",
+          "annotations:read"),
+    Route("annotations-create", "POST", "/api/v2/annotations",
+          lambda w, c: "/api/v2/annotations", "annotations:write", ok=201,
+          body={"device": "A000101", "start_time": "2026-01-01T00:00:00Z", "text": "matrix"},
+          other_org_status=400),
+    Route("annotation", "GET", "/api/v2/annotations/<annotation_id>",
+          lambda w, c: f"/api/v2/annotations/{w.annotation_a}", "annotations:read",
+          a_object=True),
+    Route("annotation-update", "PUT", "/api/v2/annotations/<annotation_id>",
+          lambda w, c: f"/api/v2/annotations/{w.annotation_a}", "annotations:write",
+          body={"text": "hail, changed"}, a_object=True),
+    Route("annotation-delete", "DELETE", "/api/v2/annotations/<annotation_id>",
+          lambda w, c: f"/api/v2/annotations/{_fresh_annotation(w, c)}", "annotations:write",
+          ok=204, a_object=True),
 ]
 
 # Callers: name -> (headers for this world, kind). Bearer tokens are minted per cell, because
@@ -216,6 +241,7 @@ REFUSED = {"anonymous", "wrong_password", "token_expired", "token_revoked", "key
 SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "locations",
              "apikeys:read": "apikeys", "users:read": "users", "users:write": "users_write",
              "orgs:read": "orgs", "orgs:write": "orgs_write",
+             "annotations:read": "annotations_read", "annotations:write": "annotations_write",
              "notifications:read": "notifications_read",
              "notifications:write": "notifications_write", USER_ONLY: "all"}
 
@@ -283,6 +309,10 @@ def expected(caller: str, route: Route) -> int:
         return 403  # an administrator's write (tests/access/test_location_write.py)
     if caller.endswith("basic") and route.basic_status is not None:
         return route.basic_status
+    if caller == "other_org_key" and route.scope.startswith("annotations:"):
+        return 403  # org B's key holds the read scopes of the world only
+    if caller.startswith("other_org") and route.other_org_status is not None:
+        return route.other_org_status
     if caller.startswith("other_org") and route.a_object:
         return 404
     return route.ok

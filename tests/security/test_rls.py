@@ -45,6 +45,7 @@ TENANT_ROWS = {
     "alert_channels": "SELECT id::text FROM alert_channels WHERE org_id = %(org)s",
     "alert_deliveries": "SELECT id::text FROM alert_deliveries WHERE org_id = %(org)s",
     "audit_log": "SELECT id::text FROM audit_log WHERE org_id = %(org)s",
+    "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
 KEY_OF = {
@@ -62,6 +63,7 @@ KEY_OF = {
     "alert_states": ("rule_id::text || device", "value"),
     "alert_channels": ("id::text", "name"),
     "alert_deliveries": ("id::text", "last_error"),
+    "annotations": ("id::text", "text"),
 }
 # What the API role may change at all (grants); RLS must hold on these. audit_log is
 # append-only (INSERT and SELECT): its rows can be neither changed nor deleted.
@@ -69,7 +71,8 @@ API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDAT
                 "auth_tokens": "UPDATE",
                 "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
-                "alert_states": "DELETE", "alert_channels": "UPDATE DELETE"}
+                "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
+                "annotations": "UPDATE DELETE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
@@ -126,6 +129,10 @@ def rls_world(world: World) -> World:
                          " (%s, 'c', 'mqtt') RETURNING id, org_id) INSERT INTO alert_deliveries"
                          " (event_id, org_id, channel_id) SELECT e.id, c.org_id, c.id FROM c"
                          " JOIN alert_events e ON e.org_id = c.org_id", (org,))
+        for org, user, loc in ((world.org_a, world.a1, world.loc_a),
+                               (world.org_b, world.b1, world.loc_b)):
+            conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"
+                         " author_id) VALUES (%s, %s, now(), 'note', %s)", (org, loc, user))
     return world
 
 
@@ -230,6 +237,21 @@ def test_api_role_cannot_write_into_another_organisation(rls_world: World) -> No
             pytest.raises(errors.InsufficientPrivilege):
         conn.execute("UPDATE api_keys SET org_id = %s WHERE id = %s",
                      (rls_world.org_b, rls_world.key_ids["a2_all"]))
+
+
+def test_annotation_cannot_name_another_organisations_device_or_location(
+        rls_world: World) -> None:
+    """Migration 0110's WITH CHECK: an annotation of org A on org B's device or location is
+    refused even with org A's own org_id (the subqueries see org A's devices only)."""
+    with psycopg.connect(rls_world.url) as conn:
+        dev_b = conn.execute("SELECT id FROM devices WHERE name = %s",
+                             (rls_world.dev_b,)).fetchone()
+    for column, target in (("device_id", dev_b[0] if dev_b else None),
+                           ("location_id", rls_world.loc_b)):
+        with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn, \
+                pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(f"INSERT INTO annotations (org_id, {column}, start_time, text)"
+                         " VALUES (%s, %s, now(), 'x')", (rls_world.org_a, target))
 
 
 @pytest.mark.parametrize("table", sorted(TENANT_ROWS))

@@ -28,6 +28,10 @@ DASHBOARD_RULES = {
     ("/dashboard/preferences", "GET"), ("/dashboard/preferences", "PUT"),  # the user's own
     ("/dashboard/compare", "GET"),
     ("/dashboard/<path:rest>", "GET"),  # any other address: the dashboard's 404 page
+    # The alert pages (serve/web/alertpages.py): every POST checks the CSRF value.
+    ("/dashboard/alerts", "GET"), ("/dashboard/alerts", "POST"),
+    ("/dashboard/alerts/<rule_id>/delete", "POST"), ("/dashboard/notifications", "GET"),
+    ("/dashboard/notifications/<event_id>/ack", "POST"), ("/dashboard/annotations", "POST"),
 }
 # Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).
 IMPLICIT = {"HEAD", "OPTIONS"}

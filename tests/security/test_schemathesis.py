@@ -44,6 +44,7 @@ LOCATION = "GET /api/v2/locations/{location_id}"
 DATA = "GET /api/v2/data/{table}"
 KEY_PUT = "PUT /api/v2/apikeys/{key_id}"
 KEY_DELETE = "DELETE /api/v2/apikeys/{key_id}"
+NOTE_OPS = tuple(f"{m} /api/v2/annotations/{{annotation_id}}" for m in ("GET", "PUT", "DELETE"))
 COLLECTIONS = ("GET /api/v2/devices", "GET /api/v2/locations", "GET /api/v2/locations/summary",
                "GET /api/v2/apikeys")
 
@@ -115,6 +116,8 @@ def plan_b(world: World) -> list[Entry]:
         fixed.append((KEY_PUT, {"path_parameters": {"key_id": key_id}}))
         fixed.append((KEY_DELETE, {"path_parameters": {"key_id": key_id}}))
     fixed.append((KEY_PUT, {"path_parameters": {"key_id": str(world.key_ids["a2_all"])}}))
+    for label in NOTE_OPS:  # org A's annotation: B's cases must all miss it
+        fixed.append((label, {"path_parameters": {"annotation_id": str(world.annotation_a)}}))
     for table in TABLES:
         fixed.append((DATA, {"path_parameters": {"table": table},
                              "query": {"device": world.dev_a}}))
@@ -236,7 +239,7 @@ def test_bola_probe_org_b_gets_nothing_of_org_a(run_b: dict[str, Any],
     assert all(run.server_errors == 0 for run in runs), [r.samples for r in runs]
     # The probe reached the tenancy check: every object operation answered 404 to some case
     # (not only 400s for generated parameters).
-    for label in (DEVICE, LOCATION, DATA, KEY_PUT, KEY_DELETE):
+    for label in (DEVICE, LOCATION, DATA, KEY_PUT, KEY_DELETE, *NOTE_OPS):
         assert any(run.statuses_by_label[(label, 404)] for run in runs), label
     # Nothing of A's keys changed: B's PUT and DELETE cases reached no row.
     assert run_b["before"] == run_b["after"]

@@ -31,6 +31,8 @@ KEY_SCOPES = {
     "apikeys": ["apikeys:read"],
     "notifications_read": ["notifications:read"],
     "notifications_write": ["notifications:write"],
+    "annotations_read": ["annotations:read"],
+    "annotations_write": ["annotations:write"],
     "notifications": ["notifications:read", "notifications:write"],
     "users": ["users:read"],
     "users_write": ["users:write"],
@@ -63,6 +65,7 @@ class World:
     key_ids: dict[str, UUID] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     channel_a: UUID | None = None  # an alert delivery channel of org A (issue 24)
+    annotation_a: UUID | None = None  # an annotation of org A on its location
 
     def secrets(self) -> list[str]:
         """Every raw password, key and token of the world."""
@@ -159,6 +162,10 @@ def seed(url: str) -> World:
         world.tokens["revoked"] = insert_token(conn, a1, expires_in=timedelta(hours=1),
                                                revoked=True)
         world.tokens["b_live"] = insert_token(conn, b1, expires_in=timedelta(hours=1))
+        row = conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"
+                           " author_id) VALUES (%s, %s, now(), 'hail', %s) RETURNING id",
+                           (org_a, loc_a, a1)).fetchone()
+        world.annotation_a = row[0] if row else None
         conn.commit()
     return world
 

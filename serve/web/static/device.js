@@ -1,9 +1,10 @@
 // The device page (serve/web/templates/web/device.html): wires its views together. An ES
 // module (no build step): API calls live in js/api.js, the page's facts in js/facts.js (from
 // the server's JSON), the choices in js/controls.js, one module per view (js/readings.js,
-// js/water.js).
+// js/water.js, js/annotations.js).
 import {Controls} from "./js/controls.js";
 import {Exporter} from "./js/export.js";
+import {Annotations} from "./js/annotations.js";
 import {embedded} from "./js/facts.js";
 import {Preferences} from "./js/preferences.js";
 import {Readings} from "./js/readings.js";
@@ -27,11 +28,17 @@ function start() {
   new Exporter(cfg, () => ({table: controls.tableName(), device: cfg.device,
                             cols: controls.columns(), start: first(), end: last(),
                             zone: controls.zone(), units: controls.units()}), probe);
+  const notes = new Annotations(cfg, readings, probe);
+  readings.plugins.push(notes.plugin());
+  notes.wire();
 
   async function load() {
     controls.save();
     const shown = await readings.load();
-    if (shown !== null) water.load(shown, () => readings.current(shown.generation));
+    if (shown !== null) {
+      water.load(shown, () => readings.current(shown.generation));
+      notes.load(readings.loaded);
+    }
     return shown;
   }
   // A choice the user makes is remembered once the API took it (a zone it refuses is not);

@@ -19,6 +19,7 @@ export class Readings {
     this.rows = 0;
     this.firstDraw = true;
     this.generation = 0;        // a newer load makes older answers stale
+    this.plugins = [];          // uPlot plugins other views add (js/annotations.js)
   }
 
   /** Is `generation` still the newest load? */
@@ -73,6 +74,7 @@ export class Readings {
       scales: {x: {time: true}},
       cursor: {drag: {x: true, y: false, setScale: true}},
       legend: {live: true},
+      plugins: this.plugins,
       hooks: {
         draw: [(u) => {
           this.markIncomplete(u);

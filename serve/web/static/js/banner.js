@@ -1,0 +1,41 @@
+// The banner on every signed-in page: a delivery channel of the organisation that the
+// deliverer disabled after failing in a row (`disabled_at` set, /api/v2/channels) is said
+// loudly, with why and when, until someone turns it back on (PATCH {"active": true}).
+import {get} from "./api.js";
+
+const el = document.getElementById("channel-banner");
+
+async function show() {
+  if (!el) return;
+  let disabled = [];
+  try {
+    // An organisation has a handful of channels; 1000 is the first page of any real one.
+    const {body} = await get("/api/v2/channels?limit=1000");
+    disabled = body.items.filter((c) => c.disabled_at);
+  } catch (err) {
+    el.dataset.state = "error";  // no banner rather than a wrong one
+    return;
+  }
+  el.dataset.state = "checked";
+  el.dataset.disabled = String(disabled.length);
+  if (!disabled.length) { el.hidden = true; return; }
+  const list = document.createElement("ul");
+  for (const c of disabled) {
+    const li = document.createElement("li");
+    li.textContent = c.kind + " channel \u201c" + c.name + "\u201d was disabled at " +
+      c.disabled_at.replace("T", " ").slice(0, 16) + " UTC" +
+      (c.disabled_reason ? ": " + c.disabled_reason : "");
+    list.append(li);
+  }
+  const head = document.createElement("strong");
+  head.textContent = disabled.length === 1
+    ? "Alerts are not being delivered to a channel."
+    : "Alerts are not being delivered to " + disabled.length + " channels.";
+  const hint = document.createElement("span");
+  hint.textContent = " Fix the endpoint, then enable it again (PATCH /api/v2/channels/{id} " +
+    "with {\"active\": true}).";
+  el.replaceChildren(head, hint, list);
+  el.hidden = false;
+}
+
+show();
