@@ -78,11 +78,12 @@ def org_of(conn: psycopg.Connection, user: UUID) -> UUID:
 def user_page(conn: psycopg.Connection, org: UUID, limit: int, offset: int,
               *, active_only: bool) -> tuple[list[dict[str, Any]], int]:
     """One page of the organisation's users (by email, as stored) and their total."""
-    where = " WHERE org_id = %s" + (" AND active" if active_only else "")
-    row = conn.execute("SELECT count(*) FROM users" + where, (org,)).fetchone()
+    row = conn.execute("SELECT count(*) FROM users WHERE org_id = %s AND (active OR NOT %s)",
+                       (org, active_only)).fetchone()
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_USER_SQL + where + " ORDER BY email, id LIMIT %s OFFSET %s",
-                           (org, limit, offset)).fetchall()
+        rows = cur.execute(_USER_SQL + " WHERE org_id = %s AND (active OR NOT %s)"
+                           " ORDER BY email, id LIMIT %s OFFSET %s",
+                           (org, active_only, limit, offset)).fetchall()
     return rows, int(row[0]) if row else 0
 
 

@@ -45,6 +45,11 @@ NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _COLUMNS = ("id, org_id, name, kind, url, secret_last4, recipients, active, consecutive_failures,"
             " disabled_at, disabled_reason, created_at, updated_at")
 
+# Statements built from the constant column list above (values are always bound parameters).
+_SELECT = f"SELECT {_COLUMNS} FROM alert_channels"  # nosec B608  constant text of this module
+_RETURNING = f" RETURNING {_COLUMNS}"
+
+
 
 def _recipient_list(**kwargs: Any) -> fields.List:
     return fields.List(fields.Email(validate=validate.Length(max=254)),
@@ -157,9 +162,10 @@ def create_channel() -> Any:
     org = current_principal().org_id
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(
-            f"INSERT INTO alert_channels (org_id, name, kind, url, secret_sealed, secret_last4,"
-            f" recipients, active) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-            f" ON CONFLICT (org_id, name) DO NOTHING RETURNING {_COLUMNS}",
+            "INSERT INTO alert_channels"  # nosec B608  constant text and columns; values bound
+            " (org_id, name, kind, url, secret_sealed, secret_last4, recipients, active)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+            " ON CONFLICT (org_id, name) DO NOTHING" + _RETURNING,
             (org, args["name"], args["kind"], args.get("url"), sealed,
              secret[-4:] if secret else None, args.get("recipients"), args["active"])).fetchone()
     if row is None:
@@ -181,14 +187,14 @@ def list_channels(limit: int, page: int) -> Any:
         total = found["n"] if found else 0
         pages = check_page(total, limit, page)
         rows = cur.execute(
-            f"SELECT {_COLUMNS} FROM alert_channels WHERE org_id = %s ORDER BY created_at, id"
-            " LIMIT %s OFFSET %s", (org, limit, offset(limit, page))).fetchall()
+            _SELECT + " WHERE org_id = %s ORDER BY created_at, id LIMIT %s OFFSET %s",
+            (org, limit, offset(limit, page))).fetchall()
     return envelope([channel_record(r) for r in rows], total=total, limit=limit, page=page,
                     pages=pages)
 
 
 def _fetch(cur: Any, wanted: UUID, raw: str) -> dict[str, Any]:
-    row = cur.execute(f"SELECT {_COLUMNS} FROM alert_channels WHERE id = %s AND org_id = %s",
+    row = cur.execute(_SELECT + " WHERE id = %s AND org_id = %s",
                       (wanted, current_principal().org_id)).fetchone()
     if row is None:
         raise UnknownObject(f"unknown channel {raw!r}")
@@ -223,17 +229,17 @@ def update_channel(channel_id: str) -> Any:
                                  errors={"json": {key: [f"only a {only} channel has it"]}})
         enable = changes.get("active") is True
         updated = cur.execute(
-            f"UPDATE alert_channels SET name = coalesce(%(name)s, name),"
-            f" url = coalesce(%(url)s, url), recipients = coalesce(%(recipients)s, recipients),"
-            f" active = coalesce(%(active)s, active),"
-            f" disabled_at = CASE WHEN %(enable)s THEN NULL ELSE disabled_at END,"
-            f" disabled_reason = CASE WHEN %(enable)s THEN NULL ELSE disabled_reason END,"
-            f" consecutive_failures = CASE WHEN %(enable)s THEN 0 ELSE consecutive_failures END,"
-            f" updated_at = now()"
-            f" WHERE id = %(id)s AND org_id = %(org)s"
-            f" AND NOT EXISTS (SELECT 1 FROM alert_channels o WHERE o.org_id = %(org)s"
-            f"   AND o.name = %(name)s AND o.id <> %(id)s)"
-            f" RETURNING {_COLUMNS}",
+            "UPDATE alert_channels"  # nosec B608  constant text and columns; values bound
+            " SET name = coalesce(%(name)s, name),"
+            " url = coalesce(%(url)s, url), recipients = coalesce(%(recipients)s, recipients),"
+            " active = coalesce(%(active)s, active),"
+            " disabled_at = CASE WHEN %(enable)s THEN NULL ELSE disabled_at END,"
+            " disabled_reason = CASE WHEN %(enable)s THEN NULL ELSE disabled_reason END,"
+            " consecutive_failures = CASE WHEN %(enable)s THEN 0 ELSE consecutive_failures END,"
+            " updated_at = now()"
+            " WHERE id = %(id)s AND org_id = %(org)s"
+            " AND NOT EXISTS (SELECT 1 FROM alert_channels o WHERE o.org_id = %(org)s"
+            "   AND o.name = %(name)s AND o.id <> %(id)s)" + _RETURNING,
             {"name": changes.get("name"), "url": changes.get("url"),
              "recipients": changes.get("recipients"), "active": changes.get("active"),
              "enable": enable, "id": wanted, "org": row["org_id"]}).fetchone()
