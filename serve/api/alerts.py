@@ -16,13 +16,13 @@ import psycopg
 from flask import request
 from marshmallow import Schema, fields, validate
 
-from serve.auth import current_principal, requires
+from serve.auth import audit_actor, current_principal, requires
 from serve.body import request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
-from shared import alertrules, alertstore, units
+from shared import alertrules, alertstore, audit, units
 from shared.alertrules import Rule
 from shared.errors import UnknownObject
 
@@ -113,10 +113,15 @@ def list_rules(limit: int, page: int) -> Any:
 def create_rule() -> Any:
     """Create a rule; thresholds in the body's `units` (or the query's unit parameters)."""
     org = current_principal().org_id
-    rule = alertrules.parse(request_body(form=False), query_units=_query_units())
+    body = request_body(form=False)
+    rule = alertrules.parse(body, query_units=_query_units())
     with pool().connection() as conn, conn.transaction():
         created = _fetch(conn, org, alertstore.create(conn, org, rule))
-    return _record(*created)
+        record = _record(*created)
+        audit.record(conn, org=org, actor=audit_actor(conn), action="alert_rule.create",
+                     target_type="alert_rule", target_id=record["id"],
+                     details={"name": record["name"], "rule": body})
+    return record
 
 
 @blp.route("/<rule_id>", methods=["GET"])
@@ -151,6 +156,8 @@ def change_rule(rule_id: str) -> Any:
         rule = alertrules.parse(body, base=base, query_units=_query_units())
         alertstore.update(conn, org, base, rule)
         changed = _fetch(conn, org, rid)
+        audit.record(conn, org=org, actor=audit_actor(conn), action="alert_rule.update",
+                     target_type="alert_rule", target_id=rid, details={"changes": body})
     return _record(*changed)
 
 
@@ -164,4 +171,6 @@ def delete_rule(rule_id: str) -> Any:
     with pool().connection() as conn, conn.transaction():
         if not alertstore.delete(conn, org, rid):
             raise UnknownObject(f"unknown alert rule {rid}")
+        audit.record(conn, org=org, actor=audit_actor(conn), action="alert_rule.delete",
+                     target_type="alert_rule", target_id=rid)
     return ""

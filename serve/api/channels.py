@@ -22,13 +22,13 @@ from marshmallow import Schema, ValidationError, fields, validate, validates, va
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from serve.auth import current_principal, requires
+from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
-from shared import alerttopic, netguard, sealing
+from shared import alerttopic, audit, netguard, sealing
 from shared.errors import BadRequest, Conflict, UnknownObject
 
 blp = Blueprint("channels", __name__, url_prefix="/api/v2/channels",
@@ -168,6 +168,11 @@ def create_channel() -> Any:
             " ON CONFLICT (org_id, name) DO NOTHING" + _RETURNING,
             (org, args["name"], args["kind"], args.get("url"), sealed,
              secret[-4:] if secret else None, args.get("recipients"), args["active"])).fetchone()
+        if row is not None:  # the secret never goes into the log
+            audit.record(conn, org=org, actor=audit_actor(conn), action="channel.create",
+                         target_type="channel", target_id=row["id"],
+                         details={k: args.get(k) for k in ("name", "kind", "url", "recipients",
+                                                           "active")})
     if row is None:
         raise Conflict(f"a channel named {args['name']!r} exists already",
                        errors={"json": {"name": ["already used by another channel"]}})
@@ -243,6 +248,10 @@ def update_channel(channel_id: str) -> Any:
             {"name": changes.get("name"), "url": changes.get("url"),
              "recipients": changes.get("recipients"), "active": changes.get("active"),
              "enable": enable, "id": wanted, "org": row["org_id"]}).fetchone()
+        if updated is not None and changes:
+            audit.record(conn, org=row["org_id"], actor=audit_actor(conn),
+                         action="channel.update", target_type="channel", target_id=wanted,
+                         details=changes)
     if updated is None:
         raise Conflict(f"a channel named {changes.get('name')!r} exists already",
                        errors={"json": {"name": ["already used by another channel"]}})
@@ -260,6 +269,8 @@ def delete_channel(channel_id: str) -> Any:
                            (wanted, current_principal().org_id))
         if cur.rowcount == 0:
             raise UnknownObject(f"unknown channel {channel_id!r}")
+        audit.record(conn, org=current_principal().org_id, actor=audit_actor(conn),
+                     action="channel.delete", target_type="channel", target_id=wanted)
     return None
 
 

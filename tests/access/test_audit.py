@@ -149,3 +149,26 @@ def test_long_details_are_bounded_pure() -> None:
     bounded = audit._bounded({"notes": "x" * 5000, "list": list(range(500)), "ok": True})
     assert len(bounded["notes"]) == audit.MAX_DETAIL_TEXT + 1
     assert len(bounded["list"]) == 100 and bounded["ok"] is True
+
+
+def test_alert_rules_and_channels_are_logged(client: FlaskClient, world: World) -> None:
+    rule = client.post("/api/v2/alerts", headers=A1, json={
+        "name": "Frost", "table": "calibrated", "column": "tair", "scope": {"organisation": True},
+        "condition": {"op": "<", "threshold": 0}})
+    assert rule.status_code == 201, rule.get_json()
+    rid = rule.get_json()["id"]
+    assert client.patch(f"/api/v2/alerts/{rid}", headers=A1,
+                        json={"name": "Hard frost"}).status_code == 200
+    assert client.delete(f"/api/v2/alerts/{rid}", headers=A1).status_code == 204
+    channel = client.post("/api/v2/channels", headers=A1,
+                          json={"name": "ops mail", "kind": "email",
+                                "recipients": ["ops@a.example"]})
+    assert channel.status_code == 201, channel.get_json()
+    cid = channel.get_json()["id"]
+    assert client.delete(f"/api/v2/channels/{cid}", headers=A1).status_code == 204
+    items = _entries(client, A1, "limit=5")["items"]
+    assert [e["action"] for e in items] == ["channel.delete", "channel.create",
+                                            "alert_rule.delete", "alert_rule.update",
+                                            "alert_rule.create"]
+    assert items[4]["details"]["rule"]["condition"] == {"op": "<", "threshold": 0}
+    assert items[3]["details"] == {"changes": {"name": "Hard frost"}}
