@@ -48,10 +48,10 @@ class RoleSchema(Schema):
 def _own_org(org_id: str, principal: Principal) -> UUID:
     """The caller's organisation named in the path; any other is the same 404 as a missing one."""
     try:
-        wanted = UUID(org_id)
+        asked = UUID(org_id)
     except ValueError:
-        wanted = None
-    if wanted != principal.org_id:
+        asked = None
+    if asked != principal.org_id:
         raise UnknownObject(f"unknown organisation {org_id!r}")
     return principal.org_id
 
@@ -149,12 +149,12 @@ def change_role(org_id: str, user_id: str) -> Any:
     with pool().connection() as conn:
         _admin(conn, principal, "changing a member's role")
         org = _own_org(org_id, principal)
-        wanted = _member_id(user_id)
-        before = members.fetch_user(conn, wanted, org)
-        row = members.set_role(conn, org=org, user=wanted, role=role)
+        asked = _member_id(user_id)
+        before = members.fetch_user(conn, asked, org)
+        row = members.set_role(conn, org=org, user=asked, role=role)
         if members.role_of(before["is_admin"]) != role:
             audit.record(conn, org=org, actor=audit_actor(conn), action="member.role",
-                         target_type="user", target_id=wanted,
+                         target_type="user", target_id=asked,
                          details={"email": row["email"], "from": members.role_of(
                              before["is_admin"]), "to": role})
     return members.user_record(row, full=False)
@@ -170,9 +170,9 @@ def remove_member(org_id: str, user_id: str) -> Any:
     with pool().connection() as conn:
         _admin(conn, principal, "removing a member")
         org = _own_org(org_id, principal)
-        wanted = _member_id(user_id)
-        email = members.fetch_user(conn, wanted, org)["email"]
-        done = members.remove_member(conn, org=org, user=wanted)
+        asked = _member_id(user_id)
+        email = members.fetch_user(conn, asked, org)["email"]
+        done = members.remove_member(conn, org=org, user=asked)
         audit.record(conn, org=org, actor=audit_actor(conn), action="member.remove",
-                     target_type="user", target_id=wanted, details={"email": email, **done})
+                     target_type="user", target_id=asked, details={"email": email, **done})
     return None

