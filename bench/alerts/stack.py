@@ -25,10 +25,11 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from admin import simulate
+from bench.common import durable_servers
 from ingest.shards import subscriptions
-from shared import accounts, alertrules, alertstore, db, migrate
+from shared import accounts, alertrules, alertstore, db
 from shared.config import PREFIX, Settings
-from testbed.services import MosquittoBroker, PostgresServer, free_port
+from testbed.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,12 +134,7 @@ class Stack:
     def __init__(self, base: Path, devices: int) -> None:
         self.base = base
         log("starting PostgreSQL (durable) and mosquitto (shipped durable.conf)")
-        self.pg = PostgresServer().start(base / "pg", durable=True)
-        self.url = self.pg.create_database("bench")
-        with db.connect(self.url, autocommit=True) as c:
-            c.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(self.url)
-        self.broker = MosquittoBroker().start(base / "mqtt", durable=True)
+        self.pg, self.url, self.broker = durable_servers(base)
         self.devices = [f"E{i:05d}" for i in range(devices)]
         self.sites = [simulate.Site(d, 30.0 + (i % 25), -90.0 + (i % 40), 100.0)
                       for i, d in enumerate(self.devices)]

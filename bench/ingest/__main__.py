@@ -43,15 +43,16 @@ from paho.mqtt.properties import Properties
 from psycopg import sql
 
 from admin import simulate
+from bench.common import durable_servers
 from bench.ingest.naive import NaiveIngester
 from ingest import writer
 from ingest.derive import derive
 from ingest.shards import shard_settings, subscriptions
-from shared import accounts, db, migrate
+from shared import accounts, db
 from shared.columns import READING_INPUTS, TABLES
 from shared.config import PREFIX, Settings
 from shared.timeutil import parse_instant
-from testbed.services import MosquittoBroker, PostgresServer, free_port
+from testbed.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GOALS = {"a": 0.8, "b": 0.5, "c": 3.0}
@@ -76,12 +77,7 @@ class Bench:
     def __init__(self, base: Path, devices: int) -> None:
         self.base = base
         log("starting PostgreSQL (durable) and mosquitto (shipped durable.conf)")
-        self.pg = PostgresServer().start(base / "pg", durable=True)
-        self.url = self.pg.create_database("bench")
-        with db.connect(self.url, autocommit=True) as c:
-            c.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(self.url)
-        self.broker = MosquittoBroker().start(base / "mqtt", durable=True)
+        self.pg, self.url, self.broker = durable_servers(base)
         self.devices = [f"B{i:05d}" for i in range(devices)]
         self.sites = [simulate.Site(d, 30.0 + i, -90.0 + i, 100.0 + 10 * i)
                       for i, d in enumerate(self.devices)]
