@@ -273,11 +273,21 @@ def test_every_supervised_process_comes_back_and_the_ledger_holds(
 
     status = stack.run("status", timeout=60)
     assert status.returncode == 0, status.stdout + status.stderr
-    for victim in ("edge", "serve-1", "ingest-leader", "aggregate"):
+    for victim in ("edge", "serve-1", "aggregate"):
         name = killed_names[victim]
         line = next(ln for ln in status.stdout.splitlines() if ln.startswith(f"run.sh: {name}:"))
         assert re.search(r": running .* [1-9][0-9]* restarts?, last exit: killed by SIGKILL",
                          line), line
+    # The killed ingest leader came back, but its last exit need not be the SIGKILL: when the
+    # database is killed after it, its standby may re-take the lock first, and then it steps
+    # down by design (exit 3, ingest/leader.py). Its supervisor log keeps every death.
+    name = killed_names["ingest-leader"]
+    line = next(ln for ln in status.stdout.splitlines() if ln.startswith(f"run.sh: {name}:"))
+    assert re.search(r": running .* [1-9][0-9]* restarts?, last exit: "
+                     r"(killed by SIGKILL|exit 3 )", line), line
+    log = (stack.state / "logs" / f"{name}.log").read_text()
+    assert re.search(rf"supervise\[{re.escape(name)}\]: died after .* \(killed by SIGKILL\)",
+                     log), log[-2000:]
     for what in ("postgresql", "mosquitto"):
         line = next(ln for ln in status.stdout.splitlines() if f": {what}: running" in ln)
         assert "1 restart, last exit: killed by SIGKILL" in line, line
