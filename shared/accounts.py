@@ -171,6 +171,23 @@ def deploy_device(
     conn: psycopg.Connection, *, device: str, location: UUID, start: datetime,
     end: datetime | None = None,
 ) -> int:
+    """Place `device` at `location` from `start` (until `end`, or open-ended); the new
+    deployment's id (the rules are move_device's)."""
+    return move_device(conn, device=device, location=location, start=start, end=end).deployment
+
+
+@dataclass(frozen=True)
+class Move:
+    """A new deployment and the number of rollup buckets its relabelled readings marked."""
+
+    deployment: int
+    marked: int
+
+
+def move_device(
+    conn: psycopg.Connection, *, device: str, location: UUID, start: datetime,
+    end: datetime | None = None,
+) -> Move:
     """Place `device` at `location` from `start` (until `end`, or open-ended).
 
     A device's current open-ended deployment that began before `start` is closed at `start`
@@ -214,15 +231,14 @@ def deploy_device(
                 "UPDATE health SET location = %s WHERE device = %s AND time >= %s"
                 " AND (%s::timestamptz IS NULL OR time < %s)",
                 (location, device, start, end, end))
-            if moved:
-                dirty.write_marks(conn, dirty.bucket_marks(
-                    device, (r[0] for r in moved), zone(tz_row[0])))
+            marked = dirty.write_marks(conn, dirty.bucket_marks(
+                device, (r[0] for r in moved), zone(tz_row[0]))) if moved else 0
     except pgerr.ExclusionViolation:
         raise OverlappingDeployment(
             f"device {device!r} is already deployed during that time; end or move the other "
             "deployment first") from None
     assert row
-    return cast(int, row[0])
+    return Move(deployment=cast(int, row[0]), marked=marked)
 
 
 def create_api_key(

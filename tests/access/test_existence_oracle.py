@@ -75,6 +75,11 @@ def _a_object(world: World, kind: str) -> str:
 PROBES = [
     Probe("device", "GET", lambda w: f"/api/v2/devices/{w.dev_a}",
           f"/api/v2/devices/{MISSING_DEVICE}", lambda w: w.dev_a, MISSING_DEVICE),
+    Probe("device-deployments", "GET", lambda w: f"/api/v2/devices/{w.dev_a}/deployments",
+          f"/api/v2/devices/{MISSING_DEVICE}/deployments", lambda w: w.dev_a, MISSING_DEVICE),
+    Probe("device-move", "POST", lambda w: f"/api/v2/devices/{w.dev_a}/deployments",
+          f"/api/v2/devices/{MISSING_DEVICE}/deployments", lambda w: w.dev_a, MISSING_DEVICE,
+          body={"location": MISSING_UUID}, key_allowed=False),
     Probe("location", "GET", lambda w: f"/api/v2/locations/{w.loc_a}",
           f"/api/v2/locations/{MISSING_UUID}", lambda w: str(w.loc_a), MISSING_UUID),
     Probe("data-device", "GET", lambda w: f"/api/v2/data/hourly?device={w.dev_a}",
