@@ -239,14 +239,19 @@ def account_body(form: dict[str, str]) -> dict[str, Any]:
     return {"name": name or None, "preferences": prefs}
 
 
-def _account_page(*, user: dict[str, Any] | None = None, error: str | None = None,
+def _account_page(*, typed: dict[str, str] | None = None, error: str | None = None,
                   saved: bool = False, status: int = 200) -> Response:
-    user = user or me()
+    user = me()
     prefs = user.get("preferences") or {}
     chosen = {p: (prefs.get("units") or {}).get(p, units.DEFAULTS[p])
               for p in units.UNIT_PARAMS}
+    zone = prefs.get("zone", "device")
+    if typed is not None:  # a refused form: shown as typed
+        user["name"] = typed.get("name", "")
+        chosen.update({p: typed[p] for p in units.UNIT_PARAMS if typed.get(p)})
+        zone = typed.get("zone", zone)
     return _html(render_template(
-        "web/account.html", user=user, chosen=chosen, zone=prefs.get("zone", "device"),
+        "web/account.html", user=user, chosen=chosen, zone=zone,
         unit_choices=charts.unit_choices(), zone_words=preferences.ZONE_WORDS, error=error,
         saved=saved, nav="account"), status)
 
@@ -266,7 +271,5 @@ def account_save(principal: Principal) -> Response:
     form = request.form.to_dict()
     answer = apicall.call("PATCH", "/api/v2/users/me", json=account_body(form))
     if not answer.ok:
-        shown = me()
-        shown["name"] = form.get("name", "")
-        return _account_page(user=shown, error=answer.message, status=status_of(answer))
+        return _account_page(typed=form, error=answer.message, status=status_of(answer))
     return cast(Response, redirect(url_for("web.account", saved=1), code=303))

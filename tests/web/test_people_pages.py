@@ -234,6 +234,7 @@ def test_preferences_form_saves_name_units_and_zone(client: FlaskClient) -> None
     assert '"temp": "f"' in _text(client.get("/dashboard/devices/A1")).replace("&#34;", '"')
     bad = client.post("/dashboard/account", data={"csrf": csrf, "name": "U", "zone": "Mars/Base"})
     assert bad.status_code == 400 and "Mars/Base" in _said(bad)
+    assert 'value="Mars/Base"' in _text(bad)  # what was typed is kept
     worse = client.post("/dashboard/account", data={"csrf": csrf, "temp": "kelvin"})
     assert worse.status_code == 400 and "kelvin" in _said(worse)
     assert client.post("/dashboard/account", data={"name": "x"}).status_code == 400  # CSRF
