@@ -134,6 +134,9 @@ PROBES = [
     Probe("org-member-remove", "DELETE", lambda w: f"/api/v2/orgs/{w.org_a}/users/{w.a2}",
           f"/api/v2/orgs/{MISSING_UUID}/users/{MISSING_UUID}", lambda w: str(w.org_a),
           MISSING_UUID, key_allowed=False),
+    Probe("org-member-add", "POST", lambda w: f"/api/v2/orgs/{w.org_a}/users",
+          f"/api/v2/orgs/{MISSING_UUID}/users", lambda w: str(w.org_a), MISSING_UUID,
+          body={"email": "b1@b.example", "role": "viewer"}, key_allowed=False),
     Probe("channel", "GET", lambda w: f"/api/v2/channels/{w.channel_a}",
           f"/api/v2/channels/{MISSING_UUID}", lambda w: str(w.channel_a), MISSING_UUID),
     Probe("channel-update", "PATCH", lambda w: f"/api/v2/channels/{w.channel_a}",
@@ -161,7 +164,7 @@ PROBES = [
 def b1_administers_org_b(world: World) -> None:
     """b1 administers org B, so the administrators' routes look the organisation up."""
     with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE users SET is_admin = true WHERE id = %s", (world.b1,))
+        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id = %s", (world.b1,))
 
 
 def _callers(world: World, probe: Probe) -> dict[str, dict[str, str]]:

@@ -47,7 +47,9 @@ def _setup(sds) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("path", [[], ["db"], ["db", "upgrade"], ["org", "create"],
                                   ["user", "create"], ["location", "create"],
                                   ["location", "update"], ["user", "role"],
-                                  ["user", "remove"], ["user", "list"],
+                                  ["user", "remove"], ["user", "list"], ["org", "list"],
+                                  ["org", "add-member"], ["org", "set-role"],
+                                  ["org", "remove-member"],
                                   ["device", "register"], ["device", "deploy"],
                                   ["apikey", "create"], ["demo"], ["config"]])
 def test_help_on_every_command(path: list[str]) -> None:
@@ -121,7 +123,7 @@ def test_user_list_role_and_remove(sds, database_url: str, monkeypatch: pytest.M
     monkeypatch.setenv("SDS_USER_PASSWORD", "long-enough-password")
     sds("org", "create", "Acme")
     assert sds("user", "create", "--org", "Acme", "--email", "boss@acme.example",
-               "--admin").exit_code == 0
+               "--role", "admin").exit_code == 0
     assert sds("user", "create", "--org", "Acme", "--email", "hand@acme.example").exit_code == 0
     listed = sds("user", "list", "--org", "Acme").output
     assert "boss@acme.example\tadmin\tactive" in listed
@@ -133,7 +135,11 @@ def test_user_list_role_and_remove(sds, database_url: str, monkeypatch: pytest.M
     assert last.exit_code == 1 and "last administrator" in last.output
     gone = sds("user", "remove", "boss@acme.example")
     assert gone.exit_code == 0 and "removed" in gone.output
-    assert "boss@acme.example\tmember\tremoved" in sds("user", "list", "--org", "Acme").output
+    # The membership is gone; it was boss's only one, so the account is deactivated.
+    assert "boss@acme.example" not in sds("user", "list", "--org", "Acme").output
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT active FROM users WHERE email = 'boss@acme.example'"
+                            ).fetchone() == (False,)
     with psycopg.connect(database_url) as conn:
         actions = [r[0] for r in conn.execute("SELECT action FROM audit_log ORDER BY id")]
     assert actions[-3:] == ["member.role", "member.role", "member.remove"]
@@ -253,3 +259,43 @@ def _connect_rc(port: int, user: str, password: str) -> int | None:
             break
     c.disconnect()
     return codes[0] if codes else None
+
+
+def test_org_memberships(sds, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """sds org list|add-member|set-role|remove-member: a user in two organisations."""
+    monkeypatch.setenv("SDS_USER_PASSWORD", "long-enough-password")
+    for name in ("Acme", "Bolt"):
+        sds("org", "create", name)
+    sds("user", "create", "--org", "Acme", "--email", "own@acme.example", "--role", "owner")
+    sds("user", "create", "--org", "Acme", "--email", "ann@acme.example")
+    added = sds("org", "add-member", "Bolt", "ann@acme.example", "--role", "viewer",
+                "--teams-only")
+    assert added.exit_code == 0 and added.output.strip() == "ann@acme.example: viewer of Bolt"
+    again = sds("org", "add-member", "Bolt", "ann@acme.example")
+    assert again.exit_code == 1 and "member of the organisation already" in again.output
+    bad = sds("org", "add-member", "Bolt", "own@acme.example", "--role", "admin", "--teams-only")
+    assert bad.exit_code == 1 and "teams_only" in bad.output
+    listed = sds("org", "list", "--user", "ann@acme.example").output.splitlines()
+    assert [line.split("\t")[:3] for line in listed] == [["Acme", "member", "2"],
+                                                         ["Bolt", "viewer", "teams-only"]]
+    assert [line.split("\t")[:2] for line in sds("org", "list").output.splitlines()] == [
+        ["Acme", "2"], ["Bolt", "1"]]
+    # The role in Bolt changes alone; --all-devices lifts teams_only.
+    assert sds("org", "set-role", "Bolt", "ann@acme.example", "member",
+               "--all-devices").output.strip() == "ann@acme.example: member"
+    assert "ann@acme.example\tmember\tactive" in sds("user", "list", "--org", "Bolt").output
+    last = sds("org", "set-role", "Acme", "own@acme.example", "admin")
+    assert last.exit_code == 1 and "last owner" in last.output
+    # Leaving the home organisation moves the home; leaving the last one deactivates.
+    assert sds("org", "remove-member", "Acme", "ann@acme.example").exit_code == 0
+    with psycopg.connect(database_url) as conn:
+        home = conn.execute("SELECT o.name, u.active FROM users u JOIN organisations o"
+                            " ON o.id = u.org_id WHERE u.email = 'ann@acme.example'").fetchone()
+        assert home == ("Bolt", True)
+    assert sds("user", "remove", "ann@acme.example").exit_code == 0  # the home one: Bolt
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT active FROM users WHERE email = 'ann@acme.example'"
+                            ).fetchone() == (False,)
+        actions = [r[0] for r in conn.execute(
+            "SELECT action FROM audit_log WHERE action LIKE 'member.%' ORDER BY id")]
+    assert actions == ["member.add", "member.role", "member.remove", "member.remove"]

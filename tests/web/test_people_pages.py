@@ -42,7 +42,8 @@ def _csrf(client: FlaskClient, page: str = "/dashboard/keys") -> str:
 def _person(world: World, email: str, *, admin: bool = False) -> str:
     with psycopg.connect(world.url) as conn:
         return str(accounts.create_user(conn, org=world.org_a, email=email,
-                                        password="people-pass-1", is_admin=admin))
+                                        password="people-pass-1",
+                                        role="admin" if admin else "member"))
 
 
 # ---- pure parts --------------------------------------------------------------------------
