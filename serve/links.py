@@ -55,7 +55,8 @@ def link_url(settings: Settings, secret: str) -> str:
 
 
 def _email(value: str) -> str:
-    email = value.strip()
+    """An invited email, lower-cased (accounts' emails are matched without case)."""
+    email = value.strip().lower()
     if "@" not in email or any(c.isspace() for c in email) or len(email) > 320 or \
             email.startswith("@") or email.endswith("@"):
         raise BadParameter(f"email: {value[:80]!r} is not an email address")
@@ -66,7 +67,7 @@ def _insert(conn: psycopg.Connection, settings: Settings, *, purpose: str, org: 
             email: str, actor: audit.Actor, ttl: int, role: str | None = None,
             teams_only: bool = False, user: UUID | None = None) -> Issued:
     """Store a new link (revoking the pending one it replaces) and return it."""
-    same = "lower(email) = lower(%s)" if purpose == "invite" else "user_id = %s"
+    same = "email = %s" if purpose == "invite" else "user_id = %s"  # invitations: lower case
     conn.execute(f"UPDATE one_time_links SET revoked_at = now() WHERE org_id = %s"  # nosec B608
                  f" AND purpose = %s AND {same} AND used_at IS NULL AND revoked_at IS NULL",
                  (org, purpose, email if purpose == "invite" else user))
@@ -188,8 +189,12 @@ def request_reset(conn: psycopg.Connection, settings: Settings, *, email: str,
 
 def _is_member(conn: psycopg.Connection, *, org: UUID, email: str) -> bool:
     """Whether `email` is an active member of `org`."""
-    row = conn.execute("SELECT 1 FROM users WHERE org_id = %s AND lower(email) = lower(%s)"
-                       " AND active", (org, email)).fetchone()
+    try:
+        user = accounts.user_id(conn, email)
+    except UnknownObject:  # no account, or (row-level security) one of another organisation
+        return False
+    row = conn.execute("SELECT 1 FROM users WHERE id = %s AND org_id = %s AND active",
+                       (user, org)).fetchone()
     return row is not None
 
 

@@ -67,7 +67,8 @@ RETURNS TABLE (purpose text, email text, role text, org_name text, expires_at ti
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public
 AS $fn$
     SELECT l.purpose, l.email, l.role, o.name, l.expires_at,
-           EXISTS (SELECT 1 FROM public.users u WHERE lower(u.email) = lower(l.email))
+           EXISTS (SELECT 1 FROM public.users u WHERE lower(u.email) = lower(l.email)
+                   AND u.active)
       FROM public.one_time_links l JOIN public.organisations o ON o.id = l.org_id
      WHERE l.digest = p_digest AND l.used_at IS NULL AND l.revoked_at IS NULL
        AND l.expires_at > now()

@@ -28,6 +28,7 @@ from shared import credentials
 from testbed.receivers import Receiver, smtp_sink
 from tests.support.access_world import PASSWORDS, World, basic, bearer
 from tests.support.apps import close_app, make_app
+from tests.support.dashboard import csrf_of
 from tests.support.ingesting import wait_for
 
 A1 = basic("a1@a.example")
@@ -171,8 +172,8 @@ def test_unknown_used_expired_revoked_and_malformed_links_get_one_answer(
     assert len(answers) == 1, answers
     status, body = answers.pop()
     assert status == 400 and links.REFUSED.encode() in body
-    for email in ("late@a.example", "revoked@a.example"):  # no account was made
-        assert plain.post("/api/v2/auth/token", json={"email": email, "password": NEW_PASSWORD}
+    for address in ("late@a.example", "revoked@a.example"):  # no account was made
+        assert plain.post("/api/v2/auth/token", json={"email": address, "password": NEW_PASSWORD}
                           ).status_code == 401
     assert [r[2]["email"] for r in _audit(world, "invite.revoke")] == ["revoked@a.example"]
 
@@ -342,3 +343,28 @@ def test_cli_prints_invitation_and_reset_links(world: World, plain: FlaskClient)
           200)
     assert [r[0] for r in _audit(world, "invite.create")] == ["operator"]
     assert [r[0] for r in _audit(world, "user.reset_link")] == ["operator"]
+
+
+def test_the_dashboard_accept_page_sets_the_password_and_leads_to_sign_in(
+        world: World, plain: FlaskClient) -> None:
+    secret = _secret(_invite(plain, world, "page@a.example", "admin")["link"])
+    page = plain.get(f"/dashboard/accept/{secret}")
+    html = page.get_data(as_text=True)
+    assert page.status_code == 200 and "Org A" in html and "page@a.example" in html
+    form = {"csrf": csrf_of(html), "name": "Paige", "password": NEW_PASSWORD,
+            "again": NEW_PASSWORD + "x"}
+    differ = plain.post(f"/dashboard/accept/{secret}", data=form)
+    assert differ.status_code == 400 and "differ" in differ.get_data(as_text=True)
+    no_csrf = plain.post(f"/dashboard/accept/{secret}", data={**form, "csrf": "forged"})
+    assert no_csrf.status_code == 400
+    done = plain.post(f"/dashboard/accept/{secret}", data={**form, "again": NEW_PASSWORD})
+    assert done.status_code == 303 and "/dashboard/login" in done.headers["Location"]
+    assert done.headers["Location"].endswith("accepted=page@a.example")
+    login = plain.get(done.headers["Location"]).get_data(as_text=True)
+    assert "Done. Sign in" in login and 'value="page@a.example"' in login
+    me = _json(plain.get("/api/v2/users/me", headers=basic("page@a.example", NEW_PASSWORD)),
+               200)
+    assert (me["name"], me["role"]) == ("Paige", "admin")
+    used = plain.get(f"/dashboard/accept/{secret}")  # spent: the one message, no form
+    assert used.status_code == 400 and 'name="password"' not in used.get_data(as_text=True)
+    assert links.REFUSED in used.get_data(as_text=True)
