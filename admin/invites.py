@@ -8,13 +8,13 @@ import click
 
 from admin.context import Context, pass_ctx
 from serve import links, members
-from shared import accounts, audit, mail
+from shared import accounts, audit, credentials, mail
 
 
 @click.command("invite")
 @click.argument("email")
 @click.option("--org", "org_name", required=True, help="Organisation name or id.")
-@click.option("--role", required=True, type=click.Choice(members.ROLES))
+@click.option("--role", required=True, type=click.Choice(credentials.ROLES))
 @click.option("--teams-only", is_flag=True, help="Sees only their teams' devices and locations.")
 @pass_ctx
 def user_invite(obj: Context, email: str, org_name: str, role: str, teams_only: bool) -> None:
@@ -23,7 +23,7 @@ def user_invite(obj: Context, email: str, org_name: str, role: str, teams_only: 
     with obj.conn() as conn:
         org = accounts.org_id(conn, org_name)
         issued = links.invite(conn, obj.settings, org=org, email=email, role=role,
-                              teams_only=teams_only, actor=audit.OPERATOR)
+                              teams_only=teams_only, actor=audit.OPERATOR, by_owner=True)
         org_row = members.fetch_org(conn, org)[0]
     if mail.configured(obj.settings):
         problem = links.send_link(obj.settings, to=email.strip(), purpose="invite",
@@ -44,6 +44,6 @@ def user_reset_link(obj: Context, email: str) -> None:
     with obj.conn() as conn:
         user = accounts.user_id(conn, email)
         issued = links.reset_link(conn, obj.settings, org=members.org_of(conn, user), user=user,
-                                  actor=audit.OPERATOR)
+                                  actor=audit.OPERATOR, by_owner=True)
     click.echo(f"password-reset link for {email}, until {issued.expires:%Y-%m-%d %H:%M} UTC:")
     click.echo(issued.url)

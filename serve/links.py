@@ -28,7 +28,7 @@ from serve.records import stamp
 from shared import accounts, audit, credentials, mail
 from shared.config import Settings
 from shared.db import ROLE_API, role_for
-from shared.errors import BadParameter, BadRequest, Conflict, UnknownObject
+from shared.errors import BadParameter, BadRequest, Conflict, Forbidden, UnknownObject
 
 log = logging.getLogger(__name__)
 
@@ -86,14 +86,17 @@ def _insert(conn: psycopg.Connection, settings: Settings, *, purpose: str, org: 
 
 
 def invite(conn: psycopg.Connection, settings: Settings, *, org: UUID, email: str, role: str,
-           teams_only: bool, actor: audit.Actor) -> Issued:
-    """Invite `email` into `org` with `role`: a new link (the previous pending invitation of
-    that email is revoked). Conflict when the email already is an active member."""
+           teams_only: bool, actor: audit.Actor, by_owner: bool) -> Issued:
+    """Invite `email` into `org` with `role` (and `teams_only`): a new link (the previous
+    pending invitation of that email is revoked). Only an owner (`by_owner`; the operator
+    counts as one) invites an owner; Conflict when the email already is an active member."""
     email = _email(email)
-    if role not in members.ROLES:
-        raise BadParameter(f"role: one of {', '.join(members.ROLES)}")
-    if teams_only:
-        raise BadParameter("teams_only: not until teams exist (issue 23)")
+    if role not in credentials.ROLES:
+        raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
+    if teams_only and role not in TEAMS_ONLY_ROLES:
+        raise BadParameter(f"teams_only: only for the roles {' and '.join(TEAMS_ONLY_ROLES)}")
+    if role == "owner" and not by_owner:
+        raise Forbidden("only an owner of the organisation invites an owner")
     if _is_member(conn, org=org, email=email):
         raise Conflict(f"{email} is already a member of the organisation")
     issued = _insert(conn, settings, purpose="invite", org=org, email=email, actor=actor,
@@ -154,12 +157,15 @@ def revoke_invite(conn: psycopg.Connection, *, org: UUID, link: UUID,
 
 
 def reset_link(conn: psycopg.Connection, settings: Settings, *, org: UUID, user: UUID,
-               actor: audit.Actor) -> Issued:
-    """A password-reset link for `user`, a member of `org` (made by an administrator or the
-    operator, and shown to them). UnknownObject for anyone else."""
+               actor: audit.Actor, by_owner: bool) -> Issued:
+    """A password-reset link for `user`, a member of `org` (made by a manager or the operator,
+    and shown to them). UnknownObject for anyone else; Forbidden where the link would reach
+    beyond what its maker manages (`_check_reset_allowed`)."""
     row = members.fetch_user(conn, user, org)
     if not row["active"]:
         raise UnknownObject(f"unknown user {user}")  # removed: no longer a member
+    if actor != audit.OPERATOR:  # the operator reaches every organisation anyway
+        _check_reset_allowed(conn, user=user, role=row["role"], by_owner=by_owner)
     issued = _insert(conn, settings, purpose="password_reset", org=org, email=row["email"],
                      actor=actor, ttl=settings.reset_ttl, user=user)
     audit.record(conn, org=org, actor=actor, action="user.reset_link", target_type="user",
@@ -183,38 +189,44 @@ def request_reset(conn: psycopg.Connection, settings: Settings, *, email: str,
 
 
 # ---- the membership step: what joining an organisation writes ----------------------------
-# Today a user belongs to one organisation (users.org_id, users.is_admin); with memberships
-# (several organisations per user) only these functions change.
+
+
+TEAMS_ONLY_ROLES = ("member", "viewer")
+"""Roles that may be limited to the member's teams (memberships, migration 0150)."""
 
 
 def _is_member(conn: psycopg.Connection, *, org: UUID, email: str) -> bool:
     """Whether `email` is an active member of `org`."""
     try:
         user = accounts.user_id(conn, email)
-    except UnknownObject:  # no account, or (row-level security) one of another organisation
+        return bool(members.fetch_user(conn, user, org)["active"])
+    except UnknownObject:  # no account, or (row-level security) none in this organisation
         return False
-    row = conn.execute("SELECT 1 FROM users WHERE id = %s AND org_id = %s AND active",
-                       (user, org)).fetchone()
-    return row is not None
 
 
 def _grant(conn: psycopg.Connection, *, org: UUID, user: UUID, role: str,
-           teams_only: bool) -> None:
-    """Make `user` a member of `org` with `role`. An active member keeps the role they have
-    (an invitation never demotes); Conflict for an account of another organisation."""
-    del teams_only  # refused at invitation until teams exist
-    row = conn.execute("SELECT active, is_admin FROM users WHERE id = %s AND org_id = %s",
-                       (user, org)).fetchone()
-    if row is None:  # row-level security: another organisation's account is not visible
-        raise Conflict("this email has an account in another organisation; one account in "
-                       "several organisations comes with memberships (issue 23)")
-    if not row[1]:
-        conn.execute("UPDATE users SET is_admin = %s WHERE id = %s", (role == "admin", user))
+           teams_only: bool) -> bool:
+    """Make `user` a member of `org` with `role`; False when they are one already (they keep
+    the role they have: an invitation never demotes, nor promotes past a later change)."""
+    try:
+        accounts.add_membership(conn, user=user, org=org, role=role, teams_only=teams_only)
+    except Conflict:
+        return False
+    return True
 
 
-def _reactivate(conn: psycopg.Connection, *, org: UUID, user: UUID) -> None:
-    """A removed member of `org` invited again: the account works again."""
-    conn.execute("UPDATE users SET active = true WHERE id = %s AND org_id = %s", (user, org))
+def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
+                         by_owner: bool) -> None:
+    """A reset link taken by a manager opens the whole account: refused (403) for an owner
+    unless the maker is one, and for a user who also belongs to another organisation, whose
+    data this organisation's managers must not reach (they ask for a reset by email)."""
+    if role == "owner" and not by_owner:
+        raise Forbidden("only an owner of the organisation makes a reset link for an owner")
+    row = conn.execute("SELECT sds_link_other_orgs(%s)", (user,)).fetchone()
+    if row and row[0]:
+        raise Forbidden("this user belongs to other organisations too: they reset their "
+                        "password themselves (POST /api/v2/auth/password-reset), or the "
+                        "operator makes the link (sds user reset-link)")
 
 
 # ---- acceptance ----------------------------------------------------------------------------
@@ -284,20 +296,24 @@ def _accept_invite(conn: psycopg.Connection, *, link: UUID, org: UUID, email: st
     if existing is not None and existing[3]:
         # An active account joins with the password it has: the link proves the email, not
         # the right to replace a password that may guard other organisations.
-        user, account = existing[0], "existing"
-        _grant(conn, org=org, user=user, role=role, teams_only=teams_only)
+        user = existing[0]
+        account = "existing" if _grant(conn, org=org, user=user, role=role,
+                                       teams_only=teams_only) else "member already"
     else:
         if password is None:
             raise BadParameter("password: required to create the account")
         account = "created" if existing is None else "reactivated"
         if existing is None:
             user = accounts.create_user(conn, org=org, email=email, password=password,
-                                        name=name)
-            _grant(conn, org=org, user=user, role=role, teams_only=teams_only)
+                                        name=name, role=role)
+            if teams_only:
+                members.set_role(conn, org=org, user=user, role=role, teams_only=True,
+                                 by_owner=True)  # the inviter's right was checked at invite
         else:
+            # An account whose memberships had all ended (deactivated): the new one brings it
+            # back, and the password of the link's taker replaces the forgotten old one.
             user = existing[0]
             _grant(conn, org=org, user=user, role=role, teams_only=teams_only)
-            _reactivate(conn, org=org, user=user)
             logins.change_password(conn, user=user, password=password)
     audit.record(conn, org=org, actor=audit.Actor(label=email, via="link", user_id=user,
                                                   address=address),

@@ -49,7 +49,7 @@ class InviteSchema(Schema):
     """Body of POST /orgs/{id}/invitations."""
 
     email = fields.String(required=True, validate=Length(min=3, max=320))
-    role = fields.String(required=True, metadata={"description": "a role of members.ROLES"})
+    role = fields.String(required=True, metadata={"description": "owner, admin, member, viewer"})
     teams_only = fields.Boolean(load_default=False)
 
 
@@ -103,7 +103,8 @@ def create_invitation(org_id: str) -> Any:
     with pool().connection() as conn:
         org = _admin_of(conn, principal, org_id, "inviting")
         issued = links.invite(conn, settings, org=org, email=body["email"], role=body["role"],
-                              teams_only=body["teams_only"], actor=audit_actor(conn))
+                              teams_only=body["teams_only"], actor=audit_actor(conn),
+                              by_owner=principal.role == "owner")
         record = links.invite_record(links.fetch_invite(conn, org, issued.id))
         org_name = members.fetch_org(conn, org)[0]["name"]
     # After the commit: a mail server that stalls holds no transaction open.
@@ -155,7 +156,7 @@ def create_reset_link(org_id: str, user_id: str) -> Any:
     with pool().connection() as conn:
         org = _admin_of(conn, principal, org_id, "making a password-reset link")
         issued = links.reset_link(conn, settings, org=org, user=_uuid(user_id, "user"),
-                                  actor=audit_actor(conn))
+                                  actor=audit_actor(conn), by_owner=principal.role == "owner")
     return {"id": str(issued.id), "user_id": user_id, "link": issued.url,
             "expires": stamp(issued.expires)}, 201, NO_STORE
 

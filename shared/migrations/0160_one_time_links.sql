@@ -106,3 +106,15 @@ REVOKE EXECUTE ON FUNCTION sds_link_use(bytea), sds_link_peek(bytea),
     sds_link_reset_request(text, bytea, double precision, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION sds_link_use(bytea), sds_link_peek(bytea),
     sds_link_reset_request(text, bytea, double precision, text) TO sds_auth;
+
+-- A reset link made by an organisation's manager opens the whole account, so it is refused for a
+-- user who also belongs to another organisation (serve/links.py). The API role sees only the
+-- request organisation's memberships; this one yes/no question goes through the owner's rights.
+CREATE FUNCTION sds_link_other_orgs(p_user uuid) RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public
+AS $fn$
+    SELECT EXISTS (SELECT 1 FROM public.memberships m WHERE m.user_id = p_user
+                     AND m.org_id IS DISTINCT FROM public.sds_request_org())
+$fn$;
+REVOKE EXECUTE ON FUNCTION sds_link_other_orgs(uuid) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION sds_link_other_orgs(uuid) TO sds_api;

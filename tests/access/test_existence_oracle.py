@@ -61,7 +61,8 @@ def _a_object(world: World, kind: str) -> str:
         with psycopg.connect(world.url) as conn:
             if kind == "invite":
                 found = links.invite(conn, Settings(), org=world.org_a, email="probe@a.example",
-                                     role="member", teams_only=False, actor=audit.OPERATOR).id
+                                     role="member", teams_only=False, actor=audit.OPERATOR,
+                                     by_owner=True).id
             elif kind == "rule":
                 found = alertstore.create(conn, world.org_a, alertrules.parse(
                     {"name": "Oracle", "table": "calibrated", "column": "tair",
@@ -174,7 +175,7 @@ PROBES = [
 def b1_administers_org_b(world: World) -> None:
     """b1 administers org B, so the administrators' routes look the organisation up."""
     with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE users SET is_admin = true WHERE id = %s", (world.b1,))
+        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id = %s", (world.b1,))
 
 
 def _callers(world: World, probe: Probe) -> dict[str, dict[str, str]]:

@@ -26,7 +26,7 @@ from serve import links
 from serve.api.invitations import outbox
 from shared import credentials
 from testbed.receivers import Receiver, smtp_sink
-from tests.support.access_world import PASSWORDS, World, basic, bearer
+from tests.support.access_world import PASSWORDS, World, basic, bearer, reset_memberships
 from tests.support.apps import close_app, make_app
 from tests.support.dashboard import csrf_of
 from tests.support.ingesting import wait_for
@@ -41,7 +41,7 @@ NEW_PASSWORD = "a-fresh-passphrase-42"
 def world(fresh_world: World) -> World:
     """The access world in a database of its own, a1 administering org A and b1 org B."""
     with psycopg.connect(fresh_world.url) as conn:
-        conn.execute("UPDATE users SET is_admin = (id <> %s)", (fresh_world.a2,))
+        reset_memberships(conn, fresh_world)
     return fresh_world
 
 
@@ -217,15 +217,47 @@ def test_acceptance_is_throttled_like_a_sign_in(world: World) -> None:
         close_app(app)
 
 
-def test_an_existing_account_of_another_organisation_is_refused_until_memberships(
-        world: World, plain: FlaskClient) -> None:
-    secret = _secret(_invite(plain, world, "b1@b.example")["link"])
-    r = plain.post("/api/v2/auth/accept", json={"token": secret, "password": NEW_PASSWORD})
-    assert r.status_code == 409 and "another organisation" in r.get_json()["message"]
-    # Nothing changed: b1's password is the old one, and the link was not spent.
-    assert plain.get("/api/v2/users/me", headers=basic("b1@b.example")).status_code == 200
-    assert _json(plain.get(f"/api/v2/orgs/{world.org_a}/invitations", headers=A1),
-                 200)["total"] == 1
+def test_an_existing_account_joins_with_the_password_it_has(world: World,
+                                                            plain: FlaskClient) -> None:
+    secret = _secret(_invite(plain, world, "B1@b.example", "viewer")["link"])
+    done = _json(plain.post("/api/v2/auth/accept", json={"token": secret}), 200)
+    assert (done["account"], done["user_id"], done["role"]) == ("existing", str(world.b1),
+                                                                "viewer")
+    # The same password, now a viewer of org A too (a token for it), still admin of org B.
+    token = _json(plain.post("/api/v2/auth/token", json={
+        "email": "b1@b.example", "password": PASSWORDS["b1@b.example"],
+        "org": str(world.org_a)}), 200)["token"]
+    me = _json(plain.get("/api/v2/users/me", headers=bearer(token)), 200)
+    assert (me["org_id"], me["role"]) == (str(world.org_a), "viewer")
+    assert _json(plain.get("/api/v2/users/me", headers=basic("b1@b.example")),
+                 200)["role"] == "admin"
+    # A manager of org A cannot take over b1's account (it reaches org B) with a reset link.
+    r = plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.b1}/reset-link", headers=A1)
+    assert r.status_code == 403 and "other organisations" in r.get_json()["message"]
+
+
+def test_owners_are_invited_and_reset_by_owners_only(world: World, plain: FlaskClient) -> None:
+    r = plain.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=A1,
+                   json={"email": "boss@a.example", "role": "owner"})
+    assert r.status_code == 403 and "owner" in r.get_json()["message"]
+    with psycopg.connect(world.url) as conn:
+        conn.execute("UPDATE memberships SET role = 'owner' WHERE user_id = %s", (world.a2,))
+    r = plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.a2}/reset-link", headers=A1)
+    assert r.status_code == 403
+    owner = basic("a2@a.example")
+    made = _json(plain.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=owner,
+                            json={"email": "team@a.example", "role": "member",
+                                  "teams_only": True}), 201)
+    assert made["teams_only"] is True
+    done = _json(plain.post("/api/v2/auth/accept", json={"token": _secret(made["link"]),
+                                                         "password": NEW_PASSWORD}), 200)
+    assert done["teams_only"] is True
+    with psycopg.connect(world.url) as conn:
+        assert conn.execute("SELECT role, teams_only FROM memberships WHERE user_id = %s",
+                            (done["user_id"],)).fetchone() == ("member", True)
+    r = plain.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=owner,
+                   json={"email": "x@a.example", "role": "admin", "teams_only": True})
+    assert r.status_code == 400 and "teams_only" in r.get_json()["message"]
 
 
 def test_a_removed_member_invited_again_comes_back_with_a_new_password(
