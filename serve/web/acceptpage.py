@@ -7,6 +7,7 @@ does not work). Then the browser goes to the sign-in form with the email filled 
 
 from __future__ import annotations
 
+import hmac
 from typing import Any, cast
 
 from flask import Response, current_app, redirect, render_template, request, url_for
@@ -53,7 +54,8 @@ def accept_post(secret: str) -> Response:
         password = ""  # an existing account joins with the password it has
     if len(password) > FIELD_MAX or (name and len(name) > 200):
         return _page(secret, link, error="The password or name is too long.", status=400)
-    if password != request.form.get("again", password):
+    again = request.form.get("again", password)
+    if not hmac.compare_digest(password.encode(), again.encode()):
         return _page(secret, link, error="The two passwords differ.", status=400)
     auth = authenticator(current_app)
     try:
