@@ -68,18 +68,22 @@ class ResetRequestSchema(Schema):
 
 
 def _admin_of(conn: Any, principal: Principal, org_id: str, what: str) -> UUID:
-    """The organisation named in the path, for one of its administrators: Forbidden for
-    anyone else first (a member learns nothing), then another organisation's id is the same
-    404 as a missing one."""
+    """The organisation named in the path, for one of its owners and administrators:
+    Forbidden for anyone else first (a member learns nothing); then, as in /orgs, another of
+    the caller's organisations is 403 (the request acts in one) and any other is the same 404
+    as a missing one."""
     if not keypolicy.is_admin(conn, principal):
         raise Forbidden(f"{what} is for administrators of the organisation")
     try:
         asked = UUID(org_id)
     except ValueError:
         asked = None
-    if asked != principal.org_id:
-        raise UnknownObject(f"unknown organisation {org_id!r}")
-    return principal.org_id
+    if asked == principal.org_id:
+        return principal.org_id
+    if asked is not None and asked in {o["id"] for o in members.my_orgs(conn)}:
+        raise Forbidden(f"this request acts in organisation {principal.org_id}; to act in "
+                        f"{asked} use a token for it (POST /api/v2/auth/token with \"org\")")
+    raise UnknownObject(f"unknown organisation {org_id!r}")
 
 
 def _uuid(raw: str, what: str) -> UUID:

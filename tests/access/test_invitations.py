@@ -400,3 +400,18 @@ def test_the_dashboard_accept_page_sets_the_password_and_leads_to_sign_in(
     used = plain.get(f"/dashboard/accept/{secret}")  # spent: the one message, no form
     assert used.status_code == 400 and 'name="password"' not in used.get_data(as_text=True)
     assert links.REFUSED in used.get_data(as_text=True)
+
+
+def test_another_of_the_callers_organisations_is_403_a_strangers_404(
+        world: World, plain: FlaskClient) -> None:
+    with psycopg.connect(world.url) as conn:  # a1 (admin of A) is also a viewer of B
+        conn.execute("INSERT INTO memberships (user_id, org_id, role) VALUES (%s, %s,"
+                     " 'viewer')", (world.a1, world.org_b))
+    r = plain.get(f"/api/v2/orgs/{world.org_b}/invitations", headers=A1)
+    assert r.status_code == 403 and "use a token for it" in r.get_json()["message"]
+    r = plain.get(f"/api/v2/orgs/{world.org_b}/invitations", headers=basic("b1@b.example"))
+    assert r.status_code == 200  # b1 administers B
+    with psycopg.connect(world.url) as conn:
+        conn.execute("DELETE FROM memberships WHERE user_id = %s AND org_id = %s",
+                     (world.a1, world.org_b))
+    assert plain.get(f"/api/v2/orgs/{world.org_b}/invitations", headers=A1).status_code == 404
