@@ -415,3 +415,32 @@ def test_another_of_the_callers_organisations_is_403_a_strangers_404(
         conn.execute("DELETE FROM memberships WHERE user_id = %s AND org_id = %s",
                      (world.a1, world.org_b))
     assert plain.get(f"/api/v2/orgs/{world.org_b}/invitations", headers=A1).status_code == 404
+
+
+def test_a_reset_ends_tokens_bound_to_every_organisation_of_the_user(
+        world: World, plain: FlaskClient) -> None:
+    """The API role reaches only the link organisation's token rows, but a password change
+    ends every token issued before it (sds_auth_token's password_changed_at rule)."""
+    with psycopg.connect(world.url) as conn:
+        conn.execute("INSERT INTO memberships (user_id, org_id, role) VALUES (%s, %s,"
+                     " 'viewer')", (world.a2, world.org_b))
+        secret = credentials.new_token()
+        conn.execute("INSERT INTO auth_tokens (user_id, org_id, digest, expires_at) VALUES"
+                     " (%s, %s, %s, now() + interval '1 hour')",
+                     (world.a2, world.org_b, secret.digest))
+    in_b = bearer(secret.value)
+    assert _json(plain.get("/api/v2/users/me", headers=in_b), 200)["org_id"] == str(world.org_b)
+    plain.post("/api/v2/auth/password-reset", json={"email": "a2@a.example"})
+    with psycopg.connect(world.url) as conn:
+        assert conn.execute("SELECT count(*) FROM one_time_links WHERE user_id = %s"
+                            " AND purpose = 'password_reset'", (world.a2,)).fetchone() == (1,)
+    link = _json(plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.a2}/reset-link",
+                            headers=A1), 403)  # a2 belongs to org B too: not for A's admin
+    assert "other organisations" in link["message"]
+    out = CliRunner().invoke(main, ["user", "reset-link", "a2@a.example"], catch_exceptions=False,
+                             env={"SDS_DATABASE_URL": world.url,
+                                  "SDS_PUBLIC_URL": "http://sds.example"})
+    token = _secret(out.output.strip().splitlines()[-1])
+    _json(plain.post("/api/v2/auth/accept", json={"token": token, "password": NEW_PASSWORD}),
+          200)
+    assert plain.get("/api/v2/users/me", headers=in_b).status_code == 401
