@@ -23,7 +23,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import alertrules, alertstore
+from serve import links
+from shared import alertrules, alertstore, audit
+from shared.config import Settings
 from tests.support.access_world import World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app
 
@@ -57,7 +59,11 @@ def _a_object(world: World, kind: str) -> str:
     key = (world.url, kind)
     if key not in _MADE:
         with psycopg.connect(world.url) as conn:
-            if kind == "rule":
+            if kind == "invite":
+                found = links.invite(conn, Settings(), org=world.org_a, email="probe@a.example",
+                                     role="member", teams_only=False, actor=audit.OPERATOR,
+                                     by_owner=True).id
+            elif kind == "rule":
                 found = alertstore.create(conn, world.org_a, alertrules.parse(
                     {"name": "Oracle", "table": "calibrated", "column": "tair",
                      "scope": {"organisation": True},
@@ -137,6 +143,19 @@ PROBES = [
     Probe("org-member-add", "POST", lambda w: f"/api/v2/orgs/{w.org_a}/users",
           f"/api/v2/orgs/{MISSING_UUID}/users", lambda w: str(w.org_a), MISSING_UUID,
           body={"email": "b1@b.example", "role": "viewer"}, key_allowed=False),
+    Probe("invitations", "GET", lambda w: f"/api/v2/orgs/{w.org_a}/invitations",
+          f"/api/v2/orgs/{MISSING_UUID}/invitations", lambda w: str(w.org_a), MISSING_UUID),
+    Probe("invitation-create", "POST", lambda w: f"/api/v2/orgs/{w.org_a}/invitations",
+          f"/api/v2/orgs/{MISSING_UUID}/invitations", lambda w: str(w.org_a), MISSING_UUID,
+          body={"email": "probe@b.example", "role": "member"}, key_allowed=False),
+    Probe("invitation-revoke", "DELETE",
+          lambda w: f"/api/v2/orgs/{w.org_a}/invitations/{_a_object(w, 'invite')}",
+          f"/api/v2/orgs/{MISSING_UUID}/invitations/{MISSING_UUID}", lambda w: str(w.org_a),
+          MISSING_UUID, key_allowed=False),
+    Probe("reset-link", "POST", lambda w: f"/api/v2/orgs/{w.org_a}/users/{w.a2}/reset-link",
+          f"/api/v2/orgs/{MISSING_UUID}/users/{MISSING_UUID}/reset-link",
+          lambda w: str(w.org_a), MISSING_UUID, key_allowed=False,
+          rule="/api/v2/orgs/<org_id>/users/<user_id>/reset-link"),
     Probe("channel", "GET", lambda w: f"/api/v2/channels/{w.channel_a}",
           f"/api/v2/channels/{MISSING_UUID}", lambda w: str(w.channel_a), MISSING_UUID),
     Probe("channel-update", "PATCH", lambda w: f"/api/v2/channels/{w.channel_a}",

@@ -21,6 +21,7 @@ import pytest
 from psycopg import errors
 
 from aggregate import jobs
+from serve import links
 from shared import audit, db
 from shared.config import Settings
 from tests.support.access_world import World
@@ -47,6 +48,7 @@ TENANT_ROWS = {
     "alert_deliveries": "SELECT id::text FROM alert_deliveries WHERE org_id = %(org)s",
     "audit_log": "SELECT id::text FROM audit_log WHERE org_id = %(org)s",
     "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
+    "one_time_links": "SELECT id::text FROM one_time_links WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
 KEY_OF = {
@@ -66,6 +68,7 @@ KEY_OF = {
     "alert_channels": ("id::text", "name"),
     "alert_deliveries": ("id::text", "last_error"),
     "annotations": ("id::text", "text"),
+    "one_time_links": ("id::text", "revoked_at"),
 }
 # What the API role may change at all (grants); RLS must hold on these. audit_log is
 # append-only (INSERT and SELECT): its rows can be neither changed nor deleted.
@@ -75,7 +78,7 @@ API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDAT
                 "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
                 "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
-                "annotations": "UPDATE DELETE"}
+                "annotations": "UPDATE DELETE", "one_time_links": "UPDATE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
@@ -136,6 +139,8 @@ def rls_world(world: World) -> World:
                                (world.org_b, world.b1, world.loc_b)):
             conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"
                          " author_id) VALUES (%s, %s, now(), 'note', %s)", (org, loc, user))
+            links.invite(conn, Settings(), org=org, email="rls@x.example", role="member",
+                         teams_only=False, actor=audit.OPERATOR, by_owner=True)
     return world
 
 
