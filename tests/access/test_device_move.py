@@ -97,7 +97,7 @@ def test_who_may_move_and_what_bad_bodies_get(client: FlaskClient, world: World)
 
     # A member of the organisation reads the history but may not move.
     r = _post(client, device, {"location": str(target)}, A2)
-    assert r.status_code == 403 and "administrator" in r.get_json()["message"]
+    assert r.status_code == 403 and "role" in r.get_json()["message"]
     # Another organisation's administrator: the device is not theirs (the same 404 as none).
     r_b = _post(client, device, {"location": str(target)}, B1)
     r_none = _post(client, "NO-SUCH-DEVICE", {"location": str(target)}, B1)

@@ -55,7 +55,7 @@ class Route:
     path: Callable[[World, psycopg.Connection], str]
     scope: str | None  # None: public
     ok: int = 200
-    body: dict[str, Any] | None = None
+    body: dict[str, Any] | Callable[[World], dict[str, Any]] | None = None
     a_object: bool = False  # another organisation gets 404 here
     basic_status: int | None = None  # when basic differs from bearer
     other_org_status: int | None = None  # when another organisation's caller differs
@@ -152,8 +152,8 @@ ROUTES = [
           a_object=True),
     Route("device-move", "POST", "/api/v2/devices/<name>/deployments",
           lambda w, c: f"/api/v2/devices/{w.dev_a}/deployments", "locations:write",
-          ok=201, body={"location": "00000000-0000-0000-0000-000000000000"}, a_object=True,
-          admin_only=True),
+          ok=201, body=lambda w: {"location": str(w.loc_a)}, a_object=True,
+          admin_only=True),  # moves A's device to where it is, from now: a new deployment
     Route("locations", "GET", "/api/v2/locations", lambda w, c: "/api/v2/locations",
           "locations:read"),
     Route("location", "GET", "/api/v2/locations/<location_id>",
@@ -454,7 +454,8 @@ def test_cell(app: Flask, client: FlaskClient, world: World, route: Route, calle
         client = app.test_client()
         name, _, value = headers.pop("Cookie").partition("=")
         client.set_cookie(name, value)
-    response = client.open(path, method=route.method, headers=headers, json=route.body)
+    body = route.body(world) if callable(route.body) else route.body
+    response = client.open(path, method=route.method, headers=headers, json=body)
     want = expected(caller, route)
     assert response.status_code == want, (
         f"{route.method} {path} as {caller}: {response.status_code} "

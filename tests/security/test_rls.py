@@ -73,7 +73,7 @@ KEY_OF = {
 # What the API role may change at all (grants); RLS must hold on these. audit_log is
 # append-only (INSERT and SELECT): its rows can be neither changed nor deleted.
 API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDATE DELETE",
-                "memberships": "UPDATE DELETE",
+                "memberships": "UPDATE DELETE", "deployments": "UPDATE",
                 "auth_tokens": "UPDATE",
                 "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",

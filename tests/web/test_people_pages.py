@@ -205,14 +205,14 @@ def test_the_last_administrator_stays_and_members_see_the_list_read_only(
     me = client.get("/api/v2/users/me").get_json()
     last = client.post(f"/dashboard/members/{me['id']}/role", data={"csrf": csrf,
                                                                     "role": "member"})
-    assert last.status_code == 409 and "last administrator" in _said(last)
+    assert last.status_code == 409 and "last owner" in _said(last)
     member = client.application.test_client()
     sign_in(member, "user@a.example")
     page = _text(member.get("/dashboard/members"))
     assert "admin@a.example" in page and "<select" not in page and "remove-member" not in page
     refused = member.post(f"/dashboard/members/{me['id']}/role",
                           data={"csrf": csrf_of(page), "role": "member"})
-    assert refused.status_code == 403 and "administrators" in _said(refused)
+    assert refused.status_code == 403 and "orgs:write" in _said(refused)
 
 
 # ---- preferences -------------------------------------------------------------------------
