@@ -15,6 +15,7 @@ from serve.api import (
     notifications,
     orgs,
     schemas,
+    teams,
     tokens,
     users,
 )
@@ -34,6 +35,7 @@ BLUEPRINTS = [
     audit.blp,
     users.blp,
     orgs.blp,
+    teams.blp,
     channels.blp,
     annotations_blp,
     health.blp,
