@@ -108,7 +108,48 @@ def _no_matrix_channel(world: World, conn: psycopg.Connection) -> str:
     return "/api/v2/channels"
 
 
+def _a_team(world: World, conn: psycopg.Connection, name: str = "matrix-team") -> str:
+    """The id of org A's team `name` (made on first use; DELETE cells use their own name)."""
+    row = conn.execute("SELECT id FROM teams WHERE org_id = %s AND name = %s",
+                       (world.org_a, name)).fetchone()
+    if row is None:
+        row = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, %s) RETURNING id",
+                           (world.org_a, name)).fetchone()
+        conn.commit()
+    return str(row[0]) if row else ""
+
+
+def _team_routes() -> list[Route]:
+    """Teams (issue 23): reads for any member, writes for administrators only."""
+    team = "/api/v2/teams/<team_id>"
+    links = (("members", "user_id", lambda w: w.a2), ("devices", "device_name", lambda w: w.dev_a),
+             ("locations", "location_id", lambda w: w.loc_a))
+    routes = [
+        Route("teams", "GET", "/api/v2/teams", lambda w, c: "/api/v2/teams", "teams:read"),
+        Route("teams-create", "POST", "/api/v2/teams", lambda w, c: "/api/v2/teams",
+              "teams:write", ok=201, body={"name": "matrix-new"}, admin_only=True),
+        Route("team", "GET", team, lambda w, c: f"/api/v2/teams/{_a_team(w, c)}", "teams:read",
+              a_object=True),
+        Route("team-rename", "PATCH", team, lambda w, c: f"/api/v2/teams/{_a_team(w, c)}",
+              "teams:write", body={"name": "matrix-team"}, a_object=True, admin_only=True),
+        Route("team-delete", "DELETE", team,
+              lambda w, c: f"/api/v2/teams/{_a_team(w, c, 'matrix-gone')}", "teams:write",
+              ok=204, a_object=True, admin_only=True),
+    ]
+    for plural, arg, target in links:
+        routes.append(Route(f"team-{plural}", "GET", f"{team}/{plural}",
+                            lambda w, c, p=plural: f"/api/v2/teams/{_a_team(w, c)}/{p}",
+                            "teams:read", a_object=True))
+        for method, ok in (("PUT", 200), ("DELETE", 204)):
+            routes.append(Route(
+                f"team-{plural}-{method.lower()}", method, f"{team}/{plural}/<{arg}>",
+                lambda w, c, p=plural, t=target: f"/api/v2/teams/{_a_team(w, c)}/{p}/{t(w)}",
+                "teams:write", ok=ok, a_object=True, admin_only=True))
+    return routes
+
+
 ROUTES = [
+    *_team_routes(),
     Route("devices", "GET", "/api/v2/devices", lambda w, c: "/api/v2/devices", "devices:read"),
     Route("device", "GET", "/api/v2/devices/<name>",
           lambda w, c: f"/api/v2/devices/{w.dev_a}", "devices:read", a_object=True),
@@ -243,7 +284,8 @@ SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "
              "orgs:read": "orgs", "orgs:write": "orgs_write",
              "annotations:read": "annotations_read", "annotations:write": "annotations_write",
              "notifications:read": "notifications_read",
-             "notifications:write": "notifications_write", USER_ONLY: "all"}
+             "notifications:write": "notifications_write", "teams:read": "teams_read",
+             "teams:write": "teams_write", USER_ONLY: "all"}
 
 
 def _session_cookie(app: Flask, token: str) -> dict[str, str]:
@@ -279,8 +321,8 @@ def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection,
         return bearer(world.tokens["revoked"])
     if caller == "key_scoped":
         return apikey(world.keys[SCOPE_KEY.get(route.scope or "", "all")])
-    if caller == "key_unscoped":
-        return apikey(world.keys["none"])
+    if caller == "key_unscoped":  # a valid scope, but not the one the route needs
+        return apikey(world.keys["data" if route.scope == "teams:read" else "none"])
     if caller in ("key_expired", "key_inactive", "key_deleted"):
         return apikey(world.keys[caller.removeprefix("key_")])
     if caller == "other_org_basic":
