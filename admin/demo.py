@@ -58,7 +58,7 @@ def demo(obj: Context, credentials_out: Path | None, mqtt_passwd_file: Path | No
             raise click.ClickException(f"the demo organisation {DEMO_ORG!r} already exists")
         oid = accounts.create_org(conn, name=DEMO_ORG)
         uid = accounts.create_user(conn, org=oid, email=DEMO_EMAIL, password=password,
-                                   name="Demo user", is_admin=True)
+                                   name="Demo user", role="owner")
         for dev, loc_name, tz, lat, lon, elev, kc in DEMO_SITES:
             lid = accounts.create_location(conn, org=oid, loc=accounts.LocationInput(
                 name=loc_name, tz_name=tz, lat=lat, lon=lon, elev=elev, kc=kc))

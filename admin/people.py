@@ -18,7 +18,7 @@ from shared.timeutil import parse_instant
 
 @click.group("org")
 def org() -> None:
-    """Organisations."""
+    """Organisations and their members."""
 
 
 @org.command("create")
@@ -33,26 +33,88 @@ def org_create(obj: Context, name: str) -> None:
     click.echo(f"organisation {name} id {oid}")
 
 
+@org.command("list")
+@click.option("--user", "email", default=None, help="Only this user's organisations, with "
+              "their role in each (as GET /users/{id}/orgs).")
+@pass_ctx
+def org_list(obj: Context, email: str | None) -> None:
+    """List organisations: name, active members, id (and the user's role with --user)."""
+    with obj.conn() as conn:
+        if email is not None:
+            for o in members.orgs_of(conn, accounts.user_id(conn, email)):
+                only = "\tteams-only" if o["teams_only"] else ""
+                click.echo(f"{o['name']}\t{o['role']}{only}\t{o['members']}\t{o['id']}")
+            return
+        rows = conn.execute(
+            "SELECT o.name, o.id, (SELECT count(*) FROM memberships m JOIN users u"
+            " ON u.id = m.user_id WHERE m.org_id = o.id AND u.active)"
+            " FROM organisations o ORDER BY o.name").fetchall()
+    for name, oid, count in rows:
+        click.echo(f"{name}\t{count}\t{oid}")
+
+
+@org.command("add-member")
+@click.argument("org_name")
+@click.argument("email")
+@click.option("--role", type=click.Choice(members.ROLES), default="member", show_default=True)
+@click.option("--teams-only", is_flag=True, help="Sees only their teams' devices and "
+              "locations (member and viewer only).")
+@pass_ctx
+def org_add_member(obj: Context, org_name: str, email: str, role: str, teams_only: bool) -> None:
+    """Make the existing user EMAIL a member of ORG_NAME (name or id) with a role (as POST
+    /orgs/{id}/users)."""
+    with obj.conn() as conn:
+        oid, uid = accounts.org_id(conn, org_name), accounts.user_id(conn, email)
+        accounts.add_membership(conn, user=uid, org=oid, role=role, teams_only=teams_only)
+        audit_operator(conn, of="organisations", row=oid, action="member.add",
+                       target_type="user", target_id=uid,
+                       details={"email": email, "role": role, "teams_only": teams_only})
+    click.echo(f"{email}: {role} of {org_name}")
+
+
+@org.command("set-role")
+@click.argument("org_name")
+@click.argument("email")
+@click.argument("role", type=click.Choice(members.ROLES))
+@click.option("--teams-only/--all-devices", default=None,
+              help="Limit to their teams' devices and locations, or lift it (default: keep).")
+@pass_ctx
+def org_set_role(obj: Context, org_name: str, email: str, role: str,
+                 teams_only: bool | None) -> None:
+    """Give EMAIL the ROLE in ORG_NAME (as PUT /orgs/{id}/users/{id})."""
+    _set_role(obj, email, role, org_name, teams_only)
+
+
+@org.command("remove-member")
+@click.argument("org_name")
+@click.argument("email")
+@pass_ctx
+def org_remove_member(obj: Context, org_name: str, email: str) -> None:
+    """Remove EMAIL from ORG_NAME (as DELETE /orgs/{id}/users/{id})."""
+    _remove(obj, email, org_name)
+
+
 @click.group("user")
 def user() -> None:
     """Users."""
 
 
 @user.command("create")
-@click.option("--org", "org_name", required=True, help="Organisation name or id.")
+@click.option("--org", "org_name", required=True, help="Organisation name or id (the home one).")
 @click.option("--email", required=True)
 @click.option("--name", default=None, help="Display name.")
-@click.option("--admin", is_flag=True, help="Organisation administrator.")
+@click.option("--role", type=click.Choice(members.ROLES), default="member", show_default=True,
+              help="Role in the organisation.")
 @pass_ctx
-def user_create(obj: Context, org_name: str, email: str, name: str | None, admin: bool) -> None:
+def user_create(obj: Context, org_name: str, email: str, name: str | None, role: str) -> None:
     """Create a user. The password comes from SDS_USER_PASSWORD or a prompt, never argv."""
     password = os.environ.get("SDS_USER_PASSWORD") or click.prompt(
         "Password", hide_input=True, confirmation_prompt=True)
     with obj.conn() as conn:
         uid = accounts.create_user(conn, org=accounts.org_id(conn, org_name), email=email,
-                                   password=password, name=name, is_admin=admin)
+                                   password=password, name=name, role=role)
         audit_operator(conn, of="users", row=uid, action="user.create", target_type="user",
-                       details={"email": email, "name": name, "admin": admin})
+                       details={"email": email, "name": name, "role": role})
     click.echo(f"user {email} id {uid}")
 
 
@@ -60,47 +122,72 @@ def user_create(obj: Context, org_name: str, email: str, name: str | None, admin
 @click.option("--org", "org_name", required=True, help="Organisation name or id.")
 @pass_ctx
 def user_list(obj: Context, org_name: str) -> None:
-    """List an organisation's users: email, role, active."""
+    """List an organisation's members: email, role, active, id."""
     with obj.conn() as conn:
-        org = accounts.org_id(conn, org_name)
-        rows, _total = members.user_page(conn, org, 10000, 0, active_only=False)
+        oid = accounts.org_id(conn, org_name)
+        rows, _total = members.user_page(conn, oid, 10000, 0, active_only=False)
     for r in rows:
-        click.echo(f"{r['email']}\t{members.role_of(r['is_admin'])}\t"
-                   f"{'active' if r['active'] else 'removed'}\t{r['id']}")
+        only = " (teams only)" if r["teams_only"] else ""
+        click.echo(f"{r['email']}\t{r['role']}{only}\t"
+                   f"{'active' if r['active'] else 'inactive'}\t{r['id']}")
+
+
+def _set_role(obj: Context, email: str, role: str, org_name: str | None,
+              teams_only: bool | None) -> None:
+    """The role change of `sds user role` and `sds org set-role` (the operator counts as an
+    owner: it may make or unmake owners; the last-owner rule still holds)."""
+    with obj.conn() as conn:
+        uid = accounts.user_id(conn, email)
+        oid = accounts.org_id(conn, org_name) if org_name else members.org_of(conn, uid)
+        before = members.fetch_user(conn, uid, oid)
+        row = members.set_role(conn, org=oid, user=uid, role=role, teams_only=teams_only,
+                               by_owner=True)
+        if (before["role"], before["teams_only"]) != (row["role"], row["teams_only"]):
+            audit_operator(conn, of="organisations", row=oid, action="member.role",
+                           target_type="user", target_id=uid,
+                           details={"email": email, "from": before["role"], "to": role,
+                                    "teams_only": row["teams_only"]})
+    click.echo(f"{email}: {role}{' (teams only)' if row['teams_only'] else ''}")
+
+
+def _remove(obj: Context, email: str, org_name: str | None) -> None:
+    """The removal of `sds user remove` and `sds org remove-member`."""
+    with obj.conn() as conn:
+        uid = accounts.user_id(conn, email)
+        oid = accounts.org_id(conn, org_name) if org_name else members.org_of(conn, uid)
+        role = members.fetch_user(conn, uid, oid)["role"]
+        done = members.remove_member(conn, org=oid, user=uid, by_owner=True)
+        audit_operator(conn, of="organisations", row=oid, action="member.remove",
+                       target_type="user", target_id=uid,
+                       details={"email": email, "role": role, **done})
+    click.echo(f"{email}: removed; {done['tokens_revoked']} token(s) revoked, "
+               f"{done['keys_deactivated']} key(s) deactivated")
 
 
 @user.command("role")
 @click.argument("email")
 @click.argument("role", type=click.Choice(members.ROLES))
+@click.option("--org", "org_name", default=None, help="Organisation name or id (default: the "
+              "user's home organisation).")
+@click.option("--teams-only/--all-devices", default=None,
+              help="Limit to their teams' devices and locations, or lift it (default: keep).")
 @pass_ctx
-def user_role(obj: Context, email: str, role: str) -> None:
-    """Give the user EMAIL the ROLE in their organisation (as PUT /orgs/{id}/users/{id})."""
-    with obj.conn() as conn:
-        uid = accounts.user_id(conn, email)
-        org = members.org_of(conn, uid)
-        before = members.fetch_user(conn, uid, org)
-        members.set_role(conn, org=org, user=uid, role=role)
-        if members.role_of(before["is_admin"]) != role:
-            audit_operator(conn, of="users", row=uid, action="member.role", target_type="user",
-                           details={"email": email, "from": members.role_of(before["is_admin"]),
-                                    "to": role})
-    click.echo(f"{email}: {role}")
+def user_role(obj: Context, email: str, role: str, org_name: str | None,
+              teams_only: bool | None) -> None:
+    """Give the user EMAIL the ROLE in an organisation (as PUT /orgs/{id}/users/{id})."""
+    _set_role(obj, email, role, org_name, teams_only)
 
 
 @user.command("remove")
 @click.argument("email")
+@click.option("--org", "org_name", default=None, help="Organisation name or id (default: the "
+              "user's home organisation).")
 @pass_ctx
-def user_remove(obj: Context, email: str) -> None:
-    """Remove the user EMAIL from their organisation: the account is deactivated, its bearer
-    tokens revoked and its API keys deactivated at once (as DELETE /orgs/{id}/users/{id})."""
-    with obj.conn() as conn:
-        uid = accounts.user_id(conn, email)
-        org = members.org_of(conn, uid)
-        done = members.remove_member(conn, org=org, user=uid)
-        audit_operator(conn, of="users", row=uid, action="member.remove", target_type="user",
-                       details={"email": email, **done})
-    click.echo(f"{email}: removed; {done['tokens_revoked']} token(s) revoked, "
-               f"{done['keys_deactivated']} key(s) deactivated")
+def user_remove(obj: Context, email: str, org_name: str | None) -> None:
+    """Remove the user EMAIL from an organisation: their bearer tokens and API keys for it stop
+    at once; an account with no membership left is deactivated (as DELETE
+    /orgs/{id}/users/{id})."""
+    _remove(obj, email, org_name)
 
 
 @click.group("location")
@@ -202,9 +289,11 @@ def apikey() -> None:
               help="Scope, repeatable (e.g. data:read).")
 @click.option("--name", default="")
 @click.option("--exp", default=None, help="ISO 8601 expiry.")
+@click.option("--org", "org_name", default=None, help="Organisation the key acts in (name or "
+              "id; default: the owner's home organisation).")
 @pass_ctx
 def apikey_create(obj: Context, email: str, scopes: tuple[str, ...], name: str,
-                  exp: str | None) -> None:
+                  exp: str | None, org_name: str | None) -> None:
     """Create an API key and print it (it is shown only this once)."""
     with obj.conn() as conn:
         try:
@@ -212,8 +301,11 @@ def apikey_create(obj: Context, email: str, scopes: tuple[str, ...], name: str,
         except ServiceError as exc:
             raise click.ClickException(exc.message) from None
         owner = accounts.user_id(conn, email)
+        oid = accounts.org_id(conn, org_name) if org_name else None
+        if oid is not None:
+            members.fetch_user(conn, owner, oid)  # a member there, or UnknownObject
         rec = accounts.create_api_key(conn, user=owner, scopes=list(scopes), name=name,
-                                      exp=expiry, sealer=sealer(obj.settings))
+                                      exp=expiry, sealer=sealer(obj.settings), org=oid)
         audit_operator(conn, of="users", row=owner, action="apikey.create", target_type="apikey",
                        target_id=rec["id"], details={"owner": email, "name": name,
                                                      "scopes": sorted(set(scopes))})

@@ -184,7 +184,8 @@ def _request_scope(settings: Settings) -> Callable[[Any], None]:
         if principal is None:
             set_request_scope(conn, auth_role, None)
         else:
-            set_request_scope(conn, api, principal.org_id)
+            set_request_scope(conn, api, principal.org_id, principal.user_id,
+                              principal.teams_only)
 
     return scope
 

@@ -26,7 +26,7 @@ from serve.authheader import Credentials, parse_authorization
 from serve.pool import pool
 from serve.principal import USER_ONLY, Principal
 from serve.ratelimit import Verdict
-from shared import audit
+from shared import audit, credentials
 from shared.config import Settings
 from shared.errors import (
     BadRequest,
@@ -114,6 +114,9 @@ def _check_access(scope: str) -> None:
         return
     if scope == USER_ONLY:
         raise Forbidden("an API key cannot do this; use basic or bearer credentials")
+    if not credentials.role_allows(principal.role, scope):
+        raise Forbidden(f"your role in this organisation ({principal.role}) does not allow "
+                        f"{scope!r}, which is needed here")
     raise Forbidden(f"this API key lacks the scope {scope!r} needed here")
 
 
@@ -236,6 +239,8 @@ def _authenticate() -> None:
     if principal.kind == "apikey":
         # Fail closed: a route decision 11 does not name is not open to API keys.
         _check_access(needed or USER_ONLY)
+    elif needed:
+        _check_access(needed)  # the caller's role caps a password or token as it caps a key
 
 
 def _response_headers(response: Response) -> Response:

@@ -176,8 +176,9 @@ class Authenticator:
     # -- password login (Basic and POST /auth/token) -----------------------------------------
 
     def login(self, conn: psycopg.Connection, email: str, password: str, address: str,
-              *, use_cache: bool = True) -> tuple[UUID, UUID]:
-        """(user_id, org_id) for a correct email and password; otherwise Unauthorized.
+              *, use_cache: bool = True) -> Principal:
+        """The basic principal (user, home organisation, role there) for a correct email and
+        password; otherwise Unauthorized. A user with no membership left is refused alike.
 
         Throttling is checked first. An unknown email pays the same argon2 verify as a wrong
         password (shared.credentials' dummy hash), and both fail with the same message.
@@ -187,12 +188,12 @@ class Authenticator:
         # sds_auth_user & co. (migration 0052): one row by the exact credential, the only
         # read of credentials the pre-authentication database role (sds_auth) may make.
         row = None if "\x00" in email else conn.execute(
-            "SELECT id, org_id, password_hash, active FROM sds_auth_user(%s)",
+            "SELECT id, org_id, password_hash, active, role, teams_only FROM sds_auth_user(%s)",
             (email.strip(),)).fetchone()
         fp = self.basic_cache.fingerprint(email, password)
         if row and row[3] and use_cache and self.basic_cache.get(
                 fp, user_id=row[0], password_hash=row[2]):
-            return row[0], row[1]
+            return Principal(row[0], row[1], "basic", role=row[4], teams_only=row[5])
         ok = credentials.verify_password(row[2] if row else None, password)
         if not ok or row is None or not row[3]:
             self.record_failure(conn, email, address)
@@ -202,34 +203,45 @@ class Authenticator:
             new_hash = credentials.hash_password(password)
             # Same password, stronger parameters: not a password change, so tokens stay valid.
             conn.execute("UPDATE users SET password_hash = %s WHERE id = %s", (new_hash, row[0]))
-            row = (row[0], row[1], new_hash, row[3])
+            row = (row[0], row[1], new_hash, *row[3:])
         clear_account_failures(conn, email)  # a successful login ends the account's back-off
         if use_cache:
             self.basic_cache.put(fp, user_id=row[0], password_hash=row[2])
-        return row[0], row[1]
+        return Principal(row[0], row[1], "basic", role=row[4], teams_only=row[5])
 
     # -- tokens ------------------------------------------------------------------------------
 
-    def issue_token(self, conn: psycopg.Connection, user: UUID) -> str:
-        """A new bearer token for `user`; only its digest is stored."""
+    def issue_token(self, conn: psycopg.Connection, user: UUID, org: UUID | None = None) -> str:
+        """A new bearer token for `user`, bound to `org` (None: their home organisation, which
+        the database fills in); only its digest is stored."""
         secret = credentials.new_token()
         conn.execute(
-            "INSERT INTO auth_tokens (user_id, digest, expires_at)"
-            " VALUES (%s, %s, now() + make_interval(secs => %s))",
-            (user, secret.digest, self.settings.token_ttl))
+            "INSERT INTO auth_tokens (user_id, org_id, digest, expires_at)"
+            " VALUES (%s, %s, %s, now() + make_interval(secs => %s))",
+            (user, org, secret.digest, self.settings.token_ttl))
         return secret.value
+
+    def membership(self, conn: psycopg.Connection, user: UUID, org: UUID
+                   ) -> tuple[str, bool] | None:
+        """(role, teams_only) of `user` in `org`, or None when they are not a member there
+        (POST /auth/token with `org`, before the request's organisation is known)."""
+        row = conn.execute("SELECT role, teams_only FROM sds_auth_membership(%s, %s)",
+                           (user, org)).fetchone()
+        return (row[0], row[1]) if row else None
 
     def _bearer(self, conn: psycopg.Connection, token: str) -> Principal:
         """The principal of a well-formed bearer token (`authenticate` checked the form);
         Unauthorized (invalid_token) when it is not live."""
         wanted = credentials.digest(token)
         row = conn.execute(  # live: not revoked or expired, user active, after passwd change
-            "SELECT id, user_id, org_id, digest, live FROM sds_auth_token(%s)",
+            "SELECT id, user_id, org_id, digest, live, role, teams_only"
+            " FROM sds_auth_token(%s)",
             (wanted,)).fetchone()
         if row is None or not hmac.compare_digest(bytes(row[3]), wanted) or not row[4]:
             raise Unauthorized("invalid, expired or revoked bearer token", scheme="Bearer",
                                error="invalid_token")
-        return Principal(row[1], row[2], "bearer", token_id=row[0])
+        return Principal(row[1], row[2], "bearer", token_id=row[0], role=row[5],
+                         teams_only=row[6])
 
     # -- API keys ----------------------------------------------------------------------------
 
@@ -239,7 +251,7 @@ class Authenticator:
         Unauthorized when unknown, expired or deactivated."""
         wanted = credentials.digest(key)
         row = conn.execute(  # live: key and user active, not expired; stale: last_seen old
-            "SELECT id, user_id, org_id, digest, scopes, live, stale"
+            "SELECT id, user_id, org_id, digest, scopes, live, stale, role, teams_only"
             " FROM sds_auth_api_key(%s, %s)", (wanted, LAST_SEEN_INTERVAL)).fetchone()
         if row is None or not hmac.compare_digest(bytes(row[3]), wanted):
             raise Unauthorized("invalid API key", scheme="Apikey", error="invalid_key")
@@ -256,7 +268,7 @@ class Authenticator:
                 " OR last_seen <= now() - make_interval(secs => %s))",
                 (row[0], LAST_SEEN_INTERVAL))
         return Principal(row[1], row[2], "apikey", scopes=frozenset(row[4]), key_id=row[0],
-                         via_query=via_query)
+                         via_query=via_query, role=row[7], teams_only=row[8])
 
     # -- one request -------------------------------------------------------------------------
 
@@ -281,8 +293,7 @@ class Authenticator:
             elif creds.scheme == "bearer":
                 principal = self._bearer(conn, creds.value)
             else:
-                user, org = self.login(conn, email, password, address)
-                principal = Principal(user, org, "basic")
+                principal = self.login(conn, email, password, address)
             # Counted on the same connection and committed with it: one more statement.
             verdict = self.rate_limiter.hit(conn, principal)
         if counted is not None:

@@ -1,11 +1,12 @@
 """Who may hold which API keys (issue 20 items 4 and 5; docs/auth.md "API keys").
 
 - Scopes that manage the organisation and its people (`ADMIN_ONLY_SCOPES`: orgs:write,
-  users:write, teams:write) may be put on a key only by an administrator of the organisation
-  (`users.is_admin`); anyone else asking for one gets 403 naming it. Every other scope is the
-  user's own to grant. The routes that honour them (/orgs, /users) also check at every
-  request that the key's owner still is an administrator, so demoting a user demotes their
-  keys at once.
+  users:write, teams:write) may be put on a key only by an owner or administrator of the
+  organisation (the key's organisation: memberships, migration 0150); anyone else asking for
+  one gets 403 naming it. A scope the user's role does not allow
+  (shared.credentials.ROLE_SCOPES) is refused alike. Whatever a key holds, every request caps
+  it by its user's role read at that request (serve.principal), so demoting a user demotes
+  their keys at once.
 - A user holds at most SDS_API_MAX_KEYS_PER_USER keys (deactivated ones count: they can be
   reactivated); the next POST /apikeys is 409 saying so. The count is taken under a transaction
   lock per user, so parallel requests cannot pass the cap together.
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 import psycopg
 
 from serve.principal import Principal
+from shared import credentials
 from shared.errors import Conflict, Forbidden
 from shared.locks import lock_key
 
@@ -25,17 +27,23 @@ ADMIN_ONLY_SCOPES = frozenset({"orgs:write", "users:write", "teams:write"})
 
 
 def is_admin(conn: psycopg.Connection, principal: Principal) -> bool:
-    """Whether the caller administers their organisation."""
-    row = conn.execute("SELECT is_admin FROM users WHERE id = %s AND org_id = %s",
-                       (principal.user_id, principal.org_id)).fetchone()
-    return bool(row and row[0])
+    """Whether the caller is an owner or administrator of the request's organisation (the
+    role read with their credential at this request; `conn` is not needed for it)."""
+    del conn
+    return principal.manages
 
 
 def check_scopes(conn: psycopg.Connection, principal: Principal, scopes: Iterable[str]) -> None:
-    """Forbidden when a non-administrator asks for an administrators' scope."""
-    wanted = sorted(ADMIN_ONLY_SCOPES.intersection(scopes))
-    if wanted and not is_admin(conn, principal):
-        raise Forbidden(f"only an administrator of the organisation may grant {', '.join(wanted)}")
+    """Forbidden when a non-administrator asks for an administrators' scope, or anyone for a
+    scope their role does not allow."""
+    wanted = set(scopes)
+    admins = sorted(ADMIN_ONLY_SCOPES & wanted)
+    if admins and not is_admin(conn, principal):
+        raise Forbidden(f"only an administrator of the organisation may grant {', '.join(admins)}")
+    beyond = sorted(s for s in wanted if not credentials.role_allows(principal.role, s))
+    if beyond:
+        raise Forbidden(f"your role in this organisation ({principal.role}) does not allow "
+                        f"{', '.join(beyond)}")
 
 
 def check_key_cap(conn: psycopg.Connection, principal: Principal, cap: int) -> None:

@@ -17,8 +17,9 @@ USER_ONLY = "user"
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the user, their organisation, how they authenticated and, for an API
-    key, its scopes (basic and bearer callers carry all of the user's rights)."""
+    """Who is calling: the user, the organisation the request acts in, their role there (and
+    whether they see only their teams), how they authenticated and, for an API key, its
+    scopes. Every scope is capped by the role (shared.credentials.ROLE_SCOPES)."""
 
     user_id: UUID
     org_id: UUID
@@ -27,9 +28,19 @@ class Principal:
     token_id: UUID | None = None
     key_id: UUID | None = None
     via_query: bool = False  # authenticated with the deprecated ?apikey=
+    role: str = "viewer"  # the membership's role in org_id, read at every request
+    teams_only: bool = False  # sees only their teams' devices and locations (app.teams_only)
+
+    @property
+    def manages(self) -> bool:
+        """True for an owner or admin of the request's organisation."""
+        return self.role in credentials.MANAGER_ROLES
 
     def allows(self, scope: str) -> bool:
-        """True when this caller may act under `scope` (USER_ONLY: not with an API key)."""
-        if self.kind != "apikey":
-            return True
-        return scope != USER_ONLY and scope in self.scopes
+        """True when this caller may act under `scope`: their role allows it and, for an API
+        key, the key holds it (USER_ONLY: any role, but not with an API key)."""
+        if scope == USER_ONLY:
+            return self.kind != "apikey"
+        if not credentials.role_allows(self.role, scope):
+            return False
+        return self.kind != "apikey" or scope in self.scopes

@@ -17,6 +17,7 @@ from psycopg.types.range import Range
 from shared import credentials, dirty, locations
 from shared.errors import (
     BadParameter,
+    Conflict,
     DuplicateName,
     OverlappingDeployment,
     UnknownDevice,
@@ -53,25 +54,50 @@ def org_id(conn: psycopg.Connection, name_or_id: str) -> UUID:
 
 def create_user(
     conn: psycopg.Connection, *, org: UUID, email: str, password: str, name: str | None = None,
-    is_admin: bool = False,
+    role: str = "member",
 ) -> UUID:
-    """A new user with an argon2id password hash; DuplicateName for a taken email (any case)."""
+    """A new user with an argon2id password hash, a member of `org` (their home organisation)
+    with `role`; DuplicateName for a taken email (any case)."""
     problem = credentials.password_problem(password)
     if problem:
         raise BadParameter(problem)
     if "@" not in email:
         raise BadParameter(f"email: {email!r} is not an email address")
+    if role not in credentials.ROLES:
+        raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
     try:
         with conn.transaction():
             row = conn.execute(
-                "INSERT INTO users (org_id, email, name, password_hash, is_admin)"
-                " VALUES (%s, %s, %s, %s, %s) RETURNING id",
-                (org, email.strip(), name, credentials.hash_password(password), is_admin),
+                "INSERT INTO users (org_id, email, name, password_hash)"
+                " VALUES (%s, %s, %s, %s) RETURNING id",
+                (org, email.strip(), name, credentials.hash_password(password)),
             ).fetchone()
+            assert row
+            conn.execute("INSERT INTO memberships (user_id, org_id, role) VALUES (%s, %s, %s)",
+                         (row[0], org, role))
     except pgerr.UniqueViolation:
         raise DuplicateName(f"a user with email {email!r} already exists") from None
-    assert row
     return cast(UUID, row[0])
+
+
+def add_membership(conn: psycopg.Connection, *, user: UUID, org: UUID, role: str,
+                   teams_only: bool = False) -> None:
+    """Make an existing user a member of `org` with `role` (reactivating an account whose
+    last membership had ended); Conflict when they are a member already."""
+    if role not in credentials.ROLES:
+        raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
+    if teams_only and role not in ("member", "viewer"):
+        raise BadParameter("teams_only: only for the roles member and viewer")
+    try:
+        with conn.transaction():
+            conn.execute("INSERT INTO memberships (user_id, org_id, role, teams_only)"
+                         " VALUES (%s, %s, %s, %s)", (user, org, role, teams_only))
+            # A user whose memberships had all ended was deactivated (migration 0150); the new
+            # one brings them back, homed in it.
+            conn.execute("UPDATE users SET active = true, org_id = %s WHERE id = %s"
+                         " AND NOT active", (org, user))
+    except pgerr.UniqueViolation:
+        raise Conflict("that user is a member of the organisation already") from None
 
 
 def user_id(conn: psycopg.Connection, email: str) -> UUID:
@@ -228,8 +254,10 @@ def deploy_device(
 def create_api_key(
     conn: psycopg.Connection, *, user: UUID, scopes: list[str], name: str = "",
     exp: datetime | None = None, active: bool = True, sealer: Sealer | None = None,
+    org: UUID | None = None,
 ) -> dict[str, Any]:
-    """A new API key for `user`; the returned record holds the key value. With a `sealer`
+    """A new API key for `user`, acting in `org` (None: their home organisation); the
+    returned record holds the key value. With a `sealer`
     its sealed copy is stored too, so the owner can read it again (shared.sealing); without,
     the value is shown this once."""
     unknown = sorted(set(scopes) - set(credentials.SCOPES))
@@ -244,10 +272,10 @@ def create_api_key(
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(
             "INSERT INTO api_keys (user_id, org_id, name, prefix, last4, digest, sealed, scopes,"
-            " exp, active, created_by) SELECT u.id, u.org_id, %s, %s, %s, %s, %s, %s, %s, %s,"
-            " u.id FROM users u WHERE u.id = %s"
+            " exp, active, created_by) SELECT u.id, coalesce(%s, u.org_id), %s, %s, %s, %s, %s,"
+            " %s, %s, %s, u.id FROM users u WHERE u.id = %s"
             " RETURNING id, name, scopes, exp, active, created, updated, created_by, last_seen",
-            (name, secret.prefix, secret.last4, secret.digest,
+            (org, name, secret.prefix, secret.last4, secret.digest,
              sealer.seal(secret.value) if sealer is not None else None, sorted(set(scopes)),
              exp, active, user))
         record = cur.fetchone()

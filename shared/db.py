@@ -41,22 +41,30 @@ def set_role(conn: psycopg.Connection, role: str) -> None:
         conn.commit()  # a session-level SET survives the commit; the connection must be idle
 
 
-def set_request_scope(conn: psycopg.Connection, role: str | None, org: UUID | None) -> None:
-    """Switch an idle connection to `role` (None: keep the current one) and the request's
-    organisation (None: none, so tenant policies match no row), in one round trip.
+def set_request_scope(conn: psycopg.Connection, role: str | None, org: UUID | None,
+                      user: UUID | None = None, teams_only: bool = False) -> None:
+    """Switch an idle connection to `role` (None: keep the current one), the request's
+    organisation (None: none, so tenant policies match no row), its user (`app.user_id`, ''
+    for none) and whether that user sees only their teams (`app.teams_only`: 'on' or ''), in
+    one round trip.
 
     Session-level settings, committed at once: a view's own transaction then starts with its
     first statement, as before (e.g. SET TRANSACTION ... READ ONLY must come first).
     """
-    org_text = str(org) if org is not None else ""
+    values = (str(org) if org is not None else "", str(user) if user is not None else "",
+              "on" if teams_only else "")
     was = conn.autocommit
     conn.autocommit = True
     try:
         if role is None:
-            conn.execute("SELECT set_config('app.org_id', %s, false)", (org_text,))
+            conn.execute("SELECT set_config('app.org_id', %s, false),"
+                         " set_config('app.user_id', %s, false),"
+                         " set_config('app.teams_only', %s, false)", values)
         else:
             conn.execute("SELECT set_config('role', %s, false),"
-                         " set_config('app.org_id', %s, false)", (role, org_text))
+                         " set_config('app.org_id', %s, false),"
+                         " set_config('app.user_id', %s, false),"
+                         " set_config('app.teams_only', %s, false)", (role, *values))
     finally:
         conn.autocommit = was
 

@@ -77,9 +77,10 @@ def claim(conn: psycopg.Connection) -> dict[str, Any] | None:
 
 
 def admin_emails(conn: psycopg.Connection, org: Any) -> list[str]:
-    """Addresses of the organisation's active administrators."""
-    rows = conn.execute("SELECT email FROM users WHERE org_id = %s AND is_admin AND active"
-                        " ORDER BY email", (org,)).fetchall()
+    """Addresses of the organisation's active owners and administrators."""
+    rows = conn.execute("SELECT u.email FROM users u JOIN memberships m ON m.user_id = u.id"
+                        " WHERE m.org_id = %s AND m.role IN ('owner', 'admin') AND u.active"
+                        " ORDER BY u.email", (org,)).fetchall()
     return [r[0] for r in rows]
 
 

@@ -213,7 +213,7 @@ def create_key() -> Any:
                                 current_app.extensions["settings"].api_max_keys_per_user)
         record = accounts.create_api_key(
             conn, user=principal.user_id, scopes=args["scopes"], name=args["name"],
-            exp=args["exp"], active=args["active"], sealer=_sealer())
+            exp=args["exp"], active=args["active"], sealer=_sealer(), org=principal.org_id)
         audit.record(conn, org=principal.org_id, actor=audit_actor(conn), action="apikey.create",
                      target_type="apikey", target_id=record["id"],
                      details={"name": args["name"], "scopes": sorted(set(args["scopes"]))})

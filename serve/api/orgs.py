@@ -1,13 +1,17 @@
-"""`/api/v2/orgs`: the caller's organisation and its members (issue 23).
+"""`/api/v2/orgs`: the caller's organisations and their members (issue 23).
 
-- `GET /orgs` (the caller's organisations, paged), `GET /orgs/{id}`, `GET /orgs/{id}/users`
-  (members: any member may see who else is in the organisation) need `orgs:read` for a key.
-- `PATCH /orgs/{id}` (rename), `PUT /orgs/{id}/users/{user_id}` (change a member's role) and
-  `DELETE /orgs/{id}/users/{user_id}` (remove a member: their tokens and keys stop at once)
-  are for the organisation's administrators; a key needs `orgs:write`, which only an
-  administrator can hold (serve/keypolicy.py).
-Another organisation is the same 404 as a missing one (after the administrator check, so a
-member learns nothing either way). Every change is in the audit log.
+- `GET /orgs` (the caller's organisations, paged, with their role in each), `GET /orgs/{id}`
+  (any of them), `GET /orgs/{id}/users` (members of the request's organisation: any member
+  may see who else is in it) need `orgs:read`.
+- `PATCH /orgs/{id}` (rename), `POST /orgs/{id}/users` (add an existing user of the instance
+  by email), `PUT /orgs/{id}/users/{user_id}` (role, teams_only) and
+  `DELETE /orgs/{id}/users/{user_id}` (remove: their tokens and keys for the organisation stop
+  at once) are for the organisation's owners and administrators (`orgs:write`, which the
+  role table gives them only: shared.credentials.ROLE_SCOPES); only an owner makes, unmakes
+  or removes an owner (serve/members.py).
+A request acts in one organisation (docs/auth.md "Which organisation a request acts in"):
+changes are made there; another of the caller's organisations is 403 saying how to act in it,
+one they do not belong to is the same 404 as a missing one. Every change is in the audit log.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.principal import Principal
-from shared import audit
+from shared import accounts, audit
 from shared.errors import DuplicateName, Forbidden, UnknownObject
 
 blp = Blueprint("orgs", __name__, url_prefix="/api/v2/orgs",
-                description="The caller's organisation and its members.")
+                description="The caller's organisations and their members.")
 
 
 class OrgUpdateSchema(Schema):
@@ -43,17 +47,38 @@ class RoleSchema(Schema):
     """Body of PUT /orgs/{id}/users/{user_id}."""
 
     role = fields.String(required=True, validate=OneOf(members.ROLES))
+    teams_only = fields.Boolean(load_default=None, metadata={
+        "description": "sees only their teams' devices and locations (member, viewer only)"})
+
+
+class AddMemberSchema(RoleSchema):
+    """Body of POST /orgs/{id}/users: an existing user of the service, by email."""
+
+    email = fields.String(required=True, validate=Length(min=3, max=320))
+
+
+def _asked_org(org_id: str) -> UUID | None:
+    try:
+        return UUID(org_id)
+    except ValueError:
+        return None
 
 
 def _own_org(org_id: str, principal: Principal) -> UUID:
-    """The caller's organisation named in the path; any other is the same 404 as a missing one."""
-    try:
-        asked = UUID(org_id)
-    except ValueError:
-        asked = None
-    if asked != principal.org_id:
-        raise UnknownObject(f"unknown organisation {org_id!r}")
-    return principal.org_id
+    """The request's organisation named in the path. Another of the caller's organisations is
+    403 (the request acts in one: a token bound to the other is needed); any other is the
+    same 404 as a missing one."""
+    asked = _asked_org(org_id)
+    if asked == principal.org_id:
+        return principal.org_id
+    if asked is not None:
+        with pool().connection() as conn:
+            mine = {o["id"] for o in members.my_orgs(conn)}
+        if asked in mine:
+            raise Forbidden(f"this request acts in organisation {principal.org_id}; to act in "
+                            f"{asked} use a token for it (POST /api/v2/auth/token with "
+                            "\"org\") or one of its API keys")
+    raise UnknownObject(f"unknown organisation {org_id!r}")
 
 
 def _admin(conn: Any, principal: Principal, what: str) -> None:
@@ -73,12 +98,10 @@ def _member_id(raw: str) -> UUID:
 @blp.response(200, PageSchema)
 @requires("orgs:read")
 def list_orgs(limit: int, page: int) -> Any:
-    """The caller's organisations (one today), each with the caller's role in it."""
-    principal = current_principal()
+    """The caller's organisations by name, each with the caller's role in it."""
     with pool().connection() as conn:
-        org, count = members.fetch_org(conn, principal.org_id)
-        role = members.role_of(keypolicy.is_admin(conn, principal))
-    items = [members.org_record(org, role=role, members=count)]
+        items = [members.org_record(o, role=o["role"], members=o["members"],
+                                    teams_only=o["teams_only"]) for o in members.my_orgs(conn)]
     pages = check_page(len(items), limit, page)
     return envelope(items[offset(limit, page):offset(limit, page) + limit], total=len(items),
                     limit=limit, page=page, pages=pages)
@@ -89,12 +112,13 @@ def list_orgs(limit: int, page: int) -> Any:
 @requires("orgs:read")
 def get_org(org_id: str) -> Any:
     """One organisation of the caller's, with their role and the number of active members."""
-    principal = current_principal()
-    org = _own_org(org_id, principal)
+    asked = _asked_org(org_id)
     with pool().connection() as conn:
-        row, count = members.fetch_org(conn, org)
-        role = members.role_of(keypolicy.is_admin(conn, principal))
-    return members.org_record(row, role=role, members=count)
+        for o in members.my_orgs(conn):
+            if o["id"] == asked:
+                return members.org_record(o, role=o["role"], members=o["members"],
+                                          teams_only=o["teams_only"])
+    raise UnknownObject(f"unknown organisation {org_id!r}")
 
 
 @blp.route("/<org_id>", methods=["PATCH"])
@@ -119,7 +143,7 @@ def update_org(org_id: str) -> Any:
         audit.record(conn, org=org, actor=audit_actor(conn), action="org.update",
                      target_type="org", target_id=org, details=changes)
         row, count = members.fetch_org(conn, org)
-    return members.org_record(row, role="admin", members=count)
+    return members.org_record(row, role=principal.role, members=count)
 
 
 @blp.route("/<org_id>/users", methods=["GET"])
@@ -137,26 +161,60 @@ def list_members(org_id: str, limit: int, page: int) -> Any:
                     limit=limit, page=page, pages=pages)
 
 
+@blp.route("/<org_id>/users", methods=["POST"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": AddMemberSchema}}})
+@blp.response(201)
+@requires("orgs:write")
+def add_member(org_id: str) -> Any:
+    """Add an existing user of the service (by email) to the organisation with a role
+    (owners and administrators; an owner only by an owner; 404 for an unknown email, 409 for
+    a member already). New people are invited instead (the invitations' paths)."""
+    principal = current_principal()
+    body = load(AddMemberSchema(), request_body(form=False))
+    with pool().connection() as conn:
+        _admin(conn, principal, "adding a member")
+        org = _own_org(org_id, principal)
+        if body["role"] == "owner" and principal.role != "owner":
+            raise Forbidden("only an owner of the organisation makes an owner")
+        # The API role sees only this organisation's people: the lookup by exact email goes
+        # through the same narrow function the sign-in uses (migration 0052, 0150).
+        found = conn.execute("SELECT id FROM sds_member_lookup(%s)", (body["email"],)).fetchone()
+        if found is None:
+            raise UnknownObject("no user of this service has that email; invite them instead")
+        accounts.add_membership(conn, user=found[0], org=org, role=body["role"],
+                                teams_only=bool(body["teams_only"]))
+        row = members.fetch_user(conn, found[0], org)
+        audit.record(conn, org=org, actor=audit_actor(conn), action="member.add",
+                     target_type="user", target_id=found[0],
+                     details={"email": row["email"], "role": row["role"],
+                              "teams_only": row["teams_only"]})
+    return members.user_record(row, full=False), 201
+
+
 @blp.route("/<org_id>/users/<user_id>", methods=["PUT"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": RoleSchema}}})
 @blp.response(200)
 @requires("orgs:write")
 def change_role(org_id: str, user_id: str) -> Any:
-    """Give a member the role `admin` or `member` (administrators; 409 for the last admin)."""
+    """Give a member a role and teams_only (owners and administrators; making or unmaking an
+    owner is for owners: 403; 409 for the last owner or administrator)."""
     principal = current_principal()
-    role = load(RoleSchema(), request_body(form=False))["role"]
+    body = load(RoleSchema(), request_body(form=False))
     with pool().connection() as conn:
         _admin(conn, principal, "changing a member's role")
         org = _own_org(org_id, principal)
         asked = _member_id(user_id)
         before = members.fetch_user(conn, asked, org)
-        row = members.set_role(conn, org=org, user=asked, role=role)
-        if members.role_of(before["is_admin"]) != role:
+        row = members.set_role(conn, org=org, user=asked, role=body["role"],
+                               teams_only=body["teams_only"],
+                               by_owner=principal.role == "owner")
+        if (before["role"], before["teams_only"]) != (row["role"], row["teams_only"]):
             audit.record(conn, org=org, actor=audit_actor(conn), action="member.role",
                          target_type="user", target_id=asked,
-                         details={"email": row["email"], "from": members.role_of(
-                             before["is_admin"]), "to": role})
+                         details={"email": row["email"], "from": before["role"],
+                                  "to": row["role"], "teams_only": row["teams_only"]})
     return members.user_record(row, full=False)
 
 
@@ -164,15 +222,18 @@ def change_role(org_id: str, user_id: str) -> Any:
 @blp.response(204)
 @requires("orgs:write")
 def remove_member(org_id: str, user_id: str) -> Any:
-    """Remove a member: their account is deactivated and every token and key of theirs stops
-    working at once (administrators; 409 for the last admin)."""
+    """Remove a member: the membership ends and every token and key of theirs for this
+    organisation stops working at once; an account with no membership left is deactivated
+    (owners and administrators; an owner only by an owner; 409 for the last one)."""
     principal = current_principal()
     with pool().connection() as conn:
         _admin(conn, principal, "removing a member")
         org = _own_org(org_id, principal)
         asked = _member_id(user_id)
-        email = members.fetch_user(conn, asked, org)["email"]
-        done = members.remove_member(conn, org=org, user=asked)
+        before = members.fetch_user(conn, asked, org)
+        done = members.remove_member(conn, org=org, user=asked,
+                                     by_owner=principal.role == "owner")
         audit.record(conn, org=org, actor=audit_actor(conn), action="member.remove",
-                     target_type="user", target_id=asked, details={"email": email, **done})
+                     target_type="user", target_id=asked,
+                     details={"email": before["email"], "role": before["role"], **done})
     return None

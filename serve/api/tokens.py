@@ -3,6 +3,12 @@
 Tokens are random, stored only as SHA-256 digests, and expire after `SDS_TOKEN_TTL` seconds
 (docs/spec/reference-facts.md decision 8). Failed logins are throttled exactly as for Basic
 credentials.
+
+A token is bound to one organisation (docs/auth.md "Which organisation a request acts in"):
+the optional `org` of the login body (an id of one of the user's organisations), else the
+user's home organisation. An organisation the user is not a member of answers 401 "not a
+member of that organisation" whether it exists or not, so a login tells nothing about which
+organisations exist.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from serve.auth import (
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
-from shared.errors import BadRequest
+from shared.errors import BadRequest, Unauthorized
 
 blp = Blueprint("auth", __name__, url_prefix="/api/v2/auth",
                 description="Bearer tokens: log in with email and password, log out.")
@@ -34,13 +40,16 @@ class TokenRequestSchema(Schema):
 
     email = fields.String(required=True, validate=validate.Length(min=1, max=320))
     password = fields.String(required=True, validate=validate.Length(min=1, max=1024))
+    org = fields.UUID(load_default=None, metadata={
+        "description": "the organisation the token acts in (default: the user's home one)"})
 
 
 class TokenSchema(Schema):
-    """A new bearer token (a secret) and the id of its user."""
+    """A new bearer token (a secret), the id of its user and of its organisation."""
 
     token = fields.String(required=True)
     user_id = fields.String(required=True)
+    org_id = fields.String(required=True)
 
 
 @blp.route("/token", methods=["POST"])
@@ -58,10 +67,13 @@ def create_token() -> Any:
     creds = load(TokenRequestSchema(), request_body(form=True))
     auth = authenticator(current_app)
     with pool().connection() as conn:
-        user, _org = auth.login(conn, creds["email"], creds["password"],
-                                client_address(auth.settings))
-        token = auth.issue_token(conn, user)
-    return {"token": token, "user_id": str(user)}, 200, {
+        login = auth.login(conn, creds["email"], creds["password"],
+                           client_address(auth.settings))
+        org = creds["org"] or login.org_id
+        if auth.membership(conn, login.user_id, org) is None:
+            raise Unauthorized("not a member of that organisation", scheme="Basic")
+        token = auth.issue_token(conn, login.user_id, org)
+    return {"token": token, "user_id": str(login.user_id), "org_id": str(org)}, 200, {
         "Cache-Control": "no-store", "Pragma": "no-cache"}
 
 

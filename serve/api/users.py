@@ -3,8 +3,11 @@
 - `GET /users/me` and `PATCH /users/me` (name and preferences; never the password: that has
   its own paths, docs/auth.md) for anyone signed in; an API key needs `users:read` /
   `users:write`.
-- `GET /users`, `GET /users/{id}` (administrators; the caller's own record for anyone) and
-  `GET /users/{id}/orgs` (the organisations a user belongs to, with their role in each).
+- `GET /users`, `GET /users/{id}` (owners and administrators; the caller's own record for
+  anyone) and `GET /users/{id}/orgs` (the organisations a user belongs to, with their role
+  in each: all of them for the caller themself; for a manager asking about a member, only the
+  request's organisation: a member's other organisations are not theirs to see).
+Records are of the user as a member of the request's organisation (role, teams_only there).
 Records and roles come from serve/members.py; preferences are checked by the dashboard's rules
 (serve/web/preferences.py), the one home of what a preference may hold.
 """
@@ -30,7 +33,7 @@ from shared.errors import BadRequest, Forbidden, UnknownObject
 blp = Blueprint("users", __name__, url_prefix="/api/v2/users",
                 description="The caller, and the organisation's users for administrators.")
 
-READ_ONLY = ("id", "email", "org_id", "role", "active", "created")
+READ_ONLY = ("id", "email", "org_id", "role", "teams_only", "active", "created")
 
 
 class MeUpdateSchema(Schema):
@@ -132,8 +135,12 @@ def get_user(user_id: str) -> Any:
 def user_orgs(user_id: str) -> Any:
     """The organisations the user belongs to, each with the user's role there (a list)."""
     row = _visible_user(user_id)
+    principal = current_principal()
     with pool().connection() as conn:
-        org, count = members.fetch_org(conn, row["org_id"])
-    if not row["active"]:
-        return []
-    return [members.org_record(org, role=members.role_of(row["is_admin"]), members=count)]
+        if row["id"] == principal.user_id:
+            return [members.org_record(o, role=o["role"], members=o["members"],
+                                       teams_only=o["teams_only"])
+                    for o in members.my_orgs(conn)]
+        org, count = members.fetch_org(conn, principal.org_id)
+    return [members.org_record(org, role=row["role"], members=count,
+                               teams_only=row["teams_only"])]

@@ -25,7 +25,7 @@ B1 = basic("b1@b.example")
 def admins(world: World) -> None:
     """a1 administers org A and b1 org B; a2 is a plain member of org A."""
     with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE users SET is_admin = true WHERE id IN (%s, %s)",
+        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id IN (%s, %s)",
                      (world.a1, world.b1))
 
 

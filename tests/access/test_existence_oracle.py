@@ -198,7 +198,7 @@ PROBES = [
 def b1_administers_org_b(world: World) -> None:
     """b1 administers org B, so the administrators' routes look the organisation up."""
     with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE users SET is_admin = true WHERE id = %s", (world.b1,))
+        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id = %s", (world.b1,))
 
 
 def _callers(world: World, probe: Probe) -> dict[str, dict[str, str]]:

@@ -204,12 +204,14 @@ def test_only_administrators_grant_the_organisation_scopes(
         key_id = fresh_world.key_ids["all"]
         r = client.put(f"/api/v2/apikeys/{key_id}", json={"scopes": [scope]}, headers=user)
         assert r.status_code == 403
-        # Ordinary scopes stay the user's own to grant.
-        assert client.post("/api/v2/apikeys", json={"scopes": ["locations:write"]},
+        # The scopes a member's role allows stay theirs to grant; one it does not is 403.
+        assert client.post("/api/v2/apikeys", json={"scopes": ["annotations:write"]},
                            headers=user).status_code == 200
+        r = client.post("/api/v2/apikeys", json={"scopes": ["locations:write"]}, headers=user)
+        assert r.status_code == 403 and "(member)" in r.get_json()["message"]
         with psycopg.connect(fresh_world.url) as conn:
             accounts.create_user(conn, org=fresh_world.org_a, email="boss@a.example",
-                                 password="boss-password-1", is_admin=True)
+                                 password="boss-password-1", role="owner")
             conn.commit()
         r = client.post("/api/v2/apikeys", json={"scopes": [scope]},
                         headers=basic("boss@a.example", "boss-password-1"))

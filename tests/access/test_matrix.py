@@ -5,7 +5,11 @@ a missing one, is test_existence_oracle.py.)
 Callers: none, wrong password, basic, bearer, expired and revoked tokens, API keys with and
 without the needed scope, expired, deactivated and deleted keys, org B's user and key
 (another organisation), and a signed-in dashboard session cookie of org A's and of org B's
-user (serve.web.session: it counts for GET and HEAD only, never for a write). A test also
+user (serve.web.session: it counts for GET and HEAD only, never for a write). The roles of
+memberships (issue 23): a1 is a `member` of org A; an owner, an admin and a viewer of org A;
+a user at home in org B who is also a viewer of org A, acting in B with Basic
+(`other_org_multi`: another organisation's caller, who may list A among their own) and in A
+with a token bound to it (`multi_token_a`: a viewer). A test also
 checks that the table covers every route the app serves, so a new endpoint cannot ship without
 its row.
 """
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from uuid import UUID, uuid4
 
 import psycopg
 import pytest
@@ -23,7 +28,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from serve.principal import USER_ONLY
-from shared import alertrules, alertstore
+from shared import accounts, alertrules, alertstore, credentials
 from tests.support.access_world import (
     PASSWORDS,
     World,
@@ -52,7 +57,8 @@ class Route:
     a_object: bool = False  # another organisation gets 404 here
     basic_status: int | None = None  # when basic differs from bearer
     other_org_status: int | None = None  # when another organisation's caller differs
-    admin_only: bool = False  # administrators of the organisation only (no caller here is one)
+    admin_only: bool = False  # owners and administrators of the organisation only
+    own_object: bool = False  # the object is a1's own (their key): other users of A get 404
 
 
 def _a_rule(world: World, conn: psycopg.Connection) -> str:
@@ -98,6 +104,25 @@ def _a_channel(world: World, conn: psycopg.Connection, name: str = "matrix-a") -
                            " (%s, %s, 'mqtt') RETURNING id", (world.org_a, name)).fetchone()
         conn.commit()
     return str(row[0])
+
+
+MATRIX_OUTSIDER = "matrix@b.example"  # a user of org B whom org A's managers add to A
+
+
+def _no_matrix_member(world: World, conn: psycopg.Connection) -> str:
+    """The members path of org A, after ending the membership in A an earlier cell added."""
+    conn.execute("DELETE FROM memberships WHERE org_id = %s AND user_id = (SELECT id FROM"
+                 " users WHERE email = %s)", (world.org_a, MATRIX_OUTSIDER))
+    conn.commit()
+    return f"/api/v2/orgs/{world.org_a}/users"
+
+
+def _fresh_member(world: World, conn: psycopg.Connection) -> str:
+    """A new member of org A (DELETE removes one per cell)."""
+    uid = accounts.create_user(conn, org=world.org_a, email=f"gone-{uuid4().hex[:12]}@a.example",
+                               password=ROLE_PASSWORD)
+    conn.commit()
+    return f"/api/v2/orgs/{world.org_a}/users/{uid}"
 
 
 def _no_matrix_channel(world: World, conn: psycopg.Connection) -> str:
@@ -184,7 +209,9 @@ ROUTES = [
           lambda w, c: f"/api/v2/orgs/{w.org_a}/users/{w.a2}", "orgs:write",
           body={"role": "member"}, a_object=True, admin_only=True),
     Route("org-member-remove", "DELETE", "/api/v2/orgs/<org_id>/users/<user_id>",
-          lambda w, c: f"/api/v2/orgs/{w.org_a}/users/{w.a2}", "orgs:write", ok=204,
+          _fresh_member, "orgs:write", ok=204, a_object=True, admin_only=True),
+    Route("org-member-add", "POST", "/api/v2/orgs/<org_id>/users", _no_matrix_member,
+          "orgs:write", ok=201, body={"email": MATRIX_OUTSIDER, "role": "viewer"},
           a_object=True, admin_only=True),
     Route("summary", "GET", "/api/v2/locations/summary",
           lambda w, c: "/api/v2/locations/summary?temp=f", "locations:read"),
@@ -196,10 +223,10 @@ ROUTES = [
           USER_ONLY, body={"scopes": ["data:read"], "name": "matrix"}),
     Route("apikeys-update", "PUT", "/api/v2/apikeys/<key_id>",
           lambda w, c: f"/api/v2/apikeys/{w.key_ids['data']}", USER_ONLY,
-          body={"name": "renamed"}, a_object=True),
+          body={"name": "renamed"}, a_object=True, own_object=True),
     Route("apikeys-delete", "DELETE", "/api/v2/apikeys/<key_id>",
           lambda w, c: f"/api/v2/apikeys/{_fresh_a1_key(w, c)}", USER_ONLY, ok=204,
-          a_object=True),
+          a_object=True, own_object=True),
     Route("token-create", "POST", "/api/v2/auth/token", lambda w, c: "/api/v2/auth/token",
           None, body={"email": "a1@a.example", "password": PASSWORDS["a1@a.example"]}),
     Route("token-revoke", "DELETE", "/api/v2/auth/token", lambda w, c: "/api/v2/auth/token",
@@ -275,7 +302,15 @@ ROUTES = [
 CALLERS = ["anonymous", "wrong_password", "basic", "bearer", "token_expired", "token_revoked",
            "key_scoped", "key_unscoped", "key_expired", "key_inactive", "key_deleted",
            "other_org_basic", "other_org_bearer", "other_org_key", "session",
-           "other_org_session"]
+           "other_org_session", "owner", "admin", "viewer", "multi_token_a", "other_org_multi"]
+# Callers by their role in org A (a1's "basic", "bearer", "session" are members).
+ROLE_OF = {"owner": "owner", "admin": "admin", "viewer": "viewer", "multi_token_a": "viewer"}
+ROLE_PASSWORD = "matrix-role-password"
+ROLE_EMAILS = {"owner": "owner@a.example", "admin": "admin@a.example",
+               "viewer": "viewer@a.example", "multi": "multi@b.example"}
+BASIC_CALLERS = {"basic", "other_org_basic", "owner", "admin", "viewer", "other_org_multi"}
+# The B-homed viewer of A, acting in B, sees A as one of their own organisations there.
+MULTI_DIFFERS = {"org": 200, "org-members": 403}
 SESSIONS = ("session", "other_org_session")
 REFUSED = {"anonymous", "wrong_password", "token_expired", "token_revoked", "key_expired",
            "key_inactive", "key_deleted"}
@@ -296,6 +331,30 @@ def _session_cookie(app: Flask, token: str) -> dict[str, str]:
         {"token": seal(app, token), "csrf": "matrix-csrf-value-of-32-characters-or-more",
          "_permanent": True})
     return {"Cookie": f"{COOKIE}={value}"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def role_people(world: World) -> dict[str, UUID]:
+    """Org A's owner, admin and viewer, the B-homed user who also views A, and the outsider
+    (of B) whom A's managers add; made once per module's world."""
+    made = {}
+    with psycopg.connect(world.url) as conn:
+        for role, email in ROLE_EMAILS.items():
+            home = world.org_b if role == "multi" else world.org_a
+            made[role] = accounts.create_user(conn, org=home, email=email, password=ROLE_PASSWORD,
+                                              role="member" if role == "multi" else role)
+        accounts.add_membership(conn, user=made["multi"], org=world.org_a, role="viewer")
+        accounts.create_user(conn, org=world.org_b, email=MATRIX_OUTSIDER, password=ROLE_PASSWORD)
+    return made
+
+
+def _role_token(conn: psycopg.Connection, email: str, org: UUID) -> str:
+    secret = credentials.new_token()
+    conn.execute("INSERT INTO auth_tokens (user_id, org_id, digest, expires_at) SELECT id, %s,"
+                 " %s, now() + interval '1 hour' FROM users WHERE email = %s",
+                 (org, secret.digest, email))
+    conn.commit()
+    return secret.value
 
 
 def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection,
@@ -333,6 +392,12 @@ def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection,
         return bearer(token)
     if caller == "other_org_key":
         return apikey(world.keys["b_all"])
+    if caller in ("owner", "admin", "viewer"):
+        return basic(ROLE_EMAILS[caller], ROLE_PASSWORD)
+    if caller == "other_org_multi":
+        return basic(ROLE_EMAILS["multi"], ROLE_PASSWORD)
+    if caller == "multi_token_a":
+        return bearer(_role_token(conn, ROLE_EMAILS["multi"], world.org_a))
     raise AssertionError(caller)
 
 
@@ -347,9 +412,19 @@ def expected(caller: str, route: Route) -> int:
     is_key = caller in ("key_scoped", "key_unscoped", "other_org_key")
     if is_key and (route.scope == USER_ONLY or caller == "key_unscoped"):
         return 403
-    if route.admin_only:
-        return 403  # an administrator's write (tests/access/test_location_write.py)
-    if caller.endswith("basic") and route.basic_status is not None:
+    if caller == "other_org_multi" and route.name in MULTI_DIFFERS:
+        return MULTI_DIFFERS[route.name]
+    role = ROLE_OF.get(caller, "member")
+    if route.admin_only or route.scope in ("orgs:write", "locations:write", "teams:write"):
+        if role not in ("owner", "admin"):
+            return 403  # the role table, before any object is looked up
+    elif not credentials.role_allows(role, route.scope) and route.scope != USER_ONLY:
+        return 403  # a viewer's write
+    if caller in ROLE_OF and (route.own_object or route.name in ("user", "user-orgs")):
+        # a1's own key, or a1's record: a manager sees a1's record, nobody else's key.
+        return 200 if route.name in ("user", "user-orgs") and role in ("owner", "admin") \
+            else 404
+    if caller in BASIC_CALLERS and route.basic_status is not None:
         return route.basic_status
     if caller == "other_org_key" and route.scope.startswith("annotations:"):
         return 403  # org B's key holds the read scopes of the world only
@@ -399,7 +474,8 @@ def test_cell(app: Flask, client: FlaskClient, world: World, route: Route, calle
         assert body["code"] == want and body["message"]
     if want == 401:
         assert response.headers.get("WWW-Authenticate"), "401 without a challenge"
-    if caller.startswith("other_org") and want == 200 and route.scope is not None:
+    if caller.startswith("other_org") and want == 200 and route.scope is not None and not (
+            caller == "other_org_multi" and route.name in ("orgs", "org")):
         # Another organisation's caller sees nothing of org A.
         text = response.get_data(as_text=True)
         for secret_of_a in (world.dev_a, world.dev_a_idle, str(world.loc_a), str(world.org_a),

@@ -12,7 +12,15 @@ import pytest
 from flask.testing import FlaskClient
 
 from shared import accounts
-from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer, insert_token
+from tests.support.access_world import (
+    PASSWORDS,
+    World,
+    apikey,
+    basic,
+    bearer,
+    insert_token,
+    reset_memberships,
+)
 
 A1 = basic("a1@a.example")
 A2 = basic("a2@a.example")
@@ -24,7 +32,7 @@ def roles(world: World) -> None:
     """Before each test: a1 administers org A, a2 is a member, b1 administers org B, all
     active (tests change these)."""
     with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE users SET is_admin = (id <> %s), active = true", (world.a2,))
+        reset_memberships(conn, world)
 
 
 def _json(r: Any, status: int = 200) -> Any:
@@ -112,7 +120,9 @@ def test_roles_change_and_a_demoted_admins_key_loses_admin_routes_at_once(
                             json={"role": "member"}), 409)
     assert _json(client.delete(f"/api/v2/orgs/{world.org_a}/users/{world.a2}", headers=A2), 409)
     assert _json(client.put(f"/api/v2/orgs/{world.org_a}/users/{world.a2}", headers=A2,
-                            json={"role": "owner"}), 400)
+                            json={"role": "boss"}), 400)
+    assert _json(client.put(f"/api/v2/orgs/{world.org_a}/users/{world.a2}", headers=A2,
+                            json={"role": "owner"}), 403)  # only an owner makes an owner
     assert _json(client.put(f"/api/v2/orgs/{world.org_a}/users/{world.b1}", headers=A2,
                             json={"role": "member"}), 404)
 
@@ -133,6 +143,6 @@ def test_removing_a_member_stops_their_token_and_key_at_once(
     assert _json(client.delete(f"/api/v2/orgs/{world.org_a}/users/{world.a2}", headers=A1), 404)
     # The audit log names who did it and what it stopped.
     entry = _json(client.get("/api/v2/audit?action=member.remove", headers=A1))["items"][0]
-    assert entry["details"] == {"email": "a2@a.example", "tokens_revoked": 1,
+    assert entry["details"] == {"email": "a2@a.example", "role": "member", "tokens_revoked": 1,
                                 "keys_deactivated": 2}  # the world's a2_all and this test's
     assert PASSWORDS["a2@a.example"] not in str(entry)

@@ -29,7 +29,9 @@ from tests.support.figures import Figures
 # Tenant table -> SQL giving its rows of organisation %(org)s (run as the superuser).
 TENANT_ROWS = {
     "organisations": "SELECT id::text FROM organisations WHERE id = %(org)s",
-    "users": "SELECT id::text FROM users WHERE org_id = %(org)s",
+    "users": "SELECT u.id::text FROM users u JOIN memberships m ON m.user_id = u.id"
+             " WHERE m.org_id = %(org)s",
+    "memberships": "SELECT user_id::text || org_id FROM memberships WHERE org_id = %(org)s",
     "locations": "SELECT id::text FROM locations WHERE org_id = %(org)s",
     "crop_coefficients": "SELECT c.location_id::text || c.start_date FROM crop_coefficients c"
                          " JOIN locations l ON l.id = c.location_id WHERE l.org_id = %(org)s",
@@ -37,8 +39,7 @@ TENANT_ROWS = {
     "deployments": "SELECT d.id::text FROM deployments d JOIN devices v ON v.id = d.device_id"
                    " WHERE v.org_id = %(org)s",
     "api_keys": "SELECT id::text FROM api_keys WHERE org_id = %(org)s",
-    "auth_tokens": "SELECT t.id::text FROM auth_tokens t JOIN users u ON u.id = t.user_id"
-                   " WHERE u.org_id = %(org)s",
+    "auth_tokens": "SELECT id::text FROM auth_tokens WHERE org_id = %(org)s",
     "alert_events": "SELECT id::text FROM alert_events WHERE org_id = %(org)s",
     "alert_rules": "SELECT id::text FROM alert_rules WHERE org_id = %(org)s",
     "alert_states": "SELECT rule_id::text || device FROM alert_states WHERE org_id = %(org)s",
@@ -57,6 +58,7 @@ TENANT_ROWS = {
 KEY_OF = {
     "organisations": ("id::text", "name"),
     "users": ("id::text", "name"),
+    "memberships": ("user_id::text || org_id", "role"),
     "locations": ("id::text", "name"),
     "crop_coefficients": ("location_id::text || start_date", "kc"),
     "devices": ("id::text", "model"),
@@ -78,6 +80,7 @@ KEY_OF = {
 # What the API role may change at all (grants); RLS must hold on these. audit_log is
 # append-only (INSERT and SELECT): its rows can be neither changed nor deleted.
 API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDATE DELETE",
+                "memberships": "UPDATE DELETE",
                 "auth_tokens": "UPDATE",
                 "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",

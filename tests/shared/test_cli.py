@@ -47,7 +47,9 @@ def _setup(sds) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("path", [[], ["db"], ["db", "upgrade"], ["org", "create"],
                                   ["user", "create"], ["location", "create"],
                                   ["location", "update"], ["user", "role"],
-                                  ["user", "remove"], ["user", "list"],
+                                  ["user", "remove"], ["user", "list"], ["org", "list"],
+                                  ["org", "add-member"], ["org", "set-role"],
+                                  ["org", "remove-member"],
                                   ["device", "register"], ["device", "deploy"],
                                   ["apikey", "create"], ["demo"], ["config"]])
 def test_help_on_every_command(path: list[str]) -> None:
@@ -121,7 +123,7 @@ def test_user_list_role_and_remove(sds, database_url: str, monkeypatch: pytest.M
     monkeypatch.setenv("SDS_USER_PASSWORD", "long-enough-password")
     sds("org", "create", "Acme")
     assert sds("user", "create", "--org", "Acme", "--email", "boss@acme.example",
-               "--admin").exit_code == 0
+               "--role", "admin").exit_code == 0
     assert sds("user", "create", "--org", "Acme", "--email", "hand@acme.example").exit_code == 0
     listed = sds("user", "list", "--org", "Acme").output
     assert "boss@acme.example\tadmin\tactive" in listed
@@ -133,7 +135,11 @@ def test_user_list_role_and_remove(sds, database_url: str, monkeypatch: pytest.M
     assert last.exit_code == 1 and "last administrator" in last.output
     gone = sds("user", "remove", "boss@acme.example")
     assert gone.exit_code == 0 and "removed" in gone.output
-    assert "boss@acme.example\tmember\tremoved" in sds("user", "list", "--org", "Acme").output
+    # The membership is gone; it was boss's only one, so the account is deactivated.
+    assert "boss@acme.example" not in sds("user", "list", "--org", "Acme").output
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT active FROM users WHERE email = 'boss@acme.example'"
+                            ).fetchone() == (False,)
     with psycopg.connect(database_url) as conn:
         actions = [r[0] for r in conn.execute("SELECT action FROM audit_log ORDER BY id")]
     assert actions[-3:] == ["member.role", "member.role", "member.remove"]

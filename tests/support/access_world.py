@@ -90,6 +90,17 @@ def apikey(key: str) -> dict[str, str]:
     return {"Authorization": f"Apikey {key}"}
 
 
+def reset_memberships(conn: psycopg.Connection, world: World) -> None:
+    """a1 administers org A, a2 is a member of it, b1 administers org B, all active and at
+    home there, and no other membership (tests that change memberships call this first)."""
+    conn.execute("DELETE FROM memberships")
+    conn.execute("INSERT INTO memberships (user_id, org_id, role) VALUES (%s, %s, 'admin'),"
+                 " (%s, %s, 'member'), (%s, %s, 'admin')",
+                 (world.a1, world.org_a, world.a2, world.org_a, world.b1, world.org_b))
+    conn.execute("UPDATE users SET active = true, org_id = CASE WHEN id = %s THEN %s::uuid"
+                 " ELSE %s::uuid END", (world.b1, world.org_b, world.org_a))
+
+
 def insert_token(conn: psycopg.Connection, user: UUID, *, expires_in: timedelta,
                  revoked: bool = False) -> str:
     """A bearer token stored as the service stores it (digest only)."""

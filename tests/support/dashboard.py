@@ -67,12 +67,12 @@ def seed(url: str) -> World:
         org_a = accounts.create_org(conn, name="Org A")
         org_b = accounts.create_org(conn, name="Org B")
         accounts.create_user(conn, org=org_a, email="admin@a.example",
-                             password=PASSWORDS["admin@a.example"], is_admin=True)
+                             password=PASSWORDS["admin@a.example"], role="owner")
         accounts.create_user(conn, org=org_a, email="user@a.example",
                              password=PASSWORDS["user@a.example"])
         # An administrator in B: A's payloads must be out of reach even for B's admins.
         accounts.create_user(conn, org=org_b, email="user@b.example",
-                             password=PASSWORDS["user@b.example"], is_admin=True)
+                             password=PASSWORDS["user@b.example"], role="owner")
         north = accounts.create_location(conn, org=org_a, loc=accounts.LocationInput(
             name="North field", tz_name="America/Chicago", lat=41.9, lon=-93.6, elev=300))
         b_field = accounts.create_location(

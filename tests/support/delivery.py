@@ -43,7 +43,7 @@ def make_org(conn: psycopg.Connection, name: str) -> Org:
     """A new organisation and its administrator (committed)."""
     org = accounts.create_org(conn, name=name)
     email = f"admin@{name}.example"
-    accounts.create_user(conn, org=org, email=email, password=PASSWORD, is_admin=True)
+    accounts.create_user(conn, org=org, email=email, password=PASSWORD, role="owner")
     conn.commit()
     return Org(org, name, email)
 

@@ -113,7 +113,7 @@ def test_a_rule_made_in_the_dashboard_fires_into_the_inbox_and_notes_are_drawn(
         ingester: RunningIngester, publisher: Ledger, evaluator: EvaluatorProcess,
         browser: WebDriver, shots: Path, tmp_path: Path, figures: Figures) -> None:
     site = make_site(conn, device="A1")
-    accounts.create_user(conn, org=site.org, email=EMAIL, password=PASSWORD, is_admin=True)
+    accounts.create_user(conn, org=site.org, email=EMAIL, password=PASSWORD, role="owner")
     conn.commit()
     deliverer = DelivererProcess(deliverer_env(
         database_url, channel_max_failures=2, mqtt_host="127.0.0.1",
