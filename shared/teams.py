@@ -153,9 +153,9 @@ def team_locations(conn: psycopg.Connection, team: UUID) -> list[dict[str, Any]]
 
 
 def member_of_org(conn: psycopg.Connection, org: UUID, user: UUID) -> str:
-    """The email of `user`, an active member of `org`; UnknownObject otherwise."""
-    row = conn.execute("SELECT email FROM users WHERE id = %s AND org_id = %s AND active",
-                       (user, org)).fetchone()
+    """The email of `user`, an active member of `org` (memberships); UnknownObject otherwise."""
+    row = conn.execute("SELECT u.email FROM users u JOIN memberships m ON m.user_id = u.id"
+                       " WHERE u.id = %s AND m.org_id = %s AND u.active", (user, org)).fetchone()
     if row is None:
         raise UnknownObject(f"unknown user {user}")
     return str(row[0])

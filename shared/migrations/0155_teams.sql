@@ -20,6 +20,8 @@ CREATE TABLE teams (
     UNIQUE (id, org_id)
 );
 
+-- A team member is a member of the team's organisation: the API and the CLI check it, and the
+-- trigger below takes them out of its teams when that membership ends.
 CREATE TABLE team_members (
     team_id  uuid NOT NULL,
     org_id   uuid NOT NULL,
@@ -54,12 +56,9 @@ CREATE TABLE team_locations (
 CREATE INDEX team_locations_location_idx ON team_locations (location_id);
 
 -- ---- the request's caller ------------------------------------------------------------------
--- NULL / false when unset: a connection that never set them (ingest, aggregate, the owner)
--- is not restricted by teams; the API sets both on every request.
-CREATE FUNCTION sds_request_user() RETURNS uuid
-LANGUAGE sql STABLE PARALLEL SAFE
-RETURN nullif(current_setting('app.user_id', true), '')::uuid;
-
+-- sds_request_user() (app.user_id) is migration 0150's. teams_only is false when unset: a
+-- connection that never set it (ingest, aggregate, the owner) is not restricted by teams; the
+-- API sets it on every request from the caller's membership (memberships.teams_only).
 CREATE FUNCTION sds_request_teams_only() RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE
 RETURN coalesce(current_setting('app.teams_only', true), '') = 'on';
@@ -98,6 +97,19 @@ REVOKE EXECUTE ON FUNCTION sds_request_team_ids(), sds_request_team_location_ids
     sds_request_team_device_ids() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION sds_request_team_ids(), sds_request_team_location_ids(),
     sds_request_team_device_ids() TO sds_api;
+
+-- The membership ends (removal, or the organisation's cascade): so does the team membership,
+-- so a later membership in the same organisation starts with no teams.
+CREATE FUNCTION sds_membership_teams_gone() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public
+AS $fn$
+BEGIN
+    DELETE FROM public.team_members m WHERE m.user_id = OLD.user_id AND m.org_id = OLD.org_id;
+    RETURN NULL;
+END
+$fn$;
+CREATE TRIGGER memberships_teams_gone AFTER DELETE ON memberships
+    FOR EACH ROW EXECUTE FUNCTION sds_membership_teams_gone();
 
 -- ---- the team tables themselves ------------------------------------------------------------
 DO $$

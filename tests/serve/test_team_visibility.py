@@ -82,10 +82,7 @@ def teams_world(world: World) -> dict[str, Any]:
 def api_as(world: World, user: UUID | None, teams_only: bool) -> Iterator[psycopg.Connection]:
     """A connection as the API role for org A and `user`, teams-only or not; rolled back."""
     with psycopg.connect(world.url) as conn:
-        db.set_request_scope(conn, db.ROLE_API, world.org_a)
-        conn.execute("SELECT set_config('app.user_id', %s, false),"
-                     " set_config('app.teams_only', %s, false)",
-                     ("" if user is None else str(user), "on" if teams_only else ""))
+        db.set_request_scope(conn, db.ROLE_API, world.org_a, user, teams_only)
         try:
             yield conn
         finally:

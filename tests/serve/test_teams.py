@@ -25,7 +25,7 @@ def keys(world: World) -> dict[str, Any]:
     with psycopg.connect(world.url) as conn:
         users = dict(conn.execute("SELECT email, id FROM users").fetchall())
         a1, b1 = users["a1@a.example"], users["b1@b.example"]
-        conn.execute("UPDATE users SET is_admin = true WHERE id IN (%s, %s)", (a1, b1))
+        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id IN (%s, %s)", (a1, b1))
         a2 = accounts.create_user(conn, org=world.org_a, email="a2@a.example",
                                   password="a2-password")
         made: dict[str, Any] = {
@@ -114,8 +114,9 @@ def test_writes_are_for_administrators(client: FlaskClient, keys: dict[str, Any]
                                        world: World) -> None:
     team = _ok(client.post(URL, json={"name": "Admins only"}, headers=_h(keys)), 201)
     who = "a2_basic"
-    assert "administrators" in _error(client.post(URL, json={"name": "x"},
-                                                  headers=_h(keys, who)), 403)
+    # A member's role does not allow teams:write (shared.credentials.ROLE_SCOPES).
+    assert "teams:write" in _error(client.post(URL, json={"name": "x"},
+                                               headers=_h(keys, who)), 403)
     _error(client.patch(f"{URL}/{team['id']}", json={"name": "y"}, headers=_h(keys, who)), 403)
     _error(client.delete(f"{URL}/{team['id']}", headers=_h(keys, who)), 403)
     _error(client.put(f"{URL}/{team['id']}/devices/D1", headers=_h(keys, who)), 403)
