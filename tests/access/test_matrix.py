@@ -144,6 +144,27 @@ def _a_team(world: World, conn: psycopg.Connection, name: str = "matrix-team") -
     return str(row[0]) if row else ""
 
 
+def _no_new_team(world: World, conn: psycopg.Connection) -> str:
+    """The teams path, after removing the team an earlier cell created (names are unique)."""
+    conn.execute("DELETE FROM teams WHERE org_id = %s AND name = 'matrix-new'", (world.org_a,))
+    conn.commit()
+    return "/api/v2/teams"
+
+
+def _linked(world: World, conn: psycopg.Connection, plural: str, target: str) -> str:
+    """Org A's team path with `target` in its `plural` list (a DELETE cell takes it out)."""
+    team = _a_team(world, conn)
+    column, value = {"members": ("user_id", target), "locations": ("location_id", target),
+                     "devices": ("device_id", None)}[plural]
+    if plural == "devices":
+        row = conn.execute("SELECT id FROM devices WHERE name = %s", (target,)).fetchone()
+        value = str(row[0]) if row else None
+    conn.execute(f"INSERT INTO team_{plural} (team_id, org_id, {column}) VALUES (%s, %s, %s)"
+                 " ON CONFLICT DO NOTHING", (team, world.org_a, value))
+    conn.commit()
+    return f"/api/v2/teams/{team}/{plural}/{target}"
+
+
 def _team_routes() -> list[Route]:
     """Teams (issue 23): reads for any member, writes for administrators only."""
     team = "/api/v2/teams/<team_id>"
@@ -151,7 +172,7 @@ def _team_routes() -> list[Route]:
              ("locations", "location_id", lambda w: w.loc_a))
     routes = [
         Route("teams", "GET", "/api/v2/teams", lambda w, c: "/api/v2/teams", "teams:read"),
-        Route("teams-create", "POST", "/api/v2/teams", lambda w, c: "/api/v2/teams",
+        Route("teams-create", "POST", "/api/v2/teams", _no_new_team,
               "teams:write", ok=201, body={"name": "matrix-new"}, admin_only=True),
         Route("team", "GET", team, lambda w, c: f"/api/v2/teams/{_a_team(w, c)}", "teams:read",
               a_object=True),
@@ -165,11 +186,14 @@ def _team_routes() -> list[Route]:
         routes.append(Route(f"team-{plural}", "GET", f"{team}/{plural}",
                             lambda w, c, p=plural: f"/api/v2/teams/{_a_team(w, c)}/{p}",
                             "teams:read", a_object=True))
-        for method, ok in (("PUT", 200), ("DELETE", 204)):
-            routes.append(Route(
-                f"team-{plural}-{method.lower()}", method, f"{team}/{plural}/<{arg}>",
-                lambda w, c, p=plural, t=target: f"/api/v2/teams/{_a_team(w, c)}/{p}/{t(w)}",
-                "teams:write", ok=ok, a_object=True, admin_only=True))
+        routes.append(Route(
+            f"team-{plural}-put", "PUT", f"{team}/{plural}/<{arg}>",
+            lambda w, c, p=plural, t=target: f"/api/v2/teams/{_a_team(w, c)}/{p}/{t(w)}",
+            "teams:write", a_object=True, admin_only=True))
+        routes.append(Route(
+            f"team-{plural}-delete", "DELETE", f"{team}/{plural}/<{arg}>",
+            lambda w, c, p=plural, t=target: _linked(w, c, p, str(t(w))), "teams:write",
+            ok=204, a_object=True, admin_only=True))
     return routes
 
 
