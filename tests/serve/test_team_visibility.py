@@ -210,3 +210,81 @@ def test_unrestricted_data_requests_cost_the_same(client: FlaskClient, world: Wo
                          "(median of 15, best of 3 rounds)",
                    target="<= 1.25", source="tests/serve/test_team_visibility.py")
     assert ratio <= 1.25, (with_policy, without)
+
+
+# ---- end to end through the API: the member's membership says teams_only -------------------
+
+READ_SCOPES = ["data:read", "devices:read", "locations:read", "notifications:read",
+               "annotations:read", "teams:read"]
+
+
+@pytest.fixture(scope="module")
+def member_keys(world: World, teams_world: dict[str, Any]) -> dict[str, str]:
+    """Read keys of w1 (teams-only in org A from here on) and of a1 (an ordinary member)."""
+    with psycopg.connect(world.url) as conn:
+        conn.execute("UPDATE memberships SET teams_only = true WHERE user_id = %s",
+                     (teams_world["w1"],))
+        a1 = conn.execute("SELECT id FROM users WHERE email = 'a1@a.example'").fetchone()[0]
+        made = {who: accounts.create_api_key(conn, user=user, scopes=READ_SCOPES)["apikey"]
+                for who, user in (("w1", teams_world["w1"]), ("a1", a1))}
+        conn.commit()
+    return made
+
+
+def _api(client: FlaskClient, key: str, path: str, **params: Any) -> Any:
+    return client.get(f"/api/v2/{path}", query_string=params,
+                      headers={"Authorization": f"Apikey {key}"})
+
+
+def _items(client: FlaskClient, key: str, path: str, field: str, **params: Any) -> set[Any]:
+    got = _api(client, key, path, **params)
+    assert got.status_code == 200, got.get_data(as_text=True)
+    body = got.get_json()
+    items = body["items"] if isinstance(body, dict) else body
+    return {item[field] for item in items}
+
+
+def test_teams_only_member_through_the_api(client: FlaskClient, world: World,
+                                           member_keys: dict[str, str]) -> None:
+    """Every read path of the issue, for the teams-only member w1 and the ordinary member a1."""
+    w1, a1 = member_keys["w1"], member_keys["a1"]
+    la, ny = str(world.la), str(world.ny)
+    for key, devices, locations in ((w1, TEAM_DEVICES, {la}), (a1, ALL_DEVICES, {la, ny})):
+        assert _items(client, key, "devices", "name") == devices
+        assert _items(client, key, "locations", "id") == locations
+        assert _items(client, key, "locations/summary", "id") == locations
+    assert _items(client, w1, "alerts", "name") == {"org", "LA"}
+    assert _items(client, a1, "alerts", "name") == {"org", "D2", "NY", "LA"}
+    assert _items(client, w1, "notifications", "title") == {"D1", "LA"}
+    assert _items(client, w1, "annotations", "text") == {"D1", "LA"}
+    assert _items(client, a1, "annotations", "text") == {"D1", "D2", "LA", "NY"}
+    assert _items(client, w1, "teams", "name") == {"West"}
+
+    since = {"start_time": T0.isoformat(), "limit": 100}
+    # /data: one device, several devices, a location, changed rows, CSV export.
+    assert _items(client, w1, "data/calibrated", "device", device="D1", **since) == {"D1"}
+    assert _items(client, w1, "data/hourly", "device", device="D1,D3",
+                  start_time="2024-01-01T00:00:00Z", limit=100) == {"D1", "D3"}
+    assert _items(client, w1, "data/calibrated", "location", location=la, **since) == {la}
+    assert _items(client, w1, "data/hourly", "device", device="D1",
+                  updated_since="2000-01-01T00:00:00Z", limit=100) == {"D1"}
+    csv = _api(client, w1, "data/calibrated", device="D1", format="csv", **since)
+    assert csv.status_code == 200 and "D1" in csv.get_data(as_text=True)
+    assert _items(client, a1, "data/calibrated", "device", device="D1,D2", **since) == {
+        "D1", "D2"}
+    # What is outside the team answers as what does not exist: the same 404, word for word.
+    for path, params, hidden, missing in (
+            ("devices/D2", {}, "D2", "D9"),
+            (f"locations/{ny}", {}, ny, "00000000-0000-4000-8000-000000000000"),
+            ("data/calibrated", {"device": "D2", **since}, "D2", "D9"),
+            ("data/calibrated", {"device": "D1,D2", **since}, "D2", "D9"),
+            ("data/calibrated", {"location": ny, **since}, ny,
+             "00000000-0000-4000-8000-000000000000"),
+            ("data/calibrated", {"device": "D2", "format": "csv", **since}, "D2", "D9")):
+        shown = _api(client, w1, path, **params)
+        absent = _api(client, w1, path.replace(hidden, missing),
+                      **{k: str(v).replace(hidden, missing) for k, v in params.items()})
+        assert shown.status_code == absent.status_code == 404, (path, params)
+        assert shown.get_data(as_text=True).replace(hidden, "X") == \
+            absent.get_data(as_text=True).replace(missing, "X"), (path, params)
+        assert _api(client, a1, path, **params).status_code == 200, (path, params)
