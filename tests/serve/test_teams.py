@@ -165,3 +165,23 @@ def test_bad_input_is_a_400_naming_it(client: FlaskClient, keys: dict[str, Any])
     team = _ok(client.post(URL, json={"name": "Input"}, headers=_h(keys)), 201)
     _error(client.put(f"{URL}/{team['id']}/members/not-a-uuid", headers=_h(keys)), 404)
     _error(client.put(f"{URL}/{team['id']}/locations/not-a-uuid", headers=_h(keys)), 404)
+
+
+def test_ending_a_membership_ends_its_team_memberships(client: FlaskClient,
+                                                       keys: dict[str, Any],
+                                                       world: World) -> None:
+    """Migration 0155's trigger: removed from the organisation, a user leaves its teams, so a
+    later membership there starts with none; a user who is no member cannot be added."""
+    team = _ok(client.post(URL, json={"name": "Leavers"}, headers=_h(keys)), 201)
+    with psycopg.connect(world.url) as conn:
+        gone = accounts.create_user(conn, org=world.org_a, email="gone@a.example",
+                                    password="gone-password")
+        conn.commit()
+    _ok(client.put(f"{URL}/{team['id']}/members/{gone}", headers=_h(keys)))
+    with psycopg.connect(world.url) as conn:
+        conn.execute("DELETE FROM memberships WHERE user_id = %s", (gone,))
+        conn.execute("UPDATE users SET active = true WHERE id = %s", (gone,))
+        conn.commit()
+        assert conn.execute("SELECT count(*) FROM team_members WHERE user_id = %s",
+                            (gone,)).fetchone() == (0,)
+    _error(client.put(f"{URL}/{team['id']}/members/{gone}", headers=_h(keys)), 404)
