@@ -159,9 +159,10 @@ CREATE POLICY api_teams ON locations AS RESTRICTIVE TO sds_api
 -- by device, with no new per-row cost there.
 
 -- Annotations, alert rules and their states and events name a device or a location: a
--- teams-only member sees those of their devices and locations. Rules for the whole
--- organisation (neither) name nobody's device and stay readable; events about neither
--- (a disabled channel, a test) are the administrators' business and are hidden.
+-- teams-only member sees those of their devices and locations. Rules and events that name
+-- neither (a rule for the whole organisation, a disabled channel, a channel's test message)
+-- show no device's data and stay readable: a member may send a channel's test, and the
+-- INSERT ... RETURNING of its event must see the new row.
 CREATE POLICY api_teams ON annotations AS RESTRICTIVE TO sds_api
     USING (NOT sds_request_teams_only()
            OR device_id IN (SELECT d.id FROM devices d)
@@ -175,6 +176,7 @@ CREATE POLICY api_teams ON alert_states AS RESTRICTIVE TO sds_api
     USING (NOT sds_request_teams_only() OR device IN (SELECT d.name FROM devices d));
 CREATE POLICY api_teams ON alert_events AS RESTRICTIVE TO sds_api
     USING (NOT sds_request_teams_only()
+           OR (device IS NULL AND location_id IS NULL)
            OR device IN (SELECT d.name FROM devices d)
            OR (device IS NULL AND location_id IN (SELECT l.id FROM locations l)));
 CREATE POLICY api_teams ON alert_deliveries AS RESTRICTIVE TO sds_api

@@ -326,13 +326,30 @@ ROUTES = [
 CALLERS = ["anonymous", "wrong_password", "basic", "bearer", "token_expired", "token_revoked",
            "key_scoped", "key_unscoped", "key_expired", "key_inactive", "key_deleted",
            "other_org_basic", "other_org_bearer", "other_org_key", "session",
-           "other_org_session", "owner", "admin", "viewer", "multi_token_a", "other_org_multi"]
+           "other_org_session", "owner", "admin", "viewer", "multi_token_a", "other_org_multi",
+           "team_in", "team_out"]
 # Callers by their role in org A (a1's "basic", "bearer", "session" are members).
-ROLE_OF = {"owner": "owner", "admin": "admin", "viewer": "viewer", "multi_token_a": "viewer"}
+ROLE_OF = {"owner": "owner", "admin": "admin", "viewer": "viewer", "multi_token_a": "viewer",
+           "team_in": "member", "team_out": "member"}
 ROLE_PASSWORD = "matrix-role-password"
 ROLE_EMAILS = {"owner": "owner@a.example", "admin": "admin@a.example",
                "viewer": "viewer@a.example", "multi": "multi@b.example"}
-BASIC_CALLERS = {"basic", "other_org_basic", "owner", "admin", "viewer", "other_org_multi"}
+TEAM_EMAILS = {"team_in": "team-in@a.example", "team_out": "team-out@a.example"}
+BASIC_CALLERS = {"basic", "other_org_basic", "owner", "admin", "viewer", "other_org_multi",
+                 "team_in", "team_out"}
+# Teams-only members of org A (docs/auth.md "Teams"): team_in's team holds A's device and
+# location, team_out's holds nothing. Neither is in the matrix's own team ("matrix-team"),
+# so its routes are 404 to both; team_out sees none of A's device, location, the event about
+# the device, the annotation on the location, and cannot annotate the device (400, as another
+# organisation). Alert rules for the whole organisation stay readable to both.
+TEAM_ROUTES = {"team", "team-members", "team-devices", "team-locations"}
+TEAM_HIDDEN = {
+    "team_in": dict.fromkeys(TEAM_ROUTES, 404),
+    "team_out": {**dict.fromkeys(TEAM_ROUTES | {
+        "device", "location", "data-device", "data-location", "notification",
+        "notification-ack", "annotation", "annotation-update", "annotation-delete"}, 404),
+        "annotations-create": 400},
+}
 # The B-homed viewer of A, acting in B, sees A as one of their own organisations there.
 MULTI_DIFFERS = {"org": 200, "org-members": 403}
 SESSIONS = ("session", "other_org_session")
@@ -370,6 +387,28 @@ def role_people(world: World) -> dict[str, UUID]:
         accounts.add_membership(conn, user=made["multi"], org=world.org_a, role="viewer")
         accounts.create_user(conn, org=world.org_b, email=MATRIX_OUTSIDER, password=ROLE_PASSWORD)
     return made
+
+
+@pytest.fixture(scope="module", autouse=True)
+def team_people(world: World, role_people: dict[str, UUID]) -> None:
+    """team_in and team_out: teams-only members of org A, each in a team of their own (with
+    A's device and location, and with nothing)."""
+    with psycopg.connect(world.url) as conn:
+        for caller, links in (("team_in", True), ("team_out", False)):
+            user = accounts.create_user(conn, org=world.org_a, email=TEAM_EMAILS[caller],
+                                        password=ROLE_PASSWORD)
+            conn.execute("UPDATE memberships SET teams_only = true WHERE user_id = %s", (user,))
+            team = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, %s) RETURNING id",
+                                (world.org_a, caller)).fetchone()
+            assert team is not None
+            conn.execute("INSERT INTO team_members (team_id, org_id, user_id)"
+                         " VALUES (%s, %s, %s)", (team[0], world.org_a, user))
+            if links:
+                conn.execute("INSERT INTO team_locations (team_id, org_id, location_id)"
+                             " VALUES (%s, %s, %s)", (team[0], world.org_a, world.loc_a))
+                conn.execute("INSERT INTO team_devices (team_id, org_id, device_id) SELECT"
+                             " %s, org_id, id FROM devices WHERE name = %s",
+                             (team[0], world.dev_a))
 
 
 def _role_token(conn: psycopg.Connection, email: str, org: UUID) -> str:
@@ -418,6 +457,8 @@ def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection,
         return apikey(world.keys["b_all"])
     if caller in ("owner", "admin", "viewer"):
         return basic(ROLE_EMAILS[caller], ROLE_PASSWORD)
+    if caller in TEAM_EMAILS:
+        return basic(TEAM_EMAILS[caller], ROLE_PASSWORD)
     if caller == "other_org_multi":
         return basic(ROLE_EMAILS["multi"], ROLE_PASSWORD)
     if caller == "multi_token_a":
@@ -450,6 +491,8 @@ def expected(caller: str, route: Route) -> int:
             else 404
     if caller in BASIC_CALLERS and route.basic_status is not None:
         return route.basic_status
+    if route.name in TEAM_HIDDEN.get(caller, {}):
+        return TEAM_HIDDEN[caller][route.name]
     if caller == "other_org_key" and route.scope.startswith("annotations:"):
         return 403  # org B's key holds the read scopes of the world only
     if caller.startswith("other_org") and route.other_org_status is not None:

@@ -110,7 +110,7 @@ def _expected(world: World) -> dict[str, tuple[str, set[Any], set[Any]]]:
                         {"org", "LA"}),
         "alert_states": ("SELECT device FROM alert_states", {"D1", "D2"}, {"D1"}),
         "alert_events": ("SELECT title FROM alert_events", {"D1", "D2", "LA", "NY", "test"},
-                         {"D1", "LA"}),
+                         {"D1", "LA", "test"}),
         "org_quarantine": ("SELECT device FROM org_quarantine", {"D1", "D2", "D4"}, {"D1"}),
         "teams": ("SELECT name FROM teams", {"West", "East"}, {"West"}),
         "team_locations": ("SELECT location_id FROM team_locations", {world.la, world.ny},
@@ -133,12 +133,14 @@ def test_teams_only_member_sees_their_teams_everywhere(world: World,
 def test_teams_only_without_a_team_or_user_sees_nothing(world: World,
                                                         teams_world: dict[str, Any]) -> None:
     """Fail closed: a teams-only session of a user in no team, or with no user, sees no
-    device or location (an org-wide alert rule names neither and stays readable)."""
+    device or location (an org-wide alert rule, and an event about no device or location,
+    name neither and stay readable)."""
     for user in (teams_world["n1"], None):
         for path, (query, _everyone, _member) in _expected(world).items():
             with api_as(world, user, teams_only=True) as conn:
                 seen = _col(conn, query)
-            assert seen == ({"org"} if path == "alert_rules" else set()), (path, user, seen)
+            neither = {"alert_rules": {"org"}, "alert_events": {"test"}}.get(path, set())
+            assert seen == neither, (path, user, seen)
 
 
 def test_teams_only_member_cannot_link_or_write_past_their_teams(
@@ -255,7 +257,7 @@ def test_teams_only_member_through_the_api(client: FlaskClient, world: World,
         assert _items(client, key, "locations/summary", "id") == locations
     assert _items(client, w1, "alerts", "name") == {"org", "LA"}
     assert _items(client, a1, "alerts", "name") == {"org", "D2", "NY", "LA"}
-    assert _items(client, w1, "notifications", "title") == {"D1", "LA"}
+    assert _items(client, w1, "notifications", "title") == {"D1", "LA", "test"}
     assert _items(client, w1, "annotations", "text") == {"D1", "LA"}
     assert _items(client, a1, "annotations", "text") == {"D1", "D2", "LA", "NY"}
     assert _items(client, w1, "teams", "name") == {"West"}
