@@ -290,3 +290,30 @@ def test_teams_only_member_through_the_api(client: FlaskClient, world: World,
         assert shown.get_data(as_text=True).replace(hidden, "X") == \
             absent.get_data(as_text=True).replace(missing, "X"), (path, params)
         assert _api(client, a1, path, **params).status_code == 200, (path, params)
+
+
+def test_teams_only_data_requests_cost_about_the_same(client: FlaskClient, world: World,
+                                                      member_keys: dict[str, str],
+                                                      figures: Figures) -> None:
+    """The same /data page (D1, which both may read) for the teams-only member and for an
+    ordinary member: the team lookup runs once per statement, not per row."""
+    def best_median(key: str) -> float:
+        took = []
+        for _ in range(15):
+            start = time.perf_counter()
+            got = _api(client, key, "data/calibrated", device="D1", start_time=T0.isoformat(),
+                       limit=500)
+            took.append(time.perf_counter() - start)
+            assert got.status_code == 200 and len(got.get_json()) == 500
+        return sorted(took)[len(took) // 2]
+
+    best_median(member_keys["a1"])  # warm up
+    rounds = [(best_median(member_keys["w1"]), best_median(member_keys["a1"])) for _ in range(3)]
+    ratio = min(r[0] for r in rounds) / min(r[1] for r in rounds)
+    figures.record("teams_only_data_ratio", round(ratio, 2), section="security",
+                   title="/data page of a teams-only member / of an ordinary member "
+                         "(median of 15, best of 3 rounds)",
+                   target="<= 2", source="tests/serve/test_team_visibility.py")
+    # A few statements per request each ask for the team's devices once (about 1.3x on a
+    # page of 500 rows on a quiet machine); 2x leaves room for a loaded one.
+    assert ratio <= 2, rounds
