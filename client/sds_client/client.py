@@ -159,12 +159,16 @@ class Client:
         raise ValueError("set SDS_APIKEY, SDS_TOKEN, or SDS_EMAIL and SDS_PASSWORD")
 
     @classmethod
-    def login(cls, base_url: str, *, email: str, password: str, **transport: Any) -> Client:
-        """A bearer-token client: POST /auth/token with the password, which is not kept."""
+    def login(cls, base_url: str, *, email: str, password: str, org: str | None = None,
+              **transport: Any) -> Client:
+        """A bearer-token client: POST /auth/token with the password, which is not kept. The
+        token acts in `org` (an organisation id of the user's), else their home one."""
         basic = cls(base_url, email=email, password=password, **transport)
+        body = {"email": email, "password": password}
+        if org is not None:
+            body["org"] = org
         answer = basic.transport.request(
-            "POST", f"{API_PREFIX}/auth/token", json={"email": email, "password": password},
-            auth=False).json()
+            "POST", f"{API_PREFIX}/auth/token", json=body, auth=False).json()
         basic.transport.session.close()
         return cls(base_url, token=answer["token"], **transport)
 

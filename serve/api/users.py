@@ -98,7 +98,8 @@ def update_me() -> Any:
 @blp.response(200, PageSchema)
 @requires("users:read")
 def list_users(limit: int, page: int) -> Any:
-    """The organisation's users, active and removed, by email (administrators only)."""
+    """The organisation's members by email, deactivated accounts included (owners and
+    administrators only)."""
     principal = current_principal()
     with pool().connection() as conn:
         if not keypolicy.is_admin(conn, principal):

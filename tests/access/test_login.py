@@ -51,7 +51,8 @@ def test_token_from_json_and_from_form(client: FlaskClient, world: World) -> Non
         r = client.post("/api/v2/auth/token", **kwargs)
         assert r.status_code == 200, r.get_json()
         body = r.get_json()
-        assert list(body) == ["token", "user_id"] and body["user_id"] == str(world.a1)
+        assert list(body) == ["token", "user_id", "org_id"] and body["user_id"] == str(world.a1)
+        assert body["org_id"] == str(world.org_a)  # bound to the home organisation
         assert r.headers["Cache-Control"] == "no-store"
         assert credentials.well_formed(body["token"], credentials.TOKEN_PREFIX)
         assert len(body["token"]) - len(credentials.TOKEN_PREFIX) - 8 >= 43  # >= 256 bits

@@ -11,10 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
+import psycopg
 import pytest
 from sds_client import ApiError, Client
 from sds_client.cli import main as cli_main
 
+from shared import accounts
 from tests.support.data_world import D4_ROWS, PASSWORD_A1, T0, World, tair_at
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,3 +176,22 @@ def test_client_imports_without_the_servers_packages() -> None:
     run = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True,
                          text=True, timeout=60, check=False)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+def test_login_binds_the_token_to_the_organisation_asked(api_url: str, world: World) -> None:
+    """A user of two organisations: Client.login(org=...) acts in that one, else the home."""
+    with psycopg.connect(world.url) as conn:
+        user = accounts.user_id(conn, PASSWORD_A1[0])
+        accounts.add_membership(conn, user=user, org=world.org_b, role="viewer")
+    try:
+        with Client.login(api_url, email=PASSWORD_A1[0], password=PASSWORD_A1[1],
+                          org=str(world.org_b)) as in_b:
+            me = in_b.transport.request("GET", "/api/v2/users/me").json()
+        assert (me["org_id"], me["role"]) == (str(world.org_b), "viewer")
+        with Client.login(api_url, email=PASSWORD_A1[0], password=PASSWORD_A1[1]) as home:
+            assert home.transport.request("GET", "/api/v2/users/me").json()["org_id"] == \
+                str(world.org_a)
+    finally:
+        with psycopg.connect(world.url) as conn:
+            conn.execute("DELETE FROM memberships WHERE user_id = %s AND org_id = %s",
+                         (user, world.org_b))

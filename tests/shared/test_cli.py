@@ -259,3 +259,43 @@ def _connect_rc(port: int, user: str, password: str) -> int | None:
             break
     c.disconnect()
     return codes[0] if codes else None
+
+
+def test_org_memberships(sds, database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """sds org list|add-member|set-role|remove-member: a user in two organisations."""
+    monkeypatch.setenv("SDS_USER_PASSWORD", "long-enough-password")
+    for name in ("Acme", "Bolt"):
+        sds("org", "create", name)
+    sds("user", "create", "--org", "Acme", "--email", "own@acme.example", "--role", "owner")
+    sds("user", "create", "--org", "Acme", "--email", "ann@acme.example")
+    added = sds("org", "add-member", "Bolt", "ann@acme.example", "--role", "viewer",
+                "--teams-only")
+    assert added.exit_code == 0 and added.output.strip() == "ann@acme.example: viewer of Bolt"
+    again = sds("org", "add-member", "Bolt", "ann@acme.example")
+    assert again.exit_code == 1 and "member of the organisation already" in again.output
+    bad = sds("org", "add-member", "Bolt", "own@acme.example", "--role", "admin", "--teams-only")
+    assert bad.exit_code == 1 and "teams_only" in bad.output
+    listed = sds("org", "list", "--user", "ann@acme.example").output.splitlines()
+    assert [line.split("\t")[:3] for line in listed] == [["Acme", "member", "2"],
+                                                         ["Bolt", "viewer", "teams-only"]]
+    assert [line.split("\t")[:2] for line in sds("org", "list").output.splitlines()] == [
+        ["Acme", "2"], ["Bolt", "1"]]
+    # The role in Bolt changes alone; --all-devices lifts teams_only.
+    assert sds("org", "set-role", "Bolt", "ann@acme.example", "member",
+               "--all-devices").output.strip() == "ann@acme.example: member"
+    assert "ann@acme.example\tmember\tactive" in sds("user", "list", "--org", "Bolt").output
+    last = sds("org", "set-role", "Acme", "own@acme.example", "admin")
+    assert last.exit_code == 1 and "last owner" in last.output
+    # Leaving the home organisation moves the home; leaving the last one deactivates.
+    assert sds("org", "remove-member", "Acme", "ann@acme.example").exit_code == 0
+    with psycopg.connect(database_url) as conn:
+        home = conn.execute("SELECT o.name, u.active FROM users u JOIN organisations o"
+                            " ON o.id = u.org_id WHERE u.email = 'ann@acme.example'").fetchone()
+        assert home == ("Bolt", True)
+    assert sds("user", "remove", "ann@acme.example").exit_code == 0  # the home one: Bolt
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT active FROM users WHERE email = 'ann@acme.example'"
+                            ).fetchone() == (False,)
+        actions = [r[0] for r in conn.execute(
+            "SELECT action FROM audit_log WHERE action LIKE 'member.%' ORDER BY id")]
+    assert actions == ["member.add", "member.role", "member.remove", "member.remove"]
