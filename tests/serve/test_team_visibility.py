@@ -317,3 +317,33 @@ def test_teams_only_data_requests_cost_about_the_same(client: FlaskClient, world
     # A few statements per request each ask for the team's devices once (about 1.3x on a
     # page of 500 rows on a quiet machine); 2x leaves room for a loaded one.
     assert ratio <= 2, rounds
+
+
+def test_team_device_at_a_location_outside_the_team(client: FlaskClient, world: World,
+                                                    member_keys: dict[str, str]) -> None:
+    """A teams-only member whose team holds D2 (standing at NY) but not NY: D2 and its data
+    read as usual, with no location; NY stays a 404; nothing answers 5xx."""
+    with psycopg.connect(world.url) as conn:
+        user = accounts.create_user(conn, org=world.org_a, email="d2@a.example",
+                                    password="d2-only-password")
+        conn.execute("UPDATE memberships SET teams_only = true WHERE user_id = %s", (user,))
+        conn.execute("WITH t AS (INSERT INTO teams (org_id, name) VALUES (%s, 'D2 only')"
+                     " RETURNING id) INSERT INTO team_members (team_id, org_id, user_id)"
+                     " SELECT id, %s, %s FROM t", (world.org_a, world.org_a, user))
+        conn.execute("INSERT INTO team_devices (team_id, org_id, device_id) SELECT t.id,"
+                     " t.org_id, d.id FROM teams t, devices d WHERE t.name = 'D2 only'"
+                     " AND d.name = 'D2'")
+        key = accounts.create_api_key(conn, user=user, scopes=READ_SCOPES)["apikey"]
+        conn.commit()
+    assert _items(client, key, "devices", "name") == {"D2"}
+    record = _api(client, key, "devices/D2").get_json()
+    assert record["name"] == "D2" and record.get("location") in (None, {})
+    assert _items(client, key, "locations", "id") == set()
+    since = {"start_time": T0.isoformat(), "limit": 50}
+    for table, extra in (("calibrated", {}), ("calibrated", {"local_time": "America/New_York"}),
+                         ("hourly", {}), ("daily", {"start_time": "2024-01-01T00:00:00Z"}),
+                         ("calibrated", {"format": "csv"})):
+        got = _api(client, key, f"data/{table}", device="D2", **{**since, **extra})
+        assert got.status_code == 200, (table, extra, got.get_data(as_text=True))
+    assert _api(client, key, "data/calibrated", location=str(world.ny),
+                **since).status_code == 404
