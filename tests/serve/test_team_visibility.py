@@ -337,7 +337,7 @@ def test_team_device_at_a_location_outside_the_team(client: FlaskClient, world: 
         conn.commit()
     assert _items(client, key, "devices", "name") == {"D2"}
     record = _api(client, key, "devices/D2").get_json()
-    assert record["name"] == "D2" and record.get("location") in (None, {})
+    assert record["name"] == "D2" and record["current_location"] is None  # NY is not theirs
     assert _items(client, key, "locations", "id") == set()
     since = {"start_time": T0.isoformat(), "limit": 50}
     for table, extra in (("calibrated", {}), ("calibrated", {"local_time": "America/New_York"}),
