@@ -1,11 +1,12 @@
 """The operator CLI, `sds`: one click group gathering every operator command of the service.
 
 The commands live in admin/ (the operator room): organisations, users, locations and keys
-(people.py), teams (teams.py), devices (devices.py, publish.py, brokeraccounts.py), the demo
-(demo.py), account access (access.py), rollups (aggregate.py), storage and retention
-(storage.py), the quarantine (quarantine.py), backups and restore (backup.py), alert rules
-(alerts.py) and the device simulator (simulate.py). admin/ may import every package of the
-service; nothing imports admin/ (pyproject.toml, import-linter)."""
+(people.py), teams (teams.py), invitation and password-reset links (invites.py), devices
+(devices.py, publish.py, brokeraccounts.py), the demo (demo.py), account access (access.py),
+rollups (aggregate.py), storage and retention (storage.py), the quarantine (quarantine.py),
+backups and restore (backup.py), alert rules (alerts.py) and the device simulator
+(simulate.py). admin/ may import every package of the service; nothing imports admin/
+(pyproject.toml, import-linter)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from admin import (
     backup,
     demo,
     devices,
+    invites,
     people,
     quarantine,
     simulate,
@@ -92,3 +94,6 @@ for command in (people.org, people.user, people.location, people.apikey, teams.t
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
                 alerts.alert, alertreaders.alert_reader):
     main.add_command(command)
+# `sds user invite|reset-link` live with the links' commands; they belong to the user group.
+for command in (invites.user_invite, invites.user_reset_link):
+    people.user.add_command(command)

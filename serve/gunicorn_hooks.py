@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from serve.links import ACCEPT_PATH
 from shared import metrics
 from shared.config import Settings
 from shared.db import connect
@@ -54,14 +55,26 @@ def escape_log_value(value: str) -> str:
     return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02X}", value)
 
 
+# A one-time link's secret is in its path (serve/links.py): whoever reads the log must not be
+# able to accept an invitation or reset a password before its addressee.
+_LINK_SECRET = re.compile(re.escape(ACCEPT_PATH) + r"[^/?#\s\"]+")
+
+
+def redact_link_secrets(value: str) -> str:
+    """`value` with the secret of every accept-page path replaced by `<redacted>`."""
+    return _LINK_SECRET.sub(ACCEPT_PATH + "<redacted>", value)
+
+
 class AccessLogger(Logger):
-    """gunicorn's logger whose access-log values are escaped (`escape_log_value`)."""
+    """gunicorn's logger whose access-log values are escaped (`escape_log_value`) and carry no
+    one-time link's secret (`redact_link_secrets`)."""
 
     def atoms(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any
               ) -> dict[str, Any]:
-        """gunicorn's atoms, every text value escaped."""
+        """gunicorn's atoms, every text value redacted and escaped."""
         atoms = super().atoms(resp, req, environ, request_time)
-        return {k: escape_log_value(v) if isinstance(v, str) else v for k, v in atoms.items()}
+        return {k: escape_log_value(redact_link_secrets(v)) if isinstance(v, str) else v
+                for k, v in atoms.items()}
 
 
 def error_body(status: int, message: str) -> bytes:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 from psycopg import errors as pgerr
@@ -65,19 +65,21 @@ def create_user(
         raise BadParameter(f"email: {email!r} is not an email address")
     if role not in credentials.ROLES:
         raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
+    # The id is made here, not RETURNING'd: under the API role (an accepted invitation,
+    # serve/links.py) the new row is not visible until its membership exists, and RETURNING
+    # would have to read it.
+    user = uuid4()
     try:
         with conn.transaction():
-            row = conn.execute(
-                "INSERT INTO users (org_id, email, name, password_hash)"
-                " VALUES (%s, %s, %s, %s) RETURNING id",
-                (org, email.strip(), name, credentials.hash_password(password)),
-            ).fetchone()
-            assert row
+            conn.execute(
+                "INSERT INTO users (id, org_id, email, name, password_hash)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (user, org, email.strip(), name, credentials.hash_password(password)))
             conn.execute("INSERT INTO memberships (user_id, org_id, role) VALUES (%s, %s, %s)",
-                         (row[0], org, role))
+                         (user, org, role))
     except pgerr.UniqueViolation:
         raise DuplicateName(f"a user with email {email!r} already exists") from None
-    return cast(UUID, row[0])
+    return user
 
 
 def add_membership(conn: psycopg.Connection, *, user: UUID, org: UUID, role: str,
@@ -197,6 +199,23 @@ def deploy_device(
     conn: psycopg.Connection, *, device: str, location: UUID, start: datetime,
     end: datetime | None = None,
 ) -> int:
+    """Place `device` at `location` from `start` (until `end`, or open-ended); the new
+    deployment's id (the rules are move_device's)."""
+    return move_device(conn, device=device, location=location, start=start, end=end).deployment
+
+
+@dataclass(frozen=True)
+class Move:
+    """A new deployment and the number of rollup buckets its relabelled readings marked."""
+
+    deployment: int
+    marked: int
+
+
+def move_device(
+    conn: psycopg.Connection, *, device: str, location: UUID, start: datetime,
+    end: datetime | None = None,
+) -> Move:
     """Place `device` at `location` from `start` (until `end`, or open-ended).
 
     A device's current open-ended deployment that began before `start` is closed at `start`
@@ -240,15 +259,14 @@ def deploy_device(
                 "UPDATE health SET location = %s WHERE device = %s AND time >= %s"
                 " AND (%s::timestamptz IS NULL OR time < %s)",
                 (location, device, start, end, end))
-            if moved:
-                dirty.write_marks(conn, dirty.bucket_marks(
-                    device, (r[0] for r in moved), zone(tz_row[0])))
+            marked = dirty.write_marks(conn, dirty.bucket_marks(
+                device, (r[0] for r in moved), zone(tz_row[0]))) if moved else 0
     except pgerr.ExclusionViolation:
         raise OverlappingDeployment(
             f"device {device!r} is already deployed during that time; end or move the other "
             "deployment first") from None
     assert row
-    return cast(int, row[0])
+    return Move(deployment=cast(int, row[0]), marked=marked)
 
 
 def create_api_key(

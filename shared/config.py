@@ -200,6 +200,11 @@ class Settings:
         "http://127.0.0.1:9199/alerts", "Where Alertmanager posts operator alerts (its webhook "
         "JSON); point it at your paging bridge")
     token_ttl: int = _f(24 * 3600, "Bearer token lifetime (s)")
+    public_url: str = _f(
+        "http://127.0.0.1:8080", "The service's address as its users reach it (the edge): "
+        "invitation and password-reset links start with it, never with a request's Host")
+    invite_ttl: int = _f(7 * 24 * 3600, "How long an invitation link works (s)")
+    reset_ttl: int = _f(3600, "How long a password-reset link works (s)")
     apikey_query_enabled: bool = _f(
         False, "Accept the deprecated ?apikey= query form (sunset 2021-05-14)")
     apikey_retrievable: bool = _f(
@@ -289,7 +294,7 @@ class Settings:
     alerts_mqtt_password: str | None = _f(
         None, "Broker password of SDS_ALERTS_MQTT_USERNAME", secret=True)
 
-    # --- outgoing email (alerts now; invitations later) ---
+    # --- outgoing email (alerts, invitations and password resets: shared/mail.py) ---
     smtp_host: str | None = _f(None, "SMTP server for outgoing email (unset: no email is sent)")
     smtp_port: int = _f(25, "SMTP server port")
     smtp_security: str = _f(

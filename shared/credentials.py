@@ -1,4 +1,4 @@
-"""Passwords (argon2id), API keys and bearer tokens: generation, digests and checks.
+"""Passwords (argon2id), API keys, bearer tokens and one-time links: generation, digests, checks.
 
 Keys and tokens are random, carry a recognisable prefix and a CRC32 check suffix (so a
 mistyped or forged value is refused without a database query), and only their SHA-256 digest
@@ -22,6 +22,7 @@ HASHER = PasswordHasher(time_cost=2, memory_cost=19456, parallelism=1)
 
 API_KEY_PREFIX = "sdsk_"
 TOKEN_PREFIX = "sdst_"  # nosec B105  a public prefix, not a password
+LINK_PREFIX = "sdsl_"  # one-time links: invitations and password resets (serve/links.py)
 _BODY_BYTES = 32  # 256 bits of entropy
 
 # A fixed hash to verify against when the email is unknown, so both failures cost the same.
@@ -140,6 +141,12 @@ def new_api_key() -> NewSecret:
 def new_token() -> NewSecret:
     """A new bearer token value."""
     value = _new(TOKEN_PREFIX)
+    return NewSecret(value, digest(value), value[:9], value[-4:])
+
+
+def new_link() -> NewSecret:
+    """A new one-time link secret (invitation or password reset)."""
+    value = _new(LINK_PREFIX)
     return NewSecret(value, digest(value), value[:9], value[-4:])
 
 

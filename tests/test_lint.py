@@ -141,6 +141,7 @@ ONE_HOME = {
     "start_http_server(": "shared/metrics.py",  # every process's metrics endpoint
     "lower(email)": "shared/accounts.py",  # the user-by-email lookup: accounts.user_id
     "len(password) <": "shared/credentials.py",  # the password rule: password_problem
+    "smtplib.": "shared/mail.py",  # the one SMTP conversation (alerts, one-time links)
     'strftime("%Y-%m-%dT': "shared/timeutil.py",  # every text form of a UTC instant
     'replace("+00:00"': "shared/timeutil.py",
     "db.connect(": "",  # see SCOPED_HOME: per package

@@ -56,5 +56,26 @@ for asset in "${ASSETS[@]}"; do
     [[ $(basename "$asset") == LICENSE ]] && dest=$VENDOR/$package.LICENSE
     cmp -s "$src" "$dest" 2>/dev/null || install -m 644 "$src" "$dest"
 done
+# The Parquet writer of "Export whole range (Parquet)" (hyparquet-writer and the hyparquet it
+# imports; MIT, pure JavaScript, no WebAssembly): ES modules the browser loads as they are
+# published, one file per module, into vendor/<package>/. Their few imports of the other
+# package by its npm name ('hyparquet', 'hyparquet/src/x.js') become relative paths here:
+# a browser resolves a bare name only through an inline import map, which the pages' CSP
+# (script-src 'self', no inline script) forbids. The node.js entry files (they import 'fs')
+# are left out.
+for package in hyparquet hyparquet-writer; do
+    mkdir -p "$VENDOR/$package"
+    for src in "$WEB/node_modules/$package"/src/*.js; do
+        [[ $(basename "$src") == node.js ]] && continue
+        sed -e "s#from 'hyparquet'#from '../hyparquet/index.js'#" \
+            -e "s#from 'hyparquet/src/#from '../hyparquet/#" "$src" >"$VENDOR/$package/.next"
+        mv "$VENDOR/$package/.next" "$VENDOR/$package/$(basename "$src")"
+    done
+    install -m 644 "$WEB/node_modules/$package/LICENSE" "$VENDOR/$package/LICENSE"
+done
+# Every import left must be relative: a bare name would fail only in the browser.
+if grep -En "^(import|export|\}).* from '[^.]" "$VENDOR"/hyparquet*/*.js; then
+    die "a vendored Parquet module still imports a package by name (see above)"
+fi
 uplot_version=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$WEB/node_modules/uplot/package.json" | head -n 1)
-say "dashboard assets: npm $npm_step; uPlot $uplot_version, Leaflet, world-atlas in serve/web/static/vendor"
+say "dashboard assets: npm $npm_step; uPlot $uplot_version, Leaflet, world-atlas, hyparquet-writer in serve/web/static/vendor"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from flask import current_app, request
+from flask import current_app, g, request
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
 from serve.web import session as web_session
@@ -60,13 +60,21 @@ def call(method: str, path: str, *, json: Any = None, query: dict[str, Any] | No
         environ = builder.get_environ()
     finally:
         builder.close()
-    app_iter, status, answered = run_wsgi_app(current_app.wsgi_app, environ, buffered=True)
+    # The inner request shares this app context, so its `g` (the principal, the database
+    # role of its connections) is this page's: put the page's back afterwards, or a public
+    # route called here (the OpenAPI document) leaves the page's connections without a tenant.
+    page_g = dict(vars(g))
     try:
-        data = b"".join(app_iter)
+        app_iter, status, answered = run_wsgi_app(current_app.wsgi_app, environ, buffered=True)
+        try:
+            data = b"".join(app_iter)
+        finally:
+            close = getattr(app_iter, "close", None)
+            if close is not None:
+                close()
     finally:
-        close = getattr(app_iter, "close", None)
-        if close is not None:
-            close()
+        vars(g).clear()
+        vars(g).update(page_g)
     code = int(status.split(" ", 1)[0])
     try:
         body = orjson.loads(data) if data else None

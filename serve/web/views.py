@@ -140,8 +140,11 @@ def login() -> Response:
                "Sign in again." if request.args.get("ended") else None)
     if request.args.get("out"):
         message = "You are signed out."
+    accepted = request.args.get("accepted", "")[:320]  # from the accept page (acceptpage.py)
+    if accepted:
+        message = "Done. Sign in with your email and password."
     return _html(render_template("web/login.html", next=request.args.get("next", ""),
-                                 message=message, error=None, email=""))
+                                 message=message, error=None, email=accepted))
 
 
 @blp.route(f"{PREFIX}/login", methods=["POST"])

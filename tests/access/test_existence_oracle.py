@@ -23,7 +23,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import alertrules, alertstore
+from serve import links
+from shared import alertrules, alertstore, audit
+from shared.config import Settings
 from tests.support.access_world import World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app
 
@@ -65,6 +67,10 @@ def _a_object(world: World, kind: str) -> str:
                                    " RETURNING id", (tid, org)).fetchone()
                 assert row is not None
                 found = row[0]
+            elif kind == "invite":
+                found = links.invite(conn, Settings(), org=world.org_a, email="probe@a.example",
+                                     role="member", teams_only=False, actor=audit.OPERATOR,
+                                     by_owner=True).id
             elif kind == "rule":
                 found = alertstore.create(conn, world.org_a, alertrules.parse(
                     {"name": "Oracle", "table": "calibrated", "column": "tair",
@@ -116,6 +122,11 @@ def _team_probes() -> list[Probe]:
 PROBES = [
     Probe("device", "GET", lambda w: f"/api/v2/devices/{w.dev_a}",
           f"/api/v2/devices/{MISSING_DEVICE}", lambda w: w.dev_a, MISSING_DEVICE),
+    Probe("device-deployments", "GET", lambda w: f"/api/v2/devices/{w.dev_a}/deployments",
+          f"/api/v2/devices/{MISSING_DEVICE}/deployments", lambda w: w.dev_a, MISSING_DEVICE),
+    Probe("device-move", "POST", lambda w: f"/api/v2/devices/{w.dev_a}/deployments",
+          f"/api/v2/devices/{MISSING_DEVICE}/deployments", lambda w: w.dev_a, MISSING_DEVICE,
+          body={"location": MISSING_UUID}, key_allowed=False),
     Probe("location", "GET", lambda w: f"/api/v2/locations/{w.loc_a}",
           f"/api/v2/locations/{MISSING_UUID}", lambda w: str(w.loc_a), MISSING_UUID),
     Probe("data-device", "GET", lambda w: f"/api/v2/data/hourly?device={w.dev_a}",
@@ -173,6 +184,19 @@ PROBES = [
     Probe("org-member-add", "POST", lambda w: f"/api/v2/orgs/{w.org_a}/users",
           f"/api/v2/orgs/{MISSING_UUID}/users", lambda w: str(w.org_a), MISSING_UUID,
           body={"email": "b1@b.example", "role": "viewer"}, key_allowed=False),
+    Probe("invitations", "GET", lambda w: f"/api/v2/orgs/{w.org_a}/invitations",
+          f"/api/v2/orgs/{MISSING_UUID}/invitations", lambda w: str(w.org_a), MISSING_UUID),
+    Probe("invitation-create", "POST", lambda w: f"/api/v2/orgs/{w.org_a}/invitations",
+          f"/api/v2/orgs/{MISSING_UUID}/invitations", lambda w: str(w.org_a), MISSING_UUID,
+          body={"email": "probe@b.example", "role": "member"}, key_allowed=False),
+    Probe("invitation-revoke", "DELETE",
+          lambda w: f"/api/v2/orgs/{w.org_a}/invitations/{_a_object(w, 'invite')}",
+          f"/api/v2/orgs/{MISSING_UUID}/invitations/{MISSING_UUID}", lambda w: str(w.org_a),
+          MISSING_UUID, key_allowed=False),
+    Probe("reset-link", "POST", lambda w: f"/api/v2/orgs/{w.org_a}/users/{w.a2}/reset-link",
+          f"/api/v2/orgs/{MISSING_UUID}/users/{MISSING_UUID}/reset-link",
+          lambda w: str(w.org_a), MISSING_UUID, key_allowed=False,
+          rule="/api/v2/orgs/<org_id>/users/<user_id>/reset-link"),
     Probe("channel", "GET", lambda w: f"/api/v2/channels/{w.channel_a}",
           f"/api/v2/channels/{MISSING_UUID}", lambda w: str(w.channel_a), MISSING_UUID),
     Probe("channel-update", "PATCH", lambda w: f"/api/v2/channels/{w.channel_a}",

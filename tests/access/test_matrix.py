@@ -27,8 +27,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from serve import links
 from serve.principal import USER_ONLY
-from shared import accounts, alertrules, alertstore, credentials
+from shared import accounts, alertrules, alertstore, audit, credentials
+from shared.config import Settings
 from tests.support.access_world import (
     PASSWORDS,
     World,
@@ -125,6 +127,14 @@ def _fresh_member(world: World, conn: psycopg.Connection) -> str:
     return f"/api/v2/orgs/{world.org_a}/users/{uid}"
 
 
+def _fresh_invite(world: World, conn: psycopg.Connection) -> str:
+    """A new pending invitation of org A (DELETE revokes one per cell)."""
+    made = links.invite(conn, Settings(), org=world.org_a, email=f"{uuid4().hex[:12]}@a.example",
+                        role="member", teams_only=False, actor=audit.OPERATOR, by_owner=True)
+    conn.commit()
+    return f"/api/v2/orgs/{world.org_a}/invitations/{made.id}"
+
+
 def _no_matrix_channel(world: World, conn: psycopg.Connection) -> str:
     """The channels path, after removing the channel an earlier cell created (names are unique
     per organisation)."""
@@ -202,6 +212,13 @@ ROUTES = [
     Route("devices", "GET", "/api/v2/devices", lambda w, c: "/api/v2/devices", "devices:read"),
     Route("device", "GET", "/api/v2/devices/<name>",
           lambda w, c: f"/api/v2/devices/{w.dev_a}", "devices:read", a_object=True),
+    Route("device-deployments", "GET", "/api/v2/devices/<name>/deployments",
+          lambda w, c: f"/api/v2/devices/{w.dev_a}/deployments", "devices:read",
+          a_object=True),
+    Route("device-move", "POST", "/api/v2/devices/<name>/deployments",
+          lambda w, c: f"/api/v2/devices/{w.dev_a}/deployments", "locations:write",
+          ok=201, body={"location": "00000000-0000-0000-0000-000000000000"}, a_object=True,
+          admin_only=True),
     Route("locations", "GET", "/api/v2/locations", lambda w, c: "/api/v2/locations",
           "locations:read"),
     Route("location", "GET", "/api/v2/locations/<location_id>",
@@ -237,6 +254,26 @@ ROUTES = [
     Route("org-member-add", "POST", "/api/v2/orgs/<org_id>/users", _no_matrix_member,
           "orgs:write", ok=201, body={"email": MATRIX_OUTSIDER, "role": "viewer"},
           a_object=True, admin_only=True),
+    # Invitations and password reset (issue 23): administrators, and two public routes.
+    Route("invitations", "GET", "/api/v2/orgs/<org_id>/invitations",
+          lambda w, c: f"/api/v2/orgs/{w.org_a}/invitations", "orgs:read", a_object=True,
+          admin_only=True),
+    Route("invitation-create", "POST", "/api/v2/orgs/<org_id>/invitations",
+          lambda w, c: f"/api/v2/orgs/{w.org_a}/invitations", "orgs:write", ok=201,
+          body={"email": "matrix@a.example", "role": "member"}, a_object=True,
+          admin_only=True),
+    Route("invitation-revoke", "DELETE", "/api/v2/orgs/<org_id>/invitations/<invitation_id>",
+          _fresh_invite, "orgs:write", ok=204,
+          a_object=True, admin_only=True),
+    Route("reset-link", "POST", "/api/v2/orgs/<org_id>/users/<user_id>/reset-link",
+          lambda w, c: f"/api/v2/orgs/{w.org_a}/users/{w.a2}/reset-link", "orgs:write",
+          ok=201, a_object=True, admin_only=True),
+    # Public: a made-up link is the one 400 whoever asks; a reset request is always 202.
+    Route("link-accept", "POST", "/api/v2/auth/accept", lambda w, c: "/api/v2/auth/accept",
+          None, ok=400, body={"token": "sdsl_matrix", "password": "matrix-password"}),
+    Route("password-reset", "POST", "/api/v2/auth/password-reset",
+          lambda w, c: "/api/v2/auth/password-reset", None, ok=202,
+          body={"email": "nobody@a.example"}),
     Route("summary", "GET", "/api/v2/locations/summary",
           lambda w, c: "/api/v2/locations/summary?temp=f", "locations:read"),
     Route("apikeys-list", "GET", "/api/v2/apikeys", lambda w, c: "/api/v2/apikeys",

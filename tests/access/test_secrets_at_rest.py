@@ -17,7 +17,14 @@ import psycopg
 import pytest
 
 from shared import credentials, sealing
-from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
+from tests.support.access_world import (
+    PASSWORDS,
+    World,
+    apikey,
+    basic,
+    bearer,
+    reset_memberships,
+)
 from tests.support.apps import close_app, make_app
 
 PG_DUMP = Path("/usr/lib/postgresql/15/bin/pg_dump")
@@ -43,6 +50,8 @@ def _dump(url: str) -> str:
 
 def test_no_raw_secret_in_database_or_logs(fresh_world: World,
                                            caplog: pytest.LogCaptureFixture) -> None:
+    with psycopg.connect(fresh_world.url) as conn:
+        reset_memberships(conn, fresh_world)  # b1 administers org B: makes links below
     # Key retrieval on (as deploy/run.sh runs it): keys are kept sealed, never raw.
     app = make_app(fresh_world.url, login_max_failures=3, apikey_seal_keys=sealing.new_key())
     made: list[str] = []
@@ -69,10 +78,23 @@ def test_no_raw_secret_in_database_or_logs(fresh_world: World,
             client.get("/api/v2/devices", headers=apikey(key[:-1] + "x"))  # bad check
             client.get("/api/v2/devices", headers=bearer(fresh_world.tokens["revoked"]))
             assert client.delete("/api/v2/auth/token", headers=bearer(token)).status_code == 204
+            # One-time links (invitation and reset): shown once, accepted, never stored raw.
+            invited = client.post(f"/api/v2/orgs/{fresh_world.org_b}/invitations",
+                                  headers=basic("b1@b.example"),
+                                  json={"email": "dump@b.example", "role": "member"})
+            reset = client.post(f"/api/v2/orgs/{fresh_world.org_b}/users/{fresh_world.b1}"
+                                "/reset-link", headers=basic("b1@b.example"))
+            for answer in (invited, reset):
+                secret = answer.get_json()["link"].rsplit("/", 1)[1]
+                made.append(secret)
+                assert client.post("/api/v2/auth/accept", json={
+                    "token": secret, "password": "dump-new-password-1"}).status_code == 200
+            client.post("/api/v2/auth/password-reset", json={"email": "b1@b.example"})
     finally:
         close_app(app)
     dump = _dump(fresh_world.url)
     assert "auth_tokens" in dump and "api_keys" in dump  # the dump did include the tables
+    assert "one_time_links" in dump
     logged = caplog.text + "\n".join(str(r.args) for r in caplog.records)
     for secret in [*fresh_world.secrets(), *made]:
         assert secret not in dump, "a raw secret is stored in the database"

@@ -21,6 +21,7 @@ import pytest
 from psycopg import errors
 
 from aggregate import jobs
+from serve import links
 from shared import audit, db
 from shared.config import Settings
 from tests.support.access_world import World
@@ -53,6 +54,7 @@ TENANT_ROWS = {
                     " WHERE org_id = %(org)s",
     "team_locations": "SELECT team_id::text || location_id FROM team_locations"
                       " WHERE org_id = %(org)s",
+    "one_time_links": "SELECT id::text FROM one_time_links WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
 KEY_OF = {
@@ -76,6 +78,7 @@ KEY_OF = {
     "team_members": ("team_id::text || user_id", "added"),
     "team_devices": ("team_id::text || device_id", "added"),
     "team_locations": ("team_id::text || location_id", "added"),
+    "one_time_links": ("id::text", "revoked_at"),
 }
 # What the API role may change at all (grants); RLS must hold on these. audit_log is
 # append-only (INSERT and SELECT): its rows can be neither changed nor deleted.
@@ -85,9 +88,9 @@ API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDAT
                 "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
                 "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
-                "annotations": "UPDATE DELETE", "teams": "UPDATE DELETE",
-                "team_members": "UPDATE DELETE", "team_devices": "UPDATE DELETE",
-                "team_locations": "UPDATE DELETE"}
+                "annotations": "UPDATE DELETE", "one_time_links": "UPDATE",
+                "teams": "UPDATE DELETE", "team_members": "UPDATE DELETE",
+                "team_devices": "UPDATE DELETE", "team_locations": "UPDATE DELETE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
@@ -158,6 +161,8 @@ def rls_world(world: World) -> World:
             conn.execute("INSERT INTO team_devices (team_id, org_id, device_id)"
                          " SELECT %s, org_id, id FROM devices WHERE org_id = %s",
                          (team[0], org))
+            links.invite(conn, Settings(), org=org, email="rls@x.example", role="member",
+                         teams_only=False, actor=audit.OPERATOR, by_owner=True)
     return world
 
 

@@ -32,6 +32,16 @@ DASHBOARD_RULES = {
     ("/dashboard/alerts", "GET"), ("/dashboard/alerts", "POST"),
     ("/dashboard/alerts/<rule_id>/delete", "POST"), ("/dashboard/notifications", "GET"),
     ("/dashboard/notifications/<event_id>/ack", "POST"), ("/dashboard/annotations", "POST"),
+    # The people pages (issue 23; serve/web/peoplepages.py, placepages.py): through the API.
+    ("/dashboard/keys", "GET"), ("/dashboard/keys", "POST"),
+    ("/dashboard/keys/<key_id>/active", "POST"), ("/dashboard/keys/<key_id>/delete", "POST"),
+    ("/dashboard/members", "GET"), ("/dashboard/members/<user_id>/role", "POST"),
+    ("/dashboard/members/<user_id>/remove", "GET"),
+    ("/dashboard/members/<user_id>/remove", "POST"),
+    ("/dashboard/account", "GET"), ("/dashboard/account", "POST"),
+    ("/dashboard/locations/<location_id>", "GET"),
+    ("/dashboard/locations/<location_id>", "POST"),
+    ("/dashboard/audit", "GET"),
 }
 # Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).
 IMPLICIT = {"HEAD", "OPTIONS"}

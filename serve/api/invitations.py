@@ -1,0 +1,215 @@
+"""Invitations and password reset (issue 23; docs/auth.md "Invitations and password reset").
+
+- `POST /orgs/{id}/invitations` (`email`, `role`, optional `teams_only`), `GET` (pending ones),
+  `DELETE /orgs/{id}/invitations/{invitation_id}` (revoke), and `POST
+  /orgs/{id}/users/{user_id}/reset-link` are for the organisation's administrators (an API key
+  needs `orgs:write`, or `orgs:read` to list). The link is mailed when SMTP is configured,
+  otherwise shown in the answer (`mailed: false`); a reset link made by an administrator is
+  always shown to them.
+- `POST /auth/accept` (`token`, `password`, optional `name`) and `POST /auth/password-reset`
+  (`email`) are public: the link's secret is the credential, and a reset request answers the
+  same 202 whether or not the email has an account.
+The rules are serve/links.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from flask import current_app
+from marshmallow import Schema, fields
+from marshmallow.validate import Length
+
+from serve import keypolicy, links, members
+from serve.auth import (
+    audit_actor,
+    authenticator,
+    client_address,
+    current_principal,
+    public,
+    requires,
+)
+from serve.body import load, request_body
+from serve.errors import Blueprint
+from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
+from serve.pool import pool
+from serve.principal import Principal
+from serve.records import stamp
+from shared import mail
+from shared.errors import Forbidden, UnknownObject
+
+blp = Blueprint("invitations", __name__, url_prefix="/api/v2",
+                description="Invitations into the organisation and password reset links.")
+
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+
+
+class InviteSchema(Schema):
+    """Body of POST /orgs/{id}/invitations."""
+
+    email = fields.String(required=True, validate=Length(min=3, max=320))
+    role = fields.String(required=True, metadata={"description": "owner, admin, member, viewer"})
+    teams_only = fields.Boolean(load_default=False)
+
+
+class AcceptSchema(Schema):
+    """Body of POST /auth/accept: the link's secret and the new password (and a name)."""
+
+    token = fields.String(required=True, validate=Length(min=1, max=200))
+    password = fields.String(load_default=None, validate=Length(min=1, max=1024))
+    name = fields.String(load_default=None, allow_none=True, validate=Length(max=200))
+
+
+class ResetRequestSchema(Schema):
+    """Body of POST /auth/password-reset."""
+
+    email = fields.String(required=True, validate=Length(min=1, max=320))
+
+
+def _admin_of(conn: Any, principal: Principal, org_id: str, what: str) -> UUID:
+    """The organisation named in the path, for one of its owners and administrators:
+    Forbidden for anyone else first (a member learns nothing); then, as in /orgs, another of
+    the caller's organisations is 403 (the request acts in one) and any other is the same 404
+    as a missing one."""
+    if not keypolicy.is_admin(conn, principal):
+        raise Forbidden(f"{what} is for administrators of the organisation")
+    try:
+        asked = UUID(org_id)
+    except ValueError:
+        asked = None
+    if asked == principal.org_id:
+        return principal.org_id
+    if asked is not None and asked in {o["id"] for o in members.my_orgs(conn)}:
+        raise Forbidden(f"this request acts in organisation {principal.org_id}; to act in "
+                        f"{asked} use a token for it (POST /api/v2/auth/token with \"org\")")
+    raise UnknownObject(f"unknown organisation {org_id!r}")
+
+
+def _uuid(raw: str, what: str) -> UUID:
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise UnknownObject(f"unknown {what} {raw!r}") from None
+
+
+@blp.route("/orgs/<org_id>/invitations", methods=["POST"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": InviteSchema}}})
+@blp.response(201)
+@requires("orgs:write")
+def create_invitation(org_id: str) -> Any:
+    """Invite someone by email with a role: the link is mailed when SMTP is configured, else
+    shown here (`link`, `mailed: false`) for the administrator to pass on."""
+    principal = current_principal()
+    body = load(InviteSchema(), request_body(form=False))
+    settings = authenticator(current_app).settings
+    with pool().connection() as conn:
+        org = _admin_of(conn, principal, org_id, "inviting")
+        issued = links.invite(conn, settings, org=org, email=body["email"], role=body["role"],
+                              teams_only=body["teams_only"], actor=audit_actor(conn),
+                              by_owner=principal.role == "owner")
+        record = links.invite_record(links.fetch_invite(conn, org, issued.id))
+        org_name = members.fetch_org(conn, org)[0]["name"]
+    # After the commit: a mail server that stalls holds no transaction open.
+    problem = links.send_link(settings, to=record["email"], purpose="invite", url=issued.url,
+                              org_name=org_name, role=record["role"], expires=issued.expires) \
+        if mail.configured(settings) else "email is off: SDS_SMTP_HOST is not set"
+    record["mailed"] = problem is None
+    if problem is not None:
+        record["link"] = issued.url  # not mailed: the administrator passes it on
+        record["not_mailed_because"] = problem
+    return record, 201, NO_STORE
+
+
+@blp.route("/orgs/<org_id>/invitations", methods=["GET"])
+@blp.arguments(PageArgsSchema, location="query", as_kwargs=True)
+@blp.response(200, PageSchema)
+@requires("orgs:read")
+def list_invitations(org_id: str, limit: int, page: int) -> Any:
+    """The organisation's pending invitations, newest first (never their links)."""
+    principal = current_principal()
+    with pool().connection() as conn:
+        org = _admin_of(conn, principal, org_id, "listing invitations")
+        rows, total = links.pending_invites(conn, org, limit, offset(limit, page))
+    pages = check_page(total, limit, page)
+    return envelope([links.invite_record(r) for r in rows], total=total, limit=limit,
+                    page=page, pages=pages)
+
+
+@blp.route("/orgs/<org_id>/invitations/<invitation_id>", methods=["DELETE"])
+@blp.response(204)
+@requires("orgs:write")
+def revoke_invitation(org_id: str, invitation_id: str) -> Any:
+    """Revoke a pending invitation: its link stops working at once."""
+    principal = current_principal()
+    with pool().connection() as conn:
+        org = _admin_of(conn, principal, org_id, "revoking an invitation")
+        links.revoke_invite(conn, org=org, link=_uuid(invitation_id, "invitation"),
+                            actor=audit_actor(conn))
+    return None
+
+
+@blp.route("/orgs/<org_id>/users/<user_id>/reset-link", methods=["POST"])
+@blp.response(201)
+@requires("orgs:write")
+def create_reset_link(org_id: str, user_id: str) -> Any:
+    """A password-reset link for a member, shown to the administrator (who passes it on)."""
+    principal = current_principal()
+    settings = authenticator(current_app).settings
+    with pool().connection() as conn:
+        org = _admin_of(conn, principal, org_id, "making a password-reset link")
+        issued = links.reset_link(conn, settings, org=org, user=_uuid(user_id, "user"),
+                                  actor=audit_actor(conn), by_owner=principal.role == "owner")
+    return {"id": str(issued.id), "user_id": user_id, "link": issued.url,
+            "expires": stamp(issued.expires)}, 201, NO_STORE
+
+
+@blp.route("/auth/accept", methods=["POST"])
+@blp.doc(security=[], requestBody={"required": True, "content": {
+    "application/json": {"schema": AcceptSchema},
+    "application/x-www-form-urlencoded": {"schema": AcceptSchema}}})
+@blp.response(200)
+@public
+def accept_link() -> Any:
+    """Accept an invitation or a password reset with the link's secret (`token`): sets the
+    password (a new account, or a reset), or joins an existing account to the organisation.
+    Throttled like a sign-in; any secret that does not accept gets the same 400."""
+    body = load(AcceptSchema(), request_body(form=True))
+    auth = authenticator(current_app)
+    with pool().connection() as conn:
+        done = links.accept(conn, auth, secret=body["token"].strip(), password=body["password"],
+                            name=body["name"], address=client_address(auth.settings))
+    return done, 200, NO_STORE
+
+
+@blp.route("/auth/password-reset", methods=["POST"])
+@blp.doc(security=[], requestBody={"required": True, "content": {
+    "application/json": {"schema": ResetRequestSchema},
+    "application/x-www-form-urlencoded": {"schema": ResetRequestSchema}}})
+@blp.response(202)
+@public
+def request_password_reset() -> Any:
+    """Ask for a password-reset link by email. The answer is the same 202 whether or not the
+    email has an account (no account oracle); with SMTP configured the link is mailed to it.
+    Requests count like failed sign-ins per email and address (429 past the limit)."""
+    email = load(ResetRequestSchema(), request_body(form=True))["email"]
+    auth = authenticator(current_app)
+    address = client_address(auth.settings)
+    subject = "reset:" + email.strip().lower()
+    with pool().connection() as conn:
+        auth.check_throttle(conn, subject, address)
+        auth.record_failure(conn, subject, address)
+        found = links.request_reset(conn, auth.settings, email=email, address=address)
+    if found is not None and mail.configured(auth.settings):
+        outbox(current_app).put(*found)
+    return {"message": "if this email has an account, a link to reset its password is on its "
+            "way"}, 202, NO_STORE
+
+
+def outbox(app: Any) -> links.Outbox:
+    """The app's reset-mail sender (one background thread per process, started on first use)."""
+    box = app.extensions.get("reset_outbox")
+    if box is None:
+        box = app.extensions["reset_outbox"] = links.Outbox(authenticator(app).settings)
+    return box

@@ -1,0 +1,399 @@
+"""One-time links (issue 23, docs/auth.md "Invitations and password reset"): invitations into an
+organisation and password resets, made by the API (serve/api/invitations.py) and `sds user
+invite|reset-link` (admin/invites.py), accepted at POST /api/v2/auth/accept.
+
+A link is `SDS_PUBLIC_URL/dashboard/accept/<secret>`; the database keeps the secret's SHA-256
+digest only (migration 0160). It works once, until it expires (SDS_INVITE_TTL, SDS_RESET_TTL)
+or is revoked; a newer link of the same kind for the same email (or user) revokes the older
+one. Accepting is throttled like a sign-in (serve.authenticator) and an unknown, used, expired,
+revoked or malformed secret gets the one same 400. Every step is in the audit log.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+
+from serve import logins, members
+from serve.authenticator import Authenticator
+from serve.records import stamp
+from shared import accounts, audit, credentials, mail
+from shared.config import Settings
+from shared.db import ROLE_API, role_for
+from shared.errors import BadParameter, BadRequest, Conflict, Forbidden, UnknownObject
+
+log = logging.getLogger(__name__)
+
+ACCEPT_PATH = "/dashboard/accept/"
+"""Where a link points under SDS_PUBLIC_URL: the dashboard's accept page (serve/web/views.py)."""
+
+REFUSED = ("this link is invalid, expired, revoked or already used; ask for a new one")
+"""The one answer to every secret that does not accept (no oracle of which it was)."""
+
+
+@dataclass(frozen=True)
+class Issued:
+    """A new link: its record id, the URL holding the secret (shown or mailed once), expiry."""
+
+    id: UUID
+    url: str
+    expires: datetime
+
+
+def link_url(settings: Settings, secret: str) -> str:
+    """The accept page's URL for `secret`, under SDS_PUBLIC_URL (never a request's Host
+    header, which a caller chooses)."""
+    return settings.public_url.rstrip("/") + ACCEPT_PATH + secret
+
+
+def _email(value: str) -> str:
+    """An invited email, lower-cased (accounts' emails are matched without case)."""
+    email = value.strip().lower()
+    if "@" not in email or any(c.isspace() for c in email) or len(email) > 320 or \
+            email.startswith("@") or email.endswith("@"):
+        raise BadParameter(f"email: {value[:80]!r} is not an email address")
+    return email
+
+
+def _insert(conn: psycopg.Connection, settings: Settings, *, purpose: str, org: UUID,
+            email: str, actor: audit.Actor, ttl: int, role: str | None = None,
+            teams_only: bool = False, user: UUID | None = None) -> Issued:
+    """Store a new link (revoking the pending one it replaces) and return it."""
+    same = "email = %s" if purpose == "invite" else "user_id = %s"  # invitations: lower case
+    conn.execute(f"UPDATE one_time_links SET revoked_at = now() WHERE org_id = %s"  # nosec B608
+                 f" AND purpose = %s AND {same} AND used_at IS NULL AND revoked_at IS NULL",
+                 (org, purpose, email if purpose == "invite" else user))
+    secret = credentials.new_link()
+    row = conn.execute(
+        "INSERT INTO one_time_links (purpose, org_id, email, role, teams_only, user_id, inviter,"
+        " inviter_label, digest, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s,"
+        " now() + make_interval(secs => %s)) RETURNING id, expires_at",
+        (purpose, org, email, role, teams_only, user, actor.user_id, actor.label[:320],
+         secret.digest, ttl)).fetchone()
+    assert row is not None
+    return Issued(row[0], link_url(settings, secret.value), row[1])
+
+
+# ---- invitations ---------------------------------------------------------------------------
+
+
+def invite(conn: psycopg.Connection, settings: Settings, *, org: UUID, email: str, role: str,
+           teams_only: bool, actor: audit.Actor, by_owner: bool) -> Issued:
+    """Invite `email` into `org` with `role` (and `teams_only`): a new link (the previous
+    pending invitation of that email is revoked). Only an owner (`by_owner`; the operator
+    counts as one) invites an owner; Conflict when the email already is an active member."""
+    email = _email(email)
+    if role not in credentials.ROLES:
+        raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
+    if teams_only and role not in TEAMS_ONLY_ROLES:
+        raise BadParameter(f"teams_only: only for the roles {' and '.join(TEAMS_ONLY_ROLES)}")
+    if role == "owner" and not by_owner:
+        raise Forbidden("only an owner of the organisation invites an owner")
+    if _is_member(conn, org=org, email=email):
+        raise Conflict(f"{email} is already a member of the organisation")
+    issued = _insert(conn, settings, purpose="invite", org=org, email=email, actor=actor,
+                     ttl=settings.invite_ttl, role=role, teams_only=teams_only)
+    audit.record(conn, org=org, actor=actor, action="invite.create", target_type="invite",
+                 target_id=issued.id, details={"email": email, "role": role,
+                                               "teams_only": teams_only,
+                                               "expires": stamp(issued.expires)})
+    return issued
+
+
+_INVITE_SQL = ("SELECT id, email, role, teams_only, inviter, inviter_label, created_at,"
+               " expires_at FROM one_time_links")
+
+
+def invite_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A served invitation (never its secret, which only its answer at creation holds)."""
+    return {"id": str(row["id"]), "email": row["email"], "role": row["role"],
+            "teams_only": row["teams_only"],
+            "invited_by": {"user_id": None if row["inviter"] is None else str(row["inviter"]),
+                           "label": row["inviter_label"]},
+            "created": stamp(row["created_at"]), "expires": stamp(row["expires_at"])}
+
+
+def fetch_invite(conn: psycopg.Connection, org: UUID, link: UUID) -> dict[str, Any]:
+    """One pending invitation of `org`; UnknownObject for any other id."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_INVITE_SQL + " WHERE id = %s AND org_id = %s AND purpose = 'invite'"
+                          " AND used_at IS NULL AND revoked_at IS NULL AND expires_at > now()",
+                          (link, org)).fetchone()
+    if row is None:
+        raise UnknownObject(f"unknown invitation {link}")
+    return row
+
+
+def pending_invites(conn: psycopg.Connection, org: UUID, limit: int, offset: int
+                    ) -> tuple[list[dict[str, Any]], int]:
+    """One page of the organisation's pending invitations (newest first) and their total."""
+    live = (" WHERE org_id = %s AND purpose = 'invite' AND used_at IS NULL"
+            " AND revoked_at IS NULL AND expires_at > now()")
+    total = conn.execute("SELECT count(*) FROM one_time_links" + live, (org,)).fetchone()
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_INVITE_SQL + live + " ORDER BY created_at DESC, id"
+                           " LIMIT %s OFFSET %s", (org, limit, offset)).fetchall()
+    return rows, int(total[0]) if total else 0
+
+
+def revoke_invite(conn: psycopg.Connection, *, org: UUID, link: UUID,
+                  actor: audit.Actor) -> None:
+    """Revoke a pending invitation: its link answers like an unknown one from now on."""
+    row = fetch_invite(conn, org, link)
+    conn.execute("UPDATE one_time_links SET revoked_at = now() WHERE id = %s", (link,))
+    audit.record(conn, org=org, actor=actor, action="invite.revoke", target_type="invite",
+                 target_id=link, details={"email": row["email"], "role": row["role"]})
+
+
+# ---- password reset links ------------------------------------------------------------------
+
+
+def reset_link(conn: psycopg.Connection, settings: Settings, *, org: UUID, user: UUID,
+               actor: audit.Actor, by_owner: bool) -> Issued:
+    """A password-reset link for `user`, a member of `org` (made by a manager or the operator,
+    and shown to them). UnknownObject for anyone else; Forbidden where the link would reach
+    beyond what its maker manages (`_check_reset_allowed`)."""
+    row = members.fetch_user(conn, user, org)
+    if not row["active"]:
+        raise UnknownObject(f"unknown user {user}")  # removed: no longer a member
+    if actor != audit.OPERATOR:  # the operator reaches every organisation anyway
+        _check_reset_allowed(conn, user=user, role=row["role"], by_owner=by_owner)
+    issued = _insert(conn, settings, purpose="password_reset", org=org, email=row["email"],
+                     actor=actor, ttl=settings.reset_ttl, user=user)
+    audit.record(conn, org=org, actor=actor, action="user.reset_link", target_type="user",
+                 target_id=user, details={"email": row["email"],
+                                          "expires": stamp(issued.expires)})
+    return issued
+
+
+def request_reset(conn: psycopg.Connection, settings: Settings, *, email: str,
+                  address: str) -> tuple[str, str, datetime] | None:
+    """POST /auth/password-reset: (email, URL, expiry) of a new link when `email` names an active
+    account, else None, in one database call either way (migration 0160's
+    `sds_link_reset_request`, which also writes the audit entry), so neither the answer nor its
+    time tells whether the account exists. Runs as sds_auth (before anyone is signed in)."""
+    secret = credentials.new_link()
+    row = None if "\x00" in email else conn.execute(
+        "SELECT user_id, org_id, email FROM sds_link_reset_request(%s, %s, %s, %s)",
+        (email.strip()[:320], secret.digest, settings.reset_ttl, address)).fetchone()
+    expires = datetime.now(UTC) + timedelta(seconds=settings.reset_ttl)
+    return None if row is None else (row[2], link_url(settings, secret.value), expires)
+
+
+# ---- the membership step: what joining an organisation writes ----------------------------
+
+
+TEAMS_ONLY_ROLES = ("member", "viewer")
+"""Roles that may be limited to the member's teams (memberships, migration 0150)."""
+
+
+def _is_member(conn: psycopg.Connection, *, org: UUID, email: str) -> bool:
+    """Whether `email` is an active member of `org`."""
+    try:
+        user = accounts.user_id(conn, email)
+        return bool(members.fetch_user(conn, user, org)["active"])
+    except UnknownObject:  # no account, or (row-level security) none in this organisation
+        return False
+
+
+def _grant(conn: psycopg.Connection, *, org: UUID, user: UUID, role: str,
+           teams_only: bool) -> bool:
+    """Make `user` a member of `org` with `role`; False when they are one already (they keep
+    the role they have: an invitation never demotes, nor promotes past a later change)."""
+    try:
+        accounts.add_membership(conn, user=user, org=org, role=role, teams_only=teams_only)
+    except Conflict:
+        return False
+    return True
+
+
+def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
+                         by_owner: bool) -> None:
+    """A reset link taken by a manager opens the whole account: refused (403) for an owner
+    unless the maker is one, and for a user who also belongs to another organisation, whose
+    data this organisation's managers must not reach (they ask for a reset by email)."""
+    if role == "owner" and not by_owner:
+        raise Forbidden("only an owner of the organisation makes a reset link for an owner")
+    row = conn.execute("SELECT sds_link_other_orgs(%s)", (user,)).fetchone()
+    if row and row[0]:
+        raise Forbidden("this user belongs to other organisations too: they reset their "
+                        "password themselves (POST /api/v2/auth/password-reset), or the "
+                        "operator makes the link (sds user reset-link)")
+
+
+# ---- acceptance ----------------------------------------------------------------------------
+
+
+def _act_in(conn: psycopg.Connection, settings: Settings, org: UUID) -> None:
+    """For the rest of this transaction, work as the API role in the link's organisation: the
+    link is the credential, its organisation the request's (row-level security applies)."""
+    role = role_for(settings, ROLE_API)
+    if role is None:
+        conn.execute("SELECT set_config('app.org_id', %s, true)", (str(org),))
+    else:
+        conn.execute("SELECT set_config('role', %s, true), set_config('app.org_id', %s, true)",
+                     (role, str(org)))
+
+
+def accept(conn: psycopg.Connection, auth: Authenticator, *, secret: str, password: str | None,
+           name: str | None, address: str) -> dict[str, Any]:
+    """Accept a link: an invitation makes (or joins) the account, a reset sets its password
+    and revokes its bearer tokens. Throttled per link and per address like a sign-in; the
+    caller commits (a failure rolls the link's use back, so a refused password keeps it)."""
+    wanted = credentials.digest(secret)
+    subject = "link:" + wanted.hex()
+    auth.check_throttle(conn, subject, address)
+    if password is not None and (problem := credentials.password_problem(password)):
+        raise BadParameter(problem)
+    row = conn.execute(
+        "SELECT id, purpose, org_id, email, role, teams_only, user_id FROM sds_link_use(%s)",
+        (wanted,)).fetchone() if credentials.well_formed(secret, credentials.LINK_PREFIX) \
+        else None
+    if row is None:
+        auth.record_failure(conn, subject, address)
+        conn.commit()  # the count must survive the 400 that follows
+        raise BadRequest(REFUSED)
+    link, purpose, org, email, role, teams_only, user = row
+    existing = conn.execute("SELECT id, org_id, password_hash, active FROM sds_auth_user(%s)",
+                            (email,)).fetchone()
+    _act_in(conn, auth.settings, org)
+    if purpose == "password_reset":
+        return _accept_reset(conn, link=link, org=org, user=user, email=email,
+                             password=password, address=address)
+    return _accept_invite(conn, link=link, org=org, email=email, role=role,
+                          teams_only=teams_only, existing=existing, password=password,
+                          name=name, address=address)
+
+
+def _accept_reset(conn: psycopg.Connection, *, link: UUID, org: UUID, user: UUID, email: str,
+                  password: str | None, address: str) -> dict[str, Any]:
+    if password is None:
+        raise BadParameter("password: required to reset the password")
+    tokens = logins.revoke_tokens(conn, user=user)
+    logins.change_password(conn, user=user, password=password)
+    # A reset link ends the other reset links of the user: one new password, one way in.
+    conn.execute("UPDATE one_time_links SET revoked_at = now() WHERE user_id = %s"
+                 " AND used_at IS NULL AND revoked_at IS NULL", (user,))
+    audit.record(conn, org=org, actor=audit.Actor(label=email, via="link", user_id=user,
+                                                  address=address),
+                 action="user.password_reset", target_type="user", target_id=user,
+                 details={"link": str(link), "tokens_revoked": tokens})
+    return {"purpose": "password_reset", "user_id": str(user), "email": email,
+            "org_id": str(org), "tokens_revoked": tokens}
+
+
+def _accept_invite(conn: psycopg.Connection, *, link: UUID, org: UUID, email: str, role: str,
+                   teams_only: bool, existing: Any, password: str | None, name: str | None,
+                   address: str) -> dict[str, Any]:
+    if existing is not None and existing[3]:
+        # An active account joins with the password it has: the link proves the email, not
+        # the right to replace a password that may guard other organisations.
+        user = existing[0]
+        account = "existing" if _grant(conn, org=org, user=user, role=role,
+                                       teams_only=teams_only) else "member already"
+    else:
+        if password is None:
+            raise BadParameter("password: required to create the account")
+        account = "created" if existing is None else "reactivated"
+        if existing is None:
+            user = accounts.create_user(conn, org=org, email=email, password=password,
+                                        name=name, role=role)
+            if teams_only:
+                members.set_role(conn, org=org, user=user, role=role, teams_only=True,
+                                 by_owner=True)  # the inviter's right was checked at invite
+        else:
+            # An account whose memberships had all ended (deactivated): the new one brings it
+            # back, and the password of the link's taker replaces the forgotten old one.
+            user = existing[0]
+            _grant(conn, org=org, user=user, role=role, teams_only=teams_only)
+            logins.change_password(conn, user=user, password=password)
+    audit.record(conn, org=org, actor=audit.Actor(label=email, via="link", user_id=user,
+                                                  address=address),
+                 action="invite.accept", target_type="user", target_id=user,
+                 details={"link": str(link), "email": email, "role": role,
+                          "teams_only": teams_only, "account": account})
+    return {"purpose": "invite", "user_id": str(user), "email": email, "org_id": str(org),
+            "role": role, "teams_only": teams_only, "account": account}
+
+
+def peek(conn: psycopg.Connection, secret: str) -> dict[str, Any] | None:
+    """What the accept page shows of a live link (purpose, email, role, organisation, expiry,
+    whether the email has an account); None for any other secret."""
+    if not credentials.well_formed(secret, credentials.LINK_PREFIX):
+        return None
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute("SELECT purpose, email, role, org_name, expires_at, account"
+                          " FROM sds_link_peek(%s)", (credentials.digest(secret),)).fetchone()
+    return row
+
+
+# ---- mail ----------------------------------------------------------------------------------
+
+
+def message_text(*, purpose: str, url: str, org_name: str, role: str | None,
+                 expires: datetime) -> tuple[str, str]:
+    """(subject, text) of a link's email."""
+    until = expires.strftime("%Y-%m-%d %H:%M UTC")
+    if purpose == "invite":
+        return (f"You are invited to {org_name}",
+                f"You are invited to join {org_name} as {role}.\n\nOpen this link to accept "
+                f"(it works once, until {until}):\n\n{url}\n\nIf you did not expect this, "
+                "ignore this email.\n")
+    return ("Reset your password",
+            f"Someone (hopefully you) asked to reset the password of this account.\n\nOpen this "
+            f"link to choose a new one (it works once, until {until}):\n\n{url}\n\nIf you did not "
+            "ask, ignore this email: your password stays as it is.\n")
+
+
+def send_link(settings: Settings, *, to: str, purpose: str, url: str, org_name: str,
+              role: str | None, expires: datetime) -> str | None:
+    """Mail a link now; None when the SMTP server took it, else what went wrong."""
+    subject, text = message_text(purpose=purpose, url=url, org_name=org_name, role=role,
+                                 expires=expires)
+    return mail.send(settings, mail.new_message(settings, to=to, subject=subject, text=text))
+
+
+class Outbox:
+    """Reset emails sent by one background thread per process, so POST /auth/password-reset
+    answers in the same time whether or not there is an email to send (the SMTP conversation
+    would otherwise tell). Bounded: past `size` waiting emails, more are dropped and logged."""
+
+    def __init__(self, settings: Settings, size: int = 100) -> None:
+        self.settings = settings
+        self._queue: queue.Queue[tuple[str, str, datetime]] = queue.Queue(size)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def put(self, to: str, url: str, expires: datetime) -> None:
+        """Queue one reset email (never blocks)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="sds-reset-mail",
+                                                daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait((to, url, expires))
+        except queue.Full:
+            log.warning("password-reset email dropped: %d waiting already",
+                        self._queue.maxsize)
+
+    def _run(self) -> None:
+        while True:
+            to, url, expires = self._queue.get()
+            problem = send_link(self.settings, to=to, purpose="password_reset", url=url,
+                                org_name="", role=None, expires=expires)
+            if problem:
+                log.warning("password-reset email not sent: %s", problem)
+            self._queue.task_done()
+
+    def join(self) -> None:
+        """Wait until every queued email was tried (tests)."""
+        self._queue.join()

@@ -1,0 +1,59 @@
+"""Outgoing email through the operator's SMTP server (SDS_SMTP_*): the one SMTP conversation of
+the service, used by the alert deliverer (alerts/delivery/mail.py) and the invitation and
+password-reset links (serve/links.py)."""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+from email.message import EmailMessage
+
+from shared.config import Settings
+
+SECURITY = ("none", "starttls", "tls")
+"""Values of SDS_SMTP_SECURITY."""
+
+
+def configured(settings: Settings) -> bool:
+    """Whether email is on (SDS_SMTP_HOST set)."""
+    return bool(settings.smtp_host)
+
+
+def new_message(settings: Settings, *, to: str, subject: str, text: str) -> EmailMessage:
+    """A plain-text message from SDS_SMTP_FROM."""
+    msg = EmailMessage()
+    msg["From"] = settings.smtp_from
+    msg["To"] = to
+    msg["Subject"] = subject
+    msg.set_content(text)
+    return msg
+
+
+def send(settings: Settings, msg: EmailMessage) -> str | None:
+    """Send `msg` to its recipients; None when the server accepted it for every recipient,
+    else what went wrong (email off, a bad security setting, a refused recipient, any SMTP or
+    network error), at most 500 characters."""
+    if not settings.smtp_host:
+        return "email is off: SDS_SMTP_HOST is not set"
+    if settings.smtp_security not in SECURITY:
+        return f"SDS_SMTP_SECURITY must be one of {', '.join(SECURITY)}"
+    try:
+        smtp: smtplib.SMTP
+        if settings.smtp_security == "tls":
+            smtp = smtplib.SMTP_SSL(settings.smtp_host, settings.smtp_port,
+                                    timeout=settings.smtp_timeout,
+                                    context=ssl.create_default_context())
+        else:
+            smtp = smtplib.SMTP(settings.smtp_host, settings.smtp_port,
+                                timeout=settings.smtp_timeout)
+        with smtp:
+            if settings.smtp_security == "starttls":
+                smtp.starttls(context=ssl.create_default_context())
+            if settings.smtp_username:
+                smtp.login(settings.smtp_username, settings.smtp_password or "")
+            refused = smtp.send_message(msg)
+    except (OSError, smtplib.SMTPException) as exc:
+        return f"SMTP: {type(exc).__name__}: {exc}"[:500]
+    if refused:
+        return f"SMTP refused {', '.join(sorted(refused))}"[:500]
+    return None
