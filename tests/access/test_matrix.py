@@ -383,7 +383,8 @@ TEAM_ROUTES = {"team", "team-members", "team-devices", "team-locations"}
 TEAM_HIDDEN = {
     "team_in": dict.fromkeys(TEAM_ROUTES, 404),
     "team_out": {**dict.fromkeys(TEAM_ROUTES | {
-        "device", "location", "data-device", "data-location", "notification",
+        "device", "device-deployments", "location", "data-device", "data-location",
+        "notification",
         "notification-ack", "annotation", "annotation-update", "annotation-delete"}, 404),
         "annotations-create": 400},
 }
