@@ -1,12 +1,12 @@
 """The operator CLI, `sds`: one click group gathering every operator command of the service.
 
 The commands live in admin/ (the operator room): organisations, users, locations and keys
-(people.py), invitation and password-reset links (invites.py), devices (devices.py,
-publish.py, brokeraccounts.py), the demo (demo.py), account access (access.py), rollups
-(aggregate.py), storage and retention (storage.py), the quarantine (quarantine.py), backups
-and restore (backup.py), alert rules (alerts.py) and the device simulator (simulate.py).
-admin/ may import every package of the service; nothing imports admin/ (pyproject.toml,
-import-linter)."""
+(people.py), teams (teams.py), invitation and password-reset links (invites.py), devices
+(devices.py, publish.py, brokeraccounts.py), the demo (demo.py), account access (access.py),
+rollups (aggregate.py), storage and retention (storage.py), the quarantine (quarantine.py),
+backups and restore (backup.py), alert rules (alerts.py) and the device simulator
+(simulate.py). admin/ may import every package of the service; nothing imports admin/
+(pyproject.toml, import-linter)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from admin import (
     quarantine,
     simulate,
     storage,
+    teams,
 )
 from admin.context import Context, pass_ctx
 from shared import config, migrate
@@ -87,8 +88,9 @@ def db_status(obj: Context) -> None:
     click.echo(f"timescaledb {version or 'not installed'}")
 
 
-for command in (people.org, people.user, people.location, people.apikey, devices.device,
-                demo.demo, access.access_cli, aggregate.aggregate, storage.storage_cli,
+for command in (people.org, people.user, people.location, people.apikey, teams.team,
+                devices.device, demo.demo, access.access_cli, aggregate.aggregate,
+                storage.storage_cli,
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
                 alerts.alert, alertreaders.alert_reader):
     main.add_command(command)

@@ -29,6 +29,7 @@ from serve.api import BLUEPRINTS
 from serve.pool import ReadRouter, attach, attach_reads
 from shared.config import Settings
 from shared.db import ROLE_API, ROLE_AUTH, make_pool, role_for, set_request_scope
+from shared.errors import Forbidden
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,11 @@ def _request_scope(settings: Settings) -> Callable[[Any], None]:
         if principal is None:
             set_request_scope(conn, auth_role, None)
         else:
+            if principal.teams_only and api is None:
+                # Teams limit a member in the database's policies only (migration 0155); as
+                # the login role (SDS_DB_ROLES=false) nothing would, so refuse, never show all.
+                raise Forbidden("access limited to teams needs the database roles "
+                                "(SDS_DB_ROLES=true); ask an administrator")
             set_request_scope(conn, api, principal.org_id, principal.user_id,
                               principal.teams_only)
 

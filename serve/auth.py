@@ -64,6 +64,8 @@ _SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("/api/v2/users", None, "users:write"),
     ("/api/v2/orgs", frozenset({"GET", "HEAD"}), "orgs:read"),
     ("/api/v2/orgs", None, "orgs:write"),
+    ("/api/v2/teams", frozenset({"GET", "HEAD"}), "teams:read"),
+    ("/api/v2/teams", None, "teams:write"),
     ("/api/v2/annotations", frozenset({"GET", "HEAD"}), "annotations:read"),
     ("/api/v2/annotations", None, "annotations:write"),
 )

@@ -9,7 +9,9 @@ device page and location page) as the `sds_api` role with `app.org_id` set, i.e.
 row-level security policies of migrations 0050/0051, against the same statements as the
 owner (which RLS does not filter: superuser), interleaved, medians. Also times the per-checkout
 round trip that switches a pooled connection's role and organisation (set_request_scope)
-against a plain `SELECT 1`. Prints ratios; a benchmark, not a test.
+against a plain `SELECT 1`. Teams (migration 0155): the same pages for a teams-only member
+whose team holds the location (so all 20 devices) against an unrestricted caller. Prints
+ratios; a benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -88,6 +90,17 @@ def main() -> int:
             conn.execute("INSERT INTO calibrated (time, device, location) SELECT"
                          " %s - g * interval '5 minutes', 'X00001', %s"
                          " FROM generate_series(0, 9999) g", (END, world.location))
+            # A teams-only member whose one team holds the location (migration 0155).
+            member = accounts.create_user(conn, org=world.org, email="team@bench.example",
+                                          password="bench-team-password")
+            conn.execute("UPDATE memberships SET teams_only = true WHERE user_id = %s",
+                         (member,))
+            conn.execute("WITH t AS (INSERT INTO teams (org_id, name) VALUES (%s, 'bench')"
+                         " RETURNING id) INSERT INTO team_members (team_id, org_id, user_id)"
+                         " SELECT id, %s, %s FROM t", (world.org, world.org, member))
+            conn.execute("INSERT INTO team_locations (team_id, org_id, location_id)"
+                         " SELECT id, org_id, %s FROM teams WHERE name = 'bench'",
+                         (world.location,))
             conn.commit()
         start = END - timedelta(minutes=5 * (PAGE + 10))
         device_scan = scan_for(world, device="B00000", start=start, end=END, csv=False)
@@ -100,11 +113,18 @@ def main() -> int:
         owner = db.connect(url, options="-c TimeZone=UTC")
         api = db.connect(url, options="-c TimeZone=UTC")
         db.set_request_scope(api, db.ROLE_API, UUID(str(world.org)))
+        teams_only = db.connect(url, options="-c TimeZone=UTC")
+        db.set_request_scope(teams_only, db.ROLE_API, UUID(str(world.org)), member, True)
         rows = []
         for name, scan in (("10k device page", device_scan), ("10k location page", loc_scan)):
             t_api, t_owner = _interleaved(_page(api, scan), _page(owner, scan), repeat)
             rows.append((f"{name}: sds_api + RLS / owner", t_api / t_owner,
                          f"{t_api * 1e3:.1f} ms vs {t_owner * 1e3:.1f} ms"))
+        for name, scan in (("10k device page", device_scan), ("10k location page", loc_scan)):
+            t_team, t_api = _interleaved(_page(teams_only, scan), _page(api, scan), repeat)
+            rows.append((f"{name}: teams-only / unrestricted", t_team / t_api,
+                         f"{t_team * 1e3:.1f} ms vs {t_api * 1e3:.1f} ms"))
+        teams_only.close()
         n = 200
         t_scope, t_one = _interleaved(
             lambda: [db.set_request_scope(api, db.ROLE_API, world.org) for _ in range(n)],

@@ -17,6 +17,7 @@ from serve.api import (
     notifications,
     orgs,
     schemas,
+    teams,
     tokens,
     users,
 )
@@ -37,6 +38,7 @@ BLUEPRINTS = [
     audit.blp,
     users.blp,
     orgs.blp,
+    teams.blp,
     invitations.blp,
     channels.blp,
     annotations_blp,

@@ -30,6 +30,7 @@ from tests.support.access_world import World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app
 
 MISSING_UUID = "00000000-0000-4000-8000-000000000000"
+TEAM_B = "00000000-0000-4000-8000-0000000000b0"  # org B's own team, to put things into
 MISSING_DEVICE = "Z999999"  # same length as the seeded device names
 TIMING_PAIRS = 60
 TIMING_ROUNDS = 3  # a round spoiled by a load burst on the shared machine is measured again
@@ -55,11 +56,18 @@ _MADE: dict[tuple[str, str], str] = {}
 
 
 def _a_object(world: World, kind: str) -> str:
-    """An alert rule or an event of org A, made once per world."""
+    """An alert rule, an event or a team of org A (team_b: of org B), made once per world."""
     key = (world.url, kind)
     if key not in _MADE:
         with psycopg.connect(world.url) as conn:
-            if kind == "invite":
+            if kind.startswith("team"):
+                org, tid = (world.org_b, TEAM_B) if kind == "team_b" else (world.org_a, None)
+                row = conn.execute("INSERT INTO teams (id, org_id, name) VALUES"
+                                   " (coalesce(%s, gen_random_uuid()), %s, 'oracle')"
+                                   " RETURNING id", (tid, org)).fetchone()
+                assert row is not None
+                found = row[0]
+            elif kind == "invite":
                 found = links.invite(conn, Settings(), org=world.org_a, email="probe@a.example",
                                      role="member", teams_only=False, actor=audit.OPERATOR,
                                      by_owner=True).id
@@ -76,6 +84,39 @@ def _a_object(world: World, kind: str) -> str:
                 found = row[0]
         _MADE[key] = str(found)
     return _MADE[key]
+
+
+def _team_probes() -> list[Probe]:
+    """Teams (issue 23): org A's team asked by org B's administrator, and org A's user,
+    device and location put into org B's own team (each against a missing one)."""
+    def team(w: World) -> str:
+        return _a_object(w, "team")
+
+    def mine(w: World) -> str:
+        return _a_object(w, "team_b")
+
+    gone = f"/api/v2/teams/{MISSING_UUID}"
+    probes = [
+        Probe("team", "GET", lambda w: f"/api/v2/teams/{team(w)}", gone, team, MISSING_UUID),
+        Probe("team-rename", "PATCH", lambda w: f"/api/v2/teams/{team(w)}", gone, team,
+              MISSING_UUID, body={"name": "probe"}, key_allowed=False),
+        Probe("team-delete", "DELETE", lambda w: f"/api/v2/teams/{team(w)}", gone, team,
+              MISSING_UUID, key_allowed=False),
+    ]
+    for plural, target, missing in (("members", lambda w: str(w.a2), MISSING_UUID),
+                                    ("devices", lambda w: w.dev_a, MISSING_DEVICE),
+                                    ("locations", lambda w: str(w.loc_a), MISSING_UUID)):
+        probes.append(Probe(f"team-{plural}", "GET",
+                            lambda w, p=plural: f"/api/v2/teams/{team(w)}/{p}",
+                            f"{gone}/{plural}", team, MISSING_UUID,
+                            rule=f"/api/v2/teams/<team_id>/{plural}"))
+        for method in ("PUT", "DELETE"):
+            probes.append(Probe(
+                f"team-{plural}-{method.lower()}", method,
+                lambda w, p=plural, t=target: f"/api/v2/teams/{mine(w)}/{p}/{t(w)}",
+                f"/api/v2/teams/{TEAM_B}/{plural}/{missing}", target, missing,
+                key_allowed=False))
+    return probes
 
 
 PROBES = [
@@ -176,6 +217,7 @@ PROBES = [
     Probe("annotation-delete", "DELETE", lambda w: f"/api/v2/annotations/{w.annotation_a}",
           f"/api/v2/annotations/{MISSING_UUID}", lambda w: str(w.annotation_a), MISSING_UUID,
           key_allowed=False),
+    *_team_probes(),
 ]
 
 
@@ -211,7 +253,7 @@ def test_served_object_routes_are_all_probed(app: Flask) -> None:
     """Every served rule with an object id in its path has a probe (a new one cannot be
     forgotten); /data names its object in the query and is probed by table."""
     # Paths with their ids as "<>", as rules are with their converters.
-    probed = {re.sub(f"{MISSING_UUID}|{MISSING_DEVICE}", "<>", p.missing.split("?")[0])
+    probed = {re.sub(f"{MISSING_UUID}|{MISSING_DEVICE}|{TEAM_B}", "<>", p.missing.split("?")[0])
               for p in PROBES}
     for rule in app.url_map.iter_rules():
         if rule.rule.startswith("/api/v2/") and rule.arguments and \

@@ -143,7 +143,72 @@ def _no_matrix_channel(world: World, conn: psycopg.Connection) -> str:
     return "/api/v2/channels"
 
 
+def _a_team(world: World, conn: psycopg.Connection, name: str = "matrix-team") -> str:
+    """The id of org A's team `name` (made on first use; DELETE cells use their own name)."""
+    row = conn.execute("SELECT id FROM teams WHERE org_id = %s AND name = %s",
+                       (world.org_a, name)).fetchone()
+    if row is None:
+        row = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, %s) RETURNING id",
+                           (world.org_a, name)).fetchone()
+        conn.commit()
+    return str(row[0]) if row else ""
+
+
+def _no_new_team(world: World, conn: psycopg.Connection) -> str:
+    """The teams path, after removing the team an earlier cell created (names are unique)."""
+    conn.execute("DELETE FROM teams WHERE org_id = %s AND name = 'matrix-new'", (world.org_a,))
+    conn.commit()
+    return "/api/v2/teams"
+
+
+def _linked(world: World, conn: psycopg.Connection, plural: str, target: str) -> str:
+    """Org A's team path with `target` in its `plural` list (a DELETE cell takes it out)."""
+    team = _a_team(world, conn)
+    column, value = {"members": ("user_id", target), "locations": ("location_id", target),
+                     "devices": ("device_id", None)}[plural]
+    if plural == "devices":
+        row = conn.execute("SELECT id FROM devices WHERE name = %s", (target,)).fetchone()
+        value = str(row[0]) if row else None
+    conn.execute(f"INSERT INTO team_{plural} (team_id, org_id, {column}) VALUES (%s, %s, %s)"
+                 " ON CONFLICT DO NOTHING", (team, world.org_a, value))
+    conn.commit()
+    return f"/api/v2/teams/{team}/{plural}/{target}"
+
+
+def _team_routes() -> list[Route]:
+    """Teams (issue 23): reads for any member, writes for administrators only."""
+    team = "/api/v2/teams/<team_id>"
+    links = (("members", "user_id", lambda w: w.a2), ("devices", "device_name", lambda w: w.dev_a),
+             ("locations", "location_id", lambda w: w.loc_a))
+    routes = [
+        Route("teams", "GET", "/api/v2/teams", lambda w, c: "/api/v2/teams", "teams:read"),
+        Route("teams-create", "POST", "/api/v2/teams", _no_new_team,
+              "teams:write", ok=201, body={"name": "matrix-new"}, admin_only=True),
+        Route("team", "GET", team, lambda w, c: f"/api/v2/teams/{_a_team(w, c)}", "teams:read",
+              a_object=True),
+        Route("team-rename", "PATCH", team, lambda w, c: f"/api/v2/teams/{_a_team(w, c)}",
+              "teams:write", body={"name": "matrix-team"}, a_object=True, admin_only=True),
+        Route("team-delete", "DELETE", team,
+              lambda w, c: f"/api/v2/teams/{_a_team(w, c, 'matrix-gone')}", "teams:write",
+              ok=204, a_object=True, admin_only=True),
+    ]
+    for plural, arg, target in links:
+        routes.append(Route(f"team-{plural}", "GET", f"{team}/{plural}",
+                            lambda w, c, p=plural: f"/api/v2/teams/{_a_team(w, c)}/{p}",
+                            "teams:read", a_object=True))
+        routes.append(Route(
+            f"team-{plural}-put", "PUT", f"{team}/{plural}/<{arg}>",
+            lambda w, c, p=plural, t=target: f"/api/v2/teams/{_a_team(w, c)}/{p}/{t(w)}",
+            "teams:write", a_object=True, admin_only=True))
+        routes.append(Route(
+            f"team-{plural}-delete", "DELETE", f"{team}/{plural}/<{arg}>",
+            lambda w, c, p=plural, t=target: _linked(w, c, p, str(t(w))), "teams:write",
+            ok=204, a_object=True, admin_only=True))
+    return routes
+
+
 ROUTES = [
+    *_team_routes(),
     Route("devices", "GET", "/api/v2/devices", lambda w, c: "/api/v2/devices", "devices:read"),
     Route("device", "GET", "/api/v2/devices/<name>",
           lambda w, c: f"/api/v2/devices/{w.dev_a}", "devices:read", a_object=True),
@@ -298,13 +363,31 @@ ROUTES = [
 CALLERS = ["anonymous", "wrong_password", "basic", "bearer", "token_expired", "token_revoked",
            "key_scoped", "key_unscoped", "key_expired", "key_inactive", "key_deleted",
            "other_org_basic", "other_org_bearer", "other_org_key", "session",
-           "other_org_session", "owner", "admin", "viewer", "multi_token_a", "other_org_multi"]
+           "other_org_session", "owner", "admin", "viewer", "multi_token_a", "other_org_multi",
+           "team_in", "team_out"]
 # Callers by their role in org A (a1's "basic", "bearer", "session" are members).
-ROLE_OF = {"owner": "owner", "admin": "admin", "viewer": "viewer", "multi_token_a": "viewer"}
+ROLE_OF = {"owner": "owner", "admin": "admin", "viewer": "viewer", "multi_token_a": "viewer",
+           "team_in": "member", "team_out": "member"}
 ROLE_PASSWORD = "matrix-role-password"
 ROLE_EMAILS = {"owner": "owner@a.example", "admin": "admin@a.example",
                "viewer": "viewer@a.example", "multi": "multi@b.example"}
-BASIC_CALLERS = {"basic", "other_org_basic", "owner", "admin", "viewer", "other_org_multi"}
+TEAM_EMAILS = {"team_in": "team-in@a.example", "team_out": "team-out@a.example"}
+BASIC_CALLERS = {"basic", "other_org_basic", "owner", "admin", "viewer", "other_org_multi",
+                 "team_in", "team_out"}
+# Teams-only members of org A (docs/auth.md "Teams"): team_in's team holds A's device and
+# location, team_out's holds nothing. Neither is in the matrix's own team ("matrix-team"),
+# so its routes are 404 to both; team_out sees none of A's device, location, the event about
+# the device, the annotation on the location, and cannot annotate the device (400, as another
+# organisation). Alert rules for the whole organisation stay readable to both.
+TEAM_ROUTES = {"team", "team-members", "team-devices", "team-locations"}
+TEAM_HIDDEN = {
+    "team_in": dict.fromkeys(TEAM_ROUTES, 404),
+    "team_out": {**dict.fromkeys(TEAM_ROUTES | {
+        "device", "device-deployments", "location", "data-device", "data-location",
+        "notification",
+        "notification-ack", "annotation", "annotation-update", "annotation-delete"}, 404),
+        "annotations-create": 400},
+}
 # The B-homed viewer of A, acting in B, sees A as one of their own organisations there.
 MULTI_DIFFERS = {"org": 200, "org-members": 403}
 SESSIONS = ("session", "other_org_session")
@@ -315,7 +398,8 @@ SCOPE_KEY = {"data:read": "data", "devices:read": "devices", "locations:read": "
              "orgs:read": "orgs", "orgs:write": "orgs_write",
              "annotations:read": "annotations_read", "annotations:write": "annotations_write",
              "notifications:read": "notifications_read",
-             "notifications:write": "notifications_write", USER_ONLY: "all"}
+             "notifications:write": "notifications_write", "teams:read": "teams_read",
+             "teams:write": "teams_write", USER_ONLY: "all"}
 
 
 def _session_cookie(app: Flask, token: str) -> dict[str, str]:
@@ -341,6 +425,28 @@ def role_people(world: World) -> dict[str, UUID]:
         accounts.add_membership(conn, user=made["multi"], org=world.org_a, role="viewer")
         accounts.create_user(conn, org=world.org_b, email=MATRIX_OUTSIDER, password=ROLE_PASSWORD)
     return made
+
+
+@pytest.fixture(scope="module", autouse=True)
+def team_people(world: World, role_people: dict[str, UUID]) -> None:
+    """team_in and team_out: teams-only members of org A, each in a team of their own (with
+    A's device and location, and with nothing)."""
+    with psycopg.connect(world.url) as conn:
+        for caller, links in (("team_in", True), ("team_out", False)):
+            user = accounts.create_user(conn, org=world.org_a, email=TEAM_EMAILS[caller],
+                                        password=ROLE_PASSWORD)
+            conn.execute("UPDATE memberships SET teams_only = true WHERE user_id = %s", (user,))
+            team = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, %s) RETURNING id",
+                                (world.org_a, caller)).fetchone()
+            assert team is not None
+            conn.execute("INSERT INTO team_members (team_id, org_id, user_id)"
+                         " VALUES (%s, %s, %s)", (team[0], world.org_a, user))
+            if links:
+                conn.execute("INSERT INTO team_locations (team_id, org_id, location_id)"
+                             " VALUES (%s, %s, %s)", (team[0], world.org_a, world.loc_a))
+                conn.execute("INSERT INTO team_devices (team_id, org_id, device_id) SELECT"
+                             " %s, org_id, id FROM devices WHERE name = %s",
+                             (team[0], world.dev_a))
 
 
 def _role_token(conn: psycopg.Connection, email: str, org: UUID) -> str:
@@ -375,8 +481,8 @@ def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection,
         return bearer(world.tokens["revoked"])
     if caller == "key_scoped":
         return apikey(world.keys[SCOPE_KEY.get(route.scope or "", "all")])
-    if caller == "key_unscoped":
-        return apikey(world.keys["none"])
+    if caller == "key_unscoped":  # a valid scope, but not the one the route needs
+        return apikey(world.keys["data" if route.scope == "teams:read" else "none"])
     if caller in ("key_expired", "key_inactive", "key_deleted"):
         return apikey(world.keys[caller.removeprefix("key_")])
     if caller == "other_org_basic":
@@ -389,6 +495,8 @@ def _headers(caller: str, route: Route, world: World, conn: psycopg.Connection,
         return apikey(world.keys["b_all"])
     if caller in ("owner", "admin", "viewer"):
         return basic(ROLE_EMAILS[caller], ROLE_PASSWORD)
+    if caller in TEAM_EMAILS:
+        return basic(TEAM_EMAILS[caller], ROLE_PASSWORD)
     if caller == "other_org_multi":
         return basic(ROLE_EMAILS["multi"], ROLE_PASSWORD)
     if caller == "multi_token_a":
@@ -421,6 +529,8 @@ def expected(caller: str, route: Route) -> int:
             else 404
     if caller in BASIC_CALLERS and route.basic_status is not None:
         return route.basic_status
+    if route.name in TEAM_HIDDEN.get(caller, {}):
+        return TEAM_HIDDEN[caller][route.name]
     if caller == "other_org_key" and route.scope.startswith("annotations:"):
         return 403  # org B's key holds the read scopes of the world only
     if caller.startswith("other_org") and route.other_org_status is not None:

@@ -48,6 +48,12 @@ TENANT_ROWS = {
     "alert_deliveries": "SELECT id::text FROM alert_deliveries WHERE org_id = %(org)s",
     "audit_log": "SELECT id::text FROM audit_log WHERE org_id = %(org)s",
     "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
+    "teams": "SELECT id::text FROM teams WHERE org_id = %(org)s",
+    "team_members": "SELECT team_id::text || user_id FROM team_members WHERE org_id = %(org)s",
+    "team_devices": "SELECT team_id::text || device_id FROM team_devices"
+                    " WHERE org_id = %(org)s",
+    "team_locations": "SELECT team_id::text || location_id FROM team_locations"
+                      " WHERE org_id = %(org)s",
     "one_time_links": "SELECT id::text FROM one_time_links WHERE org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
@@ -68,6 +74,10 @@ KEY_OF = {
     "alert_channels": ("id::text", "name"),
     "alert_deliveries": ("id::text", "last_error"),
     "annotations": ("id::text", "text"),
+    "teams": ("id::text", "name"),
+    "team_members": ("team_id::text || user_id", "added"),
+    "team_devices": ("team_id::text || device_id", "added"),
+    "team_locations": ("team_id::text || location_id", "added"),
     "one_time_links": ("id::text", "revoked_at"),
 }
 # What the API role may change at all (grants); RLS must hold on these. audit_log is
@@ -78,7 +88,9 @@ API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDAT
                 "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
                 "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
-                "annotations": "UPDATE DELETE", "one_time_links": "UPDATE"}
+                "annotations": "UPDATE DELETE", "one_time_links": "UPDATE",
+                "teams": "UPDATE DELETE", "team_members": "UPDATE DELETE",
+                "team_devices": "UPDATE DELETE", "team_locations": "UPDATE DELETE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
 DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
@@ -108,8 +120,8 @@ _tally = {"tables": 0, "forced": 0, "data_tables": 0, "data_forced": 0, "cross_o
 
 @pytest.fixture(scope="module")
 def rls_world(world: World) -> World:
-    """The access world plus a crop coefficient schedule and an audit entry in each
-    organisation."""
+    """The access world plus a crop coefficient schedule, an audit entry, alert rows, an
+    annotation and a team in each organisation."""
     with psycopg.connect(world.url) as conn:
         for org in (world.org_a, world.org_b):
             audit.record(conn, org=org, actor=audit.OPERATOR, action="org.note",
@@ -139,6 +151,16 @@ def rls_world(world: World) -> World:
                                (world.org_b, world.b1, world.loc_b)):
             conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"
                          " author_id) VALUES (%s, %s, now(), 'note', %s)", (org, loc, user))
+            # A team of the organisation's user, location and device (migration 0155).
+            team = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, 't')"
+                                " RETURNING id", (org,)).fetchone()
+            conn.execute("INSERT INTO team_members (team_id, org_id, user_id)"
+                         " VALUES (%s, %s, %s)", (team[0], org, user))
+            conn.execute("INSERT INTO team_locations (team_id, org_id, location_id)"
+                         " VALUES (%s, %s, %s)", (team[0], org, loc))
+            conn.execute("INSERT INTO team_devices (team_id, org_id, device_id)"
+                         " SELECT %s, org_id, id FROM devices WHERE org_id = %s",
+                         (team[0], org))
             links.invite(conn, Settings(), org=org, email="rls@x.example", role="member",
                          teams_only=False, actor=audit.OPERATOR, by_owner=True)
     return world

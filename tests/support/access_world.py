@@ -38,7 +38,9 @@ KEY_SCOPES = {
     "users_write": ["users:write"],
     "orgs": ["orgs:read"],
     "orgs_write": ["orgs:write"],
-    "none": ["teams:read"],  # a valid scope that no endpoint needs (yet)
+    "teams_read": ["teams:read"],
+    "teams_write": ["teams:write"],
+    "none": ["teams:read"],  # a valid scope; the matrix uses "data" where teams:read is needed
     "expired": ALL_READ,
     "inactive": ALL_READ,
     "deleted": ALL_READ,
@@ -158,7 +160,7 @@ def seed(url: str) -> World:
         # Org B's key reads whatever org A's callers read, so its cells differ by tenancy only.
         world.key_ids["b_all"], world.keys["b_all"] = new_key(
             conn, b1, [*ALL_READ, "users:read", "users:write", "orgs:read",
-                       "notifications:read", "notifications:write"])
+                       "notifications:read", "notifications:write", "teams:read"])
         world.key_ids["a2_all"], world.keys["a2_all"] = new_key(conn, a2, ALL_READ)
         row = conn.execute("INSERT INTO alert_channels (org_id, name, kind) VALUES"
                            " (%s, 'valve', 'mqtt') RETURNING id", (org_a,)).fetchone()

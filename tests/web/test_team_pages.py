@@ -1,0 +1,67 @@
+"""The dashboard of a teams-only member (issue 23, docs/auth.md "Teams"): on the dashboard's
+seeded world, team "A2 only" holds device A2 and no location; its teams-only member sees A2
+in the device list and its page, and nothing of A1, A3 or North field: device pages and the
+quarantine of the others are the same 404 as a missing device. The pages read through the
+same database policies as the API (migration 0155)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from flask.testing import FlaskClient
+
+from shared import accounts
+from tests.support.dashboard import World, sign_in
+
+EMAIL, PASSWORD = "team@a.example", "team-a-password"
+
+
+@pytest.fixture(scope="module")
+def team_member(world: World) -> None:
+    """A teams-only member of org A in team "A2 only" (device A2)."""
+    with psycopg.connect(world.url) as conn:
+        user = accounts.create_user(conn, org=world.org_a, email=EMAIL, password=PASSWORD,
+                                    role="viewer")
+        conn.execute("UPDATE memberships SET teams_only = true WHERE user_id = %s", (user,))
+        team = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, 'A2 only')"
+                            " RETURNING id", (world.org_a,)).fetchone()[0]
+        conn.execute("INSERT INTO team_members (team_id, org_id, user_id) VALUES (%s, %s, %s)",
+                     (team, world.org_a, user))
+        conn.execute("INSERT INTO team_devices (team_id, org_id, device_id)"
+                     " SELECT %s, org_id, id FROM devices WHERE name = 'A2'", (team,))
+
+
+def _page(client: FlaskClient, path: str) -> tuple[int, str]:
+    r = client.get(path)
+    return r.status_code, r.get_data(as_text=True)
+
+
+def test_teams_only_member_sees_their_team_on_the_dashboard(client: FlaskClient, world: World,
+                                                            team_member: None) -> None:
+    sign_in(client, EMAIL, PASSWORD)
+    status, listing = _page(client, "/dashboard/")
+    assert status == 200 and "/dashboard/devices/A2" in listing
+    assert "/dashboard/devices/A1" not in listing and "/dashboard/devices/A3" not in listing
+    assert _page(client, "/dashboard/devices/A2")[0] == 200
+    for hidden in ("A1", "A3"):
+        shown = _page(client, f"/dashboard/devices/{hidden}")
+        missing = _page(client, "/dashboard/devices/Z9")
+        assert shown[0] == missing[0] == 404
+        assert shown[1].replace(hidden, "X") == missing[1].replace("Z9", "X")
+        assert _page(client, f"/dashboard/quarantine?device={hidden}")[0] == 404
+    status, bad = _page(client, "/dashboard/quarantine")
+    assert status == 200 and "sensors/A1/readings" not in bad and "out_of_range" not in bad
+    status, places = _page(client, "/dashboard/locations")
+    assert status == 200 and "North field" not in places
+
+
+def test_other_members_see_the_whole_organisation(client: FlaskClient, world: World,
+                                                  team_member: None) -> None:
+    sign_in(client, "user@a.example")
+    status, listing = _page(client, "/dashboard/")
+    assert status == 200 and all(f"/dashboard/devices/A{i}" in listing for i in (1, 2, 3))
+    assert _page(client, "/dashboard/devices/A1")[0] == 200
+    status, bad = _page(client, "/dashboard/quarantine")
+    assert status == 200 and "out_of_range" in bad  # what the teams-only member must not see
+    status, places = _page(client, "/dashboard/locations")
+    assert status == 200 and "North field" in places
