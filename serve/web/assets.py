@@ -9,12 +9,13 @@ The unversioned `/dashboard/static/<file>` stays for old links, cached for an ho
 
 from __future__ import annotations
 
-import hashlib
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from flask import Response, send_from_directory
+
+from shared import assetversion
 
 STATIC = Path(__file__).resolve().parent / "static"
 # A year: the longest max-age HTTP caches are asked to honour (RFC 9111 suggests it as "never
@@ -27,11 +28,7 @@ UNVERSIONED_MAX_AGE = 3600
 def version() -> str:
     """A digest of the static files' names and contents, read once per process (a deploy
     restarts the API; a file edited under a running server keeps the old version)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in STATIC.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(STATIC).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:12]
+    return assetversion.digest(STATIC)
 
 
 def versioned(endpoint: str, values: dict[str, Any]) -> None:
