@@ -1,6 +1,6 @@
 """Chart library candidates in headless Chromium (docs/benchmarks.md "Dashboard").
 
-    .venv/bin/python -m bench.web [--repeat N] [--candidates-only]
+    .venv/bin/python -m bench.web [--repeat N] [--candidates-only | --device-page-only] [--edge]
 
 1. Candidates: for each chart library in bench/web/candidates.py, the same page (a week of
    5-minute data, 4 series, x zoom) served from a loopback http.server and loaded in headless
@@ -145,7 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=15, help="page loads per subject")
     parser.add_argument("--candidates-only", action="store_true",
                         help="only the chart library comparison (no database)")
+    parser.add_argument("--device-page-only", action="store_true",
+                        help="only the device page as served (no chart library comparison)")
+    parser.add_argument("--edge", action="store_true",
+                        help="load the device page through the shipped nginx edge")
     args = parser.parse_args(argv)
+    if args.device_page_only:
+        from bench.web import dashboard
+
+        dashboard.run(args.repeat, edge=args.edge)
+        return 0
     missing = [str(candidates.library_file(n, "js")) for n in NAMES
                if not candidates.library_file(n, "js").exists()]
     if missing:
@@ -156,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.candidates_only:
         from bench.web import dashboard
 
-        dashboard.run(args.repeat)
+        dashboard.run(args.repeat, edge=args.edge)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The device page as served: a week of 5-minute data in 4 series, through gunicorn.
+"""The device page as served: a week of 5-minute data in 4 series, through gunicorn (or the
+nginx edge in front of it, --edge).
 
 On a throwaway PostgreSQL, one organisation with one device holding a week of 5-minute readings
 (tair, rh, p, wind_speed: 2016 rows) and 30 daily rows; the app under gunicorn (2 workers, the
@@ -15,14 +16,18 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.common import scratch_database
 from shared import accounts, db
 from testbed.apiserver import gunicorn_api
 from testbed.browser import chromium, wait_for
+from testbed.services import NginxEdge
 
 END = datetime(2026, 3, 8, tzinfo=UTC)
 STEPS = 7 * 24 * 12
@@ -84,12 +89,28 @@ def _api_url(base: str) -> str:
             "&local_time=America/Chicago&temp=c&pres=mb&size=mm&ratio=pct&speed=mps")
 
 
-def measure(repeat: int, database_url: str | None = None) -> dict[str, Any]:
+@contextmanager
+def _front(api: str, base_dir: Path, edge: bool) -> Iterator[str]:
+    """The base URL the browser uses: gunicorn itself, or the shipped nginx edge in front of
+    it (which serves the static files itself, docs/operations.md "The edge (nginx)")."""
+    if not edge:
+        yield api
+        return
+    server = NginxEdge().start([urlsplit(api).netloc], base_dir)
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.stop()
+
+
+def measure(repeat: int, database_url: str | None = None, *, edge: bool = False
+            ) -> dict[str, Any]:
     """Medians of `repeat` page loads and of as many bare API fetches, interleaved."""
     with scratch_database(database_url, prefix="bench_web") as url, \
             tempfile.TemporaryDirectory(prefix="bench-web-") as logs:
         seed(url)
-        with gunicorn_api(url, Path(logs), workers=2, SDS_API_RATE_LIMIT="0") as base, \
+        with gunicorn_api(url, Path(logs), workers=2, SDS_API_RATE_LIMIT="0") as api, \
+                _front(api, Path(logs) / "edge", edge) as base, \
                 chromium(width=1400, height=1000) as driver:
             driver.execute_cdp_cmd("Network.enable", {})
             driver.execute_cdp_cmd("Network.setCacheDisabled", {"cacheDisabled": True})
@@ -140,10 +161,11 @@ def measure(repeat: int, database_url: str | None = None) -> dict[str, Any]:
     }
 
 
-def run(repeat: int, database_url: str | None = None) -> dict[str, Any]:
-    """Measure and print the device page's figures."""
-    found = measure(repeat, database_url)
-    print(f"\ndevice page as served (gunicorn, 2 workers): a week of 5-minute data, "
+def run(repeat: int, database_url: str | None = None, *, edge: bool = False) -> dict[str, Any]:
+    """Measure and print the device page's figures (`edge`: through the nginx edge)."""
+    found = measure(repeat, database_url, edge=edge)
+    front = "the nginx edge, then gunicorn" if edge else "gunicorn"
+    print(f"\ndevice page as served ({front}, 2 workers): a week of 5-minute data, "
           f"{found['series']} series x {found['points']} points, headless Chromium, cache off, "
           f"medians of {repeat}")
     print(f"  page weight: {found['bytes'] / 1024:.0f} KiB in {found['requests']} requests "

@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import cache, wraps
-from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit
 from uuid import UUID
@@ -29,7 +28,6 @@ from flask import (
     redirect,
     render_template,
     request,
-    send_from_directory,
     session,
     url_for,
 )
@@ -40,7 +38,7 @@ from serve.auth import public
 from serve.pool import pool
 from serve.principal import Principal
 from serve.readmodels import location_summary, summary_page
-from serve.web import charts, model, preferences
+from serve.web import assets, charts, model, preferences
 from serve.web import session as web_session
 from shared import units
 from shared.config import Settings
@@ -56,8 +54,7 @@ from shared.timeutil import format_utc_z_exact
 
 log = logging.getLogger(__name__)
 
-HERE = Path(__file__).resolve().parent
-STATIC = HERE / "static"
+STATIC = assets.STATIC
 PREFIX = "/dashboard"
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -119,11 +116,21 @@ def landing() -> Response:
     return _html(render_template("web/landing.html", signed_in="token" in session))
 
 
+@blp.route(f"{PREFIX}/static/v-<version>/<path:filename>")
+@public
+def static(version: str, filename: str) -> Response:
+    """The dashboard's scripts, styles and vendored libraries, versioned (serve.web.assets)."""
+    return assets.send(filename, version)
+
+
 @blp.route(f"{PREFIX}/static/<path:filename>")
 @public
-def static(filename: str) -> Response:
-    """The dashboard's scripts, styles and the vendored chart library (deploy/setup.sh)."""
-    return send_from_directory(STATIC, filename, max_age=3600)
+def static_unversioned(filename: str) -> Response:
+    """The same files at their old unversioned URLs (links from before versioning)."""
+    return assets.send(filename, None)
+
+
+blp.url_defaults(assets.versioned)
 
 
 @blp.route(f"{PREFIX}/login", methods=["GET"])
@@ -471,7 +478,7 @@ def _page_headers(response: Response) -> Response:
         " object-src 'none'")
     response.headers.setdefault("X-Frame-Options", "DENY")
     response.headers.setdefault("Referrer-Policy", "same-origin")
-    if request.endpoint != "web.static":
+    if request.endpoint not in ("web.static", "web.static_unversioned"):
         response.headers["Cache-Control"] = "no-store"
     return response
 

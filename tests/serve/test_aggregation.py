@@ -481,3 +481,28 @@ def test_a_stored_row_whose_readings_retention_deleted_is_served(
                              start_time="2024-07-01T00:00:00Z",
                              end_time="2024-07-01T05:00:00Z"))
     assert [r["time"][11:13] for r in from_readings] == ["00", "01", "03", "04", "05"]
+
+
+def test_the_page_statement_is_never_prepared(world: AggWorld) -> None:
+    """psycopg prepares a statement after its fifth run on a connection, and PostgreSQL then
+    plans it generically (no chunk exclusion at plan time): measured a third more CPU for a
+    year (docs/benchmarks.md). Seven pages on one connection leave it unprepared."""
+    from serve import aggregation, queries
+    from shared import units
+
+    table = TABLES["calibrated"]
+    with psycopg.connect(world.url, autocommit=True) as conn:
+        org = conn.execute("SELECT org_id FROM devices WHERE name = 'K1'").fetchone()[0]
+        scan = queries.Scan(
+            table=table, columns=table.columns,
+            units={p: units.parse_unit(p, None) for p in units.UNIT_PARAMS}, org=org,
+            device="K1", location=None, start=_utc("2024-07-01T00:00"),
+            end=_utc("2024-07-03T00:00"), limit=1000)
+        for _ in range(7):
+            page = aggregation.read_page(conn, scan, aggregation.Bucketing(None, 100),
+                                         scan.start, scan.end, None)
+            assert page.headers == {"X-Aggregated-From": "calibrated",
+                                    "X-Aggregation-Interval": "30m"}
+            assert b"".join(page.body).count(b'"samples"') == 97  # both ends' buckets
+        prepared = conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+        assert not [s for (s,) in prepared if "calibrated" in s], prepared

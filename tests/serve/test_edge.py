@@ -313,3 +313,42 @@ def test_the_edge_and_gunicorn_share_one_request_line_limit(
         else:
             assert status == 414, (port, status, body[:200])
             assert headers["content-type"].startswith("application/json")
+
+
+def test_the_edge_serves_versioned_static_files_itself(edge: NginxEdge,
+                                                       api: GunicornServer) -> None:
+    """A page's scripts and styles come from nginx (no gunicorn worker; the access log names
+    no upstream), gzipped, typed for the browser's module loader, cached for a year; files it
+    does not have, unversioned and old links go on to the API, which answers as before."""
+    from serve.web import assets
+
+    version = assets.version()
+    files = (("device.js", "text/javascript"), ("js/api.js", "text/javascript"),
+             ("dashboard.css", "text/css"), ("vendor/uPlot.iife.min.js", "text/javascript"))
+    for name, content_type in files:
+        conn = http.client.HTTPConnection("127.0.0.1", edge.port, timeout=10)
+        conn.request("GET", f"/dashboard/static/v-{version}/{name}",
+                     headers={"Accept-Encoding": "gzip"})
+        r = conn.getresponse()
+        body = r.read()
+        conn.close()
+        assert r.status == 200, (name, r.status)
+        assert r.getheader("Content-Type", "").startswith(content_type), name
+        assert r.getheader("Cache-Control") == assets.VERSIONED_CACHE, name
+        assert r.getheader("Content-Encoding") == "gzip", name
+        assert gzip.decompress(body) == (assets.STATIC / name).read_bytes(), name
+        line = _wait_line(edge.access_log, f"/dashboard/static/v-{version}/{name}")[-1]
+        assert "upstream=- -" in line, line
+    # Not on disk: the API's JSON 404; no version or an old one: the API's caching rules.
+    conn = http.client.HTTPConnection("127.0.0.1", edge.port, timeout=10)
+    for path, status, cache in ((f"/dashboard/static/v-{version}/nope.js", 404, None),
+                                ("/dashboard/static/device.js", 200, "max-age=3600"),
+                                ("/dashboard/static/v-000000000000/device.js", 200, "no-cache")):
+        conn.request("GET", path)
+        r = conn.getresponse()
+        r.read()
+        assert r.status == status, (path, r.status)
+        if cache:
+            assert cache in r.getheader("Cache-Control", ""), path
+        assert _wait_line(api.access_log, path), path
+    conn.close()

@@ -211,6 +211,30 @@ def test_pages_send_protective_headers(client: FlaskClient) -> None:
 # ---- pages and tenancy -------------------------------------------------------------------
 
 
+def test_static_files_have_versioned_urls_cached_for_a_year(client: FlaskClient) -> None:
+    """Every script and style of a page is under one /static/v-<version>/ prefix (the modules'
+    relative imports inherit it), answered with a year's immutable caching; an old version
+    gets today's file uncached; old unversioned links still work, for an hour."""
+    from serve.web import assets
+
+    sign_in(client, "user@a.example")
+    page = text(client.get("/dashboard/devices/A1"))
+    urls = re.findall(r'(?:src|href)="(/dashboard/static/[^"]+)"', page)
+    version = assets.version()
+    assert len(urls) > 5 and all(u.startswith(f"/dashboard/static/v-{version}/") for u in urls)
+    for url in urls:
+        asset = client.get(url)
+        asset.close()
+        assert asset.status_code == 200, url
+        assert asset.headers["Cache-Control"] == "public, max-age=31536000, immutable", url
+    old = client.get("/dashboard/static/v-000000000000/device.js")
+    old.close()
+    assert old.status_code == 200 and old.headers["Cache-Control"] == "no-cache"
+    assert client.get(f"/dashboard/static/v-{version}/../views.py").status_code == 404
+    assert client.get(f"/dashboard/static/v-{version}/nope.js").status_code == 404
+    assert re.fullmatch(r"[0-9a-f]{12}", version)
+
+
 def test_device_page_embeds_the_chart_configuration(client: FlaskClient) -> None:
     sign_in(client, "user@a.example")
     page = text(client.get("/dashboard/devices/A1?temp=f&speed=bogus"))
@@ -367,6 +391,6 @@ def test_the_device_page_preloads_exactly_the_modules_it_imports(client: FlaskCl
     assert all((views.STATIC / "js" / name).is_file() for name in found)
     sign_in(client, "user@a.example")
     page = text(client.get("/dashboard/devices/A1"))
-    preloaded = re.findall(r'<link rel="modulepreload" href="/dashboard/static/js/([\w-]+\.js)">',
-                           page)
+    preloaded = re.findall(
+        r'<link rel="modulepreload" href="/dashboard/static/v-[0-9a-f]{12}/js/([\w-]+\.js)">', page)
     assert preloaded == found
