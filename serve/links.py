@@ -63,13 +63,18 @@ def _email(value: str) -> str:
     return email
 
 
+_REVOKE_INVITE_SQL = ("UPDATE one_time_links SET revoked_at = now() WHERE org_id = %s AND"
+                      " purpose = %s AND email = %s AND used_at IS NULL AND revoked_at IS NULL")
+_REVOKE_RESET_SQL = ("UPDATE one_time_links SET revoked_at = now() WHERE org_id = %s AND"
+                     " purpose = %s AND user_id = %s AND used_at IS NULL AND revoked_at IS NULL")
+
+
 def _insert(conn: psycopg.Connection, settings: Settings, *, purpose: str, org: UUID,
             email: str, actor: audit.Actor, ttl: int, role: str | None = None,
             teams_only: bool = False, user: UUID | None = None) -> Issued:
     """Store a new link (revoking the pending one it replaces) and return it."""
-    same = "email = %s" if purpose == "invite" else "user_id = %s"  # invitations: lower case
-    conn.execute(f"UPDATE one_time_links SET revoked_at = now() WHERE org_id = %s"  # nosec B608
-                 f" AND purpose = %s AND {same} AND used_at IS NULL AND revoked_at IS NULL",
+    # The pending link it replaces: an invitation by email (lower case), a reset by user.
+    conn.execute(_REVOKE_INVITE_SQL if purpose == "invite" else _REVOKE_RESET_SQL,
                  (org, purpose, email if purpose == "invite" else user))
     secret = credentials.new_link()
     row = conn.execute(
@@ -110,6 +115,11 @@ def invite(conn: psycopg.Connection, settings: Settings, *, org: UUID, email: st
 
 _INVITE_SQL = ("SELECT id, email, role, teams_only, inviter, inviter_label, created_at,"
                " expires_at FROM one_time_links")
+# A page of pending invitations: the same columns, as one literal (no concatenation).
+_PENDING_SQL = ("SELECT id, email, role, teams_only, inviter, inviter_label, created_at,"
+                " expires_at FROM one_time_links WHERE org_id = %s AND purpose = 'invite' AND"
+                " used_at IS NULL AND revoked_at IS NULL AND expires_at > now()"
+                " ORDER BY created_at DESC, id LIMIT %s OFFSET %s")
 
 
 def invite_record(row: dict[str, Any]) -> dict[str, Any]:
@@ -135,12 +145,11 @@ def fetch_invite(conn: psycopg.Connection, org: UUID, link: UUID) -> dict[str, A
 def pending_invites(conn: psycopg.Connection, org: UUID, limit: int, offset: int
                     ) -> tuple[list[dict[str, Any]], int]:
     """One page of the organisation's pending invitations (newest first) and their total."""
-    live = (" WHERE org_id = %s AND purpose = 'invite' AND used_at IS NULL"
-            " AND revoked_at IS NULL AND expires_at > now()")
-    total = conn.execute("SELECT count(*) FROM one_time_links" + live, (org,)).fetchone()
+    total = conn.execute("SELECT count(*) FROM one_time_links WHERE org_id = %s AND purpose ="
+                         " 'invite' AND used_at IS NULL AND revoked_at IS NULL AND expires_at"
+                         " > now()", (org,)).fetchone()
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_INVITE_SQL + live + " ORDER BY created_at DESC, id"
-                           " LIMIT %s OFFSET %s", (org, limit, offset)).fetchall()
+        rows = cur.execute(_PENDING_SQL, (org, limit, offset)).fetchall()
     return rows, int(total[0]) if total else 0
 
 

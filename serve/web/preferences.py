@@ -91,14 +91,18 @@ def _columns(raw: Any) -> dict[str, list[str]]:
 
 
 # Preferences are the user's, whichever organisation they act in; `org` must be one of theirs.
-_MEMBER = (" AND EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = users.id"
-           " AND m.org_id = %s)")
+# Whole literals (no concatenation), so the statements are plainly constant.
+_READ_SQL = ("SELECT preferences FROM users WHERE id = %s AND EXISTS (SELECT 1 FROM memberships"
+             " m WHERE m.user_id = users.id AND m.org_id = %s)")
+_LOCK_SQL = ("SELECT preferences FROM users WHERE id = %s AND EXISTS (SELECT 1 FROM memberships"
+             " m WHERE m.user_id = users.id AND m.org_id = %s) FOR UPDATE")
+_WRITE_SQL = ("UPDATE users SET preferences = %s WHERE id = %s AND EXISTS (SELECT 1 FROM"
+              " memberships m WHERE m.user_id = users.id AND m.org_id = %s)")
 
 
 def read(conn: psycopg.Connection, *, user: UUID, org: UUID) -> dict[str, Any]:
     """The user's stored preferences (an empty object when none)."""
-    row = conn.execute("SELECT preferences FROM users WHERE id = %s" + _MEMBER,
-                       (user, org)).fetchone()
+    row = conn.execute(_READ_SQL, (user, org)).fetchone()
     return dict(row[0]) if row and isinstance(row[0], dict) else {}
 
 
@@ -112,15 +116,13 @@ def write(conn: psycopg.Connection, *, user: UUID, org: UUID, changes: dict[str,
     """Merge the checked `changes` into the user's preferences (keys not sent are kept;
     `units` and `columns` merge per unit parameter and per table, other keys are replaced);
     the result."""
-    row = conn.execute("SELECT preferences FROM users WHERE id = %s" + _MEMBER + " FOR UPDATE",
-                       (user, org)).fetchone()
+    row = conn.execute(_LOCK_SQL, (user, org)).fetchone()
     if row is None:
         return {}
     stored = dict(row[0]) if isinstance(row[0], dict) else {}
     for key, value in changes.items():
         stored[key] = {**(stored.get(key) or {}), **value} if key in MERGED else value
-    conn.execute("UPDATE users SET preferences = %s WHERE id = %s" + _MEMBER,
-                 (Jsonb(stored), user, org))
+    conn.execute(_WRITE_SQL, (Jsonb(stored), user, org))
     return stored
 
 
