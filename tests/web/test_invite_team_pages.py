@@ -9,6 +9,7 @@ missing one; bad input is a 4xx page saying what was wrong."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -17,7 +18,10 @@ from flask.testing import FlaskClient
 from serve import links
 from serve.web.peoplepages import invite_body
 from shared import accounts
+from testbed.receivers import smtp_sink
+from tests.support.apps import close_app, make_app
 from tests.support.dashboard import World, csrf_of, sign_in
+from tests.support.ingesting import wait_for
 
 MISSING = "00000000-0000-0000-0000-000000000000"
 
@@ -86,6 +90,29 @@ def test_invite_form_shows_the_link_once_lists_and_revokes(client: FlaskClient,
                            data={"csrf": csrf}).status_code == 404, which
 
 
+def test_with_smtp_the_page_says_mailed_and_shows_no_link(world: World,
+                                                         tmp_path: Path) -> None:
+    sink = smtp_sink(tmp_path)
+    app = make_app(world.url, public_url="http://sds.example", smtp_host="127.0.0.1",
+                   smtp_port=sink.port, smtp_security="none", smtp_from="sds@sds.example")
+    try:
+        client = app.test_client()
+        sign_in(client, "admin@a.example")
+        csrf = csrf_of(_text(client.get("/dashboard/members")))
+        done = client.post("/dashboard/invitations", data={
+            "csrf": csrf, "email": "mailed@a.example", "role": "member"})
+        shown = _text(done)
+        assert done.status_code == 200 and 'id="invite-mailed"' in shown
+        assert "mailed to mailed@a.example" in shown and 'id="invite-link"' not in shown
+        mails = wait_for(sink.received, 20, what="the invitation email")
+        assert mails[0]["rcpt_tos"] == ["mailed@a.example"]
+        assert "http://sds.example" + links.ACCEPT_PATH in mails[0]["data"]
+        assert 'data-email="mailed@a.example"' in _text(client.get("/dashboard/members"))
+    finally:
+        close_app(app)
+        sink.stop()
+
+
 def test_reset_link_for_a_member_and_the_same_404_for_others(client: FlaskClient,
                                                              world: World) -> None:
     sign_in(client, "admin@a.example")
@@ -117,6 +144,7 @@ def test_admin_makes_renames_fills_empties_and_deletes_a_team(client: FlaskClien
     page = _text(client.get("/dashboard/teams"))
     assert 'id="team-form"' in page and 'href="/dashboard/teams"' in page  # the nav link
     csrf = csrf_of(page)
+    assert client.post("/dashboard/teams", data={"name": "Crew"}).status_code == 400  # no CSRF
     made = client.post("/dashboard/teams", data={"csrf": csrf, "name": "Crew"})
     assert made.status_code == 303
     team = made.headers["Location"].rsplit("/", 1)[1]
