@@ -1,12 +1,14 @@
 """The dashboard's people pages (issue 23): the signed-in user's own API keys, the
-organisation's members, and the user's preferences (name, units, time zone).
+organisation's members with invitations and reset links, and the user's preferences (name,
+units, time zone).
 
 Every read and write goes through the API as the signed-in user, in-process
 (serve/web/apicall.py), like the alert pages: a form POSTs to a dashboard route with the
-session's CSRF value, the route calls `/api/v2/apikeys`, `/api/v2/orgs/{id}/users` or
-`/api/v2/users/me`, and a refusal shows the API's own message on the page. Which scopes a key
-may hold, which roles exist and who may change them are the API's rules (serve/keypolicy.py,
-the OpenAPI document's role values, the API's 403s), read here, never restated.
+session's CSRF value, the route calls `/api/v2/apikeys`, `/api/v2/orgs/{id}/users`,
+`/api/v2/orgs/{id}/invitations` or `/api/v2/users/me`, and a refusal shows the API's own
+message on the page. Which scopes a key may hold, which roles exist and who may change them
+are the API's rules (serve/keypolicy.py, the OpenAPI document's role values, the API's
+403s), read here, never restated.
 """
 
 from __future__ import annotations
@@ -172,14 +174,28 @@ def _members(user: dict[str, Any]) -> list[dict[str, Any]]:
     return cast(list[dict[str, Any]], page["items"])
 
 
+def _invitations(user: dict[str, Any]) -> list[dict[str, Any]]:
+    page = answered(apicall.call("GET", f"/api/v2/orgs/{user['org_id']}/invitations",
+                                 query={"limit": MAX_LIMIT}))
+    return cast(list[dict[str, Any]], page["items"])
+
+
 def _members_page(principal: Principal, *, error: str | None = None,
-                  status: int = 200) -> Response:
+                  status: int = 200, invited: dict[str, Any] | None = None,
+                  reset: dict[str, Any] | None = None,
+                  form: dict[str, Any] | None = None) -> Response:
     user = me()
     people = _members(user)
     roles = roles_in(_openapi_roles(), [p["role"] for p in people])
+    manage = web_session.is_admin(principal)
+    # Only administrators may list invitations (the API's 403 for anyone else).
+    pending = _invitations(user) if manage else []
+    if reset is not None:
+        reset["email"] = next((p["email"] for p in people if p["id"] == reset["user_id"]), "")
     return _html(render_template(
         "web/members.html", people=people, roles=roles, me=user, error=error,
-        manage=web_session.is_admin(principal), nav="members"), status)
+        manage=manage, invitations=pending, invited=invited, reset=reset,
+        form=form or {}, nav="members"), status)
 
 
 @blp.route(f"{PREFIX}/members", methods=["GET"])
@@ -235,6 +251,63 @@ def member_remove(principal: Principal, user_id: str) -> Response:
     if not answer.ok:
         return _members_page(principal, error=answer.message, status=status_of(answer))
     return cast(Response, redirect(url_for("web.members", removed=1), code=303))
+
+
+# ---- invitations and reset links ----------------------------------------------------------
+
+
+def invite_body(form: dict[str, str]) -> dict[str, Any]:
+    """The POST /orgs/{id}/invitations body from the invite form, passed on as typed (the API
+    judges the email and the role); the checkbox is sent only when ticked."""
+    return {"email": form.get("email", "").strip()[:FIELD_MAX],
+            "role": form.get("role", "").strip()[:FIELD_MAX],
+            "teams_only": form.get("teams_only") == "on"}
+
+
+@blp.route(f"{PREFIX}/invitations", methods=["POST"])
+@signed_in
+def invitation_create(principal: Principal) -> Response:
+    """Invite someone (POST /api/v2/orgs/{id}/invitations): the answer says whether the link
+    was mailed, or shows it (once) for the administrator to pass on."""
+    web_session.check_csrf()
+    user = me()
+    body = invite_body(request.form.to_dict())
+    answer = apicall.call("POST", f"/api/v2/orgs/{user['org_id']}/invitations", json=body)
+    if not answer.ok:
+        return _members_page(principal, error=answer.message, status=status_of(answer),
+                             form=body)
+    return _members_page(principal, invited=answer.body)
+
+
+@blp.route(f"{PREFIX}/invitations/<invitation_id>/revoke", methods=["POST"])
+@signed_in
+def invitation_revoke(principal: Principal, invitation_id: str) -> Response:
+    """Revoke a pending invitation (DELETE /api/v2/orgs/{id}/invitations/{id}): its link
+    stops working at once."""
+    web_session.check_csrf()
+    user = me()
+    answer = apicall.call("DELETE",
+                          f"/api/v2/orgs/{user['org_id']}/invitations/{invitation_id}")
+    if answer.status == 404:
+        raise NotFound(answer.message)
+    if not answer.ok:
+        return _members_page(principal, error=answer.message, status=status_of(answer))
+    return cast(Response, redirect(url_for("web.members", revoked=1), code=303))
+
+
+@blp.route(f"{PREFIX}/members/<user_id>/reset-link", methods=["POST"])
+@signed_in
+def member_reset_link(principal: Principal, user_id: str) -> Response:
+    """A password-reset link for a member (POST /api/v2/orgs/{id}/users/{id}/reset-link),
+    shown once to the administrator, who passes it on."""
+    web_session.check_csrf()
+    user = me()
+    answer = apicall.call("POST", f"/api/v2/orgs/{user['org_id']}/users/{user_id}/reset-link")
+    if answer.status == 404:
+        raise NotFound(answer.message)
+    if not answer.ok:
+        return _members_page(principal, error=answer.message, status=status_of(answer))
+    return _members_page(principal, reset=answer.body)
 
 
 # ---- preferences -------------------------------------------------------------------------

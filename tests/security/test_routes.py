@@ -25,6 +25,9 @@ DASHBOARD_RULES = {
     ("/dashboard/quarantine/<int:row_id>", "GET"),
     ("/dashboard/quarantine/<int:row_id>/payload", "GET"), ("/dashboard/locations", "GET"),
     ("/dashboard/static/<path:filename>", "GET"),
+    ("/dashboard/static/v-<version>/<path:filename>", "GET"),  # versioned (serve/web/assets.py)
+    # The accept page of invitation and reset links (serve/web/acceptpage.py): public.
+    ("/dashboard/accept/<secret>", "GET"), ("/dashboard/accept/<secret>", "POST"),
     ("/dashboard/preferences", "GET"), ("/dashboard/preferences", "PUT"),  # the user's own
     ("/dashboard/compare", "GET"),
     ("/dashboard/<path:rest>", "GET"),  # any other address: the dashboard's 404 page
@@ -42,6 +45,14 @@ DASHBOARD_RULES = {
     ("/dashboard/locations/<location_id>", "GET"),
     ("/dashboard/locations/<location_id>", "POST"),
     ("/dashboard/audit", "GET"),
+    # Invitations and teams (issue 23; peoplepages.py, teampages.py): through the API.
+    ("/dashboard/invitations", "POST"), ("/dashboard/invitations/<invitation_id>/revoke", "POST"),
+    ("/dashboard/members/<user_id>/reset-link", "POST"),
+    ("/dashboard/teams", "GET"), ("/dashboard/teams", "POST"),
+    ("/dashboard/teams/<team_id>", "GET"), ("/dashboard/teams/<team_id>/rename", "POST"),
+    ("/dashboard/teams/<team_id>/delete", "POST"),
+    ("/dashboard/teams/<team_id>/<kind>/add", "POST"),
+    ("/dashboard/teams/<team_id>/<kind>/<target>/remove", "POST"),
 }
 # Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).
 IMPLICIT = {"HEAD", "OPTIONS"}
