@@ -67,9 +67,12 @@ bk_switch_wal() {
 
 # After `sds restore`, the server replays archived WAL before it accepts writes; it removes
 # recovery.signal when it promotes itself. Wait for that, so the schema check and the processes
-# that follow find a writable database.
+# that follow find a writable database. PENDING=1: the file was there before the server started
+# (a short replay may be over before this runs; it is still reported).
 bk_wait_recovery() {
-    [[ -f $PGDATA/recovery.signal ]] || return 0
+    local pending=${1:-0}
+    [[ -f $PGDATA/recovery.signal ]] && pending=1
+    ((pending)) || return 0
     say "postgresql: recovering from the backup repository (replaying archived WAL; see $PG_LOG)"
     local i
     for ((i = 0; i < 36000; i++)); do

@@ -328,8 +328,10 @@ db_start() {
         pt_use_leader
     else
         pt_stop
+        local recovering=0
+        [[ -f $PGDATA/recovery.signal ]] && recovering=1
         pg_start
-        bk_wait_recovery
+        bk_wait_recovery "$recovering"
     fi
 }
 
