@@ -95,7 +95,10 @@ def fetch_devices_by_id(conn: psycopg.Connection, *, org: UUID, ids: Sequence[UU
 
 
 def device_by_name(conn: psycopg.Connection, *, org: UUID, name: str) -> dict[str, Any] | None:
-    """The organisation's device row called `name`, or None."""
+    """The organisation's device row called `name`, or None (also for a name PostgreSQL text
+    cannot hold: no device is called that)."""
+    if "\x00" in name:
+        return None
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(_DEVICE_SQL + " AND d.name = %(name)s",
                            {"org": org, "name": name}).fetchone()

@@ -23,6 +23,7 @@ from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
+from serve.readmodels import device_by_name
 from serve.records import stamp
 from shared import accounts, audit
 from shared.errors import BadParameter, Forbidden, UnknownDevice, UnknownLocation
@@ -44,12 +45,11 @@ class MoveSchema(Schema):
 
 
 def _device_id(conn: psycopg.Connection, name: str) -> UUID:
-    """The caller's device by name (row-level security hides other organisations' devices)."""
-    row = None if "\x00" in name else conn.execute(
-        "SELECT id FROM devices WHERE name = %s", (name,)).fetchone()
+    """The caller's device by name: the same look-up, and 404, as GET /devices/{name}."""
+    row = device_by_name(conn, org=current_principal().org_id, name=name)
     if row is None:
         raise UnknownDevice(f"unknown device {name!r}")
-    return UUID(str(row[0]))
+    return UUID(str(row["id"]))
 
 
 def _history(conn: psycopg.Connection, device: UUID) -> list[dict[str, Any]]:
