@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shared import db, migrate
+from shared import db
 
 if TYPE_CHECKING:
     from testbed.services import MosquittoBroker, PostgresServer
@@ -32,17 +32,14 @@ def server_url(url: str | None) -> Iterator[str]:
 
 @contextmanager
 def database(admin_url: str, *, prefix: str) -> Iterator[str]:
-    """A fresh migrated database named `<prefix>_<random>` on the server of `admin_url`."""
+    """A fresh database named `<prefix>_<random>` on the server of `admin_url` (a superuser's),
+    provisioned as deployed (testbed/database.py: the login role `sds` owns and migrates it);
+    yields the login role's URL."""
+    from testbed import database as provisioning
+
     name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    base = admin_url.rpartition("/")[0]
-    with db.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    url = f"{base}/{name}"
     try:
-        with db.connect(url, autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-        migrate.upgrade(url)
-        yield url
+        yield provisioning.create(admin_url, name)
     finally:
         with db.connect(admin_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -59,11 +56,9 @@ def durable_servers(base: Path) -> tuple[PostgresServer, str, MosquittoBroker]:
     """A PostgreSQL with durable settings and a migrated database `bench`, and a mosquitto with
     the shipped durable.conf, under `base`: (server, database URL, broker). The caller cleans
     both up."""
+    from testbed import database as provisioning
     from testbed.services import MosquittoBroker, PostgresServer
 
     pg = PostgresServer().start(base / "pg", durable=True)
-    url = pg.create_database("bench")
-    with db.connect(url, autocommit=True) as c:
-        c.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-    migrate.upgrade(url)
+    url = provisioning.create(pg.dsn("postgres"), "bench")
     return pg, url, MosquittoBroker().start(base / "mqtt", durable=True)

@@ -255,49 +255,27 @@ sync_line() {
 # shellcheck source=deploy/lib/pg_patroni.sh
 . "$REPO/deploy/lib/pg_patroni.sh"
 
-# Role sds (login, not superuser) owns database sds. The extensions are created here by the
-# superuser, because a non-superuser may not create timescaledb (the migrations guard it too).
+# Role sds (login, not superuser) owns database sds; the roles and the extensions come from
+# deploy/db/roles.sql and deploy/db/extensions.sql, the same files the tests provision their
+# databases from (testbed/database.py), so the suite runs on the topology that ships.
 pg_bootstrap() {
-    local exists missing ext
+    local exists
     if [[ -f $RETIRED ]]; then return; fi
     exists=$(psql_su -d postgres -tA -c "SELECT count(*) FROM pg_roles WHERE rolname = 'sds'")
+    psql_su -d postgres <"$REPO/deploy/db/roles.sql"
     if [[ $exists == 0 ]]; then
-        say "postgresql: creating role sds"
-        psql_su -d postgres -v pw="$DB_PW" <<<"CREATE ROLE sds LOGIN PASSWORD :'pw';"
+        say "postgresql: created role sds"
+        psql_su -d postgres -v pw="$DB_PW" <<<"ALTER ROLE sds LOGIN PASSWORD :'pw';"
     elif [[ -n $DB_PW_NEW ]]; then
         say "postgresql: setting a new password for role sds (secrets.env was missing)"
         psql_su -d postgres -v pw="$DB_PW" <<<"ALTER ROLE sds LOGIN PASSWORD :'pw';"
     fi
-    # The processes' NOLOGIN roles (migration 0050, docs/security.md "Database roles"): roles are
-    # cluster-wide and sds has no CREATEROLE, so the superuser makes them and lets sds SET ROLE.
-    psql_su -d postgres <<'SQL'
-DO $$
-DECLARE r text;
-BEGIN
-    FOREACH r IN ARRAY ARRAY['sds_api', 'sds_auth', 'sds_ingest', 'sds_aggregate',
-                             'sds_alerts'] LOOP
-        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN
-            RAISE NOTICE 'creating role %', r;
-            EXECUTE format('CREATE ROLE %I NOLOGIN', r);
-        END IF;
-        IF NOT pg_has_role('sds', r, 'MEMBER') THEN
-            EXECUTE format('GRANT %I TO sds', r);
-        END IF;
-    END LOOP;
-END
-$$;
-SQL
     exists=$(psql_su -d postgres -tA -c "SELECT count(*) FROM pg_database WHERE datname = 'sds'")
     if [[ $exists == 0 ]]; then
         say "postgresql: creating database sds"
         psql_su -d postgres -c 'CREATE DATABASE sds OWNER sds'
     fi
-    missing=$(psql_su -d sds -tA -c "SELECT string_agg(x, ' ') FROM unnest(ARRAY['timescaledb', 'btree_gist']) x
-        WHERE x NOT IN (SELECT extname FROM pg_extension)")
-    for ext in $missing; do
-        say "postgresql: CREATE EXTENSION $ext in database sds"
-        psql_su -d sds -c "CREATE EXTENSION IF NOT EXISTS $ext"
-    done
+    psql_su -d sds <"$REPO/deploy/db/extensions.sql"
 }
 
 pg_stop() {

@@ -55,12 +55,15 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
 
 @pytest.fixture(scope="session")
 def template_url(pg_server: PostgresServer | _External) -> str:
-    """A migrated template database; per-test databases are cloned from it."""
+    """A template database provisioned as deployed; per-test databases are cloned from it.
+    Its URL is the superuser's (only its name is used)."""
     admin = pg_server.dsn("postgres")
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
     url = pg_server.dsn(TEMPLATE)
+    # The roles, owner, extensions and migrating role of a deployment (testbed/database.py):
+    # every database cloned from here is what deploy/services.sh and deploy/run.sh make.
     migrate_database(url)
     with psycopg.connect(admin, autocommit=True) as conn:
         # TimescaleDB's per-database scheduler worker keeps a session open, and CREATE DATABASE
@@ -73,7 +76,8 @@ def template_url(pg_server: PostgresServer | _External) -> str:
 
 @pytest.fixture
 def database_url(pg_server: PostgresServer | _External, template_url: str) -> Iterator[str]:
-    """A fresh migrated database for one test; dropped afterwards."""
+    """A fresh migrated database for one test, as the deployment's login role `sds` (owner,
+    no superuser, member of the process roles); dropped afterwards."""
     with clone_template(pg_server.dsn("postgres"), template_url, prefix="t_") as url:
         yield url
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from shared import accounts, alertrules, alertstore, db, migrate, sealing
+from shared import accounts, alertrules, alertstore, db, sealing
 from shared.config import PREFIX
 from testbed.receivers import webhook_receiver
 from testbed.services import MosquittoBroker
@@ -202,10 +202,9 @@ GOAL_P99 = 10.0
 
 def run(stack: Any, per_device: int) -> dict[str, Any]:
     """The part's entry (bench/alerts/__main__.py): 100 probes (30 with --quick)."""
-    url = stack.pg.create_database("latency")
-    with db.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-    migrate.upgrade(url)
+    from testbed import database as provisioning
+
+    url = provisioning.create(stack.pg.dsn("postgres"), "latency")
     return measure(url, stack.base / "latency", stack.broker,
                    probes=100 if per_device >= 12 else 30)
 

@@ -57,8 +57,7 @@ def archived(tmp_path: Path) -> Iterator[tuple[PostgresServer, str, PgBackRestRe
     at the shipped archive_timeout, with a first full backup."""
     pg = PostgresServer().start(tmp_path / "pg", durable=True)
     try:
-        url = pg.create_database("ingest")
-        migrate_database(url)
+        url = migrate_database(pg.create_database("ingest"))
         repo = PgBackRestRepo(tmp_path / "pgbackrest").attach(
             pg, archive_timeout=Settings().backup_archive_timeout)
         repo.backup("full")
@@ -110,7 +109,7 @@ def test_point_in_time_restore_undoes_a_mistake(
         assert result.returncode == 0, result.stdout + result.stderr
         assert "replays archived WAL up to" in result.stdout
         restored, recovery_s = start_restored(target)
-        restored_url = restored.dsn("ingest")
+        restored_url = restored.dsn("ingest", user="sds")
         rows = stored_times(restored_url)
         assert before_t <= set(rows), f"{len(before_t - set(rows))} acked before T missing"
         assert len(rows) == len(set(rows)) and set(rows) <= set(run.times)

@@ -36,8 +36,7 @@ NAMES = ("sds_backup_last_success_timestamp_seconds", "sds_backup_age_seconds",
 def archiving(tmp_path: Path) -> Iterator[tuple[PostgresServer, str, PgBackRestRepo]]:
     pg = PostgresServer().start(tmp_path / "pg", durable=True)
     try:
-        url = pg.create_database("ingest")
-        migrate_database(url)
+        url = migrate_database(pg.create_database("ingest"))
         repo = PgBackRestRepo(tmp_path / "pgbackrest").attach(pg, archive_timeout=60)
         yield pg, url, repo
     finally:

@@ -50,7 +50,7 @@ SLOT = "sds_standby"
 
 def two_host_url(primary: PostgresServer, standby: PostgresServer, db: str) -> str:
     """The URL services.sh writes when a standby exists: writes go to whichever accepts them."""
-    return (f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/{db}"
+    return (f"postgresql://sds@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/{db}"
             "?target_session_attrs=read-write&connect_timeout=5")
 
 
@@ -114,7 +114,7 @@ def test_promotion_drill_loses_no_acked_reading(
     from serve import create_app
 
     # As services.sh configures it: /data read from the standby while it is current.
-    read_url = (f"postgresql://postgres@127.0.0.1:{standby.port},127.0.0.1:{primary.port}"
+    read_url = (f"postgresql://sds@127.0.0.1:{standby.port},127.0.0.1:{primary.port}"
                 "/ingest?target_session_attrs=prefer-standby&connect_timeout=5")
     app = create_app(Settings(database_url=url, database_read_url=read_url, metrics_port=0,
                               aggregate_metrics_port=0, db_pool_min=1, db_pool_max=2,
@@ -135,7 +135,7 @@ def test_promotion_drill_loses_no_acked_reading(
         standby.promote()  # by hand, at once: an operator's reaction time comes on top
         promoted_s = time.monotonic() - lost_at
         promoted_at = datetime.now(UTC)
-        promoted = standby.dsn("ingest")
+        promoted = standby.dsn("ingest", user="sds")
 
         # The ingester finds the promoted server by itself and nothing acked is missing.
         wait_for(run.done, 120, what="publishing")

@@ -5,7 +5,8 @@ the process roles of migration 0050 own nothing, the tenant tables have forced r
 security, the API role with `app.org_id` = A sees none of B's rows and changes none of them,
 sees nothing at all without `app.org_id`, the ingester can insert readings but not rewrite them
 or read accounts, and the aggregate role can run the rollups. Seeding and checks run as the
-test superuser (which bypasses RLS); the probes run as the roles, exactly as the services switch
+deployment's login role `sds` (the owner, through its `owner_all` policies; testbed/database.py);
+the probes run as the roles, exactly as the services switch
 to them (shared.db.set_request_scope / set_role).
 """
 

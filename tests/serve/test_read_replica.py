@@ -33,8 +33,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory
     primary = PostgresServer().start(base / "primary")
     standby = PostgresServer()
     try:
-        url = primary.create_database("api")
-        migrate_database(url)
+        url = migrate_database(primary.create_database("api"))
         with psycopg.connect(url) as c:
             org = accounts.create_org(c, name="Replica Org")
             uid = accounts.create_user(c, org=org, email="r@example.org",
@@ -58,7 +57,8 @@ def app(pair: tuple[PostgresServer, PostgresServer, str]) -> Iterator[Flask]:
 
     primary, standby, _key = pair
     application = create_app(Settings(
-        database_url=primary.dsn("api"), database_read_url=standby.dsn("api"),
+        database_url=primary.dsn("api", user="sds"),
+        database_read_url=standby.dsn("api", user="sds"),
         read_max_staleness=BOUND, metrics_port=0, aggregate_metrics_port=0, db_pool_min=1,
         db_pool_max=2, cursor_secret="replica", api_rate_limit=1000))
     try:

@@ -1,5 +1,7 @@
-"""Test databases: migrate one, clone one from the migrated template, or run a server of a
-test's own. One place for the create / migrate / drop steps the fixtures share."""
+"""Test databases: provision one as deployed, clone one from the provisioned template, or run a
+server of a test's own. The roles, owner, extensions and migrating role come from
+testbed/database.py, the same files deploy/services.sh uses; the URLs handed to tests are the
+deployment's login role's (`sds`, no superuser), as the shipped processes connect."""
 
 from __future__ import annotations
 
@@ -7,35 +9,32 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import psycopg
 
-from shared import migrate
+from testbed import database
+from testbed.database import as_role, with_dbname
 from testbed.services import PostgresServer
 
-
-def with_dbname(url: str, dbname: str) -> str:
-    """`url` pointing at database `dbname` on the same server."""
-    return urlunsplit(urlsplit(url)._replace(path="/" + dbname))
+__all__ = ["as_role", "clone_template", "migrate_database", "own_postgres", "with_dbname"]
 
 
-def migrate_database(url: str) -> None:
-    """Create the TimescaleDB extension (as the superuser tests connect as) and migrate."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS timescaledb")
-    migrate.upgrade(url)
+def migrate_database(url: str) -> str:
+    """Provision the database of `url` (a superuser URL) as deploy/services.sh and
+    `deploy/run.sh` do; returns the login role's URL of it, the one tests should use."""
+    return database.provision(url)
 
 
 @contextmanager
 def clone_template(admin_url: str, template_url: str, *, prefix: str) -> Iterator[str]:
-    """A database `<prefix><random>` cloned from the template database; dropped afterwards."""
+    """A database `<prefix><random>` cloned from the template database, owned by the login
+    role; yields the login role's URL of it and drops it afterwards."""
     name = prefix + uuid.uuid4().hex[:12]
     template = urlsplit(template_url).path.lstrip("/")
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    url = database.clone(admin_url, template, name)
     try:
-        yield with_dbname(admin_url, name)
+        yield url
     finally:
         with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
@@ -43,12 +42,11 @@ def clone_template(admin_url: str, template_url: str, *, prefix: str) -> Iterato
 
 @contextmanager
 def own_postgres(base: Path, *, durable: bool) -> Iterator[tuple[PostgresServer, str]]:
-    """A PostgreSQL of one test's own (so it can be stopped or crashed) with a migrated
-    database `ingest`; removed afterwards."""
+    """A PostgreSQL of one test's own (so it can be stopped or crashed) with a database
+    `ingest` provisioned as deployed; yields the server and the login role's URL. Removed
+    afterwards."""
     server = PostgresServer().start(base, durable=durable)
     try:
-        url = server.create_database("ingest")
-        migrate_database(url)
-        yield server, url
+        yield server, database.create(server.dsn("postgres"), "ingest")
     finally:
         server.cleanup()
