@@ -69,10 +69,10 @@ def purge(conn: psycopg.Connection, *, before: datetime, device: str | None = No
         if cur.rowcount < CHUNK:
             break
     if reason is None:
-        # Purging a device's rows (or everyone's) gives back the budget those hours spent, so a
-        # repaired device's bad data is kept again at once (its hours' counts of rows not kept
-        # stay in quarantine_unkept).
-        conn.execute("DELETE FROM quarantine_budget WHERE hour + interval '1 hour' <= %(before)s"
+        # Purging a device's rows (or everyone's) gives back the budget of the hours that began
+        # before `before` (a partly purged hour included), so a repaired device's bad data is
+        # kept again at once; the counts of rows not kept stay in quarantine_unkept.
+        conn.execute("DELETE FROM quarantine_budget WHERE hour < %(before)s"
                      + (" AND device = %(device)s" if device is not None else ""), params)
     return total
 
