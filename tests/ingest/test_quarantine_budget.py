@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -50,6 +51,7 @@ from tests.support.ingesting import (
     now_slot,
     wait_for,
 )
+from tests.support.rabbit import NODE_TEMPLATE, RabbitCluster, log_has
 
 JUNK, GOOD = "J000001", "G000001"
 READER = f"alerts-{uuid.uuid4()}"
@@ -415,3 +417,48 @@ def test_alert_reader_cannot_publish(
         assert "alert readers may not publish" in shipped.log_text()
     finally:
         run.stop()
+
+
+def test_rabbitmq_refuses_what_mosquitto_refuses() -> None:
+    """The RabbitMQ cluster profile's limit (max_message_size) is mosquitto's, and a one-node
+    broker of that profile refuses an MQTT 3.1.1 publish above it: no PUBACK, the refusal in
+    its log (RabbitMQ 3.10 closes the connection's channel, not the connection: nothing more of
+    that connection is acknowledged until the device reconnects, docs/security.md). A publish
+    of SDS_INGEST_MAX_PAYLOAD on a new connection is acknowledged."""
+    found = re.search(r"^max_message_size\s*=\s*(\d+)$", NODE_TEMPLATE.read_text(), re.M)
+    assert found
+    limit = int(found.group(1))
+    assert limit == int(conf_settings(shipped_durable_conf())["max_packet_size"])
+    cluster = RabbitCluster(size=1).start()
+
+    def device() -> mqtt.Client:
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=JUNK,
+                        protocol=mqtt.MQTTv311)
+        c.username_pw_set(JUNK, USERS[JUNK])
+        c.connect("127.0.0.1", cluster.mqtt_ports[0])
+        c.loop_start()
+        wait_for(c.is_connected, 30, what="device connect")
+        return c
+
+    try:
+        cluster.provision(ingester=("ingester", "ing-pw"), devices={JUNK: USERS[JUNK]})
+        c = device()
+        try:
+            big = c.publish(f"sensors/{JUNK}/junk", os.urandom(limit + 1), qos=1)
+            wait_for(lambda: log_has(cluster, f"message size {limit + 1} is larger than"
+                                     f" configured max size {limit}"), 60,
+                     what="the broker's refusal")
+            assert not big.is_published()
+        finally:
+            c.disconnect()
+            c.loop_stop()
+        c = device()
+        try:
+            ok = c.publish(f"sensors/{JUNK}/junk", os.urandom(DEFAULTS.ingest_max_payload), qos=1)
+            ok.wait_for_publish(60)
+            assert ok.is_published()
+        finally:
+            c.disconnect()
+            c.loop_stop()
+    finally:
+        cluster.cleanup()
