@@ -264,7 +264,7 @@ def write(
         messages = [m for m in messages if digests.get(id(m)) not in seen]
 
     def label(msg: Message) -> str:
-        return msg.device if msg.device in known else UNREGISTERED  # type: ignore[return-value]
+        return msg.device if msg.device in known else UNREGISTERED
 
     planned: list[_Row] = []
     for msg, rej in rows:
