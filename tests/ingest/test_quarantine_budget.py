@@ -59,6 +59,9 @@ USERS = {"ingester": "ingester-pw", JUNK: "pw-junk", GOOD: "pw-good", READER: "p
 MIB = 1024 * 1024
 WEEK = 2016  # 5-minute readings in a week: the largest backlog one message carries (docs/ingest.md)
 DEFAULTS = Settings()
+# The broker's packet limit this file holds the shipped config to: 1.5 MiB of payload (the
+# largest legitimate message, 1,393,056 bytes, with room for indentation) plus 4 KiB.
+PACKET_LIMIT = 1536 * 1024 + 4096
 # Page granularity: the last page of each of the table's relations (heap, TOAST heap and index,
 # five indexes, the bookkeeping tables and their keys) may be new, plus the free-space maps.
 PAGE_SLACK = 256 * 1024
@@ -85,7 +88,7 @@ def test_max_payload_is_the_largest_legitimate_message() -> None:
     assert len(json.dumps(json.loads(message), indent=2)) <= DEFAULTS.ingest_max_payload
     assert Budget().payload_max == DEFAULTS.ingest_quarantine_payload_max
     durable = conf_settings(shipped_durable_conf())
-    assert int(durable["max_packet_size"]) == DEFAULTS.ingest_max_payload + 4096
+    assert int(durable["max_packet_size"]) == DEFAULTS.ingest_max_payload + 4096 == PACKET_LIMIT
 
 
 def test_budget_keeps_what_fits_and_counts_the_rest(
@@ -213,7 +216,7 @@ def test_oversized_publish_is_refused_by_the_broker(
     make_site(conn, device=JUNK)
     run = RunningIngester(_settings(settings, shipped)).start()
     try:
-        limit = int(conf_settings(shipped_durable_conf())["max_packet_size"])
+        limit = PACKET_LIMIT
         dev = Device(shipped, JUNK)
         try:
             announced = dev.connack.get("MaximumPacketSize")
@@ -298,7 +301,7 @@ def test_junk_flood_is_bounded_and_other_ledgers_stay_whole(
     s = _settings(settings, shipped)
     budget = Budget.from_settings(s)
     flood_n, ledger_n = 400, 300
-    junk = os.urandom(s.ingest_max_payload)
+    junk = os.urandom(PACKET_LIMIT - 4096)  # SDS_INGEST_MAX_PAYLOAD
     size_before = _size(conn)
     wal_before = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]  # type: ignore[index]
     run = RunningIngester(s).start()
@@ -376,9 +379,9 @@ def test_junk_flood_is_bounded_and_other_ledgers_stay_whole(
         source="tests/ingest/test_quarantine_budget.py")
     assert acked_junk == flood_n  # junk is acknowledged (counted), never left for redelivery
     assert len(acked_readings) == ledger_n and set(acked_readings) <= stored  # ledger whole
+    assert growth <= bound, f"quarantine grew {growth} bytes, bound {bound}"
     assert kept + unkept == flood_n  # every junk message kept or counted: none silently lost
     assert unkept > 0 and unkept_metric == unkept  # the alarm's counter names the device
-    assert growth <= bound, f"quarantine grew {growth} bytes, bound {bound}"
     assert kept_cost <= budget.hourly * len(hours)
     # What the budget charges a row covers what the row really takes on disk.
     assert growth <= kept_cost + PAGE_SLACK
