@@ -41,7 +41,7 @@ def retention_pass(conn: psycopg.Connection, keep_days: int) -> int:
         n = int(row[0]) if row else 0
         total += n
         if n < CHUNK:
-            # The budget's bookkeeping goes with the rows it accounts for (migration 0162).
+            # The budget's bookkeeping goes with the rows it accounts for (migration 0163).
             conn.execute("SELECT sds_quarantine_ledger_purge(%s)", (keep_days,))
             return total
 
