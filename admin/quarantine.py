@@ -10,7 +10,7 @@ import click
 import psycopg
 
 from admin.context import connection, settings_from_env
-from ingest.quarantine import purge, stats
+from ingest.quarantine import purge, stats, unkept_stats
 
 
 def _connect() -> AbstractContextManager[psycopg.Connection]:
@@ -43,10 +43,18 @@ def purge_command(older_than_days: float, device: str | None, reason: str | None
 
 @quarantine.command("stats")
 def stats_command() -> None:
-    """Rows and bytes in quarantine per device and reason, largest first."""
+    """Rows and bytes in quarantine per device and reason, largest first; then what was
+    counted, not kept, over a device's budget."""
     with _connect() as conn:
         rows = stats(conn)
+        unkept = unkept_stats(conn)
     click.echo(f"{'device':24} {'reason':24} {'rows':>10} {'bytes':>12}  oldest .. newest")
     for device, reason, n, size, oldest, newest in rows:
         click.echo(f"{device or '-':24} {reason:24} {n:>10} {size:>12}  "
                    f"{oldest:%Y-%m-%d %H:%M} .. {newest:%Y-%m-%d %H:%M}")
+    if unkept:
+        click.echo("\nNot kept (over the device's quarantine budget; counted only):")
+        click.echo(f"{'device':24} {'reason':24} {'rejections':>10} {'bytes':>12}  hours")
+        for device, reason, n, size, first, last in unkept:
+            click.echo(f"{device:24} {reason:24} {n:>10} {size:>12}  "
+                       f"{first:%Y-%m-%d %H:%M} .. {last:%Y-%m-%d %H:%M}")

@@ -207,6 +207,7 @@ class Committer:
         self._stopping = stopping
         self._step_down = step_down
         self._conn: psycopg.Connection | None = None
+        self._budget = quarantine.Budget.from_settings(settings)
 
     def connections(self) -> list[psycopg.Connection | None]:
         """Every session a write may be blocked on (for the watchdog to break)."""
@@ -278,6 +279,8 @@ class Committer:
             m.quarantine_rows.labels(device).inc(n)
         for device, n in result.quarantine_bytes.items():
             m.quarantine_bytes.labels(device).inc(n)
+        for device, n in result.quarantine_unkept.items():
+            m.quarantine_unkept.labels(device).inc(n)
         m.batch_messages.observe(len(batch))
         m.batch_seconds.observe(time.monotonic() - batch[0].arrived)
         log.debug("batch of %d messages: %d stored, %d duplicates, %d health, %s quarantined",
@@ -315,7 +318,7 @@ class Committer:
                 with self._watchdog.guard(f"batch write of {len(messages)}", self.connections):
                     conn = self.db()
                     with conn.transaction():
-                        result = writer.write_batch(conn, messages)
+                        result = writer.write_batch(conn, messages, self._budget)
                         _notify_ingested(conn, messages)
                         self._fault("after_insert_before_commit")
                         # As late as possible before the commit that allows the acks.
@@ -357,7 +360,8 @@ class Committer:
                     conn = self.db()
                     with conn.transaction():
                         result = writer.BatchResult.of_quarantine(quarantine.quarantine_messages(
-                            conn, messages, code=writer.DB_REJECTED, detail=detail))
+                            conn, messages, code=writer.DB_REJECTED, detail=detail,
+                            budget=self._budget))
                         self._leader.confirm()
                 return result
             except psycopg.Error as exc:

@@ -47,6 +47,13 @@ class Metrics:
             "sds_ingest_quarantine_bytes",
             "Bytes of payload and detail written to quarantine, by device", ["device"],
             registry=r)
+        # Same labels; no reason label (x 22 reasons), the database keeps that split
+        # (quarantine_unkept, `sds quarantine stats`). The alarm SdsQuarantineBudgetExceeded.
+        self.quarantine_unkept = Counter(
+            "sds_ingest_quarantine_unkept",
+            "Rejections not kept because their device was over its quarantine budget "
+            "(counted by reason in the table quarantine_unkept), by device", ["device"],
+            registry=r)
         self.quarantine_purged = Counter(
             "sds_ingest_quarantine_purged",
             "Quarantine rows deleted by the retention (SDS_QUARANTINE_RETENTION_DAYS)",

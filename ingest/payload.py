@@ -96,7 +96,7 @@ MAX_FW_LENGTH = 64
 class Limits:
     """Validation limits taken from the settings."""
 
-    max_payload: int = 2 * 1024 * 1024
+    max_payload: int = 1536 * 1024  # SDS_INGEST_MAX_PAYLOAD's default (shared/config.py)
     max_future: timedelta = timedelta(seconds=300)
     horizon: timedelta = timedelta(days=400)
     max_rejections: int = 100  # rejections kept one by one per message; the rest are counted

@@ -92,6 +92,7 @@ class BatchResult:
     quarantine_rows: Counter[str] = field(default_factory=Counter)  # rows by device label
     quarantine_bytes: Counter[str] = field(default_factory=Counter)  # bytes by device label
     requarantine_skipped: int = 0  # rows of DUP redeliveries already in quarantine
+    quarantine_unkept: Counter[str] = field(default_factory=Counter)  # over budget, by device
 
     def add(self, other: BatchResult) -> None:
         """Add another result's counts to this one."""
@@ -102,6 +103,7 @@ class BatchResult:
         self.quarantine_rows.update(other.quarantine_rows)
         self.quarantine_bytes.update(other.quarantine_bytes)
         self.requarantine_skipped += other.requarantine_skipped
+        self.quarantine_unkept.update(other.quarantine_unkept)
 
     def add_quarantine(self, counts: quarantine.Counts) -> None:
         """Add what a quarantine write did."""
@@ -109,6 +111,7 @@ class BatchResult:
         self.quarantine_rows.update(counts.rows)
         self.quarantine_bytes.update(counts.bytes)
         self.requarantine_skipped += counts.requarantine_skipped
+        self.quarantine_unkept.update(counts.unkept)
 
     @classmethod
     def of_quarantine(cls, counts: quarantine.Counts) -> BatchResult:
@@ -145,8 +148,10 @@ def stage_rows(cur: psycopg.Cursor[Any], rows: Iterable[tuple[Any, ...]]) -> Non
             copy.write_row(row)
 
 
-def write_batch(conn: psycopg.Connection, messages: list[Message]) -> BatchResult:
-    """Write one batch (in the caller's transaction); returns counts for metrics."""
+def write_batch(conn: psycopg.Connection, messages: list[Message],
+                budget: quarantine.Budget | None = None) -> BatchResult:
+    """Write one batch (in the caller's transaction); returns counts for metrics. `budget`
+    bounds what the quarantine keeps per device (default: the settings' defaults)."""
     result = BatchResult()
     rejected: list[tuple[Message, Rejection]] = []
     for msg in messages:
@@ -184,7 +189,8 @@ def write_batch(conn: psycopg.Connection, messages: list[Message]) -> BatchResul
     if health:
         result.health_stored = _write_health(conn, health, deployments)
     if rejected or any(msg.decoded.summarised for msg in messages):
-        result.add_quarantine(quarantine.write(conn, rejected, messages, set(known)))
+        result.add_quarantine(quarantine.write(conn, rejected, messages, set(known),
+                                              budget))
     # Last, the statements a concurrent batch of the same devices waits for (module docstring).
     dirty.write_marks(conn, marks)
     _touch_devices(conn, messages)

@@ -66,7 +66,11 @@ class Settings:
     # --- ingest ---
     ingest_batch_size: int = _f(500, "Most messages per database transaction")
     ingest_flush_interval: float = _f(0.25, "Longest a received message waits for commit (s)")
-    ingest_max_payload: int = _f(2 * 1024 * 1024, "Largest accepted payload (bytes)")
+    ingest_max_payload: int = _f(
+        1536 * 1024, "Largest accepted payload (bytes): the largest legitimate message, a week's "
+        "backlog of 2016 readings with every field in its longest JSON form, is 1,393,056 bytes "
+        "(docs/ingest.md \"Message size\"); the shipped broker refuses packets over this plus "
+        "4 KiB (deploy/mosquitto/durable.conf max_packet_size)")
     ingest_max_future: int = _f(300, "How far in the future a reading may be (s)")
     ingest_horizon_days: int = _f(400, "Oldest accepted reading (days before now)")
     ingest_shards: int = _f(
@@ -85,6 +89,17 @@ class Settings:
     ingest_quarantine_rows_per_message: int = _f(
         100, "Most quarantine rows one message may create; further rejected readings of it "
         "are counted by reason in one summary row")
+    ingest_quarantine_payload_max: int = _f(
+        4096, "Bytes of a quarantined payload kept: a longer payload keeps this prefix, its size "
+        "and its SHA-256")
+    ingest_quarantine_device_hourly_bytes: int = _f(
+        1024 * 1024, "Quarantine one device may fill per clock hour (bytes kept plus a per-row "
+        "overhead; registered devices each, all other senders together): past it the device's "
+        "rejections are counted by reason in quarantine_unkept, not kept, and "
+        "sds_ingest_quarantine_unkept_total{device} rises (0: no budget)")
+    ingest_quarantine_device_total_bytes: int = _f(
+        32 * 1024 * 1024, "Quarantine one device may fill within SDS_QUARANTINE_RETENTION_DAYS, "
+        "counted like the hourly budget (0: only the hourly budget)")
     quarantine_retention_days: int = _f(
         30, "Quarantine rows older than this are deleted by the ingester, hourly (0: kept "
         "until `sds quarantine purge`)")

@@ -19,6 +19,13 @@
  *    `alerts/<uuid>/`, never `$share/...` or another organisation's. Its read grant is the
  *    acl_file's `pattern read alerts/#`; the subscription refusal here is what confines it.
  *
+ *    Alert readers publish nothing (issue 30): the acl_file's `pattern write sensors/%u/#` is
+ *    for every user, so an alert reader could publish under `sensors/alerts-<uuid>/`, where
+ *    everything ends in the quarantine (604 junk messages of 2 MiB added 1.3 GB in 17 s). Every
+ *    PUBLISH from an alert-reader account is refused here (MOSQ_ACL_WRITE): 0x87 Not authorized
+ *    in an MQTT 5 PUBACK; an MQTT 3.1.1 client gets a plain PUBACK and the message is dropped
+ *    (the protocol has no refusal), which costs a reader nothing it may do.
+ *
  * 2. No client keeps retained messages on the broker (MOSQ_EVT_MESSAGE). A device may publish
  *    under its own subtree, and every retained publish stayed in the broker's memory and store
  *    until cleared (250 topics of 2 MiB took the broker from 59 to 508 MB and a 522 MB store
@@ -62,6 +69,7 @@ struct rate_log {
 static mosquitto_plugin_id_t *plugin_id = NULL;
 static struct rate_log stripped = {0, 0, 0};
 static struct rate_log refused = {0, 0, 0};
+static struct rate_log refused_pub = {0, 0, 0};
 
 /* Count one event; true when a log line is due (then the caller logs and the count restarts). */
 static bool rate_log_due(struct rate_log *r)
@@ -140,10 +148,20 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 
 	(void)event;
 	(void)userdata;
+	user = mosquitto_client_username(ed->client);
+	if(ed->access == MOSQ_ACL_WRITE && reader_org(user) != NULL){
+		if(rate_log_due(&refused_pub)){
+			mosquitto_log_printf(MOSQ_LOG_NOTICE,
+					"sds_plugin: refused %lu PUBLISH(es) (%lu since start): alert readers may not "
+					"publish; latest from user %s to %s", refused_pub.since_log, refused_pub.total,
+					user, ed->topic);
+			refused_pub.since_log = 0;
+		}
+		return MOSQ_ERR_ACL_DENIED;
+	}
 	if(ed->access != MOSQ_ACL_SUBSCRIBE){
 		return MOSQ_ERR_PLUGIN_DEFER;
 	}
-	user = mosquitto_client_username(ed->client);
 	if(is_ingester(user)){
 		return MOSQ_ERR_PLUGIN_DEFER; /* the acl_file decides, as for everything else */
 	}

@@ -161,11 +161,13 @@ def quarantine_counts(conn: psycopg.Connection, *, device: str | None, days: int
 
 
 def quarantine_payload(conn: psycopg.Connection, *, row_id: int) -> dict[str, Any] | None:
-    """One quarantine row of the organisation with its raw payload, or None."""
+    """One quarantine row of the organisation with its raw payload (a prefix when `truncated`:
+    `payload_bytes` and `payload_sha256` are then those of the payload as received), or None."""
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(
             "SELECT id, received_at, topic, device, reason, detail, reading_index,"
-            " payload_bytes, payload FROM org_quarantine WHERE id = %s", (row_id,)).fetchone()
+            " payload_bytes, payload, payload_sha256, truncated, kept_bytes"
+            " FROM org_quarantine WHERE id = %s", (row_id,)).fetchone()
 
 
 def quarantine_total(conn: psycopg.Connection, *, device: str | None) -> int:

@@ -323,18 +323,21 @@ def _payload_row(principal: Principal, row_id: int) -> dict[str, Any]:
 @blp.route(f"{PREFIX}/quarantine/<int:row_id>")
 @signed_in
 def quarantine_row(principal: Principal, row_id: int) -> Response:
-    """One quarantined message with its raw payload (administrators only)."""
+    """One quarantined message with its raw payload, or the prefix the quarantine kept of a
+    large one (administrators only)."""
     row = _payload_row(principal, row_id)
     payload = bytes(row["payload"])
     text = payload[:65536].decode("utf-8", errors="replace")
-    return _html(render_template("web/quarantine_row.html", row=row, text=text,
+    sha = bytes(row["payload_sha256"]).hex() if row["payload_sha256"] is not None else None
+    return _html(render_template("web/quarantine_row.html", row=row, text=text, sha=sha,
                                  cut=len(payload) > 65536, nav="quarantine"))
 
 
 @blp.route(f"{PREFIX}/quarantine/<int:row_id>/payload")
 @signed_in
 def quarantine_payload(principal: Principal, row_id: int) -> Response:
-    """The raw payload bytes as received, as a download (administrators only)."""
+    """The raw payload bytes as received (only the kept prefix of a truncated one), as a
+    download (administrators only)."""
     row = _payload_row(principal, row_id)
     response = Response(bytes(row["payload"]), mimetype="application/octet-stream")
     response.headers["Content-Disposition"] = (

@@ -6,7 +6,8 @@ elements (extreme dates and offsets, deep nesting anywhere, huge numbers, odd un
 keys, bytes that are not UTF-8) beside good readings: first against the pure decoder (many
 examples), then end to end through mosquitto, the ingester and PostgreSQL (fewer).
 
-The 2 MB `[1,1,1,...]` payload (1,000,000 elements) must write a bounded number of rows and keep
+The largest `[1,1,1,...]` payload under SDS_INGEST_MAX_PAYLOAD (786,431 elements; issue 11
+found it with 1,000,000 under the former 2 MB limit) must write a bounded number of rows and keep
 the ingester process (a real `python -m ingest`) under a stated memory bound.
 """
 
@@ -40,6 +41,8 @@ from tests.support.ingesting import (
 
 NOW = datetime.now(UTC)
 LIMITS = Limits()
+# The most elements `[1,1,...]` can have under the payload limit (786,431 at 1.5 MiB).
+ELEMENTS = (LIMITS.max_payload - 1) // 2
 
 # ---- hostile elements ------------------------------------------------------------------------
 
@@ -188,12 +191,12 @@ def test_duplicate_keys_rejected_as_duplicate_key() -> None:
 
 
 def test_million_element_payload_decodes_to_a_bounded_result() -> None:
-    payload = b"[" + b",".join([b"1"] * 1_000_000) + b"]"
-    assert len(payload) < LIMITS.max_payload
+    payload = b"[" + b",".join([b"1"] * ELEMENTS) + b"]"
+    assert len(payload) <= LIMITS.max_payload
     out = decode_payload(payload, kind="readings", device="A1", now=NOW, limits=LIMITS)
     assert len(out.rejections) == LIMITS.max_rejections
-    assert dict(out.summarised) == {"bad_shape": 1_000_000 - LIMITS.max_rejections}
-    assert out.rejected == 1_000_000
+    assert dict(out.summarised) == {"bad_shape": ELEMENTS - LIMITS.max_rejections}
+    assert out.rejected == ELEMENTS
 
 
 # ---- end to end ----------------------------------------------------------------------------------
@@ -275,8 +278,8 @@ def test_million_element_payload_bounded_rows_and_memory(
     assert ingester_process.proc is not None
     pid = ingester_process.proc.pid
     readings = topic(mqtt_settings, site.device)
-    payload = b"[" + b",".join([b"1"] * 1_000_000) + b"]"
-    assert len(payload) < mqtt_settings.ingest_max_payload
+    payload = b"[" + b",".join([b"1"] * ELEMENTS) + b"]"
+    assert len(payload) <= mqtt_settings.ingest_max_payload
     baseline = _vm_hwm_mb(pid)
     for _ in range(3):
         assert publisher.publish(readings, payload, timeout=30)
@@ -294,14 +297,14 @@ def test_million_element_payload_bounded_rows_and_memory(
     peak = _vm_hwm_mb(pid)
     limit = mqtt_settings.ingest_quarantine_rows_per_message
     assert rows == 3 * (limit + 1)
-    assert len(summaries) == 3 and all("bad_shape 999900" in d for (d,) in summaries)
+    assert len(summaries) == 3 and all(f"bad_shape {ELEMENTS - limit}" in d for (d,) in summaries)
     assert peak < RSS_BOUND_MB, f"ingester peak RSS {peak:.0f} MB"
     figures.record("security.quarantine_amplification", {
-        "rows per 1,000,000-element message": limit + 1,
+        "elements per message": ELEMENTS, "rows per message": limit + 1,
         "quarantine MB for 3 messages": round(size / 1e6, 1),
         "ingester peak RSS MB": round(peak, 1), "RSS before MB": round(baseline, 1),
         "next reading stored after s": round(delay, 1)}, section="security",
-        title="Quarantine amplification: three 2 MB [1,1,...] payloads (1,000,000 elements "
-              "each) in a row (issue 11 finding 3: 3,000,000 rows, 812 MB, 827 MB RSS, 31 s)",
+        title="Quarantine amplification: three [1,1,...] payloads of SDS_INGEST_MAX_PAYLOAD "
+              "in a row (issue 11 finding 3: 3,000,000 rows, 812 MB, 827 MB RSS, 31 s)",
         target=f"{limit + 1} rows per message; ingester peak RSS < {RSS_BOUND_MB} MB",
         source="tests/ingest/test_hostile.py")

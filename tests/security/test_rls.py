@@ -102,6 +102,10 @@ SERVICE_TABLES = {
     "quarantine": "bad MQTT input before a device is trusted; the ingester may only INSERT "
                   "(with COPY, which RLS would refuse); the API reads its organisation's rows "
                   "only through the view org_quarantine (0070)",
+    "quarantine_budget": "what each device's quarantine rows cost per hour (0163); the ingester's "
+                         "bookkeeping, not granted to the API",
+    "quarantine_unkept": "rejections counted, not kept, over a device's budget (0163); read by "
+                         "the operator's `sds quarantine stats`, not granted to the API",
     "rollup_dirty": "per-device bucket marks; written by the ingester, claimed by the rollups",
     "aggregate_runs": "the rollup jobs' progress; not granted to the API",
     "job_runs": "the scheduler's run log; not granted to the API",

@@ -75,9 +75,19 @@ PROMISES = """\
   and acknowledged; good readings beside it are stored; bad input never stalls the pipeline.
   Whatever one element of an array holds, only that element is quarantined (the hostile-element
   property below: 0 `internal_error`). One message writes at most 100 quarantine rows plus a
-  summary row (`SDS_INGEST_QUARANTINE_ROWS_PER_MESSAGE`), and three 2 MB `[1,1,...]` messages
-  keep the ingester under 200 MB of memory; quarantine rows are deleted after
+  summary row (`SDS_INGEST_QUARANTINE_ROWS_PER_MESSAGE`), and three of the largest `[1,1,...]`
+  messages keep the ingester under 200 MB of memory; quarantine rows are deleted after
   `SDS_QUARANTINE_RETENTION_DAYS` (30).
+- **What one device can make the service store.** The broker refuses a message above the
+  largest legitimate one (a week's backlog with every field: 1,393,056 bytes;
+  `SDS_INGEST_MAX_PAYLOAD` 1.5 MiB, `max_packet_size` that plus 4 KiB): the publisher gets no
+  PUBACK and is disconnected (MQTT 5 reason 0x95). A quarantine row keeps at most 4096 bytes of
+  its payload with the size and SHA-256 of the whole. Each device may fill the quarantine with
+  at most 1 MiB per clock hour and 32 MiB within the retention (on-disk cost of its rows);
+  past that its rejections are counted by device, hour and reason (`quarantine_unkept`,
+  `sds_ingest_quarantine_unkept_total{device}`, alarm `SdsQuarantineBudgetExceeded`), not
+  kept, and other devices' readings are stored as ever (the junk flood figure below: the
+  quarantine's growth against the 1 MiB budget, the other device's ledger whole).
 - **Broker identity.** On the shipped broker a client's id is its user name: a device cannot
   take the ingester's session or knock another device off (0 acknowledged readings missing while
   a device connects with the ingester's client id). Whatever a device publishes under its own

@@ -4,6 +4,7 @@ locations, headers; and the pure parts (health badges, chart configuration)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -284,6 +285,35 @@ def test_bad_data_pages(client: FlaskClient, world: World) -> None:
     for bad in ("days=0", "days=abc", "before=-1", "days=100000"):
         r = client.get(f"/dashboard/quarantine?{bad}")
         assert r.status_code == 400 and r.mimetype == "text/html", bad
+
+
+def test_truncated_payload_says_so(client: FlaskClient, world: World) -> None:
+    """A payload the quarantine kept only a prefix of (issue 30: larger than
+    SDS_INGEST_QUARANTINE_PAYLOAD_MAX) shows its size as received, the kept bytes, the SHA-256
+    of the whole, and says it is cut; the download is the kept prefix."""
+    big = b'[{"time": "2026-03-07T12:05:00Z", "tair": 99}' + b", 1" * 5000 + b"]"
+    kept = big[:4096]
+    with psycopg.connect(world.url, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO quarantine (received_at, topic, device, reason, detail, payload,"
+            " payload_bytes, payload_sha256) VALUES (now() - interval '40 days',"
+            " 'sensors/A1/readings', 'A1', 'bad_shape', 'reading 1: expected an object', %s,"
+            " %s, %s) RETURNING id", (kept, len(big), hashlib.sha256(big).digest())).fetchone()
+        assert row is not None
+    try:
+        sign_in(client, "admin@a.example")
+        page = text(client.get(f"/dashboard/quarantine/{row[0]}"))
+        assert 'id="payload-truncated"' in page and 'id="truncated-note"' in page
+        assert f"{len(big)} bytes as received; the quarantine kept only the first 4096" in page
+        assert f"(the first 4096 of {len(big)} bytes)" in page
+        assert hashlib.sha256(big).hexdigest() in page
+        raw = client.get(f"/dashboard/quarantine/{row[0]}/payload")
+        assert raw.get_data() == kept
+        whole = text(client.get(f"/dashboard/quarantine/{world.quarantine_a[0]}"))
+        assert "payload-truncated" not in whole and "download as received" in whole
+    finally:
+        with psycopg.connect(world.url, autocommit=True) as conn:
+            conn.execute("DELETE FROM quarantine WHERE id = %s", (row[0],))
 
 
 def test_plain_users_see_no_payloads(client: FlaskClient, world: World) -> None:
