@@ -143,8 +143,8 @@ def failed(conn: psycopg.Connection, job: dict[str, Any], status: int | None, er
         "UPDATE alert_deliveries SET attempts = %s, last_attempt_at = now(), last_status = %s,"
         " last_error = %s, state = CASE WHEN %s THEN 'failed' ELSE state END,"
         " next_attempt_at = now() + %s WHERE id = %s",
-        (attempts, status, stored_reason(error), attempts >= max_attempts, timedelta(seconds=retry_in),
-         job["delivery_id"]))
+        (attempts, status, stored_reason(error), attempts >= max_attempts,
+         timedelta(seconds=retry_in), job["delivery_id"]))
     if job["channel_id"] is None:
         return False
     with conn.cursor(row_factory=dict_row) as cur:
