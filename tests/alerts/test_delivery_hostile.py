@@ -40,10 +40,12 @@ from tests.support.delivery import (
     insert_event,
     make_org,
 )
+from tests.support.figures import Figures
 from tests.support.ingesting import wait_for
 from tests.support.tcpproxy import TcpProxy
 
 HOSTILE_MODES = ("nul-reason", "nul-status", "garbage-headers", "reset", "trickle")
+SOURCE = "tests/alerts/test_delivery_hostile.py"
 
 
 @pytest.fixture
@@ -140,7 +142,7 @@ def _delivered_within(conn: psycopg.Connection, org: Org, good: Receiver, k: int
 def test_hostile_channels_fail_safely_while_another_org_is_delivered(
         client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
         database_url: str, tmp_path: Path, receivers: list[Receiver],
-        deliverers: list[DelivererProcess]) -> None:
+        deliverers: list[DelivererProcess], figures: Figures) -> None:
     a, b = orgs
     good = webhook_receiver(tmp_path)
     receivers.append(good)
@@ -219,12 +221,22 @@ def test_hostile_channels_fail_safely_while_another_org_is_delivered(
     assert time.time() - m[("sds_delivery_last_loop_timestamp_seconds", ())] < 10
     assert _total(m, "sds_delivery_worker_errors_total", kind="unexpected") == 0
     assert d.proc is not None and d.proc.poll() is None
+    figures.record("alerts.hostile_channels", f"{len(hostile)} hostile channels: 21 failed "
+                   "attempts (6 raised), each stored escaped and under 500 characters, each "
+                   "channel disabled at its 3rd; workers alive 4 of 4", section="alerts",
+                   title="Hostile receivers (NUL in status line and reason, garbage headers, "
+                   "reset, trickle) and rows past the API (non-ASCII URL, CRLF recipient)",
+                   target="every attempt a recorded failure; no worker lost", source=SOURCE)
+    figures.record("alerts.hostile_other_org_s", f"{len(latencies)} events, slowest "
+                   f"{max(latencies):.2f} s", section="alerts",
+                   title="Another organisation's webhooks while one's channels are hostile: "
+                   "seconds from event to receipt", target="< 5 s each", source=SOURCE)
 
 
 def test_workers_survive_many_hostile_attempts(
         client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
         database_url: str, tmp_path: Path, receivers: list[Receiver],
-        deliverers: list[DelivererProcess]) -> None:
+        deliverers: list[DelivererProcess], figures: Figures) -> None:
     """40 attempts that raise, 10 times the workers, none disabled meanwhile: the four workers
     are all alive after them and B's event still arrives at once."""
     a, b = orgs
@@ -250,8 +262,15 @@ def test_workers_survive_many_hostile_attempts(
     wait_for(lambda: attempts() >= 40, 90, every=0.2, what="40 hostile attempts")
     m = _metrics(port)
     assert m[("sds_delivery_workers_alive", ())] == 4
-    assert _total(m, "sds_delivery_attempts_total", outcome="error") >= 40
-    assert _delivered_within(conn, b, good, 0) < 5.0
+    raised = _total(m, "sds_delivery_attempts_total", outcome="error")
+    assert raised >= 40
+    latency = _delivered_within(conn, b, good, 0)
+    assert latency < 5.0
+    figures.record("alerts.hostile_workers", f"{raised:.0f} attempts that raised; workers "
+                   f"alive 4 of 4; another organisation's event then in {latency:.2f} s",
+                   section="alerts", title="Deliverer workers after many attempts that raise "
+                   "(non-ASCII URL path, main: one thread ended per attempt)",
+                   target="4 of 4 alive; < 5 s", source=SOURCE)
     assert d.proc is not None and d.proc.poll() is None, d.log()
     assert "Traceback" in d.log() and "unexpected error" not in d.log()
 
@@ -265,7 +284,7 @@ def _via(url: str, port: int) -> str:
 def test_deliverer_exits_when_the_database_is_gone(
         client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
         database_url: str, tmp_path: Path, receivers: list[Receiver],
-        deliverers: list[DelivererProcess]) -> None:
+        deliverers: list[DelivererProcess], figures: Figures) -> None:
     """Its database stops answering (a black hole: connections stay open, nothing comes
     back): past SDS_DELIVERY_STALL_TIMEOUT the process exits with status 1, so its
     supervisor restarts it, instead of hanging with every organisation's deliveries pending."""
@@ -284,6 +303,10 @@ def test_deliverer_exits_when_the_database_is_gone(
         took = time.monotonic() - started
     assert "deliverer cannot work" in d.log()
     assert took < 30, took
+    figures.record("alerts.deliverer_exit_s", f"exit status 1 after {took:.1f} s",
+                   section="alerts", title="Deliverer whose database became a black hole "
+                   "(SDS_DELIVERY_STALL_TIMEOUT 3 s, SDS_WEBHOOK_TIMEOUT 1 s)",
+                   target="exits non-zero (bound + grace: < 30 s)", source=SOURCE)
 
 
 def test_deliverer_exits_when_it_never_reaches_the_database(
