@@ -6,8 +6,9 @@ the API (a non-ASCII URL path, an email recipient with a line break), against th
 
 Every hostile attempt is a failed attempt with a safe stored reason, backed off and counted, and
 the channel disabled after SDS_CHANNEL_MAX_FAILURES; meanwhile another organisation's events are
-delivered promptly; the workers all survive; and a deliverer that cannot reach its database
-exits non-zero for its supervisor.
+delivered promptly; the workers all survive; one organisation's slow receivers hold at most all
+workers but one; and a deliverer that cannot reach its database exits non-zero for its
+supervisor.
 """
 
 from __future__ import annotations
@@ -273,6 +274,28 @@ def test_workers_survive_many_hostile_attempts(
                    target="4 of 4 alive; < 5 s", source=SOURCE)
     assert d.proc is not None and d.proc.poll() is None, d.log()
     assert "Traceback" in d.log() and "unexpected error" not in d.log()
+
+
+def test_one_organisation_holds_at_most_all_workers_but_one(
+        client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
+        database_url: str, tmp_path: Path, receivers: list[Receiver],
+        deliverers: list[DelivererProcess]) -> None:
+    """A's four channels trickle their answers (each attempt lasts the whole 6 s deadline):
+    three of the four workers take them, the fourth A delivery waits, and B's event goes out
+    through the free worker at once instead of after the deadline."""
+    a, b = orgs
+    slow = webhook_receiver(tmp_path, hostile="trickle")
+    good = webhook_receiver(tmp_path)
+    receivers += [slow, good]
+    for k in range(4):
+        _webhook(client, a, f"{slow.url}/{k}", f"slow-{k}")
+    _webhook(client, b, good.url, "b-hook")
+    _start(deliverers, tmp_path, database_url, webhook_timeout=6, delivery_workers=4)
+    insert_event(conn, a.id)
+    wait_for(lambda: len(slow.received()) >= 3, 30, what="three of A's attempts under way")
+    latency = _delivered_within(conn, b, good, 0)
+    assert latency < 3.0, latency
+    assert len(slow.received()) == 3  # the fourth waits for one of A's workers
 
 
 def _via(url: str, port: int) -> str:
