@@ -153,6 +153,7 @@ class Process:
             m.phases.labels(phase).inc(seconds)
         m.samples.inc(outcome.samples)
         m.steps.inc(outcome.steps)
+        m.last_pass.set_to_current_time()
         for event in outcome.events:
             m.events.labels(event["kind"]).inc()
         self.passes += 1

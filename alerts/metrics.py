@@ -33,6 +33,10 @@ class Metrics:
         self.leader = Gauge("sds_alerts_leader", "1 while this process holds the evaluator "
                             "lock", registry=r)
         self.rules = Gauge("sds_alerts_rules", "Active rules loaded", registry=r)
+        # The evaluator is behind when this stops moving: a leader sweeps every
+        # SDS_ALERT_SWEEP_INTERVAL and passes on every ingest commit.
+        self.last_pass = Gauge("sds_alerts_last_pass_timestamp_seconds", "Unix time the last "
+                               "pass committed (0: none yet by this process)", registry=r)
 
     def serve(self, port: int, addr: str) -> WSGIServer | None:
         """Start the HTTP endpoint in a daemon thread (port 0: disabled)."""

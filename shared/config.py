@@ -298,6 +298,11 @@ class Settings:
     channel_max_failures: int = _f(
         15, "Failed attempts in a row after which a channel is disabled (its admins are told "
         "by a channel_disabled notification)")
+    delivery_stall_timeout: float = _f(
+        120.0, "Seconds the deliverer may go without a worker or its fan-out loop completing a "
+        "round (the database gone, every worker hung) before it exits with status 1 for its "
+        "supervisor to start it again; a worker thread that ended makes it exit at once")
+    delivery_metrics_port: int = _f(9107, "Prometheus metrics port of the deliverer (0 off)")
     webhook_timeout: float = _f(
         10.0, "Longest a webhook attempt may take, connecting, sending and reading the answer (s)")
     webhook_max_response: int = _f(65536, "Most bytes of a webhook receiver's answer read")

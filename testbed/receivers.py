@@ -51,11 +51,13 @@ class Receiver:
                 self._proc.wait(10)
 
 
-def webhook_receiver(directory: Path, *, status: int = 200, delay: float = 0.0) -> Receiver:
+def webhook_receiver(directory: Path, *, status: int = 200, delay: float = 0.0,
+                     hostile: str | None = None) -> Receiver:
     """A webhook receiver answering `status` to every POST, `delay` seconds after receiving it
-    (it is recorded on arrival)."""
+    (it is recorded on arrival); `hostile`: a mode of testbed.webhook_receiver.HOSTILE instead."""
+    extra = ("--hostile", hostile) if hostile else ()
     return Receiver("testbed.webhook_receiver", directory, "--status", str(status),
-                    "--delay", str(delay))
+                    "--delay", str(delay), *extra)
 
 
 def smtp_sink(directory: Path) -> Receiver:

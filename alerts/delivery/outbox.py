@@ -5,11 +5,14 @@ it concurrently or be killed half-way. A claim is `SELECT ... FOR UPDATE OF d SK
 for the whole attempt: two deliverers never send one row at once, and a deliverer killed
 mid-attempt leaves the row pending (its lock ends with its session) to be sent again, with the
 same event id (at least once). Failures count on the channel; the Nth in a row disables it and
-writes a `channel_disabled` event for the organisation's administrators.
+writes a `channel_disabled` event for the organisation's administrators. What a receiver said
+is stored through `stored_reason` only (escaped, bounded): a NUL from a hostile status line must
+not make the record itself fail.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +21,11 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 FANOUT_BATCH = 1000
+REASON_MAX = 500  # characters of a stored error or disabled reason
+# What PostgreSQL text cannot hold (NUL) or a reader should not get raw: C0 and C1 controls,
+# DEL, lone surrogates (undecodable bytes kept by surrogateescape, which UTF-8 cannot encode),
+# and the backslash (so an escape in the stored text always means an escape).
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\\\ud800-\udfff]")
 
 _FANOUT_SQL = """
 WITH todo AS (
@@ -44,6 +52,13 @@ SELECT (SELECT count(*) FROM marked) AS events,
        (SELECT count(*) FROM to_channels) + (SELECT count(*) FROM to_admins) AS deliveries
 """
 
+# The deliveries a worker may claim: due, pending, to an active channel (or the admins; a
+# test goes even to an inactive one). One condition for the claim and the backlog gauges.
+_CLAIMABLE = """
+WHERE d.state = 'pending' AND d.next_attempt_at <= now()
+  AND (d.channel_id IS NULL OR e.kind = 'test' OR (c.active AND c.disabled_at IS NULL))
+"""
+
 _CLAIM_SQL = """
 SELECT d.id AS delivery_id, d.attempts, d.channel_id, c.kind AS channel_kind,
        c.name AS channel_name, c.url, c.secret_sealed, c.recipients,
@@ -52,12 +67,20 @@ SELECT d.id AS delivery_id, d.attempts, d.channel_id, c.kind AS channel_kind,
 FROM alert_deliveries d
 JOIN alert_events e ON e.id = d.event_id
 LEFT JOIN alert_channels c ON c.id = d.channel_id
-WHERE d.state = 'pending' AND d.next_attempt_at <= now()
-  AND (d.channel_id IS NULL OR e.kind = 'test' OR (c.active AND c.disabled_at IS NULL))
+""" + _CLAIMABLE + """
+  AND NOT d.org_id = ANY (%(busy)s)
 ORDER BY d.next_attempt_at
 LIMIT 1
 FOR UPDATE OF d SKIP LOCKED
 """
+
+_BACKLOG_SQL = """
+SELECT count(*) AS due,
+       coalesce(extract(epoch FROM now() - min(d.next_attempt_at)), 0)::float8 AS oldest
+FROM alert_deliveries d
+JOIN alert_events e ON e.id = d.event_id
+LEFT JOIN alert_channels c ON c.id = d.channel_id
+""" + _CLAIMABLE
 
 
 def fanout(conn: psycopg.Connection, *, email: bool) -> tuple[int, int]:
@@ -69,11 +92,27 @@ def fanout(conn: psycopg.Connection, *, email: bool) -> tuple[int, int]:
     return int(row["events"]), int(row["deliveries"])
 
 
-def claim(conn: psycopg.Connection) -> dict[str, Any] | None:
+def stored_reason(text: str) -> str:
+    """`text` as it may be stored and shown: controls, DEL, lone surrogates and the backslash
+    written as `\\xHH` / `\\uHHHH`, at most REASON_MAX characters (cut with `...`)."""
+    safe = _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                       else f"\\u{ord(m.group()):04x}", text)
+    return safe if len(safe) <= REASON_MAX else safe[:REASON_MAX - 3] + "..."
+
+
+def claim(conn: psycopg.Connection, *, busy: list[Any] | None = None) -> dict[str, Any] | None:
     """The next due delivery with its event and channel, locked until the caller's
-    transaction ends; None when nothing is due. Call inside a transaction."""
+    transaction ends; None when nothing is due. `busy`: organisations not to claim for (their
+    share of the workers is taken). Call inside a transaction."""
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(_CLAIM_SQL).fetchone()
+        return cur.execute(_CLAIM_SQL, {"busy": list(busy or [])}).fetchone()
+
+
+def backlog(conn: psycopg.Connection) -> tuple[int, float]:
+    """(deliveries due now that a worker may claim, seconds the oldest of them has been due)."""
+    row = conn.execute(_BACKLOG_SQL).fetchone()
+    assert row is not None
+    return int(row[0]), float(row[1])
 
 
 def admin_emails(conn: psycopg.Connection, org: Any) -> list[str]:
@@ -97,14 +136,15 @@ def delivered(conn: psycopg.Connection, job: dict[str, Any], status: int | None)
 def failed(conn: psycopg.Connection, job: dict[str, Any], status: int | None, error: str,
            *, retry_in: float, max_attempts: int, max_failures: int) -> bool:
     """Record a failed attempt: retried after `retry_in` seconds, or given up after
-    `max_attempts`. True when this failure disabled the channel."""
+    `max_attempts`. True when this failure disabled the channel. `error` is stored through
+    `stored_reason`."""
     attempts = job["attempts"] + 1
     conn.execute(
         "UPDATE alert_deliveries SET attempts = %s, last_attempt_at = now(), last_status = %s,"
         " last_error = %s, state = CASE WHEN %s THEN 'failed' ELSE state END,"
         " next_attempt_at = now() + %s WHERE id = %s",
-        (attempts, status, error, attempts >= max_attempts, timedelta(seconds=retry_in),
-         job["delivery_id"]))
+        (attempts, status, stored_reason(error), attempts >= max_attempts,
+         timedelta(seconds=retry_in), job["delivery_id"]))
     if job["channel_id"] is None:
         return False
     with conn.cursor(row_factory=dict_row) as cur:
@@ -115,8 +155,8 @@ def failed(conn: psycopg.Connection, job: dict[str, Any], status: int | None, er
         if row is None or row["disabled_at"] is not None or (
                 row["consecutive_failures"] < max_failures):
             return False
-        reason = (f"{row['consecutive_failures']} failed deliveries in a row; last: "
-                  f"{error}")[:500]
+        reason = stored_reason(f"{row['consecutive_failures']} failed deliveries in a row; "
+                               f"last: {error}")
         cur.execute("UPDATE alert_channels SET disabled_at = now(), disabled_reason = %s,"
                     " updated_at = now() WHERE id = %s", (reason, job["channel_id"]))
         cur.execute(

@@ -6,7 +6,9 @@ with the channel's whsec_ secret), made by the specification's own library (`sta
 The name is resolved here and the socket connects to a checked address of that answer
 (shared.netguard): no DNS rebinding between check and use. Redirects are not followed (a 3xx
 is a failure), the whole attempt has one deadline and at most SDS_WEBHOOK_MAX_RESPONSE bytes of
-the answer are read.
+the answer are read. The deadline is kept by cutting the socket when it passes: a receiver that
+trickles its status line or headers a byte at a time (each read within the socket timeout)
+cannot hold a worker longer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import http.client
 import socket
 import ssl
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,20 +45,43 @@ def signed_headers(secret: str, msg_id: str, body: bytes, when: datetime) -> dic
 
 
 class _PinnedConnection(http.client.HTTPConnection):
-    """An HTTP connection to a fixed, already checked address; Host is still the URL's host."""
+    """An HTTP connection to a fixed, already checked address; Host is still the URL's host.
+    Its socket is shut down when `deadline` (monotonic) passes."""
 
-    def __init__(self, host: str, port: int, address: str, timeout: float,
+    def __init__(self, host: str, port: int, address: str, deadline: float,
                  tls: ssl.SSLContext | None) -> None:
-        super().__init__(host, port, timeout=timeout)
+        super().__init__(host, port, timeout=max(0.001, deadline - time.monotonic()))
         self._address = address
         self._tls = tls
+        self._deadline = deadline
+        self._raw: socket.socket | None = None
+        self._cutter: threading.Timer | None = None
+        self.cut = False
 
     def connect(self) -> None:
         """Open the socket to the pinned address (and TLS with the URL's host name)."""
         sock = socket.create_connection((self._address, self.port), self.timeout)
+        self._raw = sock
+        self._cutter = threading.Timer(max(0.0, self._deadline - time.monotonic()), self._cut)
+        self._cutter.daemon = True
+        self._cutter.start()
         if self._tls is not None:
             sock = self._tls.wrap_socket(sock, server_hostname=self.host)
         self.sock = sock
+
+    def _cut(self) -> None:
+        self.cut = True
+        try:
+            if self._raw is not None:
+                self._raw.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Close, and forget the deadline."""
+        if self._cutter is not None:
+            self._cutter.cancel()
+        super().close()
 
 
 def _read_capped(response: http.client.HTTPResponse, limit: int, deadline: float) -> None:
@@ -88,13 +114,15 @@ def post(url: str, secret: str, msg_id: str, body: bytes, *, timeout: float,
         left = deadline - time.monotonic()
         if left <= 0:
             return Outcome(False, None, f"timed out after {timeout:g} s")
-        conn = _PinnedConnection(target.host, target.port, address, left, tls)
+        conn = _PinnedConnection(target.host, target.port, address, deadline, tls)
         try:
             conn.request("POST", target.path, body=body, headers=headers)
             response = conn.getresponse()
             _read_capped(response, max_response, deadline)
             status = response.status
         except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
+            if conn.cut:
+                return Outcome(False, None, f"{address}: timed out after {timeout:g} s")
             last = f"{address}: {type(exc).__name__}: {exc}"[:500]
             continue
         finally:

@@ -25,6 +25,7 @@ metrics_port_of() {
     ingest-*) ((base == 0)) && echo 0 || echo $((base + 100 + ${1#ingest-} - 1)) ;;
     aggregate) echo "${SDS_AGGREGATE_METRICS_PORT:-9109}" ;;
     alerts-evaluate) echo "${SDS_ALERTS_METRICS_PORT:-9112}" ;;
+    alerts-deliver) echo "${SDS_DELIVERY_METRICS_PORT:-9107}" ;;
     serve-*) ((API_METRICS0 == 0)) && echo 0 || echo $((API_METRICS0 + ${1#serve-} - 1)) ;;
     esac
 }
@@ -33,7 +34,7 @@ metrics_port_of() {
 # .state/alertmanager; a running Prometheus or Alertmanager rereads a changed file (SIGHUP;
 # target lists are reread by Prometheus itself).
 monitoring_config() {
-    local scrape=$MBIND args=() names=("${INGEST_PROCS[@]}" aggregate alerts-evaluate) name port changed k
+    local scrape=$MBIND args=() names=("${INGEST_PROCS[@]}" aggregate alerts-evaluate alerts-deliver) name port changed k
     [[ $scrape == 0.0.0.0 ]] && scrape=127.0.0.1
     for ((k = 1; k <= API_INSTANCES; k++)); do names+=("serve-$k"); done
     for name in "${names[@]}"; do
@@ -43,6 +44,7 @@ monitoring_config() {
         ingest*) args+=(--ingest "$name=$scrape:$port") ;;
         aggregate) args+=(--aggregate "$scrape:$port") ;;
         alerts-evaluate) args+=(--alerts "$scrape:$port") ;;
+        alerts-deliver) args+=(--delivery "$scrape:$port") ;;
         serve-*) args+=(--api "$name=$scrape:$port") ;;
         esac
     done

@@ -2,7 +2,8 @@
 directory, with the scrape targets of every process deploy/run.sh started.
 
     monitoring_conf.py --out DIR --webhook URL --prometheus H:P --alertmanager H:P --node H:P
-        [--aggregate H:P] [--alerts H:P] [--ingest NAME=H:P ...] [--api NAME=H:P ...]
+        [--aggregate H:P] [--alerts H:P] [--delivery H:P] [--ingest NAME=H:P ...]
+        [--api NAME=H:P ...]
         [--patroni-dir DIR]
 
 Writes DIR/prometheus/{prometheus.yml, sds.rules.yml, targets/*.json} and
@@ -79,7 +80,7 @@ def patroni_endpoints(directory: Path) -> list[tuple[str, str]]:
 
 def render(out: Path, *, webhook: str, prometheus: str, alertmanager: str, node: str,
            aggregate: str | None = None, alerts: str | None = None,
-           ingest: list[tuple[str, str]] | None = None,
+           delivery: str | None = None, ingest: list[tuple[str, str]] | None = None,
            api: list[tuple[str, str]] | None = None, patroni_dir: Path | None = None,
            shipped: Path = SHIPPED) -> list[str]:
     """Write the configuration under `out`; the paths that changed."""
@@ -90,8 +91,10 @@ def render(out: Path, *, webhook: str, prometheus: str, alertmanager: str, node:
         prom / "targets" / "ingest.json": targets(ingest or []),
         prom / "targets" / "aggregate.json": targets([("aggregate", aggregate)] if aggregate
                                                      else []),
-        prom / "targets" / "alerts.json": targets([("alerts-evaluate", alerts)] if alerts
-                                                  else []),
+        # The evaluator and the deliverer: job sds-alerts, told apart by `process`.
+        prom / "targets" / "alerts.json": targets(
+            ([("alerts-evaluate", alerts)] if alerts else [])
+            + ([("alerts-deliver", delivery)] if delivery else [])),
         prom / "targets" / "api.json": targets(api or []),
         prom / "targets" / "node.json": targets([("node-exporter", node)]),
         prom / "targets" / "patroni.json": targets(
@@ -122,6 +125,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--node", required=True)
     p.add_argument("--aggregate")
     p.add_argument("--alerts")
+    p.add_argument("--delivery")
     p.add_argument("--ingest", type=_named, action="append", default=[])
     p.add_argument("--api", type=_named, action="append", default=[])
     p.add_argument("--patroni-dir", type=Path)
@@ -129,7 +133,7 @@ def main(argv: list[str]) -> int:
     try:
         changed = render(a.out, webhook=a.webhook, prometheus=a.prometheus,
                          alertmanager=a.alertmanager, node=a.node, aggregate=a.aggregate,
-                         alerts=a.alerts, ingest=a.ingest, api=a.api, patroni_dir=a.patroni_dir)
+                         alerts=a.alerts, delivery=a.delivery, ingest=a.ingest, api=a.api, patroni_dir=a.patroni_dir)
     except ValueError as exc:
         print(f"monitoring_conf.py: {exc}", file=sys.stderr)
         return 2

@@ -4,8 +4,9 @@ Kinds: `webhook` (an http(s) URL; requests signed per Standard Webhooks with the
 `whsec_` secret, shown once in the creation answer and kept sealed with SDS_APIKEY_SEAL_KEYS),
 `email` (recipients, sent through SDS_SMTP_*) and `mqtt` (the organisation's alerts topic).
 `notifications:read` lists and reads, `notifications:write` creates, changes, deletes and
-sends a test. Another organisation's channel is the same 404 as a missing one. Webhook URLs
-that resolve to non-public addresses are refused (shared.netguard) unless
+sends a test. Another organisation's channel is the same 404 as a missing one. A webhook URL
+given as an IRI is stored as its URI (`iri_to_uri`: what an HTTP request line can carry);
+URLs that resolve to non-public addresses are refused (shared.netguard) unless
 SDS_WEBHOOK_ALLOW_PRIVATE. The deliverer (alerts.delivery) sets `disabled_at` after
 SDS_CHANNEL_MAX_FAILURES failed attempts in a row; `PATCH {"active": true}` enables it again.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import base64
 import secrets
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 from uuid import UUID
 
 from flask import current_app
@@ -51,6 +53,50 @@ _RETURNING = f" RETURNING {_COLUMNS}"
 
 
 
+def _encode_non_ascii(text: str) -> str:
+    # Only characters beyond ASCII (RFC 3987 3.1): ASCII is left to shared.netguard's rules
+    # (a space or a control character stays refused, never quietly encoded).
+    return "".join(quote(c, safe="") if ord(c) > 127 else c for c in text)
+
+
+def iri_to_uri(url: str) -> str:
+    """`url` with its non-ASCII parts mapped as RFC 3987 says: a host's labels to IDNA
+    (`bücher.example` -> `xn--bcher-kva.example`), every other non-ASCII character to its
+    UTF-8 bytes percent-encoded (`/é` -> `/%C3%A9`). ASCII text comes back unchanged.
+    ValueError when it cannot be (an invalid label, text that is not Unicode)."""
+    if url.isascii():
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if not netloc.isascii():
+        userinfo, at, hostport = netloc.rpartition("@")
+        host, colon, port = hostport, "", ""
+        if not hostport.startswith("["):  # an IPv6 literal has no non-ASCII form
+            host, colon, port = hostport.partition(":")
+        try:
+            host = host.encode("idna").decode("ascii") if not host.isascii() else host
+        except UnicodeError as exc:
+            raise ValueError(f"host {host!r} is not a valid internationalised domain name "
+                             f"({exc})") from None
+        netloc = _encode_non_ascii(userinfo) + at + host + colon + _encode_non_ascii(port)
+    mapped = urlunsplit((parts.scheme, netloc, _encode_non_ascii(parts.path),
+                         _encode_non_ascii(parts.query), _encode_non_ascii(parts.fragment)))
+    if not mapped.isascii():
+        raise ValueError("has characters that cannot be mapped to a URI")
+    return mapped
+
+
+class WebhookUrl(fields.String):
+    """A webhook URL: a string, an IRI stored as its URI (`iri_to_uri`)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> str:
+        text = super()._deserialize(value, attr, data, **kwargs)
+        try:
+            return iri_to_uri(text)
+        except (ValueError, UnicodeError) as exc:  # a lone surrogate does not encode
+            raise ValidationError(f"is not a URL this service can send to: {exc}") from None
+
+
 def _recipient_list(**kwargs: Any) -> fields.List:
     return fields.List(fields.Email(validate=validate.Length(max=254)),
                        validate=validate.Length(min=1, max=MAX_RECIPIENTS), **kwargs)
@@ -61,7 +107,7 @@ class ChannelCreateSchema(Schema):
 
     name = fields.String(required=True, validate=NAME_RULES)
     kind = fields.String(required=True, validate=validate.OneOf(KINDS))
-    url = fields.String(validate=validate.Length(max=netguard.URL_MAX))
+    url = WebhookUrl(validate=validate.Length(max=netguard.URL_MAX))
     recipients = _recipient_list()
     active = fields.Boolean(load_default=True)
 
@@ -82,7 +128,7 @@ class ChannelUpdateSchema(Schema):
     """Body of PATCH /channels/{id}: any of name, url (webhook), recipients (email), active."""
 
     name = fields.String(validate=NAME_RULES)
-    url = fields.String(validate=validate.Length(max=netguard.URL_MAX))
+    url = WebhookUrl(validate=validate.Length(max=netguard.URL_MAX))
     recipients = _recipient_list()
     active = fields.Boolean()
 

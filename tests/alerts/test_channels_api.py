@@ -1,6 +1,7 @@
 """`/api/v2/channels` on a real database: create, list, change, delete, send test; the secret
 shown once and sealed at rest; bad input a 400 naming the field; another organisation's channel
-the same 404 as a missing one; scopes; webhook targets on non-public addresses refused."""
+the same 404 as a missing one; scopes; webhook targets on non-public addresses refused; an IRI
+stored as its URI, or refused naming `url`."""
 
 from __future__ import annotations
 
@@ -155,3 +156,25 @@ def test_scopes(client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connec
     cid = made.get_json()["id"]
     assert client.post(f"/api/v2/channels/{cid}/test", headers=reader).status_code == 403
     assert client.delete(f"/api/v2/channels/{cid}", headers=reader).status_code == 403
+
+
+def test_an_iri_is_stored_as_its_uri(client: FlaskClient, orgs: tuple[Org, Org],
+                                     conn: psycopg.Connection) -> None:
+    """A non-ASCII path (which http.client cannot put in a request line) is percent-encoded
+    as UTF-8 at creation and on change: what is stored, shown and sent is the URI."""
+    a, _ = orgs
+    r = client.post("/api/v2/channels", headers=a.auth,
+                    json={"name": "x", "kind": "webhook", "url": "http://8.8.8.8/\u00e9?q=\u00fc"})
+    assert r.status_code == 201, r.get_json()
+    made = r.get_json()
+    assert made["url"] == "http://8.8.8.8/%C3%A9?q=%C3%BC"
+    stored = conn.execute("SELECT url FROM alert_channels WHERE id = %s",
+                          (made["id"],)).fetchone()[0]
+    assert stored == "http://8.8.8.8/%C3%A9?q=%C3%BC"
+    r = client.patch(f"/api/v2/channels/{made['id']}", headers=a.auth,
+                     json={"url": "https://93.184.215.14/caf\u00e9/\u2603"})
+    assert r.status_code == 200, r.get_json()
+    assert r.get_json()["url"] == "https://93.184.215.14/caf%C3%A9/%E2%98%83"
+    r = client.patch(f"/api/v2/channels/{made['id']}", headers=a.auth,
+                     json={"url": "https://" + "\u00fc" * 70 + ".example/"})
+    assert r.status_code == 400 and "url" in r.get_json()["errors"]["json"], r.get_json()

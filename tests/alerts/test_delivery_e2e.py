@@ -51,8 +51,9 @@ def test_reading_fires_a_signed_webhook_and_the_clear_sends_the_all_clear(
         assert r.status_code in (200, 201), r.get_json()
         rule_id = r.get_json()["id"]
         ingester = RunningIngester(mqtt_settings).start()
-        procs.append(DelivererProcess(settings_env(mqtt_settings), tmp_path / "evaluator.log",
-                                      "alerts.evaluate").start())
+        # Metrics off: the default port is one per host (another test may hold it).
+        procs.append(DelivererProcess(settings_env(mqtt_settings.replace(alerts_metrics_port=0)),
+                                      tmp_path / "evaluator.log", "alerts.evaluate").start())
         procs.append(DelivererProcess(deliverer_env(database_url),
                                       tmp_path / "deliverer.log").start())
         wait_for(lambda: "lock taken" in procs[0].log(), 30, what="the evaluator's lock")

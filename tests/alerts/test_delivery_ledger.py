@@ -75,7 +75,9 @@ def test_sigkill_evaluator_and_deliverer_mid_burst_loses_no_event(
         assert r.status_code in (200, 201), r.get_json()
 
         ingester = RunningIngester(mqtt_settings).start()
-        eval_env = settings_env(mqtt_settings.replace(alert_sweep_interval=1.0))
+        # Metrics off: the default port is one per host (another test run may hold it).
+        eval_env = settings_env(mqtt_settings.replace(alert_sweep_interval=1.0,
+                                                      alerts_metrics_port=0))
         evaluator = DelivererProcess(eval_env, tmp_path / "evaluator.log", "alerts.evaluate")
         deliverer = DelivererProcess(deliverer_env(database_url, delivery_workers=4),
                                      tmp_path / "deliverer.log")

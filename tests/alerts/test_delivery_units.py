@@ -1,5 +1,6 @@
 """Pure parts of delivery: the SSRF address rule, URL parsing, backoff with jitter, the
-envelope, and the signature against the specification's verifier."""
+envelope, the signature against the specification's verifier, the IRI to URI mapping of
+channel URLs, the stored form of a failure's reason, and the deliverer's watchdog rule."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from datetime import UTC, datetime
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from alerts.delivery.outbox import REASON_MAX, stored_reason
 from alerts.delivery.payload import envelope, retry_delay
+from alerts.delivery.service import FANOUT, cannot_work, failed_attempt
 from alerts.delivery.webhook import signed_headers
+from serve.api.channels import iri_to_uri
 from shared import netguard
 
 
@@ -74,3 +78,52 @@ def test_envelope() -> None:
         "rule": {"name": "F"}, "id": "e1", "kind": "resolved", "rule_id": None, "device": "d",
         "location_id": None, "column": "tair", "value": 1.0, "unit": "C",
         "at": "2026-11-25T04:15:00Z", "title": "T", "created_at": "2026-11-25T04:15:00Z"}}
+
+
+@pytest.mark.parametrize(("iri", "uri"), [
+    ("http://8.8.8.8/\u00e9", "http://8.8.8.8/%C3%A9"),
+    ("https://B\u00fccher.example:8443/\u00e4?q=\u00fc", "https://xn--bcher-kva.example:8443/%C3%A4?q=%C3%BC"),
+    ("http://\u4f8b\u3002\u30c6\u30b9\u30c8/", "http://xn--fsq.xn--zckzah/"),
+    ("http://[2606:4700::1111]/\u2603", "http://[2606:4700::1111]/%E2%98%83"),
+    ("https://example.org/a%20b?x=1", "https://example.org/a%20b?x=1"),  # ASCII: unchanged
+    ("http://h/ x\u00e9", "http://h/ x%C3%A9"),  # the space is left for netguard to refuse
+])
+def test_iri_to_uri(iri: str, uri: str) -> None:
+    assert iri_to_uri(iri) == uri
+    assert iri_to_uri(uri) == uri  # idempotent
+
+
+@pytest.mark.parametrize("bad", ["http://" + "\u00fc" * 70 + ".de/", "http://\udc80.de/",
+                                 "http://h\u00e9:\u0661\u0662/"])
+def test_iri_to_uri_refuses(bad: str) -> None:
+    with pytest.raises(ValueError):
+        netguard.parse_url(iri_to_uri(bad))
+
+
+def test_stored_reason_is_escaped_and_bounded() -> None:
+    raw = "HTTP 500 Bad\x00Reason\x1b[31m \u0085 \udcff \\x00 caf\u00e9"
+    assert stored_reason(raw) == ("HTTP 500 Bad\\x00Reason\\x1b[31m \\x85 \\udcff \\x5cx00 "
+                                  "caf\u00e9")
+    safe = stored_reason("\x00" * 10_000)
+    assert len(safe) == REASON_MAX and safe.endswith("...")
+    assert all(ord(c) >= 32 for c in safe)
+    safe.encode("utf-8")  # what PostgreSQL text takes
+    assert stored_reason("refused: host 'x' does not resolve") == (
+        "refused: host 'x' does not resolve")
+    try:
+        "/\u00e9".encode("ascii")
+    except UnicodeEncodeError as exc:
+        assert failed_attempt(exc).error.startswith("error: UnicodeEncodeError: 'ascii' codec")
+        assert failed_attempt(exc).ok is False
+
+
+def test_cannot_work() -> None:
+    workers = {"deliver-0": 100.0, "deliver-1": 50.0, FANOUT: 100.0}
+    alive = {"deliver-0": True, "deliver-1": True}
+    assert cannot_work(110.0, workers, alive, 30.0) is None
+    # One worker long in an attempt is no reason while another completes rounds.
+    assert cannot_work(125.0, workers, alive, 30.0) is None
+    assert "no worker completed a round in 30 s" in cannot_work(131.0, workers, alive, 30.0)
+    assert "deliver-1" in cannot_work(110.0, workers, {**alive, "deliver-1": False}, 30.0)
+    late = {**workers, "deliver-0": 140.0}
+    assert "fan-out" in cannot_work(140.0, late, alive, 30.0)

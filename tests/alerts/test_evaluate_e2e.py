@@ -2,23 +2,27 @@
 rule fire (the event row appears within seconds, driven by the committer's NOTIFY: the sweep is
 set to ten minutes), a value in the hysteresis band changes nothing, the clear condition gives
 the `resolved` event; built-in kinds (battery from a health report, a burst of quarantined
-messages); the evaluator SIGKILLed and restarted mid-stream loses and repeats nothing."""
+messages); the evaluator SIGKILLed and restarted mid-stream loses and repeats nothing; the time
+of its last pass on its metrics port."""
 
 from __future__ import annotations
 
 import json
 import random
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from alerts import machine
 from shared import alertrules
 from shared.config import Settings
+from testbed.services import free_port
 from tests.support.alerting import EvaluatorProcess, add_rule, events
 from tests.support.figures import Figures
 from tests.support.ingesting import (
@@ -173,3 +177,19 @@ def test_sigkill_mid_stream_loses_and_repeats_nothing(
                    title="Evaluator SIGKILL test: events expected = events written, none "
                          f"repeated ({kills} kills)", target="lost 0, repeated 0",
                    source="tests/alerts/test_evaluate_e2e.py")
+
+
+def test_the_evaluator_exports_the_time_of_its_last_pass(evaluator: EvaluatorProcess) -> None:
+    """`sds_alerts_last_pass_timestamp_seconds` (what SdsAlertEvaluatorBehind watches) is set
+    by the first pass, the sweep at start."""
+    port = free_port()
+    evaluator.start(alerts_metrics_port=port)
+
+    def last_pass() -> float:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return next((s.value for f in text_string_to_metric_families(text) for s in f.samples
+                     if s.name == "sds_alerts_last_pass_timestamp_seconds"), 0.0)
+
+    stamp = wait_for(last_pass, 30, what="a committed pass")
+    assert abs(time.time() - stamp) < 60

@@ -46,6 +46,8 @@ def test_metrics_ports_match_what_each_process_serves() -> None:
     assert ports["ingest-2-standby"] == _ingest_port(2, 2, 9158)
     assert [ports[f"serve-{k}"] for k in (1, 2, 3)] == [9110, 9111, 9112]
     assert ports["aggregate"] == 9109
+    assert ports["alerts-evaluate"] == Settings().alerts_metrics_port
+    assert ports["alerts-deliver"] == Settings().delivery_metrics_port
     single = _run_sh('api_layout; for n in "${PROCS[@]}"; do echo "$n $(metrics_port_of "$n")";'
                      " done", SDS_INGEST_SHARDS="1", SDS_INGEST_STANDBY="1",
                      SDS_API_METRICS_PORT="0").stdout
@@ -84,6 +86,8 @@ def test_rendered_layout_scrapes_every_process(tmp_path: Path) -> None:
                                      "ingest-2-standby": "127.0.0.1:9259"}
     assert listed("api.json") == {"serve-1": "127.0.0.1:9110", "serve-2": "127.0.0.1:9111"}
     assert listed("aggregate.json") == {}  # its port is 0: nothing to scrape
+    assert listed("alerts.json") == {"alerts-evaluate": "127.0.0.1:9112",
+                                     "alerts-deliver": "127.0.0.1:9107"}
     assert listed("node.json") == {"node-exporter": "127.0.0.1:9191"}
     assert listed("patroni.json") == {"pg1": "127.0.0.1:8008"}
     assert listed("alertmanager.json") == {"alertmanager": "127.0.0.1:9193"}

@@ -64,12 +64,14 @@ def insert_event(conn: psycopg.Connection, org: uuid.UUID, *, kind: str = "firin
 
 def deliverer_env(database_url: str, **settings: Any) -> dict[str, str]:
     """The environment of a deliverer process: the test's database, fast retries, loopback
-    webhooks allowed; keyword arguments are further settings (smtp_port=...)."""
+    webhooks allowed, no metrics endpoint; keyword arguments are further settings
+    (smtp_port=..., delivery_metrics_port=...)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     values: dict[str, Any] = {"database_url": database_url, "apikey_seal_keys": SEAL_KEY,
                               "webhook_allow_private": "true", "delivery_retry_base": "0.2",
                               "delivery_retry_cap": "1", "delivery_sweep_interval": "0.5",
-                              "log_level": "INFO", **settings}
+                              # metrics off unless asked for: the default port is one per host
+                              "delivery_metrics_port": "0", "log_level": "INFO", **settings}
     env.update({PREFIX + k.upper(): str(v) for k, v in values.items()})
     return env
 
