@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -28,20 +27,10 @@ from shared import alerttopic
 from shared.config import Settings
 from testbed.services import MosquittoBroker
 from tests.support.delivery import DelivererProcess, Org, deliverer_env, insert_event, make_org
-from tests.support.ingesting import wait_for
+from tests.support.ingesting import build_plugin, wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 PUBLISHER_PW = "alerts-publisher-pw"
 NOT_AUTHORIZED = 0x87
-
-
-def build_plugin(directory: Path) -> Path:
-    """deploy/mosquitto/sds_plugin.c compiled as deploy/setup.sh compiles it."""
-    out = directory / "mosquitto_sds.so"
-    subprocess.run(["gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-shared", "-o",
-                    str(out), str(ROOT / "deploy/mosquitto/sds_plugin.c")], check=True,
-                   timeout=120)
-    return out
 
 
 @pytest.fixture

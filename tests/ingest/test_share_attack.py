@@ -49,6 +49,7 @@ from tests.support.ingesting import (
     Ledger,
     Run,
     RunningIngester,
+    build_plugin,
     make_site,
     stored_times,
     wait_for,
@@ -361,8 +362,6 @@ def test_the_refusal_log_line_keeps_the_group_secret(tmp_path: Path) -> None:
     included, so a device that had learned the group put it into the broker log for anyone who
     reads it (issue 30 item 6.6). On a broker loading this tree's plugin, the line names the
     user and the filter with the group left out; the secret appears nowhere in the log."""
-    from tests.alerts.test_delivery_mqtt import build_plugin
-
     secret = f"grp-{uuid.uuid4().hex}"
     broker = MosquittoBroker().start(tmp_path / "mqtt", users={"X1": "X1-pw"},
                                      shipped_template=True, plugin=build_plugin(tmp_path))
