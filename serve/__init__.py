@@ -197,8 +197,14 @@ def _request_scope(settings: Settings) -> Callable[[Any], None]:
 
 
 def _security_headers(response: Response) -> Response:
-    """after_request hook: bodies that echo caller input must never be content-sniffed."""
+    """after_request hook: bodies that echo caller input must never be content-sniffed, and no
+    page may be framed by another site. Swagger UI (`/api/v2/doc`) is a page whose "Try it
+    out" sends requests with the user's credentials: framed, it could be clickjacked (issue 30
+    item 6.5). The dashboard's pages set their own, fuller policy (serve/web/views.py)."""
     response.headers["X-Content-Type-Options"] = "nosniff"
+    if response.mimetype == "text/html" and request.blueprint != "web":
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Content-Security-Policy", "frame-ancestors 'none'")
     return response
 
 

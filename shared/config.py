@@ -150,6 +150,9 @@ class Settings:
         "evaluated by alert rules (a backlog does not raise alerts about last week)")
     alert_event_retention_days: int = _f(
         365, "Alert events (notifications) older than this many days are deleted (0: kept)")
+    alert_max_rules: int = _f(
+        200, "Alert rules one organisation may have (inactive ones count; delete rules to make "
+        "room); the next POST /alerts is 409 (0: no cap)")
     alerts_metrics_port: int = _f(9112, "Prometheus metrics port of the alert evaluator (0 off)")
 
     # --- backups (pgBackRest; docs/operations.md "Backups and restore") ---

@@ -6,7 +6,15 @@ once per attempt and the socket connects to an address from that answer that pas
 check, so a name that resolves to a public address at creation and to 127.0.0.1 later (DNS
 rebinding) is refused at the attempt. Refused unless SDS_WEBHOOK_ALLOW_PRIVATE: loopback,
 private, link-local, shared (CGNAT), multicast, reserved and unspecified addresses, i.e.
-everything `ipaddress` does not call global, IPv4-mapped IPv6 judged by its IPv4 address.
+everything `ipaddress` does not call global.
+
+IPv6 forms that carry an IPv4 address reach that IPv4 host through a translator or tunnel, so
+`ipaddress` calling the IPv6 address global says nothing (issue 30 item 6.3: `::127.0.0.1` and
+`64:ff9b::169.254.169.254` passed). IPv4-mapped `::ffff:a.b.c.d` and the NAT64 well-known
+prefix `64:ff9b::/96` (how an IPv6-only host reaches IPv4 webhooks) are judged by their
+embedded IPv4 address; the forms no webhook needs are refused outright, whatever they embed:
+IPv4-compatible `::a.b.c.d` (deprecated), IPv4-translated `::ffff:0:a.b.c.d`, the local-use
+NAT64 prefix `64:ff9b:1::/48`, 6to4 `2002::/16` and Teredo `2001::/32`.
 """
 
 from __future__ import annotations
@@ -34,11 +42,36 @@ class Target:
     path: str  # path and query, as sent in the request line
 
 
+# IPv6 ranges that embed an IPv4 address and are never a webhook's (the module docstring).
+REFUSED_V6 = tuple(ipaddress.IPv6Network(n) for n in (
+    "::/96",  # IPv4-compatible (also :: and ::1, refused anyway)
+    "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
+    "64:ff9b:1::/48",  # NAT64 local use
+    "2002::/16",  # 6to4
+    "2001::/32",  # Teredo
+))
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv4-mapped or NAT64 (64:ff9b::/96) address reaches; else None."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip in NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFF_FFFF)
+    return None
+
+
 def is_public(address: str) -> bool:
-    """True for a globally routable unicast address."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    """True for a globally routable unicast address (IPv6 forms embedding IPv4: above)."""
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address = ipaddress.ip_address(
+        address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        inner = embedded_ipv4(ip)
+        if inner is not None:
+            ip = inner
+        elif any(ip in net for net in REFUSED_V6):
+            return False
     return ip.is_global and not ip.is_multicast
 
 

@@ -10,6 +10,7 @@ conversion and the SQL that `serve` generates, so both agree.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from psycopg import sql
@@ -121,15 +122,27 @@ def stored_rounding(expr: sql.Composable, col: Column) -> sql.Composable:
     return sql.SQL("(round({} * {}) / {})").format(expr, power, power)
 
 
-def describe(col: Column) -> dict[str, str | int | None]:
-    """The `/schemas/{table}` record of a registry column, keys in the served order: the first
-    three as clients have always read them, then `precision` (decimals of a value served in
-    `unit`; None for non-numeric columns) and `unit` (the unit served without unit
-    parameters, spelt as in the X-Units header; None when the column has none)."""
-    unit = col.unit
-    if col.measure is not None:
-        unit = UNITS[param_for(col.measure)][DEFAULTS[param_for(col.measure)]].label
+# Keys a `/schemas/{table}` record carries only when asked for (`?include=precision,unit`):
+# the interface spec's record is exactly column_name, data_type, description, and published
+# clients assert those three names (issue 30 item 6.1).
+EXTRA_KEYS = ("precision", "unit")
+
+
+def describe(col: Column, include: Iterable[str] = ()) -> dict[str, str | int | None]:
+    """The `/schemas/{table}` record of a registry column: column_name, data_type and
+    description, then those of EXTRA_KEYS named in `include`, in EXTRA_KEYS order:
+    `precision` (decimals of a value served in `unit`; None for non-numeric columns) and
+    `unit` (the unit served without unit parameters, spelt as in the X-Units header; None
+    when the column has none)."""
+    record: dict[str, str | int | None] = {
+        "column_name": col.name, "data_type": col.dtype, "description": col.description}
+    wanted = set(include)
     numeric = col.is_numeric
-    return {"column_name": col.name, "data_type": col.dtype, "description": col.description,
-            "precision": decimals(col, None) if numeric else None,
-            "unit": unit if numeric else None}
+    if "precision" in wanted:
+        record["precision"] = decimals(col, None) if numeric else None
+    if "unit" in wanted:
+        unit = col.unit
+        if col.measure is not None:
+            unit = UNITS[param_for(col.measure)][DEFAULTS[param_for(col.measure)]].label
+        record["unit"] = unit if numeric else None
+    return record

@@ -36,7 +36,8 @@
  *    own $SYS topics do not go through this event and stay retained.
  *
  * Both are logged at most one line a minute each (a client retrying in a loop must not flood the
- * broker log; docs/operations.md).
+ * broker log; docs/operations.md). A refused shared filter is logged without its group, which
+ * may be the shards' secret (after_share_group).
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -59,6 +60,9 @@
 #define READER "alerts-"
 #define ALERTS_ROOT "alerts/"
 #define UUID_LEN 36
+
+/* A shared subscription filter: "$share/<group>/<filter>". */
+#define SHARE_PREFIX "$share/"
 
 struct rate_log {
 	unsigned long since_log;
@@ -140,11 +144,29 @@ static bool in_alerts_of(const char *org, const char *filter)
 	return filter[n + UUID_LEN] == '\0' || filter[n + UUID_LEN] == '/';
 }
 
+/* The part of a `$share/<group>/...` filter after its group ("/..."), or NULL for another
+ * filter. The group may be the shards' secret (SDS_INGEST_SHARE_GROUP, ingest/shards.py): a
+ * device that learned it must not have it written into the broker log as well, where anyone
+ * who reads the log (or a log shipper) would learn it too (issue 30 item 6.6). So the refusal
+ * line names a shared filter as "$share/(a share group)/..." and never the group. */
+static const char *after_share_group(const char *filter)
+{
+	const char *slash;
+	size_t n = strlen(SHARE_PREFIX);
+
+	if(filter == NULL || strncmp(filter, SHARE_PREFIX, n) != 0){
+		return NULL;
+	}
+	slash = strchr(filter + n, '/');
+	return slash != NULL ? slash : "";
+}
+
 static int on_acl_check(int event, void *event_data, void *userdata)
 {
 	struct mosquitto_evt_acl_check *ed = event_data;
 	const char *user;
 	const char *org;
+	const char *shared_rest;
 
 	(void)event;
 	(void)userdata;
@@ -170,10 +192,13 @@ static int on_acl_check(int event, void *event_data, void *userdata)
 		return MOSQ_ERR_PLUGIN_DEFER; /* its own alerts; the acl_file grants the read */
 	}
 	if(rate_log_due(&refused)){
+		shared_rest = after_share_group(ed->topic);
 		mosquitto_log_printf(MOSQ_LOG_NOTICE,
 				"sds_plugin: refused %lu SUBSCRIBE filter(s) (%lu since start): only the ingester's "
-				"accounts, and alert readers to their own alerts, may subscribe; latest from user %s to %s", refused.since_log, refused.total,
-				user ? user : "(none)", ed->topic);
+				"accounts, and alert readers to their own alerts, may subscribe; latest from user %s to %s%s",
+				refused.since_log, refused.total, user ? user : "(none)",
+				shared_rest != NULL ? SHARE_PREFIX "(a share group)" : "",
+				shared_rest != NULL ? shared_rest : (ed->topic ? ed->topic : "(none)"));
 		refused.since_log = 0;
 	}
 	return MOSQ_ERR_ACL_DENIED;

@@ -13,7 +13,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from flask import request
+from flask import current_app, request
 from marshmallow import Schema, fields, validate
 
 from serve.auth import audit_actor, current_principal, requires
@@ -111,11 +111,13 @@ def list_rules(limit: int, page: int) -> Any:
 @blp.response(201)
 @requires("notifications:write")
 def create_rule() -> Any:
-    """Create a rule; thresholds in the body's `units` (or the query's unit parameters)."""
+    """Create a rule; thresholds in the body's `units` (or the query's unit parameters). An
+    organisation has at most SDS_ALERT_MAX_RULES rules (409)."""
     org = current_principal().org_id
     body = request_body(form=False)
     rule = alertrules.parse(body, query_units=_query_units())
     with pool().connection() as conn, conn.transaction():
+        alertstore.check_cap(conn, org, current_app.extensions["settings"].alert_max_rules)
         created = _fetch(conn, org, alertstore.create(conn, org, rule))
         record = _record(*created)
         audit.record(conn, org=org, actor=audit_actor(conn), action="alert_rule.create",

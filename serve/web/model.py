@@ -90,6 +90,13 @@ def device_list(conn: psycopg.Connection, *, org: UUID, settings: Settings,
     return out
 
 
+def visible_teams(conn: psycopg.Connection, *, org: UUID) -> int:
+    """How many of the organisation's teams the caller sees: for a teams-only member (the
+    database policies of migration 0155) the teams they are in."""
+    row = conn.execute("SELECT count(*) FROM teams WHERE org_id = %s", (org,)).fetchone()
+    return int(row[0]) if row else 0
+
+
 def device(conn: psycopg.Connection, *, org: UUID, name: str) -> dict[str, Any] | None:
     """The API record of the organisation's device called `name`, or None."""
     row = conn.execute("SELECT id FROM devices WHERE name = %s AND org_id = %s",

@@ -157,3 +157,44 @@ def test_notifications_listed_filtered_acknowledged(client: FlaskClient, world: 
 def test_bad_filters_are_400(client: FlaskClient, query: str) -> None:
     r = client.get(f"/api/v2/notifications?{query}", headers=A1)
     assert r.status_code == 400, (query, r.get_json())
+
+
+def test_an_organisation_has_at_most_the_capped_rules(fresh_world: World) -> None:
+    """SDS_ALERT_MAX_RULES (here 3): the next POST is a 409 naming the cap, for a member and
+    an administrator alike; deleting a rule makes room; another organisation is not counted
+    (issue 30 item 6.4: a member created 600 organisation-wide rules in 4.6 s)."""
+    from tests.support.apps import close_app, make_app
+
+    app = make_app(fresh_world.url, alert_max_rules=3)
+    try:
+        client = app.test_client()
+        a2 = basic("a2@a.example", PASSWORDS["a2@a.example"])  # a member of org A
+        everywhere = frost(fresh_world, scope={"organisation": True})
+        made = []
+        for i, who in enumerate([a2, A1, a2]):
+            r = client.post("/api/v2/alerts", headers=who, json=everywhere | {"name": f"r{i}"})
+            assert r.status_code == 201, r.get_json()
+            made.append(r.get_json()["id"])
+        for who in (a2, A1):
+            r = client.post("/api/v2/alerts", headers=who, json=everywhere | {"name": "one more"})
+            assert r.status_code == 409, r.get_json()
+            body = r.get_json()
+            assert "(3, SDS_ALERT_MAX_RULES)" in body["message"]
+            assert body["errors"] == {"rules": ["at most 3 per organisation"]}
+        b_rule = frost(fresh_world, scope={"organisation": True}, name="B's")
+        assert client.post("/api/v2/alerts", headers=B1, json=b_rule).status_code == 201
+        assert client.delete(f"/api/v2/alerts/{made[0]}", headers=A1).status_code == 204
+        r = client.post("/api/v2/alerts", headers=a2, json=everywhere | {"name": "room"})
+        assert r.status_code == 201, r.get_json()
+        with psycopg.connect(fresh_world.url) as conn:
+            row = conn.execute("SELECT count(*) FROM alert_rules WHERE org_id = %s",
+                               (fresh_world.org_a,)).fetchone()
+        assert row is not None and row[0] == 3
+    finally:
+        close_app(app)
+
+
+def test_the_rule_cap_is_on_by_default() -> None:
+    from shared.config import Settings
+
+    assert Settings.from_env({}).alert_max_rules == 200

@@ -129,6 +129,10 @@ def test_bad_input_is_a_400_naming_the_field(client: FlaskClient, orgs: tuple[Or
     "http://172.16.0.1/", "http://169.254.169.254/latest/meta-data/", "http://[::1]/",
     "http://[::ffff:127.0.0.1]/", "http://100.64.0.1/", "http://0.0.0.0/", "http://[fe80::1]/",
     "http://224.0.0.1/", "http://2130706433/",
+    # IPv6 forms embedding a non-public IPv4 address (issue 30 item 6.3)
+    "http://[::127.0.0.1]/", "http://[::ffff:0:10.0.0.1]/", "http://[64:ff9b::169.254.169.254]/",
+    "http://[64:ff9b:1::7f00:1]/", "http://[2002:a9fe:a9fe::1]/",
+    "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",
 ])
 def test_non_public_webhook_targets_are_refused(client: FlaskClient, orgs: tuple[Org, Org],
                                                 url: str) -> None:

@@ -49,6 +49,7 @@ from tests.support.ingesting import (
     Ledger,
     Run,
     RunningIngester,
+    build_plugin,
     make_site,
     stored_times,
     wait_for,
@@ -354,6 +355,30 @@ def test_leaked_group_name_is_refused(
         title="$share group attack with the group name known (1 persistent attacker, 2 "
               "shards): its SUBSCRIBE refused by the broker plugin (before it: 100 of 300 lost)",
         target="missing 0", source="tests/ingest/test_share_attack.py")
+
+
+def test_the_refusal_log_line_keeps_the_group_secret(tmp_path: Path) -> None:
+    """The plugin's refusal line named the refused filter, `$share/<the secret group>/...`
+    included, so a device that had learned the group put it into the broker log for anyone who
+    reads it (issue 30 item 6.6). On a broker loading this tree's plugin, the line names the
+    user and the filter with the group left out; the secret appears nowhere in the log."""
+    secret = f"grp-{uuid.uuid4().hex}"
+    broker = MosquittoBroker().start(tmp_path / "mqtt", users={"X1": "X1-pw"},
+                                     shipped_template=True, plugin=build_plugin(tmp_path))
+    attacker = None
+    try:
+        attacker = Attacker(broker.port, "X1", [f"$share/{secret}/sensors/#"], persistent=False)
+        assert attacker.granted == [0x87]
+        wait_for(lambda: "sds_plugin: refused" in broker.log_text(), 10,
+                 what="the plugin's refusal line")
+        log = broker.log_text()
+        line = next(x for x in log.splitlines() if "sds_plugin: refused" in x)
+        assert line.endswith("latest from user X1 to $share/(a share group)/sensors/#"), line
+        assert secret not in log
+    finally:
+        if attacker:
+            attacker.leave()
+        broker.cleanup()
 
 
 # ---- lingering sessions: rotate-password, retire, --retire ---------------------------------------

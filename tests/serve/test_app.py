@@ -44,14 +44,30 @@ def test_schema_of_each_table_in_registry_order_with_key_order(
                            '"description":')
     got = response.get_json()
     assert [c["column_name"] for c in got] == list(TABLES[table].column_names)
-    # precision and unit come after the three keys clients have always read (issue 22).
+    # Exactly the spec's three keys by default: published clients assert them (issue 30).
+    assert all(list(c) == ["column_name", "data_type", "description"] for c in got)
+
+
+@pytest.mark.parametrize("query", ["include=precision,unit", "include=unit,precision",
+                                   "include=precision&include=unit", "include=Precision, unit"])
+def test_schema_precision_and_unit_are_opt_in(
+        client: FlaskClient, world: World, query: str) -> None:
+    got = client.get(f"/api/v2/schemas/hourly?{query}", headers=world.headers()).get_json()
     assert all(list(c) == ["column_name", "data_type", "description", "precision", "unit"]
                for c in got)
+    one = client.get("/api/v2/schemas/hourly?include=unit", headers=world.headers()).get_json()
+    assert [list(c) for c in one][0] == ["column_name", "data_type", "description", "unit"]
+
+
+def test_schema_include_names_an_unknown_key(client: FlaskClient, world: World) -> None:
+    body = assert_error(client.get("/api/v2/schemas/hourly?include=precision,scale",
+                                   headers=world.headers()), 400, "Bad Request")
+    assert "include" in body["message"] and "'scale'" in body["message"]
 
 
 def test_daily_schema_has_the_documented_columns(client: FlaskClient, world: World) -> None:
     got = {c["column_name"]: c for c in client.get(
-        "/api/v2/schemas/daily", headers=world.headers()).get_json()}
+        "/api/v2/schemas/daily?include=precision,unit", headers=world.headers()).get_json()}
     assert got["create_time"]["data_type"] == "timestamp with time zone"
     assert got["crop_water_demand"]["data_type"] == "real"
     assert "mm/day" in got["crop_water_demand"]["description"]

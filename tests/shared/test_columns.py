@@ -6,7 +6,7 @@ import pytest
 
 from shared import units
 from shared.columns import CALIBRATED, ROLLUP_TABLES, TABLES, Measure, Rollup
-from shared.units import describe
+from shared.units import EXTRA_KEYS, describe
 
 UNIT_OF_MEASURE = {
     Measure.TEMP: {"C"},
@@ -49,9 +49,15 @@ def test_measures_match_stored_units() -> None:
                 assert c.is_numeric
 
 
-def test_schema_record_keys_in_served_order() -> None:
+def test_schema_record_is_the_three_spec_keys_by_default() -> None:
+    """The interface spec's record is exactly these three keys (issue 30 item 6.1)."""
     rec = describe(TABLES["daily"].column("crop_water_demand"))
-    # The first three keys in the order clients read them; precision and unit after them.
+    assert list(rec) == ["column_name", "data_type", "description"]
+
+
+def test_schema_record_keys_in_served_order() -> None:
+    rec = describe(TABLES["daily"].column("crop_water_demand"), ("unit", "precision"))
+    # The three keys in the order clients read them; precision and unit after them.
     assert list(rec) == ["column_name", "data_type", "description", "precision", "unit"]
     assert rec["description"] == "Crop water demand, precip - etc (mm/day)"
     assert (rec["precision"], rec["unit"]) == (2, "mm")
@@ -74,7 +80,7 @@ def test_schema_record_keys_in_served_order() -> None:
 ])
 def test_schema_precision_and_unit(table: str, name: str, precision: int | None,
                                    unit: str | None) -> None:
-    rec = describe(TABLES[table].column(name))
+    rec = describe(TABLES[table].column(name), EXTRA_KEYS)
     assert (rec["precision"], rec["unit"]) == (precision, unit)
 
 
@@ -82,7 +88,7 @@ def test_schema_precision_is_the_served_decimals_in_the_unit() -> None:
     """`precision` is what the API rounds a value to in `unit` (shared.units.decimals)."""
     for t in TABLES.values():
         for c in t.columns:
-            rec = describe(c)
+            rec = describe(c, EXTRA_KEYS)
             if not c.is_numeric:
                 assert rec["precision"] is None, f"{t.name}.{c.name}"
                 continue

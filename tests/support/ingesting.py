@@ -1,7 +1,7 @@
 """Ingest test support: a registered, deployed device; MQTT settings isolated per test; an
 in-process ingester; a subprocess ingester for kill tests; a QoS 1 publisher that records the
 PUBACKed set; a paced ledger publisher (`Run`) and the ledger check; a device's topic and a
-polled count. Used by tests/ingest,
+polled count; this tree's broker plugin built as deploy/setup.sh builds it. Used by tests/ingest,
 tests/chaos and bench; tests/ingest/conftest.py registers the fixtures."""
 
 from __future__ import annotations
@@ -33,6 +33,17 @@ from tests.support.figures import Figures
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "A1"
 ELEV = 300.0
+
+
+def build_plugin(directory: Path) -> Path:
+    """deploy/mosquitto/sds_plugin.c compiled as deploy/setup.sh compiles it, into `directory`
+    (for MosquittoBroker's `plugin`: a test then checks the source it sits beside, not
+    whatever plugin is installed)."""
+    out = directory / "mosquitto_sds.so"
+    subprocess.run(["gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-shared", "-o",
+                    str(out), str(ROOT / "deploy/mosquitto/sds_plugin.c")], check=True,
+                   timeout=120)
+    return out
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 15.0, every: float = 0.05,

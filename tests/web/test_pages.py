@@ -50,6 +50,13 @@ def test_api_root_is_a_json_index(client: FlaskClient) -> None:
     assert body["openapi"] == "/api/v2/openapi.json" and body["documentation"] == "/api/v2/doc"
     for path in ("/api/v2/doc", "/api/v2/openapi.json", "/dashboard/", "/api/v2/health"):
         assert client.get(path).status_code in (200, 302), path
+    # Swagger UI's "Try it out" sends the user's credentials: framed by another site, it could
+    # be clickjacked. The same framing rule as the dashboard's pages (issue 30 item 6.5).
+    for path in ("/api/v2/doc", "/api/v2/doc/"):
+        swagger = client.get(path, follow_redirects=True)
+        assert swagger.status_code == 200 and swagger.mimetype == "text/html", path
+        assert swagger.headers["X-Frame-Options"] == "DENY"
+        assert swagger.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
     doc = client.get("/api/v2/openapi.json").get_json()
     assert "/api/v2/" in doc["paths"]  # documented like every operation
     assert client.get("/api/v2").status_code == 308  # the slash-less form is redirected

@@ -171,3 +171,17 @@ def test_enter_in_the_zone_box_keeps_every_choice(server: str, browser: WebDrive
     assert chart.get_attribute("data-units").startswith("F,")
     assert "tz=%2B05%3A30" in browser.current_url and "temp=f" in browser.current_url
     assert browser.execute_script("return window.sdsDashboard.loads") >= 3  # same page
+
+
+def test_tz_device_in_the_url_is_the_devices_zone(server: str, browser: WebDriver) -> None:
+    """`device`, the zone preference's own value, works in the URL too (issue 30 item 6.7: it
+    was taken for a zone name, and the API's "'device' is not a time zone name" was shown)."""
+    browser_sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/devices/A1?table=calibrated&cols=tair&span=7&tz=device")
+    chart_drawn(browser, "chart", loads=1)
+    assert browser.find_element(By.ID, "chart").get_attribute("data-zone") == "America/Chicago"
+    assert Select(browser.find_element(By.ID, "tz")).first_selected_option \
+        .get_attribute("value") == "America/Chicago"
+    assert browser.find_element(By.ID, "tz-custom").get_attribute("hidden") is not None
+    assert "time zone name" not in browser.find_element(By.TAG_NAME, "body").text
+    assert console_errors(browser) == []

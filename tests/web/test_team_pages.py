@@ -65,3 +65,28 @@ def test_other_members_see_the_whole_organisation(client: FlaskClient, world: Wo
     assert status == 200 and "out_of_range" in bad  # what the teams-only member must not see
     status, places = _page(client, "/dashboard/locations")
     assert status == 200 and "North field" in places
+
+
+def test_a_teams_only_member_in_no_team_is_told_so(client: FlaskClient, world: World) -> None:
+    """Outside any team, the device list said "No devices in this organisation yet. Operators
+    add them with sds device add", which is not true (issue 30 item 6.8): it says they are in
+    no team and whom to ask. In a team without devices, it says that instead."""
+    email, password = "loner@a.example", "loner-a-password"
+    with psycopg.connect(world.url) as conn:
+        user = accounts.create_user(conn, org=world.org_a, email=email, password=password,
+                                    role="member")
+        conn.execute("UPDATE memberships SET teams_only = true WHERE user_id = %s", (user,))
+    sign_in(client, email, password)
+    status, listing = _page(client, "/dashboard/")
+    assert status == 200 and "/dashboard/devices/" not in listing
+    assert "you are in no team yet" in listing and "add you to a team" in listing
+    assert "No devices in this organisation" not in listing and "sds device add" not in listing
+
+    with psycopg.connect(world.url) as conn:
+        team = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, 'Empty')"
+                            " RETURNING id", (world.org_a,)).fetchone()[0]
+        conn.execute("INSERT INTO team_members (team_id, org_id, user_id) VALUES (%s, %s, %s)",
+                     (team, world.org_a, user))
+    status, listing = _page(client, "/dashboard/")
+    assert status == 200 and "your teams hold no devices or\nlocations yet" in listing
+    assert "No devices in this organisation" not in listing

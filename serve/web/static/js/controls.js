@@ -25,7 +25,7 @@ export class Controls {
     pick(this.tableSel, params.get("table"));
     pick(this.spanSel, params.get("span") || String(this.table().default_days));
     this.endInput.value = params.get("end") || cfg.end.slice(0, 10);
-    const tz = params.get("tz") || this.preferredZone();
+    const tz = this.deviceWord(params.get("tz")) || this.preferredZone();
     if (tz) {
       pick(this.tzSel, tz);
       if (this.tzSel.value !== tz && tz !== "browser") {
@@ -39,9 +39,14 @@ export class Controls {
 
   /** The zone choice of the user's preferences as a `tz` value ("device": the device's). */
   preferredZone() {
-    const z = this.prefs.get("zone");
-    if (z === "device") return this.cfg.zone || "UTC";
-    return z || null;
+    return this.deviceWord(this.prefs.get("zone")) || null;
+  }
+
+  /** `z` with the word "device" read as the device's own zone (UTC for a device without a
+   *  location). The preference's value, so a URL may say `tz=device` too: it was taken for a
+   *  zone name and the API refused it ("'device' is not a time zone name"). */
+  deviceWord(z) {
+    return z === "device" ? (this.cfg.zone || "UTC") : z;
   }
 
   /** The choices as preferences: units, zone ("device" for the device's own) and the
