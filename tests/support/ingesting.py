@@ -82,16 +82,6 @@ def count(conn: psycopg.Connection, query: str, *args: object) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def build_plugin(directory: Path) -> Path:
-    """deploy/mosquitto/sds_plugin.c of this tree compiled as deploy/setup.sh compiles it (for
-    MosquittoBroker.start(plugin=...): the installed build may be another tree's)."""
-    out = directory / "mosquitto_sds.so"
-    subprocess.run(["gcc", "-Wall", "-Wextra", "-Werror", "-O2", "-fPIC", "-shared", "-o",
-                    str(out), str(ROOT / "deploy/mosquitto/sds_plugin.c")], check=True,
-                   timeout=120)
-    return out
-
-
 @dataclasses.dataclass
 class Site:
     org: uuid.UUID
