@@ -217,10 +217,15 @@ def test_acceptance_is_throttled_like_a_sign_in(world: World) -> None:
         close_app(app)
 
 
-def test_an_existing_account_joins_with_the_password_it_has(world: World,
-                                                            plain: FlaskClient) -> None:
-    secret = _secret(_invite(plain, world, "B1@b.example", "viewer")["link"])
-    done = _json(plain.post("/api/v2/auth/accept", json={"token": secret}), 200)
+def test_an_existing_account_joins_signed_in_with_the_password_it_has(
+        world: World, plain: FlaskClient) -> None:
+    """A link alone never joins an existing account (issue 30): 409, the invitation stays
+    pending, and the account accepts it signed in."""
+    made = _invite(plain, world, "B1@b.example", "viewer")
+    r = plain.post("/api/v2/auth/accept", json={"token": _secret(made["link"])})
+    assert r.status_code == 409 and r.get_json()["message"] == links.EXISTING_ACCOUNT
+    done = _json(plain.post(f"/api/v2/users/me/invitations/{made['id']}/accept",
+                            headers=basic("b1@b.example")), 200)
     assert (done["account"], done["user_id"], done["role"]) == ("existing", str(world.b1),
                                                                 "viewer")
     # The same password, now a viewer of org A too (a token for it), still admin of org B.
