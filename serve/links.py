@@ -12,8 +12,8 @@ Proven emails (issue 30, migration 0165, docs/auth.md "Proven emails and joining
 organisation"): a link whose secret went only to the email's inbox (`mailed_only`: a mailed
 invitation, a reset asked for by email) proves the email when used; a link shown to its maker
 proves nothing. An existing account is never joined to an organisation by a link alone: the
-invitation waits until that account, signed in, accepts it (`accept_mine`), and only an account
-whose email is proven may.
+invitation waits until that account, signed in, accepts it (serve/consent.py), and only an
+account whose email is proven may.
 """
 
 from __future__ import annotations
@@ -29,12 +29,11 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from serve import logins, members
+from serve import consent, logins, members
 from serve.authenticator import Authenticator
 from serve.records import stamp
 from shared import accounts, audit, credentials, mail
 from shared.config import Settings
-from shared.db import ROLE_API, role_for
 from shared.errors import BadParameter, BadRequest, Conflict, Forbidden, UnknownObject
 
 log = logging.getLogger(__name__)
@@ -248,24 +247,14 @@ def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
 # ---- acceptance ----------------------------------------------------------------------------
 
 
-def _act_in(conn: psycopg.Connection, settings: Settings, org: UUID) -> None:
-    """For the rest of this transaction, work as the API role in the link's organisation: the
-    link is the credential, its organisation the request's (row-level security applies)."""
-    role = role_for(settings, ROLE_API)
-    if role is None:
-        conn.execute("SELECT set_config('app.org_id', %s, true)", (str(org),))
-    else:
-        conn.execute("SELECT set_config('role', %s, true), set_config('app.org_id', %s, true)",
-                     (role, str(org)))
-
 
 def accept(conn: psycopg.Connection, auth: Authenticator, *, secret: str, password: str | None,
            name: str | None, address: str, everywhere: bool = False) -> dict[str, Any]:
     """Accept a link: an invitation makes the account (Conflict for an email that has an
-    active one: it accepts signed in, `accept_mine`), a reset sets its password and revokes
-    its bearer tokens (`everywhere`: and every API key, in every organisation). Throttled per
-    link and per address like a sign-in; the caller commits (a failure rolls the link's use
-    back, so a refused password keeps it)."""
+    active one: it accepts signed in, serve.consent.accept_mine), a reset sets its password
+    and revokes its bearer tokens (`everywhere`: and every API key, in every organisation).
+    Throttled per link and per address like a sign-in; the caller commits (a failure rolls
+    the link's use back, so a refused password keeps it)."""
     wanted = credentials.digest(secret)
     subject = "link:" + wanted.hex()
     auth.check_throttle(conn, subject, address)
@@ -283,7 +272,7 @@ def accept(conn: psycopg.Connection, auth: Authenticator, *, secret: str, passwo
     link, purpose, org, email, role, teams_only, user, mailed_only = row
     existing = conn.execute("SELECT id, org_id, password_hash, active FROM sds_auth_user(%s)",
                             (email,)).fetchone()
-    _act_in(conn, auth.settings, org)
+    consent.act_in(conn, auth.settings, org)
     if purpose == "password_reset":
         return _accept_reset(conn, link=link, org=org, user=user, email=email,
                              password=password, address=address, mailed_only=mailed_only,
@@ -298,14 +287,14 @@ def _accept_reset(conn: psycopg.Connection, *, link: UUID, org: UUID, user: UUID
                   everywhere: bool) -> dict[str, Any]:
     if password is None:
         raise BadParameter("password: required to reset the password")
-    proven_before = _email_proven(conn, user)
+    proven_before = consent.email_proven(conn, user)
     # A mailed reset of an account whose email was never proven is its recovery by the
     # email's owner: whatever the earlier holder made (tokens, keys, in any organisation) ends.
     recovered = mailed_only and not proven_before
     tokens = logins.revoke_tokens(conn, user=user)
     logins.change_password(conn, user=user, password=password)
     if mailed_only:
-        _prove_email(conn, user)
+        consent.prove_email(conn, user)
     # A reset link ends the other reset links of the user: one new password, one way in.
     conn.execute("UPDATE one_time_links SET revoked_at = now() WHERE user_id = %s"
                  " AND used_at IS NULL AND revoked_at IS NULL", (user,))
@@ -325,19 +314,6 @@ def _accept_reset(conn: psycopg.Connection, *, link: UUID, org: UUID, user: UUID
     return done
 
 
-def _email_proven(conn: psycopg.Connection, user: UUID) -> bool:
-    """Whether the account's email was proven (users.email_verified_at, migration 0165)."""
-    row = conn.execute("SELECT email_verified_at IS NOT NULL FROM users WHERE id = %s",
-                       (user,)).fetchone()
-    return bool(row and row[0])
-
-
-def _prove_email(conn: psycopg.Connection, user: UUID) -> None:
-    """Record that the account's email is proven now (unless it was already)."""
-    conn.execute("UPDATE users SET email_verified_at = now() WHERE id = %s"
-                 " AND email_verified_at IS NULL", (user,))
-
-
 EXISTING_ACCOUNT = ("this email already has an account: sign in as it and accept the invitation "
                     "there (GET /api/v2/users/me/invitations, then POST "
                     "/api/v2/users/me/invitations/{id}/accept; the dashboard's Invitations "
@@ -345,18 +321,11 @@ EXISTING_ACCOUNT = ("this email already has an account: sign in as it and accept
                     "(POST /api/v2/auth/password-reset) or the operator")
 """The 409 of a link for an email that has an active account: a link alone never joins it."""
 
-UNPROVEN = ("the email of this account is not proven, so it cannot join another organisation: "
-            "accept with the link that was mailed to it (\"token\"), reset the password through "
-            "a link mailed to it (POST /api/v2/auth/password-reset), or ask the operator to "
-            "vouch for it (sds user verify)")
-"""The 409 of an unproven account's consent to join an organisation."""
-
-
 def _accept_invite(conn: psycopg.Connection, *, link: UUID, org: UUID, email: str, role: str,
                    teams_only: bool, existing: Any, password: str | None, name: str | None,
                    address: str, mailed_only: bool) -> dict[str, Any]:
     if existing is not None and existing[3]:
-        # An active account is joined only by its own consent, signed in (accept_mine): whoever
+        # An active account is joined only by its own consent, signed in (consent.py): whoever
         # holds a link may not be whoever holds the account (issue 30). Rolled back by the
         # caller, so the invitation stays pending for that consent.
         raise Conflict(EXISTING_ACCOUNT)
@@ -389,52 +358,6 @@ def _accept_invite(conn: psycopg.Connection, *, link: UUID, org: UUID, email: st
                           "teams_only": teams_only, "account": account})
     return {"purpose": "invite", "user_id": str(user), "email": email, "org_id": str(org),
             "role": role, "teams_only": teams_only, "account": account}
-
-
-# ---- an existing account's consent -----------------------------------------------------
-
-
-def my_invitations(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """The request's user's pending invitations (app.user_id): live ones of their email into
-    organisations they are not in, newest first (sds_my_invitations, migration 0165)."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute("SELECT id, org_id, org_name, role, teams_only, inviter_label,"
-                           " created_at, expires_at FROM sds_my_invitations()").fetchall()
-
-
-def my_invitation_record(row: dict[str, Any]) -> dict[str, Any]:
-    """A served pending invitation of the caller's."""
-    return {"id": str(row["id"]), "org_id": str(row["org_id"]), "org_name": row["org_name"],
-            "role": row["role"], "teams_only": row["teams_only"],
-            "invited_by": row["inviter_label"], "created": stamp(row["created_at"]),
-            "expires": stamp(row["expires_at"])}
-
-
-def accept_mine(conn: psycopg.Connection, settings: Settings, *, user: UUID, link: UUID,
-                secret: str | None, actor: audit.Actor) -> dict[str, Any]:
-    """The signed-in `user` accepts their pending invitation `link`: they join its
-    organisation with its role. Only an account whose email is proven joins (Conflict
-    otherwise, and the invitation stays pending); presenting the link's `secret` proves it
-    when that link went only to the inbox. UnknownObject for any invitation not theirs."""
-    wanted = credentials.digest(secret) if secret and \
-        credentials.well_formed(secret, credentials.LINK_PREFIX) else None
-    row = conn.execute("SELECT org_id, email, role, teams_only, proven"
-                       " FROM sds_my_invitation_use(%s, %s)", (link, wanted)).fetchone()
-    if row is None:
-        raise UnknownObject(f"unknown invitation {link}")
-    org, email, role, teams_only, proven_now = row
-    if not proven_now and not _email_proven(conn, user):
-        raise Conflict(UNPROVEN)
-    if proven_now:
-        _prove_email(conn, user)
-    _act_in(conn, settings, org)
-    accounts.add_membership(conn, user=user, org=org, role=role, teams_only=teams_only)
-    audit.record(conn, org=org, actor=actor, action="invite.accept", target_type="user",
-                 target_id=user, details={"invitation": str(link), "email": email,
-                                          "role": role, "teams_only": teams_only,
-                                          "account": "existing", "email_proven": proven_now})
-    return {"purpose": "invite", "user_id": str(user), "email": email, "org_id": str(org),
-            "role": role, "teams_only": teams_only, "account": "existing"}
 
 
 def mark_mailed(conn: psycopg.Connection, link: UUID) -> None:

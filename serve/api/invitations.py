@@ -6,9 +6,10 @@
   needs `orgs:write`, or `orgs:read` to list). The link is mailed when SMTP is configured,
   otherwise shown in the answer (`mailed: false`); a reset link made by an administrator is
   always shown to them.
-- `POST /auth/accept` (`token`, `password`, optional `name`, `sign_out_everywhere`) and `POST /auth/password-reset`
-  (`email`) are public: the link's secret is the credential, and a reset request answers the
-  same 202 whether or not the email has an account.
+- `POST /auth/accept` (`token`, `password`, optional `name` and `sign_out_everywhere`)
+  and `POST /auth/password-reset` (`email`) are public: the link's secret is the
+  credential, and a reset request answers the same 202 whether or not the email has an
+  account.
 The rules are serve/links.py.
 """
 

@@ -4,7 +4,8 @@
   (any of them), `GET /orgs/{id}/users` (members of the request's organisation: any member
   may see who else is in it) need `orgs:read`.
 - `PATCH /orgs/{id}` (rename), `POST /orgs/{id}/users` (invite an existing user of the
-  instance by email: they join when they accept it signed in, docs/auth.md), `PUT /orgs/{id}/users/{user_id}` (role, teams_only) and
+  instance by email: they join when they accept it signed in, docs/auth.md),
+  `PUT /orgs/{id}/users/{user_id}` (role, teams_only) and
   `DELETE /orgs/{id}/users/{user_id}` (remove: their tokens and keys for the organisation stop
   at once) are for the organisation's owners and administrators (`orgs:write`, which the
   role table gives them only: shared.credentials.ROLE_SCOPES); only an owner makes, unmakes

@@ -26,7 +26,7 @@ from flask import current_app, request
 from marshmallow import Schema, fields
 from marshmallow.validate import Length
 
-from serve import keypolicy, links, logins, members
+from serve import consent, keypolicy, logins, members
 from serve.auth import audit_actor, authenticator, current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint
@@ -167,7 +167,7 @@ def my_invitations() -> Any:
     """The caller's pending invitations into organisations they are not in (a list, newest
     first): each waits for the caller's own acceptance."""
     with pool().connection() as conn:
-        return [links.my_invitation_record(r) for r in links.my_invitations(conn)]
+        return [consent.my_invitation_record(r) for r in consent.my_invitations(conn)]
 
 
 @blp.route("/me/invitations/<invitation_id>/accept", methods=["POST"])
@@ -189,7 +189,7 @@ def accept_my_invitation(invitation_id: str) -> Any:
         raise UnknownObject(f"unknown invitation {invitation_id!r}") from None
     settings = authenticator(current_app).settings
     with pool().connection() as conn:
-        return links.accept_mine(conn, settings, user=principal.user_id, link=link,
+        return consent.accept_mine(conn, settings, user=principal.user_id, link=link,
                                  secret=body["token"], actor=audit_actor(conn))
 
 

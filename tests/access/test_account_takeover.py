@@ -12,29 +12,63 @@ earlier holder made; anyone can sign out everywhere in one step (API, CLI).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from click.testing import CliRunner
 from flask.testing import FlaskClient
 
 from admin.cli import main
-from serve import links
-from testbed.receivers import Receiver
-from tests.access.test_invitations import (  # noqa: F401  (fixtures: world, sink, plain)
-    A1,
-    NEW_PASSWORD,
-    _app,
-    _json,
-    _link_in,
-    _secret,
-    plain,
-    sink,
-    world,
+from serve import consent, links
+from testbed.receivers import Receiver, smtp_sink
+from tests.support.access_world import (
+    PASSWORDS,
+    World,
+    apikey,
+    basic,
+    bearer,
+    reset_memberships,
 )
-from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
 from tests.support.apps import close_app
+from tests.support.dashboard import csrf_of, sign_in
 from tests.support.ingesting import wait_for
+from tests.support.invites import A1, NEW_PASSWORD
+from tests.support.invites import answer as _json
+from tests.support.invites import link_app as _app
+from tests.support.invites import link_in as _link_in
+from tests.support.invites import secret_of as _secret
+
+
+@pytest.fixture
+def world(fresh_world: World) -> World:
+    """The access world in a database of its own: a1 administers org A, b1 org B."""
+    with psycopg.connect(fresh_world.url) as conn:
+        reset_memberships(conn, fresh_world)
+    return fresh_world
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> Iterator[Receiver]:
+    """A real SMTP server on loopback."""
+    server = smtp_sink(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def plain(world: World) -> Iterator[FlaskClient]:
+    """A client of an app without SMTP (invitation links are shown to the inviter)."""
+    app = _app(world)
+    try:
+        yield app.test_client()
+    finally:
+        close_app(app)
+
 
 VICTIM = "newhire@victim.example"
 PLANTED = "b-admins-own-passphrase"  # the password org B's admin gave the account
@@ -85,7 +119,7 @@ def test_an_admin_of_one_organisation_cannot_ride_an_invitation_into_another(
     assert [(i["id"], i["org_id"], i["role"]) for i in mine] == [
         (invited["id"], str(world.org_a), "member")]
     r = plain.post(f"/api/v2/users/me/invitations/{invited['id']}/accept", headers=planted)
-    assert r.status_code == 409 and r.get_json()["message"] == links.UNPROVEN
+    assert r.status_code == 409 and r.get_json()["message"] == consent.UNPROVEN
     # Nothing of A's is reachable: no token for A, so no data of A's and no key acting in A.
     r = plain.post("/api/v2/auth/token", json={"email": VICTIM, "password": PLANTED,
                                                "org": str(world.org_a)})
@@ -118,7 +152,7 @@ def test_adding_an_existing_user_by_email_waits_for_their_signed_in_consent(
                                                "org": str(world.org_a)})
     assert r.status_code in (401, 403)
     r = plain.post(f"/api/v2/users/me/invitations/{pending['id']}/accept", headers=planted)
-    assert r.status_code == 409 and r.get_json()["message"] == links.UNPROVEN
+    assert r.status_code == 409 and r.get_json()["message"] == consent.UNPROVEN
     # A user whose email is proven (b1, made by the operator) joins only by accepting it.
     added = _json(plain.post(f"/api/v2/orgs/{world.org_a}/users", headers=A1,
                              json={"email": "b1@b.example", "role": "viewer"}), 202)
@@ -232,3 +266,32 @@ def test_signing_out_everywhere_ends_every_token_and_key(world: World,
                              env={"SDS_DATABASE_URL": world.url}, catch_exceptions=False)
     assert out.exit_code == 0 and "API key(s) deactivated" in out.output, out.output
     assert plain.get("/api/v2/devices", headers=apikey(b1_key)).status_code == 401
+
+
+def test_the_dashboard_asks_for_consent_and_signs_out_everywhere(world: World,
+                                                                 plain: FlaskClient) -> None:
+    """The accept page of a link for an existing account shows no form; the account page
+    lists the account's invitations to accept, and its button ends every credential."""
+    made = _json(plain.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=A1,
+                            json={"email": "b1@b.example", "role": "viewer"}), 201)
+    page = plain.get(f"/dashboard/accept/{_secret(made['link'])}").get_data(as_text=True)
+    assert 'id="accept-existing"' in page and 'name="password"' not in page
+    assert sign_in(plain, "b1@b.example", PASSWORDS["b1@b.example"]).status_code == 303
+    account = plain.get("/dashboard/account").get_data(as_text=True)
+    assert 'id="my-invitations"' in account and "Org A" in account
+    action = f"/dashboard/account/invitations/{made['id']}/accept"
+    assert action in account
+    done = plain.post(action, data={"csrf": csrf_of(account)})
+    assert done.status_code == 303 and done.headers["Location"].endswith("joined=1")
+    with psycopg.connect(world.url) as conn:
+        assert conn.execute("SELECT role FROM memberships WHERE user_id = %s AND org_id = %s",
+                            (world.b1, world.org_a)).fetchone() == ("viewer",)
+    account = plain.get("/dashboard/account").get_data(as_text=True)
+    assert 'id="no-invitations"' in account and 'id="account-joined"' not in account
+    key = _json(plain.post("/api/v2/apikeys", headers=B1,
+                           json={"scopes": ["devices:read"]}), 200)["apikey"]
+    out = plain.post("/dashboard/account/sign-out-everywhere", data={"csrf": csrf_of(account)})
+    assert out.status_code == 303 and "everywhere=1" in out.headers["Location"]
+    assert "signed out everywhere" in plain.get(out.headers["Location"]).get_data(as_text=True)
+    assert plain.get("/api/v2/devices", headers=apikey(key)).status_code == 401
+    assert plain.get("/dashboard/account").status_code == 302  # the session ended too

@@ -6,9 +6,6 @@ reset that ends the user's tokens, no account oracle in reset requests, and the 
 
 from __future__ import annotations
 
-import email
-import email.policy
-import re
 import statistics
 import time
 from collections.abc import Iterator
@@ -18,7 +15,6 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from flask import Flask
 from flask.testing import FlaskClient
 
 from admin.cli import main
@@ -27,14 +23,16 @@ from serve.api.invitations import outbox
 from shared import credentials
 from testbed.receivers import Receiver, smtp_sink
 from tests.support.access_world import PASSWORDS, World, basic, bearer, reset_memberships
-from tests.support.apps import close_app, make_app
+from tests.support.apps import close_app
 from tests.support.dashboard import csrf_of
 from tests.support.ingesting import wait_for
+from tests.support.invites import A1, NEW_PASSWORD
+from tests.support.invites import answer as _json
+from tests.support.invites import link_app as _app
+from tests.support.invites import link_in as _link_in
+from tests.support.invites import secret_of as _secret
 
-A1 = basic("a1@a.example")
 A2 = basic("a2@a.example")
-LINK = re.compile(r"http://sds\.example/dashboard/accept/(sdsl_[A-Za-z0-9_-]{51})")
-NEW_PASSWORD = "a-fresh-passphrase-42"
 
 
 @pytest.fixture
@@ -55,12 +53,6 @@ def sink(tmp_path: Path) -> Iterator[Receiver]:
         server.stop()
 
 
-def _app(world: World, sink: Receiver | None = None, **extra: Any) -> Flask:
-    mail = {} if sink is None else {"smtp_host": "127.0.0.1", "smtp_port": sink.port,
-                                    "smtp_security": "none", "smtp_from": "sds@sds.example"}
-    return make_app(world.url, public_url="http://sds.example", **mail, **extra)
-
-
 @pytest.fixture
 def plain(world: World) -> Iterator[FlaskClient]:
     """A client of an app without SMTP."""
@@ -69,25 +61,6 @@ def plain(world: World) -> Iterator[FlaskClient]:
         yield app.test_client()
     finally:
         close_app(app)
-
-
-def _json(r: Any, status: int) -> Any:
-    assert r.status_code == status, (r.status_code, r.get_data(as_text=True)[:400])
-    return r.get_json()
-
-
-def _secret(url: str) -> str:
-    found = LINK.fullmatch(url)
-    assert found, url
-    return found.group(1)
-
-
-def _link_in(received: dict[str, Any]) -> str:
-    """The link's secret in a received email (its text part decoded)."""
-    text = email.message_from_string(received["data"], policy=email.policy.default)
-    found = LINK.search(text.get_content())  # type: ignore[attr-defined]
-    assert found, received["data"]
-    return found.group(1)
 
 
 def _invite(client: FlaskClient, world: World, email: str, role: str = "member") -> Any:
