@@ -68,6 +68,15 @@ def _invite(client: FlaskClient, world: World, email: str, role: str = "member")
                              json={"email": email, "role": role}), 201)
 
 
+def _email_proven(world: World, email: str) -> bool:
+    """Whether the account's email is proven (users.email_verified_at, migration 0165)."""
+    with psycopg.connect(world.url) as conn:
+        row = conn.execute("SELECT email_verified_at IS NOT NULL FROM users WHERE email = %s",
+                           (email,)).fetchone()
+    assert row is not None, email
+    return bool(row[0])
+
+
 def _audit(world: World, action: str) -> list[Any]:
     with psycopg.connect(world.url) as conn:
         return conn.execute("SELECT actor, via, details FROM audit_log WHERE action = %s"
@@ -96,6 +105,7 @@ def test_invitation_is_mailed_and_accepted(world: World, sink: Receiver) -> None
         me = _json(client.get("/api/v2/users/me",
                               headers=basic("newcomer@a.example", NEW_PASSWORD)), 200)
         assert (me["name"], me["role"], me["org_id"]) == ("New Comer", "admin", str(world.org_a))
+        assert _email_proven(world, "newcomer@a.example")  # the link went only to the inbox
         # Used: the same 400 as a link that never existed, and no longer pending.
         again = client.post("/api/v2/auth/accept", json={"token": secret,
                                                           "password": NEW_PASSWORD})
@@ -123,6 +133,7 @@ def test_without_smtp_the_link_is_shown_to_the_administrator(world: World,
           200)
     assert _json(plain.get("/api/v2/users/me", headers=basic("shown@a.example", NEW_PASSWORD)),
                  200)["role"] == "member"
+    assert not _email_proven(world, "shown@a.example")  # shown to the inviter: proves nothing
 
 
 def test_unknown_used_expired_revoked_and_malformed_links_get_one_answer(
