@@ -247,7 +247,6 @@ def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
 # ---- acceptance ----------------------------------------------------------------------------
 
 
-
 def accept(conn: psycopg.Connection, auth: Authenticator, *, secret: str, password: str | None,
            name: str | None, address: str, everywhere: bool = False) -> dict[str, Any]:
     """Accept a link: an invitation makes the account (Conflict for an email that has an
@@ -320,6 +319,7 @@ EXISTING_ACCOUNT = ("this email already has an account: sign in as it and accept
                     "page). If the account is not yours, ask for a password reset by email "
                     "(POST /api/v2/auth/password-reset) or the operator")
 """The 409 of a link for an email that has an active account: a link alone never joins it."""
+
 
 def _accept_invite(conn: psycopg.Connection, *, link: UUID, org: UUID, email: str, role: str,
                    teams_only: bool, existing: Any, password: str | None, name: str | None,
