@@ -294,6 +294,10 @@ def _accept_reset(conn: psycopg.Connection, *, link: UUID, org: UUID, user: UUID
     logins.change_password(conn, user=user, password=password)
     if mailed_only:
         consent.prove_email(conn, user)
+    else:
+        # A link shown to its maker (a manager, the operator) hands the account to whoever it
+        # was given: that holder has not shown that the address is theirs.
+        conn.execute("UPDATE users SET email_verified_at = NULL WHERE id = %s", (user,))
     # A reset link ends the other reset links of the user: one new password, one way in.
     conn.execute("UPDATE one_time_links SET revoked_at = now() WHERE user_id = %s"
                  " AND used_at IS NULL AND revoked_at IS NULL", (user,))

@@ -231,6 +231,24 @@ def test_a_mailed_invitation_proves_the_email_of_its_signed_in_acceptor(
         close_app(app)
 
 
+def test_a_reset_link_shown_to_a_manager_leaves_the_email_unproven(
+        world: World, plain: FlaskClient) -> None:
+    """Whoever a manager hands a reset link to holds the account without having shown that
+    the address is theirs: the email is unproven again, so the account cannot then be taken
+    into another organisation."""
+    assert _proven(world, str(world.a2))
+    link = _json(plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.a2}/reset-link",
+                            headers=A1), 201)["link"]
+    _json(plain.post("/api/v2/auth/accept", json={"token": _secret(link),
+                                                  "password": NEW_PASSWORD}), 200)
+    assert not _proven(world, str(world.a2))
+    pending = _json(plain.post(f"/api/v2/orgs/{world.org_b}/users", headers=B1,
+                               json={"email": "a2@a.example", "role": "viewer"}), 202)
+    r = plain.post(f"/api/v2/users/me/invitations/{pending['id']}/accept",
+                   headers=basic("a2@a.example", NEW_PASSWORD))
+    assert r.status_code == 409 and r.get_json()["message"] == consent.UNPROVEN
+
+
 def test_signing_out_everywhere_ends_every_token_and_key(world: World,
                                                          plain: FlaskClient) -> None:
     """POST /users/me/credentials/revoke: every token and API key of the caller, in every
