@@ -1,5 +1,5 @@
 """`sds access passwd|unlock|logout`: account access (passwords, login lockouts, bearer
-tokens) through serve.logins."""
+tokens; `logout --everything` API keys too) through serve.logins."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 import psycopg
 
 from admin.context import audit_operator, connection, settings_from_env
-from serve.logins import change_password, revoke_tokens, unlock
+from serve.logins import change_password, revoke_everything, revoke_tokens, unlock
 from shared import accounts
 from shared.errors import ServiceError, UnknownObject
 
@@ -58,11 +58,19 @@ def unlock_command(email: str) -> None:
 
 @access_cli.command("logout")
 @click.argument("email")
-def logout_command(email: str) -> None:
-    """Revoke every bearer token of a user (API keys are managed with /api/v2/apikeys)."""
+@click.option("--everything", is_flag=True, help="Also deactivate every API key of the user, "
+              "in every organisation (sign out everywhere).")
+def logout_command(email: str, everything: bool) -> None:
+    """Revoke every bearer token of a user; with --everything every API key too."""
     with connection(settings_from_env(), name=CLI_NAME) as conn:
         uid = _cli_user(conn, email)
-        count = revoke_tokens(conn, user=uid)
+        if everything:
+            ended = revoke_everything(conn, user=uid)
+            count, keys = ended.tokens, ended.keys
+        else:
+            count, keys = revoke_tokens(conn, user=uid), 0
         audit_operator(conn, of="users", row=uid, action="user.logout", target_type="user",
-                       details={"email": email, "tokens_revoked": count})
-    click.echo(f"{email}: {count} bearer token(s) revoked")
+                       details={"email": email, "tokens_revoked": count,
+                                **({"keys_deactivated": keys} if everything else {})})
+    click.echo(f"{email}: {count} bearer token(s) revoked"
+               + (f", {keys} API key(s) deactivated" if everything else ""))

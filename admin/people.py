@@ -118,6 +118,21 @@ def user_create(obj: Context, org_name: str, email: str, name: str | None, role:
     click.echo(f"user {email} id {uid}")
 
 
+@user.command("verify")
+@click.argument("email")
+@pass_ctx
+def user_verify(obj: Context, email: str) -> None:
+    """Vouch for EMAIL's address: the account's email counts as proven from now on (it may
+    accept invitations into other organisations; docs/auth.md "Proven emails")."""
+    with obj.conn() as conn:
+        uid = accounts.user_id(conn, email)
+        conn.execute("UPDATE users SET email_verified_at = coalesce(email_verified_at, now())"
+                     " WHERE id = %s", (uid,))
+        audit_operator(conn, of="users", row=uid, action="user.verify", target_type="user",
+                       details={"email": email})
+    click.echo(f"{email}: email proven (vouched by the operator)")
+
+
 @user.command("list")
 @click.option("--org", "org_name", required=True, help="Organisation name or id.")
 @pass_ctx

@@ -7,6 +7,13 @@ digest only (migration 0160). It works once, until it expires (SDS_INVITE_TTL, S
 or is revoked; a newer link of the same kind for the same email (or user) revokes the older
 one. Accepting is throttled like a sign-in (serve.authenticator) and an unknown, used, expired,
 revoked or malformed secret gets the one same 400. Every step is in the audit log.
+
+Proven emails (issue 30, migration 0165, docs/auth.md "Proven emails and joining another
+organisation"): a link whose secret went only to the email's inbox (`mailed_only`: a mailed
+invitation, a reset asked for by email) proves the email when used; a link shown to its maker
+proves nothing. An existing account is never joined to an organisation by a link alone: the
+invitation waits until that account, signed in, accepts it (serve/consent.py), and only an
+account whose email is proven may.
 """
 
 from __future__ import annotations
@@ -22,12 +29,11 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from serve import logins, members
+from serve import consent, logins, members
 from serve.authenticator import Authenticator
 from serve.records import stamp
 from shared import accounts, audit, credentials, mail
 from shared.config import Settings
-from shared.db import ROLE_API, role_for
 from shared.errors import BadParameter, BadRequest, Conflict, Forbidden, UnknownObject
 
 log = logging.getLogger(__name__)
@@ -241,89 +247,114 @@ def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
 # ---- acceptance ----------------------------------------------------------------------------
 
 
-def _act_in(conn: psycopg.Connection, settings: Settings, org: UUID) -> None:
-    """For the rest of this transaction, work as the API role in the link's organisation: the
-    link is the credential, its organisation the request's (row-level security applies)."""
-    role = role_for(settings, ROLE_API)
-    if role is None:
-        conn.execute("SELECT set_config('app.org_id', %s, true)", (str(org),))
-    else:
-        conn.execute("SELECT set_config('role', %s, true), set_config('app.org_id', %s, true)",
-                     (role, str(org)))
-
-
 def accept(conn: psycopg.Connection, auth: Authenticator, *, secret: str, password: str | None,
-           name: str | None, address: str) -> dict[str, Any]:
-    """Accept a link: an invitation makes (or joins) the account, a reset sets its password
-    and revokes its bearer tokens. Throttled per link and per address like a sign-in; the
-    caller commits (a failure rolls the link's use back, so a refused password keeps it)."""
+           name: str | None, address: str, everywhere: bool = False) -> dict[str, Any]:
+    """Accept a link: an invitation makes the account (Conflict for an email that has an
+    active one: it accepts signed in, serve.consent.accept_mine), a reset sets its password
+    and revokes its bearer tokens (`everywhere`: and every API key, in every organisation).
+    Throttled per link and per address like a sign-in; the caller commits (a failure rolls
+    the link's use back, so a refused password keeps it)."""
     wanted = credentials.digest(secret)
     subject = "link:" + wanted.hex()
     auth.check_throttle(conn, subject, address)
     if password is not None and (problem := credentials.password_problem(password)):
         raise BadParameter(problem)
     row = conn.execute(
-        "SELECT id, purpose, org_id, email, role, teams_only, user_id FROM sds_link_use(%s)",
+        "SELECT id, purpose, org_id, email, role, teams_only, user_id, mailed_only"
+        " FROM sds_link_use(%s)",
         (wanted,)).fetchone() if credentials.well_formed(secret, credentials.LINK_PREFIX) \
         else None
     if row is None:
         auth.record_failure(conn, subject, address)
         conn.commit()  # the count must survive the 400 that follows
         raise BadRequest(REFUSED)
-    link, purpose, org, email, role, teams_only, user = row
+    link, purpose, org, email, role, teams_only, user, mailed_only = row
     existing = conn.execute("SELECT id, org_id, password_hash, active FROM sds_auth_user(%s)",
                             (email,)).fetchone()
-    _act_in(conn, auth.settings, org)
+    consent.act_in(conn, auth.settings, org)
     if purpose == "password_reset":
         return _accept_reset(conn, link=link, org=org, user=user, email=email,
-                             password=password, address=address)
+                             password=password, address=address, mailed_only=mailed_only,
+                             everywhere=everywhere)
     return _accept_invite(conn, link=link, org=org, email=email, role=role,
                           teams_only=teams_only, existing=existing, password=password,
-                          name=name, address=address)
+                          name=name, address=address, mailed_only=mailed_only)
 
 
 def _accept_reset(conn: psycopg.Connection, *, link: UUID, org: UUID, user: UUID, email: str,
-                  password: str | None, address: str) -> dict[str, Any]:
+                  password: str | None, address: str, mailed_only: bool,
+                  everywhere: bool) -> dict[str, Any]:
     if password is None:
         raise BadParameter("password: required to reset the password")
+    proven_before = consent.email_proven(conn, user)
+    # A mailed reset of an account whose email was never proven is its recovery by the
+    # email's owner: whatever the earlier holder made (tokens, keys, in any organisation) ends.
+    recovered = mailed_only and not proven_before
     tokens = logins.revoke_tokens(conn, user=user)
     logins.change_password(conn, user=user, password=password)
+    if mailed_only:
+        consent.prove_email(conn, user)
+    else:
+        # A link shown to its maker (a manager, the operator) hands the account to whoever it
+        # was given: that holder has not shown that the address is theirs.
+        conn.execute("UPDATE users SET email_verified_at = NULL WHERE id = %s", (user,))
     # A reset link ends the other reset links of the user: one new password, one way in.
     conn.execute("UPDATE one_time_links SET revoked_at = now() WHERE user_id = %s"
                  " AND used_at IS NULL AND revoked_at IS NULL", (user,))
+    done: dict[str, Any] = {"purpose": "password_reset", "user_id": str(user), "email": email,
+                            "org_id": str(org), "tokens_revoked": tokens}
+    if everywhere or recovered:
+        ended = logins.revoke_everything(conn, user=user)
+        done.update(tokens_revoked=tokens + ended.tokens, keys_deactivated=ended.keys,
+                    signed_out_everywhere=True)
     audit.record(conn, org=org, actor=audit.Actor(label=email, via="link", user_id=user,
                                                   address=address),
                  action="user.password_reset", target_type="user", target_id=user,
-                 details={"link": str(link), "tokens_revoked": tokens})
-    return {"purpose": "password_reset", "user_id": str(user), "email": email,
-            "org_id": str(org), "tokens_revoked": tokens}
+                 details={"link": str(link), "email_proven": mailed_only,
+                          **{k: v for k, v in done.items()
+                             if k in ("tokens_revoked", "keys_deactivated",
+                                      "signed_out_everywhere")}})
+    return done
+
+
+EXISTING_ACCOUNT = ("this email already has an account: sign in as it and accept the invitation "
+                    "there (GET /api/v2/users/me/invitations, then POST "
+                    "/api/v2/users/me/invitations/{id}/accept; the dashboard's Invitations "
+                    "page). If the account is not yours, ask for a password reset by email "
+                    "(POST /api/v2/auth/password-reset) or the operator")
+"""The 409 of a link for an email that has an active account: a link alone never joins it."""
 
 
 def _accept_invite(conn: psycopg.Connection, *, link: UUID, org: UUID, email: str, role: str,
                    teams_only: bool, existing: Any, password: str | None, name: str | None,
-                   address: str) -> dict[str, Any]:
+                   address: str, mailed_only: bool) -> dict[str, Any]:
     if existing is not None and existing[3]:
-        # An active account joins with the password it has: the link proves the email, not
-        # the right to replace a password that may guard other organisations.
-        user = existing[0]
-        account = "existing" if _grant(conn, org=org, user=user, role=role,
-                                       teams_only=teams_only) else "member already"
+        # An active account is joined only by its own consent, signed in (consent.py): whoever
+        # holds a link may not be whoever holds the account (issue 30). Rolled back by the
+        # caller, so the invitation stays pending for that consent.
+        raise Conflict(EXISTING_ACCOUNT)
+    if password is None:
+        raise BadParameter("password: required to create the account")
+    account = "created" if existing is None else "reactivated"
+    if existing is None:
+        # The email is proven only when the link went to its inbox alone, never when it was
+        # shown to the inviter (SMTP off, or the mail refused).
+        user = accounts.create_user(conn, org=org, email=email, password=password,
+                                    name=name, role=role, email_proven=mailed_only)
+        if teams_only:
+            members.set_role(conn, org=org, user=user, role=role, teams_only=True,
+                             by_owner=True)  # the inviter's right was checked at invite
     else:
-        if password is None:
-            raise BadParameter("password: required to create the account")
-        account = "created" if existing is None else "reactivated"
-        if existing is None:
-            user = accounts.create_user(conn, org=org, email=email, password=password,
-                                        name=name, role=role)
-            if teams_only:
-                members.set_role(conn, org=org, user=user, role=role, teams_only=True,
-                                 by_owner=True)  # the inviter's right was checked at invite
-        else:
-            # An account whose memberships had all ended (deactivated): the new one brings it
-            # back, and the password of the link's taker replaces the forgotten old one.
-            user = existing[0]
-            _grant(conn, org=org, user=user, role=role, teams_only=teams_only)
-            logins.change_password(conn, user=user, password=password)
+        # An account whose memberships had all ended (deactivated): the new one brings it
+        # back, and the password of the link's taker replaces the forgotten old one. The
+        # taker is a new holder: nothing of the old one's stays, and the email is proven
+        # as this link proves it.
+        user = existing[0]
+        _grant(conn, org=org, user=user, role=role, teams_only=teams_only)
+        logins.change_password(conn, user=user, password=password)
+        logins.revoke_everything(conn, user=user)
+        conn.execute("UPDATE users SET email_verified_at = CASE WHEN %s THEN now() END"
+                     " WHERE id = %s", (mailed_only, user))
     audit.record(conn, org=org, actor=audit.Actor(label=email, via="link", user_id=user,
                                                   address=address),
                  action="invite.accept", target_type="user", target_id=user,
@@ -331,6 +362,12 @@ def _accept_invite(conn: psycopg.Connection, *, link: UUID, org: UUID, email: st
                           "teams_only": teams_only, "account": account})
     return {"purpose": "invite", "user_id": str(user), "email": email, "org_id": str(org),
             "role": role, "teams_only": teams_only, "account": account}
+
+
+def mark_mailed(conn: psycopg.Connection, link: UUID) -> None:
+    """Record that an invitation's secret went only to the inbox (it was mailed and not
+    shown): using it then proves the email."""
+    conn.execute("UPDATE one_time_links SET mailed_only = true WHERE id = %s", (link,))
 
 
 def peek(conn: psycopg.Connection, secret: str) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ Request authentication is `serve.auth`; this module only changes what it checks 
 
 from __future__ import annotations
 
+from typing import NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -42,3 +43,20 @@ def revoke_tokens(conn: psycopg.Connection, *, user: UUID) -> int:
     cur = conn.execute("UPDATE auth_tokens SET revoked_at = now() WHERE user_id = %s"
                        " AND revoked_at IS NULL AND expires_at > now()", (user,))
     return cur.rowcount
+
+
+class Ended(NamedTuple):
+    """What signing out everywhere ended: bearer tokens revoked, API keys deactivated."""
+
+    tokens: int
+    keys: int
+
+
+def revoke_everything(conn: psycopg.Connection, *, user: UUID) -> Ended:
+    """Sign `user` out everywhere: every live bearer token revoked and every API key
+    deactivated, in every organisation, in this transaction. Through
+    sds_revoke_my_credentials (migration 0165), keyed by app.user_id, set here for the rest of
+    the transaction: the API role alone reaches only the request organisation's rows."""
+    conn.execute("SELECT set_config('app.user_id', %s, true)", (str(user),))
+    row = conn.execute("SELECT tokens, keys FROM sds_revoke_my_credentials()").fetchone()
+    return Ended(int(row[0]), int(row[1])) if row else Ended(0, 0)

@@ -54,10 +54,12 @@ def org_id(conn: psycopg.Connection, name_or_id: str) -> UUID:
 
 def create_user(
     conn: psycopg.Connection, *, org: UUID, email: str, password: str, name: str | None = None,
-    role: str = "member",
+    role: str = "member", email_proven: bool = True,
 ) -> UUID:
     """A new user with an argon2id password hash, a member of `org` (their home organisation)
-    with `role`; DuplicateName for a taken email (any case)."""
+    with `role`; DuplicateName for a taken email (any case). `email_proven`: whether the email
+    is proven (users.email_verified_at, migration 0165): the operator's accounts are vouched
+    for; an account made from an invitation link shown to its inviter is not."""
     problem = credentials.password_problem(password)
     if problem:
         raise BadParameter(problem)
@@ -72,9 +74,10 @@ def create_user(
     try:
         with conn.transaction():
             conn.execute(
-                "INSERT INTO users (id, org_id, email, name, password_hash)"
-                " VALUES (%s, %s, %s, %s, %s)",
-                (user, org, email.strip(), name, credentials.hash_password(password)))
+                "INSERT INTO users (id, org_id, email, name, password_hash, email_verified_at)"
+                " VALUES (%s, %s, %s, %s, %s, CASE WHEN %s THEN now() END)",
+                (user, org, email.strip(), name, credentials.hash_password(password),
+                 email_proven))
             conn.execute("INSERT INTO memberships (user_id, org_id, role) VALUES (%s, %s, %s)",
                          (user, org, role))
     except pgerr.UniqueViolation:

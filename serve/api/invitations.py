@@ -6,9 +6,10 @@
   needs `orgs:write`, or `orgs:read` to list). The link is mailed when SMTP is configured,
   otherwise shown in the answer (`mailed: false`); a reset link made by an administrator is
   always shown to them.
-- `POST /auth/accept` (`token`, `password`, optional `name`) and `POST /auth/password-reset`
-  (`email`) are public: the link's secret is the credential, and a reset request answers the
-  same 202 whether or not the email has an account.
+- `POST /auth/accept` (`token`, `password`, optional `name` and `sign_out_everywhere`)
+  and `POST /auth/password-reset` (`email`) are public: the link's secret is the
+  credential, and a reset request answers the same 202 whether or not the email has an
+  account.
 The rules are serve/links.py.
 """
 
@@ -59,6 +60,9 @@ class AcceptSchema(Schema):
     token = fields.String(required=True, validate=Length(min=1, max=200))
     password = fields.String(load_default=None, validate=Length(min=1, max=1024))
     name = fields.String(load_default=None, allow_none=True, validate=Length(max=200))
+    sign_out_everywhere = fields.Boolean(load_default=False, metadata={
+        "description": "a reset also ends every token and API key of the account, in every "
+                       "organisation"})
 
 
 class ResetRequestSchema(Schema):
@@ -116,7 +120,10 @@ def create_invitation(org_id: str) -> Any:
                               org_name=org_name, role=record["role"], expires=issued.expires) \
         if mail.configured(settings) else "email is off: SDS_SMTP_HOST is not set"
     record["mailed"] = problem is None
-    if problem is not None:
+    if problem is None:
+        with pool().connection() as conn:  # only the inbox has it: using it proves the email
+            links.mark_mailed(conn, issued.id)
+    else:
         record["link"] = issued.url  # not mailed: the administrator passes it on
         record["not_mailed_because"] = problem
     return record, 201, NO_STORE
@@ -173,13 +180,16 @@ def create_reset_link(org_id: str, user_id: str) -> Any:
 @public
 def accept_link() -> Any:
     """Accept an invitation or a password reset with the link's secret (`token`): sets the
-    password (a new account, or a reset), or joins an existing account to the organisation.
-    Throttled like a sign-in; any secret that does not accept gets the same 400."""
+    password (a new account, or a reset; `sign_out_everywhere` also ends every token and key
+    of the account). An invitation for an email that has an account is 409: that account
+    accepts it signed in (/users/me/invitations). Throttled like a sign-in; any secret that
+    does not accept gets the same 400."""
     body = load(AcceptSchema(), request_body(form=True))
     auth = authenticator(current_app)
     with pool().connection() as conn:
         done = links.accept(conn, auth, secret=body["token"].strip(), password=body["password"],
-                            name=body["name"], address=client_address(auth.settings))
+                            name=body["name"], address=client_address(auth.settings),
+                            everywhere=body["sign_out_everywhere"])
     return done, 200, NO_STORE
 
 

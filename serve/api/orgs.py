@@ -3,8 +3,9 @@
 - `GET /orgs` (the caller's organisations, paged, with their role in each), `GET /orgs/{id}`
   (any of them), `GET /orgs/{id}/users` (members of the request's organisation: any member
   may see who else is in it) need `orgs:read`.
-- `PATCH /orgs/{id}` (rename), `POST /orgs/{id}/users` (add an existing user of the instance
-  by email), `PUT /orgs/{id}/users/{user_id}` (role, teams_only) and
+- `PATCH /orgs/{id}` (rename), `POST /orgs/{id}/users` (invite an existing user of the
+  instance by email: they join when they accept it signed in, docs/auth.md),
+  `PUT /orgs/{id}/users/{user_id}` (role, teams_only) and
   `DELETE /orgs/{id}/users/{user_id}` (remove: their tokens and keys for the organisation stop
   at once) are for the organisation's owners and administrators (`orgs:write`, which the
   role table gives them only: shared.credentials.ROLE_SCOPES); only an owner makes, unmakes
@@ -19,18 +20,19 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from flask import current_app
 from marshmallow import Schema, fields
 from marshmallow.validate import Length, OneOf
 from psycopg import errors as pgerr
 
-from serve import keypolicy, members
-from serve.auth import audit_actor, current_principal, requires
+from serve import keypolicy, links, members
+from serve.auth import audit_actor, authenticator, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.principal import Principal
-from shared import accounts, audit
+from shared import audit
 from shared.errors import DuplicateName, Forbidden, UnknownObject
 
 blp = Blueprint("orgs", __name__, url_prefix="/api/v2/orgs",
@@ -164,12 +166,13 @@ def list_members(org_id: str, limit: int, page: int) -> Any:
 @blp.route("/<org_id>/users", methods=["POST"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": AddMemberSchema}}})
-@blp.response(201)
+@blp.response(202)
 @requires("orgs:write")
 def add_member(org_id: str) -> Any:
-    """Add an existing user of the service (by email) to the organisation with a role
-    (owners and administrators; an owner only by an owner; 404 for an unknown email, 409 for
-    a member already). New people are invited instead (the invitations' paths)."""
+    """Invite an existing user of the service (by email) into the organisation with a role:
+    202 with the pending invitation, which the user accepts signed in (owners and
+    administrators; an owner only by an owner; 404 for an unknown email, 409 for a member
+    already). New people are invited with the invitations' paths."""
     principal = current_principal()
     body = load(AddMemberSchema(), request_body(form=False))
     with pool().connection() as conn:
@@ -182,14 +185,14 @@ def add_member(org_id: str) -> Any:
         found = conn.execute("SELECT id FROM sds_member_lookup(%s)", (body["email"],)).fetchone()
         if found is None:
             raise UnknownObject("no user of this service has that email; invite them instead")
-        accounts.add_membership(conn, user=found[0], org=org, role=body["role"],
-                                teams_only=bool(body["teams_only"]))
-        row = members.fetch_user(conn, found[0], org)
-        audit.record(conn, org=org, actor=audit_actor(conn), action="member.add",
-                     target_type="user", target_id=found[0],
-                     details={"email": row["email"], "role": row["role"],
-                              "teams_only": row["teams_only"]})
-    return members.user_record(row, full=False), 201
+        # Never joined by the organisation alone (issue 30): a pending invitation that the
+        # account accepts signed in (POST /users/me/invitations/{id}/accept).
+        issued = links.invite(conn, authenticator(current_app).settings, org=org,
+                              email=body["email"], role=body["role"],
+                              teams_only=bool(body["teams_only"]), actor=audit_actor(conn),
+                              by_owner=principal.role == "owner")
+        record = links.invite_record(links.fetch_invite(conn, org, issued.id))
+    return {**record, "pending": True}, 202
 
 
 @blp.route("/<org_id>/users/<user_id>", methods=["PUT"])

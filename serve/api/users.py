@@ -7,6 +7,11 @@
   anyone) and `GET /users/{id}/orgs` (the organisations a user belongs to, with their role
   in each: all of them for the caller themself; for a manager asking about a member, only the
   request's organisation: a member's other organisations are not theirs to see).
+- `GET /users/me/invitations` (the caller's pending invitations into other organisations) and
+  `POST /users/me/invitations/{id}/accept` (join, by the account's own consent: password or
+  token, never an API key; only an account whose email is proven, docs/auth.md "Proven emails
+  and joining another organisation"), and `POST /users/me/credentials/revoke` (sign out
+  everywhere: every token and API key of the caller, in every organisation).
 Records are of the user as a member of the request's organisation (role, teams_only there).
 Records and roles come from serve/members.py; preferences are checked by the dashboard's rules
 (serve/web/preferences.py), the one home of what a preference may hold.
@@ -17,11 +22,12 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+from flask import current_app, request
 from marshmallow import Schema, fields
 from marshmallow.validate import Length
 
-from serve import keypolicy, members
-from serve.auth import audit_actor, current_principal, requires
+from serve import consent, keypolicy, logins, members
+from serve.auth import audit_actor, authenticator, current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
@@ -145,3 +151,59 @@ def user_orgs(user_id: str) -> Any:
         org, count = members.fetch_org(conn, principal.org_id)
     return [members.org_record(org, role=row["role"], members=count,
                                teams_only=row["teams_only"])]
+
+
+class MyAcceptSchema(Schema):
+    """Body of POST /users/me/invitations/{id}/accept (optional): the invitation link's secret,
+    which proves the email when the link was mailed to it."""
+
+    token = fields.String(load_default=None, allow_none=True, validate=Length(max=200))
+
+
+@blp.route("/me/invitations", methods=["GET"])
+@blp.response(200)
+@requires("users:read")
+def my_invitations() -> Any:
+    """The caller's pending invitations into organisations they are not in (a list, newest
+    first): each waits for the caller's own acceptance."""
+    with pool().connection() as conn:
+        return [consent.my_invitation_record(r) for r in consent.my_invitations(conn)]
+
+
+@blp.route("/me/invitations/<invitation_id>/accept", methods=["POST"])
+@blp.doc(requestBody={"required": False,
+                      "content": {"application/json": {"schema": MyAcceptSchema}}})
+@blp.response(200)
+@requires_user()
+def accept_my_invitation(invitation_id: str) -> Any:
+    """Join the organisation of one of the caller's pending invitations, with its role. 409
+    while the account's email is not proven (the invitation stays pending); 404 for any
+    invitation that is not the caller's."""
+    # The body is optional: no body is no token.
+    body = load(MyAcceptSchema(), request_body(form=False) if request.get_data(cache=True)
+                else {})
+    principal = current_principal()
+    try:
+        link = UUID(invitation_id)
+    except ValueError:
+        raise UnknownObject(f"unknown invitation {invitation_id!r}") from None
+    settings = authenticator(current_app).settings
+    with pool().connection() as conn:
+        return consent.accept_mine(conn, settings, user=principal.user_id, link=link,
+                                 secret=body["token"], actor=audit_actor(conn))
+
+
+@blp.route("/me/credentials/revoke", methods=["POST"])
+@blp.response(200)
+@requires_user()
+def revoke_my_credentials() -> Any:
+    """Sign out everywhere: revoke every bearer token and deactivate every API key of the
+    caller, in every organisation, in one step (this request's own token too)."""
+    principal = current_principal()
+    with pool().connection() as conn:
+        actor = audit_actor(conn)
+        ended = logins.revoke_everything(conn, user=principal.user_id)
+        audit.record(conn, org=principal.org_id, actor=actor, action="user.logout_everywhere",
+                     target_type="user", target_id=principal.user_id,
+                     details={"tokens_revoked": ended.tokens, "keys_deactivated": ended.keys})
+    return {"tokens_revoked": ended.tokens, "keys_deactivated": ended.keys}

@@ -1,6 +1,8 @@
 """The dashboard's accept page, `/dashboard/accept/<secret>`: where an invitation or password
 reset link leads (serve/links.py). It shows what the link is for (organisation, role, email)
-and a form for the new password; the form posts back here with the session's CSRF value and
+and a form for the new password (a reset's with "sign out everywhere"; an invitation for an
+email that has an account shows no form: that account accepts it signed in, on the account
+page); the form posts back here with the session's CSRF value and
 is accepted by the API's own rules (`links.accept`: throttled, one answer for any link that
 does not work). Then the browser goes to the sign-in form with the email filled in.
 """
@@ -50,8 +52,6 @@ def accept_post(secret: str) -> Response:
     password = request.form.get("password", "")
     name = request.form.get("name", "").strip() or None
     link = _peek(secret)
-    if link is not None and link["purpose"] == "invite" and link["account"]:
-        password = ""  # an existing account joins with the password it has
     if len(password) > FIELD_MAX or (name and len(name) > 200):
         return _page(secret, link, error="The password or name is too long.", status=400)
     again = request.form.get("again", password)
@@ -61,7 +61,8 @@ def accept_post(secret: str) -> Response:
     try:
         with pool().connection() as conn:
             done = links.accept(conn, auth, secret=secret, password=password or None, name=name,
-                                address=client_address(auth.settings))
+                                address=client_address(auth.settings),
+                                everywhere=request.form.get("everywhere") == "1")
     except TooManyRequests as exc:
         response = _page(secret, link, error=exc.message, status=429)
         response.headers["Retry-After"] = str(exc.retry_after)

@@ -1,6 +1,7 @@
 """The dashboard's people pages (issue 23): the signed-in user's own API keys, the
 organisation's members with invitations and reset links, and the user's preferences (name,
-units, time zone).
+units, time zone) with their own pending invitations into other organisations and "sign out
+everywhere".
 
 Every read and write goes through the API as the signed-in user, in-process
 (serve/web/apicall.py), like the alert pages: a form POSTs to a dashboard route with the
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from flask import Response, current_app, redirect, render_template, request, url_for
+from flask import Response, current_app, redirect, render_template, request, session, url_for
 
 from serve import keypolicy
 from serve.args import MAX_LIMIT
@@ -326,8 +327,11 @@ def account_body(form: dict[str, str]) -> dict[str, Any]:
 
 
 def _account_page(*, typed: dict[str, str] | None = None, error: str | None = None,
-                  saved: bool = False, status: int = 200) -> Response:
+                  saved: bool = False, joined: bool = False,
+                  status: int = 200) -> Response:
     user = me()
+    # The user's pending invitations (issue 30): they join another organisation only here.
+    invitations = answered(apicall.call("GET", "/api/v2/users/me/invitations"))
     prefs = user.get("preferences") or {}
     chosen = {p: (prefs.get("units") or {}).get(p, units.DEFAULTS[p])
               for p in units.UNIT_PARAMS}
@@ -339,14 +343,15 @@ def _account_page(*, typed: dict[str, str] | None = None, error: str | None = No
     return _html(render_template(
         "web/account.html", user=user, chosen=chosen, zone=zone,
         unit_choices=charts.unit_choices(), zone_words=preferences.ZONE_WORDS, error=error,
-        saved=saved, nav="account"), status)
+        saved=saved, invitations=invitations, joined=joined, nav="account"), status)
 
 
 @blp.route(f"{PREFIX}/account", methods=["GET"])
 @signed_in
 def account(principal: Principal) -> Response:
     """The user's name, units and time zone: the dashboard's defaults on every page."""
-    return _account_page(saved=request.args.get("saved") == "1")
+    return _account_page(saved=request.args.get("saved") == "1",
+                         joined=request.args.get("joined") == "1")
 
 
 @blp.route(f"{PREFIX}/account", methods=["POST"])
@@ -359,3 +364,31 @@ def account_save(principal: Principal) -> Response:
     if not answer.ok:
         return _account_page(typed=form, error=answer.message, status=status_of(answer))
     return cast(Response, redirect(url_for("web.account", saved=1), code=303))
+
+
+@blp.route(f"{PREFIX}/account/invitations/<invitation_id>/accept", methods=["POST"])
+@signed_in
+def account_invitation_accept(principal: Principal, invitation_id: str) -> Response:
+    """Accept one of the user's pending invitations (POST
+    /api/v2/users/me/invitations/{id}/accept): the account's own consent, signed in."""
+    web_session.check_csrf()
+    answer = apicall.call("POST", f"/api/v2/users/me/invitations/{invitation_id}/accept",
+                          json={})
+    if answer.status == 404:
+        raise NotFound(answer.message)
+    if not answer.ok:
+        return _account_page(error=answer.message, status=status_of(answer))
+    return cast(Response, redirect(url_for("web.account", joined=1), code=303))
+
+
+@blp.route(f"{PREFIX}/account/sign-out-everywhere", methods=["POST"])
+@signed_in
+def account_sign_out_everywhere(principal: Principal) -> Response:
+    """Sign out everywhere (POST /api/v2/users/me/credentials/revoke): every token and API key
+    of the account ends, this session's too, and the browser goes to the sign-in form."""
+    web_session.check_csrf()
+    answer = apicall.call("POST", "/api/v2/users/me/credentials/revoke")
+    if not answer.ok:
+        return _account_page(error=answer.message, status=status_of(answer))
+    session.clear()
+    return cast(Response, redirect(url_for("web.login", everywhere=1), code=303))

@@ -147,6 +147,9 @@ def login() -> Response:
                "Sign in again." if request.args.get("ended") else None)
     if request.args.get("out"):
         message = "You are signed out."
+    if request.args.get("everywhere"):
+        message = ("You are signed out everywhere: every session, token and API key of your "
+                   "account has ended. Sign in again.")
     accepted = request.args.get("accepted", "")[:320]  # from the accept page (acceptpage.py)
     if accepted:
         message = "Done. Sign in with your email and password."

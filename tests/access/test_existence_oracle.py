@@ -193,6 +193,12 @@ PROBES = [
           lambda w: f"/api/v2/orgs/{w.org_a}/invitations/{_a_object(w, 'invite')}",
           f"/api/v2/orgs/{MISSING_UUID}/invitations/{MISSING_UUID}", lambda w: str(w.org_a),
           MISSING_UUID, key_allowed=False),
+    # Another organisation's invitation (of another email) is no invitation of the caller's.
+    Probe("my-invitation-accept", "POST",
+          lambda w: f"/api/v2/users/me/invitations/{_a_object(w, 'invite')}/accept",
+          f"/api/v2/users/me/invitations/{MISSING_UUID}/accept",
+          lambda w: _a_object(w, "invite"), MISSING_UUID, key_allowed=False,
+          rule="/api/v2/users/me/invitations/<invitation_id>/accept"),
     Probe("reset-link", "POST", lambda w: f"/api/v2/orgs/{w.org_a}/users/{w.a2}/reset-link",
           f"/api/v2/orgs/{MISSING_UUID}/users/{MISSING_UUID}/reset-link",
           lambda w: str(w.org_a), MISSING_UUID, key_allowed=False,

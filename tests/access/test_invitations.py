@@ -6,9 +6,6 @@ reset that ends the user's tokens, no account oracle in reset requests, and the 
 
 from __future__ import annotations
 
-import email
-import email.policy
-import re
 import statistics
 import time
 from collections.abc import Iterator
@@ -18,7 +15,6 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from flask import Flask
 from flask.testing import FlaskClient
 
 from admin.cli import main
@@ -27,14 +23,16 @@ from serve.api.invitations import outbox
 from shared import credentials
 from testbed.receivers import Receiver, smtp_sink
 from tests.support.access_world import PASSWORDS, World, basic, bearer, reset_memberships
-from tests.support.apps import close_app, make_app
+from tests.support.apps import close_app
 from tests.support.dashboard import csrf_of
 from tests.support.ingesting import wait_for
+from tests.support.invites import A1, NEW_PASSWORD
+from tests.support.invites import answer as _json
+from tests.support.invites import link_app as _app
+from tests.support.invites import link_in as _link_in
+from tests.support.invites import secret_of as _secret
 
-A1 = basic("a1@a.example")
 A2 = basic("a2@a.example")
-LINK = re.compile(r"http://sds\.example/dashboard/accept/(sdsl_[A-Za-z0-9_-]{51})")
-NEW_PASSWORD = "a-fresh-passphrase-42"
 
 
 @pytest.fixture
@@ -55,12 +53,6 @@ def sink(tmp_path: Path) -> Iterator[Receiver]:
         server.stop()
 
 
-def _app(world: World, sink: Receiver | None = None, **extra: Any) -> Flask:
-    mail = {} if sink is None else {"smtp_host": "127.0.0.1", "smtp_port": sink.port,
-                                    "smtp_security": "none", "smtp_from": "sds@sds.example"}
-    return make_app(world.url, public_url="http://sds.example", **mail, **extra)
-
-
 @pytest.fixture
 def plain(world: World) -> Iterator[FlaskClient]:
     """A client of an app without SMTP."""
@@ -71,28 +63,18 @@ def plain(world: World) -> Iterator[FlaskClient]:
         close_app(app)
 
 
-def _json(r: Any, status: int) -> Any:
-    assert r.status_code == status, (r.status_code, r.get_data(as_text=True)[:400])
-    return r.get_json()
-
-
-def _secret(url: str) -> str:
-    found = LINK.fullmatch(url)
-    assert found, url
-    return found.group(1)
-
-
-def _link_in(received: dict[str, Any]) -> str:
-    """The link's secret in a received email (its text part decoded)."""
-    text = email.message_from_string(received["data"], policy=email.policy.default)
-    found = LINK.search(text.get_content())  # type: ignore[attr-defined]
-    assert found, received["data"]
-    return found.group(1)
-
-
 def _invite(client: FlaskClient, world: World, email: str, role: str = "member") -> Any:
     return _json(client.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=A1,
                              json={"email": email, "role": role}), 201)
+
+
+def _email_proven(world: World, email: str) -> bool:
+    """Whether the account's email is proven (users.email_verified_at, migration 0165)."""
+    with psycopg.connect(world.url) as conn:
+        row = conn.execute("SELECT email_verified_at IS NOT NULL FROM users WHERE email = %s",
+                           (email,)).fetchone()
+    assert row is not None, email
+    return bool(row[0])
 
 
 def _audit(world: World, action: str) -> list[Any]:
@@ -123,6 +105,7 @@ def test_invitation_is_mailed_and_accepted(world: World, sink: Receiver) -> None
         me = _json(client.get("/api/v2/users/me",
                               headers=basic("newcomer@a.example", NEW_PASSWORD)), 200)
         assert (me["name"], me["role"], me["org_id"]) == ("New Comer", "admin", str(world.org_a))
+        assert _email_proven(world, "newcomer@a.example")  # the link went only to the inbox
         # Used: the same 400 as a link that never existed, and no longer pending.
         again = client.post("/api/v2/auth/accept", json={"token": secret,
                                                           "password": NEW_PASSWORD})
@@ -150,6 +133,7 @@ def test_without_smtp_the_link_is_shown_to_the_administrator(world: World,
           200)
     assert _json(plain.get("/api/v2/users/me", headers=basic("shown@a.example", NEW_PASSWORD)),
                  200)["role"] == "member"
+    assert not _email_proven(world, "shown@a.example")  # shown to the inviter: proves nothing
 
 
 def test_unknown_used_expired_revoked_and_malformed_links_get_one_answer(
@@ -217,10 +201,15 @@ def test_acceptance_is_throttled_like_a_sign_in(world: World) -> None:
         close_app(app)
 
 
-def test_an_existing_account_joins_with_the_password_it_has(world: World,
-                                                            plain: FlaskClient) -> None:
-    secret = _secret(_invite(plain, world, "B1@b.example", "viewer")["link"])
-    done = _json(plain.post("/api/v2/auth/accept", json={"token": secret}), 200)
+def test_an_existing_account_joins_signed_in_with_the_password_it_has(
+        world: World, plain: FlaskClient) -> None:
+    """A link alone never joins an existing account (issue 30): 409, the invitation stays
+    pending, and the account accepts it signed in."""
+    made = _invite(plain, world, "B1@b.example", "viewer")
+    r = plain.post("/api/v2/auth/accept", json={"token": _secret(made["link"])})
+    assert r.status_code == 409 and r.get_json()["message"] == links.EXISTING_ACCOUNT
+    done = _json(plain.post(f"/api/v2/users/me/invitations/{made['id']}/accept",
+                            headers=basic("b1@b.example")), 200)
     assert (done["account"], done["user_id"], done["role"]) == ("existing", str(world.b1),
                                                                 "viewer")
     # The same password, now a viewer of org A too (a token for it), still admin of org B.

@@ -97,6 +97,15 @@ def _fresh_annotation(world: World, conn: psycopg.Connection) -> str:
     return str(row[0]) if row else ""
 
 
+def _restored_credentials(world: World, conn: psycopg.Connection) -> str:
+    """The sign-out-everywhere path, after bringing back what an earlier cell of it ended:
+    the world's keys that are meant to work (its tokens are minted per cell)."""
+    alive = [v for k, v in world.key_ids.items() if k not in ("inactive", "deleted")]
+    conn.execute("UPDATE api_keys SET active = true WHERE id = ANY(%s)", (alive,))
+    conn.commit()
+    return "/api/v2/users/me/credentials/revoke"
+
+
 def _a_channel(world: World, conn: psycopg.Connection, name: str = "matrix-a") -> str:
     """The id of org A's delivery channel `name` (made on first use)."""
     row = conn.execute("SELECT id FROM alert_channels WHERE org_id = %s AND name = %s",
@@ -251,9 +260,19 @@ ROUTES = [
           body={"role": "member"}, a_object=True, admin_only=True),
     Route("org-member-remove", "DELETE", "/api/v2/orgs/<org_id>/users/<user_id>",
           _fresh_member, "orgs:write", ok=204, a_object=True, admin_only=True),
+    # An existing user is invited, not added: 202, pending their signed-in consent.
     Route("org-member-add", "POST", "/api/v2/orgs/<org_id>/users", _no_matrix_member,
-          "orgs:write", ok=201, body={"email": MATRIX_OUTSIDER, "role": "viewer"},
+          "orgs:write", ok=202, body={"email": MATRIX_OUTSIDER, "role": "viewer"},
           a_object=True, admin_only=True),
+    # The caller's own invitations (issue 30): consent and signing out everywhere are the
+    # account's, never a key's. The invitation is nobody's of the matrix: 404 to every caller.
+    Route("my-invitations", "GET", "/api/v2/users/me/invitations",
+          lambda w, c: "/api/v2/users/me/invitations", "users:read"),
+    Route("my-invitation-accept", "POST", "/api/v2/users/me/invitations/<invitation_id>/accept",
+          lambda w, c: f"{_fresh_invite(w, c).replace(f'/orgs/{w.org_a}', '/users/me')}/accept",
+          USER_ONLY, ok=404),
+    Route("my-credentials-revoke", "POST", "/api/v2/users/me/credentials/revoke",
+          _restored_credentials, USER_ONLY),
     # Invitations and password reset (issue 23): administrators, and two public routes.
     Route("invitations", "GET", "/api/v2/orgs/<org_id>/invitations",
           lambda w, c: f"/api/v2/orgs/{w.org_a}/invitations", "orgs:read", a_object=True,

@@ -207,11 +207,16 @@ def test_owner_rules(client: FlaskClient, world: World) -> None:
 
 
 def test_adding_an_existing_user(client: FlaskClient, world: World) -> None:
+    """POST /orgs/{id}/users invites the existing user (202, pending); they join by accepting
+    it signed in (issue 30)."""
     path = f"/api/v2/orgs/{world.org_a}/users"
     added = _json(client.post(path, headers=A1, json={"email": "B1@b.example",
-                                                      "role": "viewer"}), 201)
-    assert (added["id"], added["role"], added["org_id"]) == (str(world.b1), "viewer",
-                                                            str(world.org_a))
+                                                      "role": "viewer"}), 202)
+    assert (added["email"], added["role"], added["pending"]) == ("b1@b.example", "viewer", True)
+    joined = _json(client.post(f"/api/v2/users/me/invitations/{added['id']}/accept",
+                               headers=B1))
+    assert (joined["user_id"], joined["role"], joined["org_id"]) == (str(world.b1), "viewer",
+                                                                    str(world.org_a))
     assert _json(client.post(path, headers=A1, json={"email": "b1@b.example",
                                                      "role": "member"}), 409)
     assert _json(client.post(path, headers=A1, json={"email": "nobody@x.example",
@@ -225,8 +230,9 @@ def test_adding_an_existing_user(client: FlaskClient, world: World) -> None:
     orgs = _json(client.get(f"/api/v2/users/{world.b1}/orgs", headers=B1))
     assert sorted((o["name"], o["role"]) for o in orgs) == [("Org A", "viewer"),
                                                            ("Org B", "admin")]
-    entry = _json(client.get("/api/v2/audit?action=member.add", headers=A1))["items"][0]
-    assert entry["details"] == {"email": "b1@b.example", "role": "viewer", "teams_only": False}
+    entry = _json(client.get("/api/v2/audit?action=invite.accept", headers=A1))["items"][0]
+    assert (entry["actor"]["label"], entry["actor"]["via"]) == ("b1@b.example", "basic")
+    assert (entry["details"]["role"], entry["details"]["account"]) == ("viewer", "existing")
 
 
 def test_the_request_carries_user_and_teams_only(world: World) -> None:

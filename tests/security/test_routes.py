@@ -42,6 +42,8 @@ DASHBOARD_RULES = {
     ("/dashboard/members/<user_id>/remove", "GET"),
     ("/dashboard/members/<user_id>/remove", "POST"),
     ("/dashboard/account", "GET"), ("/dashboard/account", "POST"),
+    ("/dashboard/account/invitations/<invitation_id>/accept", "POST"),
+    ("/dashboard/account/sign-out-everywhere", "POST"),
     ("/dashboard/locations/<location_id>", "GET"),
     ("/dashboard/locations/<location_id>", "POST"),
     ("/dashboard/audit", "GET"),

@@ -2,7 +2,8 @@
 colleague through the API (no SMTP: the link is in the answer), the colleague opens the link,
 sets a name and password, lands on the sign-in form with the email filled in, signs in and
 sees the organisation's devices; the spent link then shows the one refusal and no form. A
-password-reset link made by the owner works the same way and ends the user's sessions."""
+password-reset link made by the owner works the same way and ends the user's sessions. An
+invitation of an existing account is accepted signed in, on the Preferences page (issue 30)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from serve import links
 from testbed.browser import console_errors, wait_for
-from tests.support.browsing import snap
+from tests.support.browsing import sign_in, snap
 from tests.support.dashboard import PASSWORDS, World
 
 NEW_PASSWORD = "colleague-passphrase-7"
@@ -79,3 +80,32 @@ def test_a_reset_link_sets_a_new_password_and_ends_the_session(
         assert api.get(f"{server}/api/v2/users/me", timeout=30, headers={
             "Authorization": f"Bearer {token}"}).status_code == 401  # the old token ended
         _sign_in_with(browser, NEW_PASSWORD)
+
+
+def test_an_existing_account_accepts_signed_in_and_signs_out_everywhere(
+        server: str, world: World, browser: WebDriver, shots: Path) -> None:
+    """Issue 30: a link for an email that has an account shows no form, only the way to sign
+    in; signed in, the account accepts on its Preferences page; its "Sign out everywhere"
+    ends the session and every API key."""
+    url = _link(server, world, "invitations", {"email": "user@b.example", "role": "viewer"})
+    with requests.Session() as api:
+        key = api.post(f"{server}/api/v2/apikeys", timeout=30, json={"scopes": ["devices:read"]},
+                       auth=("user@b.example", PASSWORDS["user@b.example"])).json()["apikey"]
+        browser.get(url)
+        assert "sign in" in browser.find_element(By.ID, "accept-existing").text
+        assert not browser.find_elements(By.ID, "password")
+        snap(browser, shots, "accept-04-existing-account")
+        sign_in(browser, server, "user@b.example")
+        browser.get(f"{server}/dashboard/account")
+        assert "Org A" in browser.find_element(By.ID, "my-invitations").text
+        snap(browser, shots, "accept-05-invitations")
+        browser.find_element(By.CSS_SELECTOR, "#my-invitations .accept-invitation").click()
+        wait_for(browser, "document.getElementById('account-joined') !== null")
+        assert browser.find_elements(By.ID, "no-invitations")
+        browser.find_element(By.ID, "sign-out-everywhere").click()
+        wait_for(browser, "document.getElementById('login-message') !== null")
+        assert "everywhere" in browser.find_element(By.ID, "login-message").text
+        snap(browser, shots, "accept-06-signed-out-everywhere")
+        assert api.get(f"{server}/api/v2/devices", timeout=30,
+                       headers={"Authorization": f"Apikey {key}"}).status_code == 401
+        assert console_errors(browser) == []
