@@ -168,7 +168,10 @@ proc_argv() {
         "PROMETHEUS_MULTIPROC_DIR=$STATE/api-metrics/$1"
         "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py serve.wsgi:app) ;;
     edge) ARGV=(nginx -c "$EDGE_CONF" -e "$EDGE_DIR/error.log") ;;
-    simulate) ARGV=("$VENV/bin/sds" simulate --credentials "$DEMO_DEVICES" --backfill-days 3) ;;
+    # The demo devices only (demo-devices.json has their passwords; devices added later are
+    # skipped), and never a failure a supervisor would restart in a loop.
+    simulate) ARGV=("$VENV/bin/sds" simulate --credentials "$DEMO_DEVICES" --backfill-days 3
+        --keep-running) ;;
     logrotate) ARGV=(bash deploy/logrotate/rotate-loop.sh "$STATE") ;;
     node-exporter | alertmanager | prometheus) monitoring_argv "$1" ;;
     esac
