@@ -225,19 +225,26 @@ settled() {
     (($(date +%s) - $(stat -c %Y "$SUPERVISE/$1.status") >= SETTLE))
 }
 
-# wait_settled NAME...: wait through their supervisors' restarts until every one has settled,
-# reporting each death as it happens, for at most START_WAIT seconds; the others in UNSETTLED.
+# wait_settled NAME...: wait through their supervisors' restarts (START_DEATHS deaths each at
+# most) until every one has settled, reporting each death as it happens, for at most START_WAIT
+# seconds; the others in UNSETTLED.
 START_WAIT=60
 wait_settled() {
-    local deadline=$((SECONDS + START_WAIT)) name
+    local deadline=$((SECONDS + START_WAIT)) name waiting
+    local -A gave_up=()
     while :; do
-        UNSETTLED=()
+        UNSETTLED=() waiting=0
         for name in "$@"; do
-            supervised_note_deaths "$name" "$LOGS/$name.log"
-            settled "$name" || UNSETTLED+=("$name")
+            if [[ -z ${gave_up[$name]:-} ]] && ! supervised_note_deaths "$name" "$LOGS/$name.log"; then
+                gave_up[$name]=1
+            fi
+            if ! settled "$name"; then
+                UNSETTLED+=("$name")
+                [[ -n ${gave_up[$name]:-} ]] || waiting=1
+            fi
         done
         ((${#UNSETTLED[@]})) || return 0
-        ((SECONDS < deadline)) || return 1
+        ((waiting && SECONDS < deadline)) || return 1
         sleep 0.2
     done
 }

@@ -85,7 +85,7 @@ pg_launch() {
     local name=$1 data=$2 log=$3
     (cd "$PG_DIR" && supervise_start "$name" "$log" --user postgres --stop-signal INT \
         --stop-timeout 60 --unless "$data/RETIRED" -- "$PG_BIN/postgres" -D "$data")
-    SUP_SEEN[$name]=0 # started in a subshell: count its deaths from here
+    SUP_SEEN[$name]=0 SUP_BASE[$name]=0 # started in a subshell: count its deaths from here
     pg_wait "$name" "$4" "$5" "$PG_START_WAIT" "$log" && return 0
     stop_pidfile "$PIDS/$name.pid" "$data" 65 || true
     log_tail "$log"
@@ -101,7 +101,7 @@ pg_wait() {
     for ((i = 0; i < $4 * 10; i++)); do
         as_postgres "$PG_BIN/pg_isready" -q -h "$3" -p "$2" && return 0
         pid_alive "$PIDS/$1.pid" supervise.py || return 1
-        supervised_note_deaths "$1" "${5:-/dev/null}"
+        supervised_note_deaths "$1" "${5:-/dev/null}" || return 1
         sleep 0.1
     done
     return 1
@@ -242,7 +242,7 @@ EOF
         mkdir -p "$LOGS"
         say "postgresql: starting on 127.0.0.1:$PG_PORT"
         pg_launch postgresql "$PGDATA" "$PG_LOG" "$PG_PORT" "$PG_RUN" \
-            || die "PostgreSQL did not start within $PG_START_WAIT s (is port $PG_PORT free?)"
+            || die "PostgreSQL did not start (is port $PG_PORT free?)"
     fi
 }
 
@@ -393,13 +393,13 @@ mq_start() {
     local i
     for ((i = 0; i < MQ_START_WAIT * 10; i++)); do
         if supervised_running broker && port_open "$MQTT_PORT"; then return; fi
-        supervised_note_deaths broker "$MQ_DIR/mosquitto.log"
+        supervised_note_deaths broker "$MQ_DIR/mosquitto.log" || break
         sleep 0.1
     done
     stop_pidfile "$PIDS/broker.pid" "$MQ_CONF" 30 || true
     log_tail "$LOGS/broker.log"
     log_tail "$MQ_DIR/mosquitto.log"
-    die "mosquitto did not start listening on $MQTT_PORT within $MQ_START_WAIT s"
+    die "mosquitto did not start listening on $MQTT_PORT"
 }
 
 mq_stop() {

@@ -39,7 +39,7 @@ sb_start() {
     warn_ephemeral "$SB_PORT" "the PostgreSQL standby" SDS_PG_STANDBY_PORT
     say "postgresql standby: starting on 127.0.0.1:$SB_PORT"
     pg_launch postgresql-standby "$SB_DATA" "$SB_LOG" "$SB_PORT" "$SB_RUN" \
-        || die "the standby did not start within $PG_START_WAIT s (is port $SB_PORT free?)"
+        || die "the standby did not start (is port $SB_PORT free?)"
 }
 
 sb_stop() {
