@@ -221,7 +221,11 @@ proc_up() {
 SETTLE=2
 settled() {
     proc_up "$1" || return 1
-    [[ -n $(supervised_status "$1") ]] || return 0
+    if [[ -z $(supervised_status "$1") ]]; then
+        # Not written yet by a supervisor started now; none at all: an older, unsupervised one.
+        [[ -z ${SUP_BASE[$1]+set} ]]
+        return
+    fi
     (($(date +%s) - $(stat -c %Y "$SUPERVISE/$1.status") >= SETTLE))
 }
 

@@ -10,6 +10,7 @@ import importlib.util
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -717,6 +718,50 @@ def test_services_sh_waits_through_a_failed_first_start(tmp_path: Path) -> None:
             start.wait()
         stopped = services.run("stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+# A process that dies at its first start and runs on the second (a port held for a moment).
+FLAKY = ("import os, sys, time\n"
+         "if not os.path.exists(sys.argv[1]):\n"
+         "    open(sys.argv[1], 'w').close()\n"
+         "    sys.exit(3)\n"
+         "time.sleep(300)\n")
+
+
+def test_run_sh_waits_through_a_death_at_start(tmp_path: Path) -> None:
+    """Issue 30: after starting its processes, run.sh waits through their supervisors'
+    restarts (wait_settled, deploy/run.sh sourced in a scratch copy): a process that dies at
+    its first start and runs on the retry is reported and counts as up; one that keeps dying
+    is given up after START_DEATHS deaths and named. (The old run.sh looked once, 2 s after
+    the starts, and failed on a process caught in its backoff.)"""
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    (tmp_path / ".venv").symlink_to(REPO / ".venv")  # the markers name the venv's programs
+    script = f"""
+set -euo pipefail
+. deploy/run.sh
+mkdir -p "$LOGS"
+supervise_start simulate "$LOGS/simulate.log" -- "$VENV/bin/python" -c {shlex.quote(FLAKY)} \
+    "$STATE/once"
+supervise_start aggregate "$LOGS/aggregate.log" -- "$VENV/bin/python" -c 'raise SystemExit(4)'
+START_WAIT=120
+wait_settled simulate && echo "settled simulate" || echo "unsettled ${{UNSETTLED[*]}}"
+wait_settled aggregate && echo "settled aggregate" || echo "unsettled ${{UNSETTLED[*]}}"
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
+    try:
+        out = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        for name in ("simulate", "aggregate"):
+            pid = _read(tmp_path / ".state" / "pids" / f"{name}.pid")
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGTERM)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["settled simulate", "unsettled aggregate"], out
+    assert "simulate died at its start (1 restart, last exit: exit 3" in out.stderr
+    assert "aggregate died at its start (5 restarts, last exit: exit 4" in out.stderr
+    assert "5 times: giving up waiting" in out.stderr
 
 
 def test_the_scripts_derived_ports_stay_within_their_declared_spans(tmp_path: Path) -> None:

@@ -129,9 +129,10 @@ last_run_tail() {
 # The restarts of each supervised process when a start began waiting for it (SUP_BASE) and
 # already reported (SUP_SEEN), by supervised_note_deaths.
 declare -A SUP_SEEN=() SUP_BASE=()
-# A start waits through this many deaths (the supervisor's backoff: 0.5, 1, 2, 4 s; a port held
-# for a moment is free by then), then gives up: a broken setting fails within seconds, not minutes.
-START_DEATHS=4
+# A start waits through this many deaths (the supervisor's backoff between them: 0.5, 1, 2,
+# 4 s; a port held for a moment is free by then), then gives up: a broken setting fails within
+# seconds, not minutes.
+START_DEATHS=5
 
 # supervised_note_deaths NAME LOG: while a start waits for NAME through its supervisor's
 # retries, report each death since the last call, with the end of LOG; false once NAME died
