@@ -720,6 +720,30 @@ def test_services_sh_waits_through_a_failed_first_start(tmp_path: Path) -> None:
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
+def test_the_patroni_profile_keeps_its_port_base(tmp_path: Path) -> None:
+    """Issue 30: an existing Patroni cluster keeps the base it was made with (its etcd members
+    keep their peer addresses): read back from its haproxy.cfg, or the old default when etcd
+    exists without one; a new one gets the new default; the variable wins. (The RabbitMQ
+    profile's base was already remembered, in .state/rabbitmq/port-base.)"""
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    patroni = tmp_path / ".state" / "patroni"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
+
+    def base(**extra: str) -> int:
+        out = subprocess.run(["bash", "-c", ". deploy/lib/common.sh; DB=postgres; "
+                              ". deploy/lib/pg_patroni.sh; echo $PT_BASE"], cwd=tmp_path,
+                             env=env | extra, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    assert base() == 25440  # a new cluster
+    (patroni / "etcd1").mkdir(parents=True)
+    assert base() == 55440  # made before the move, never as far as HAProxy
+    (patroni / "haproxy.cfg").write_text("listen sds_primary\n    bind 127.0.0.1:23000\n")
+    assert base() == 23000
+    assert base(SDS_PATRONI_PORT_BASE="24000") == 24000
+
+
 # A process that dies at its first start and runs on the second (a port held for a moment).
 FLAKY = ("import os, sys, time\n"
          "if not os.path.exists(sys.argv[1]):\n"
