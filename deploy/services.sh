@@ -78,8 +78,8 @@ sb_supervised() { pid_alive "$PIDS/postgresql-standby.pid" "$SB_DATA"; }
 
 # pg_launch NAME DATA LOG PORT SOCKET: postgres in the foreground under its supervisor as user
 # postgres (SIGTERM becomes SIGINT, the fast shutdown; never started again once a promotion
-# retired DATA), then pg_wait. A server that does not come up within PG_START_WAIT seconds is
-# stopped: no retry loop is left.
+# retired DATA), then pg_wait. A server that does not come up within PG_START_WAIT seconds (or
+# START_DEATHS deaths) is stopped: no retry loop is left.
 PG_START_WAIT=120
 pg_launch() {
     local name=$1 data=$2 log=$3
