@@ -212,10 +212,15 @@ def render_node_conf(template: str, *, amqp_port: int, mqtt_port: int, peers: li
 
 
 def node_env(*, name: str, node_dir: Path, dist_port: int, amqp_port: int,
-             epmd_port: int) -> dict[str, str]:
+             epmd_port: int, ctl_ports: tuple[int, int] | None = None) -> dict[str, str]:
     """The RABBITMQ_* / ERL_* environment that gives a node its own name, ports and files
-    (nothing of the system node's /etc/rabbitmq, /var/lib/rabbitmq or default ports)."""
+    (nothing of the system node's /etc/rabbitmq, /var/lib/rabbitmq or default ports);
+    `ctl_ports`: the range the CLI tools listen in (RabbitMQ's default 35672-35682 lies in
+    the kernel's ephemeral port range)."""
+    ctl = {} if ctl_ports is None else {"RABBITMQ_CTL_DIST_PORT_MIN": str(ctl_ports[0]),
+                                        "RABBITMQ_CTL_DIST_PORT_MAX": str(ctl_ports[1])}
     return {
+        **ctl,
         "RABBITMQ_NODENAME": name,
         "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
         "RABBITMQ_NODE_PORT": str(amqp_port),
@@ -238,7 +243,8 @@ def node_env(*, name: str, node_dir: Path, dist_port: int, amqp_port: int,
 
 def deploy_ports(base: int, index: int) -> dict[str, int]:
     """Node `index`'s ports in a deployed cluster: AMQP base+10i+2, MQTT base+10i+3,
-    distribution base+10i+5 (default base 41800: none of RabbitMQ's or mosquitto's defaults)."""
+    distribution base+10i+5 (default base 21800, deploy/lib/ports.sh: none of RabbitMQ's or
+    mosquitto's defaults, below the kernel's ephemeral port range)."""
     return {"amqp": base + 10 * index + 2, "mqtt": base + 10 * index + 3,
             "dist": base + 10 * index + 5}
 
@@ -246,6 +252,11 @@ def deploy_ports(base: int, index: int) -> dict[str, int]:
 def deploy_epmd_port(base: int) -> int:
     """The cluster's own epmd port (not the shared default 4369)."""
     return base + 69
+
+
+def deploy_ctl_ports(base: int) -> tuple[int, int]:
+    """The range the CLI tools (rabbitmqctl...) listen in while they talk to the nodes."""
+    return base + 70, base + 80
 
 
 def deploy_node_name(index: int) -> str:
@@ -288,7 +299,8 @@ def _main(argv: list[str]) -> int:
         _write_if_changed(node_dir / "enabled_plugins", "[rabbitmq_mqtt].\n")
         _write_if_changed(node_dir / "rabbitmq-env.conf", "# the environment sets everything\n")
         env = node_env(name=deploy_node_name(index), node_dir=node_dir, dist_port=ports["dist"],
-                       amqp_port=ports["amqp"], epmd_port=deploy_epmd_port(base))
+                       amqp_port=ports["amqp"], epmd_port=deploy_epmd_port(base),
+                       ctl_ports=deploy_ctl_ports(base))
         env["SDS_NODE_MQTT_PORT"] = str(ports["mqtt"])
         sys.stdout.write("".join(f"{k}={v}\n" for k, v in env.items()))
         return 0

@@ -307,29 +307,88 @@ class _Device:
 @click.option("--duration", type=click.FloatRange(min=0), default=None,
               help="Stop after this many seconds (default: until SIGTERM or Ctrl-C).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed for --bad-ratio.")
+@click.option("--keep-running", is_flag=True,
+              help="With nothing to simulate (no deployed device with a password in "
+                   "--credentials, or the broker refuses them all), say so and wait until "
+                   "stopped (or --duration) instead of failing: a supervisor would restart a "
+                   "failure in a loop (deploy/run.sh).")
 def simulate(limit: int | None, names: tuple[str, ...], credentials: Path | None, speed: float,
              start: str | None, backfill_days: float, batch: int, bad_ratio: float,
-             duration: float | None, seed: int) -> None:
-    """Publish simulated 5-minute weather from deployed devices to the broker."""
+             duration: float | None, seed: int, keep_running: bool) -> None:
+    """Publish simulated 5-minute weather from deployed devices to the broker.
+
+    With --credentials only the devices it has a password for are simulated (the others, e.g.
+    real devices added with `sds device add`, are skipped with one line), and devices the
+    broker refuses are skipped the same way; the command fails when none is left, unless
+    --keep-running."""
     settings = Settings.from_env(os.environ)
     passwords: dict[str, str] = json.loads(credentials.read_text()) if credentials else {}
     sites = load_sites(settings, names, limit)
-    if not sites:
-        raise click.ClickException("no deployed devices to simulate (try `sds demo`)")
+    if credentials:
+        sites, unknown = split_by_credentials(sites, passwords)
+        if unknown:
+            click.echo(f"skipping {len(unknown)} deployed device(s) without a password in "
+                       f"{credentials}: {', '.join(unknown)}")
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
-    rng = random.Random(seed)
     counts: Counter[str] = Counter()
+    try:
+        devices = _connect(sites, settings, passwords, random.Random(seed), bad_ratio, counts)
+        if not devices:
+            if sites:
+                what = "the broker refused every device"
+            else:
+                what = ("no deployed devices to simulate"
+                        + (" with a password in --credentials" if credentials else "")
+                        + " (try `sds demo`)")
+            if not keep_running:
+                raise click.ClickException(what)
+            click.echo(f"{what}: nothing to simulate, waiting until stopped")
+            stop.wait(duration)
+            return
+        _run(devices, stop, counts, start=start, speed=speed, backfill_days=backfill_days,
+             batch=batch, duration=duration)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def split_by_credentials(sites: list[Site], passwords: dict[str, str]
+                         ) -> tuple[list[Site], list[str]]:
+    """The sites with a password, and the names of those without one."""
+    return ([s for s in sites if s.device in passwords],
+            [s.device for s in sites if s.device not in passwords])
+
+
+def _connect(sites: list[Site], settings: Settings, passwords: dict[str, str],
+             rng: random.Random, bad_ratio: float, counts: Counter[str]) -> list[_Device]:
+    """A connected _Device per site; those the broker refuses are closed and skipped with one
+    line. No answer at all (the broker is down) is an error: a restart will retry."""
     devices = [_Device(s, settings, passwords.get(s.device), rng, bad_ratio, counts)
                for s in sites]
-    late = [d for d in devices if not d.wait_connected(15.0)]
-    if late:
+    failed = [d for d in devices if not d.wait_connected(15.0)]
+    if any(d.refused is None for d in failed):
         for dev in devices:
             dev.close(0)
         raise click.ClickException(
             f"could not connect to the broker at {settings.mqtt_host}:{settings.mqtt_port} as "
-            + ", ".join(f"{d.site.device} ({d.refused or 'no answer'})" for d in late))
+            + ", ".join(f"{d.site.device} ({d.refused or 'no answer'})" for d in failed))
+    if failed:
+        for dev in failed:
+            dev.close(0)
+        click.echo(f"could not connect to the broker at {settings.mqtt_host}:"
+                   f"{settings.mqtt_port} as {len(failed)} device(s), skipping them: "
+                   + ", ".join(f"{d.site.device} ({d.refused})" for d in failed))
+    return [d for d in devices if d not in failed]
+
+
+def _run(devices: list[_Device], stop: threading.Event, counts: Counter[str], *,
+         start: str | None, speed: float, backfill_days: float, batch: int,
+         duration: float | None) -> None:
+    """Publish from the connected devices until `stop` or the duration: the backfill, then
+    each 5-minute slot as the (simulated) clock reaches it."""
+    sites = [d.site for d in devices]
     began = time.monotonic()
     clock0 = floor_5min(parse_instant(start, name="--start") if start else datetime.now(UTC))
     click.echo(f"simulating {len(devices)} devices from {clock0:%Y-%m-%d %H:%M}Z at x{speed:g}: "
@@ -364,8 +423,6 @@ def simulate(limit: int | None, names: tuple[str, ...], credentials: Path | None
     finally:
         for dev in devices:
             dev.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         bad = sum(v for k, v in counts.items() if k.startswith("bad:"))
         click.echo(f"sent {counts['readings']} readings in {counts['messages']} messages, "
                    f"{counts['health']} health reports, {bad} bad readings")

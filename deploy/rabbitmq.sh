@@ -10,8 +10,8 @@
 #   reload  import the accounts file again (after `sds device register --rabbitmq-definitions`)
 #   cli TOOL ARGS   run rabbitmqctl / rabbitmq-queues / rabbitmq-diagnostics against the cluster
 # Everything lives under .state/rabbitmq: node names sds-<i>@localhost, ports from
-# SDS_RABBITMQ_PORT_BASE (default 41800; node i: AMQP +10i+2, MQTT +10i+3, distribution +10i+5;
-# epmd +69), its own Erlang cookie. Nothing of the Debian package's node (rabbit@<host>, 5672,
+# SDS_RABBITMQ_PORT_BASE (default 21800, deploy/lib/ports.sh; node i: AMQP +10i+2, MQTT +10i+3,
+# distribution +10i+5; epmd +69; the CLI tools +70..+80), its own Erlang cookie. Nothing of the Debian package's node (rabbit@<host>, 5672,
 # 1883, 25672, /var/lib/rabbitmq) is used or touched.
 set -euo pipefail
 
@@ -23,7 +23,7 @@ need_root
 RMQ_DIR=$STATE/rabbitmq
 # Node count and port base are remembered from the last start that set them.
 NODES=${SDS_RABBITMQ_NODES:-$(cat "$RMQ_DIR/nodes" 2>/dev/null || echo 3)}
-BASE=${SDS_RABBITMQ_PORT_BASE:-$(cat "$RMQ_DIR/port-base" 2>/dev/null || echo 41800)}
+BASE=${SDS_RABBITMQ_PORT_BASE:-$(cat "$RMQ_DIR/port-base" 2>/dev/null || echo "$DEFAULT_RABBITMQ_PORT_BASE")}
 RMQ_HOME=$RMQ_DIR/home
 DEFS=$RMQ_DIR/definitions.json
 RABBIT_BIN=/usr/lib/rabbitmq/bin
@@ -157,6 +157,7 @@ write_client_settings() {
 cmd_start() {
     [[ -x $RABBIT_BIN/rabbitmq-server ]] || die "rabbitmq-server is missing: run deploy/setup.sh first"
     prepare
+    warn_ephemeral "$BASE" "the RabbitMQ cluster (from $BASE to $((BASE + RABBITMQ_PORT_SPAN)))" SDS_RABBITMQ_PORT_BASE
     echo "$NODES" >"$RMQ_DIR/nodes"
     echo "$BASE" >"$RMQ_DIR/port-base"
     local i

@@ -42,8 +42,8 @@ EDGE_CONF=$EDGE_DIR/nginx.conf
 # The API layout, from the settings (shared/config.py documents them): clients talk to the edge
 # on SDS_EDGE_BIND; API instance k (1..SDS_API_INSTANCES) listens on SDS_HTTP_BIND's port + k - 1.
 api_layout() {
-    EDGE_BIND=${SDS_EDGE_BIND:-127.0.0.1:8080}
-    local bind=${SDS_HTTP_BIND:-127.0.0.1:8081}
+    EDGE_BIND=${SDS_EDGE_BIND:-$DEFAULT_EDGE_BIND}
+    local bind=${SDS_HTTP_BIND:-$DEFAULT_HTTP_BIND}
     API_HOST=${bind%:*}
     API_PORT0=${bind##*:}
     API_INSTANCES=${SDS_API_INSTANCES:-1}
@@ -57,7 +57,7 @@ api_layout() {
     for ((k = 1; k <= API_INSTANCES; k++)); do PROCS+=("serve-$k"); done
     # logrotate: rotates every log under .state (deploy/logrotate, docs/operations.md "Log files").
     PROCS+=(edge simulate logrotate)
-    API_METRICS0=${SDS_API_METRICS_PORT:-9110}
+    API_METRICS0=${SDS_API_METRICS_PORT:-$DEFAULT_API_METRICS_PORT}
     [[ $API_METRICS0 =~ ^[0-9]+$ ]] || die "SDS_API_METRICS_PORT must be a port number, not '$API_METRICS0'"
     if monitoring_on; then PROCS+=("${MON_PROCS[@]}"); fi
     return 0
@@ -98,7 +98,7 @@ ingest_layout() {
 }
 
 standby_metrics_port() {
-    local base=${SDS_METRICS_PORT:-9108}
+    local base=${SDS_METRICS_PORT:-$DEFAULT_METRICS_PORT}
     if ((base == 0)); then echo 0; else echo $((base + 50)); fi
 }
 
@@ -168,7 +168,10 @@ proc_argv() {
         "PROMETHEUS_MULTIPROC_DIR=$STATE/api-metrics/$1"
         "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py serve.wsgi:app) ;;
     edge) ARGV=(nginx -c "$EDGE_CONF" -e "$EDGE_DIR/error.log") ;;
-    simulate) ARGV=("$VENV/bin/sds" simulate --credentials "$DEMO_DEVICES" --backfill-days 3) ;;
+    # The demo devices only (demo-devices.json has their passwords; devices added later are
+    # skipped), and never a failure a supervisor would restart in a loop.
+    simulate) ARGV=("$VENV/bin/sds" simulate --credentials "$DEMO_DEVICES" --backfill-days 3
+        --keep-running) ;;
     logrotate) ARGV=(bash deploy/logrotate/rotate-loop.sh "$STATE") ;;
     node-exporter | alertmanager | prometheus) monitoring_argv "$1" ;;
     esac
@@ -188,7 +191,6 @@ proc_marker() {
 # Pid files hold the process's own pid; liveness also checks the command line (proc_marker).
 proc_alive() { pid_alive "$PIDS/$1.pid" "$(proc_marker "$1")"; }
 
-STARTED=0
 start_proc() {
     local name=$1 log=$LOGS/$1.log
     if proc_alive "$name"; then
@@ -201,7 +203,6 @@ start_proc() {
     local as=()
     case $name in node-exporter | alertmanager | prometheus) as=(--user prometheus) ;; esac
     supervise_start "$name" "$log" "${as[@]}" --stop-timeout $((STOP_WAIT - 5)) -- "${ARGV[@]}"
-    STARTED=$((STARTED + 1))
     say "$name: started under supervision (pid $(<"$PIDS/$name.pid"), log $log)"
 }
 # How long stop waits for each process (gunicorn's graceful_timeout is 20 s).
@@ -213,6 +214,43 @@ proc_up() {
     local st
     st=$(supervised_status "$1")
     [[ -z $st || $st == running$'\t'* ]]
+}
+
+# Up for SETTLE seconds since its supervisor last started it (the status file is rewritten at
+# each start and death, so its age is the running child's).
+SETTLE=2
+settled() {
+    proc_up "$1" || return 1
+    if [[ -z $(supervised_status "$1") ]]; then
+        # Not written yet by a supervisor started now; none at all: an older, unsupervised one.
+        [[ -z ${SUP_BASE[$1]+set} ]]
+        return
+    fi
+    (($(date +%s) - $(stat -c %Y "$SUPERVISE/$1.status") >= SETTLE))
+}
+
+# wait_settled NAME...: wait through their supervisors' restarts (START_DEATHS deaths each at
+# most) until every one has settled, reporting each death as it happens, for at most START_WAIT
+# seconds; the others in UNSETTLED.
+START_WAIT=60
+wait_settled() {
+    local deadline=$((SECONDS + START_WAIT)) name waiting
+    local -A gave_up=()
+    while :; do
+        UNSETTLED=() waiting=0
+        for name in "$@"; do
+            if [[ -z ${gave_up[$name]:-} ]] && ! supervised_note_deaths "$name" "$LOGS/$name.log"; then
+                gave_up[$name]=1
+            fi
+            if ! settled "$name"; then
+                UNSETTLED+=("$name")
+                [[ -n ${gave_up[$name]:-} ]] || waiting=1
+            fi
+        done
+        ((${#UNSETTLED[@]})) || return 0
+        ((waiting && SECONDS < deadline)) || return 1
+        sleep 0.2
+    done
 }
 
 # API instances that have a pid file, in order (those of an earlier, larger SDS_API_INSTANCES too).
@@ -279,13 +317,16 @@ status_all() {
     return $rc
 }
 
-# Where the processes reach PostgreSQL, for the banner: the server, or the Patroni profile's
-# HAProxy (deploy/lib/pg_patroni.sh has the ports).
+# Where the processes reach PostgreSQL, for the banner: the address(es) of SDS_DATABASE_URL
+# (services.sh wrote it for the ports the servers run on), the Patroni profile's through HAProxy.
 db_line() {
+    local hosts=${SDS_DATABASE_URL:-}
+    hosts=${hosts#*@}
+    hosts=${hosts%%/*}
     if [[ $(cat "$STATE/db-profile" 2>/dev/null) == patroni ]]; then
-        echo "Patroni leader via HAProxy 127.0.0.1:${SDS_PATRONI_PORT_BASE:-55440} (nodes from $((${SDS_PATRONI_PORT_BASE:-55440} + 1)); deploy/services.sh status)"
+        echo "Patroni leader via $hosts (deploy/services.sh status lists the nodes)"
     else
-        echo "127.0.0.1:${SDS_PG_PORT:-55432}"
+        echo "$hosts"
     fi
 }
 
@@ -389,16 +430,15 @@ start_all() {
         if ((${name#serve-} > API_INSTANCES)); then stop_one "$name"; fi
     done
     # A process that dies at once (bad config, import error) should be reported now, not found
-    # later in a log.
-    ((STARTED == 0)) || sleep 2
+    # later in a log; one that comes up on a retry (a port held for a moment) is no failure.
     local failed=0
-    for name in "${PROCS[@]}"; do
-        if ! proc_up "$name"; then
-            warn "$name exited right after start (its supervisor retries with backoff)"
+    if ! wait_settled "${PROCS[@]}"; then
+        for name in "${UNSETTLED[@]}"; do
+            warn "$name did not stay up within $START_WAIT s of its start (its supervisor retries with backoff)"
             log_tail "$LOGS/$name.log" 20
-            failed=1
-        fi
-    done
+        done
+        failed=1
+    fi
 
     local key device bind
     key=$(demo_key)
@@ -418,7 +458,7 @@ $headline
   logs          $LOGS/{ingest*,aggregate,alerts-evaluate,alerts-deliver,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $(db_files postgres.log), $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
   backups       pgBackRest into $(db_files pgbackrest) (the scheduler takes the first full backup now); sds backup status
-  monitoring    $(monitoring_on && echo "Prometheus http://$MBIND:$PROM_PORT/alerts, Alertmanager http://$MBIND:$AM_PORT (alerts to ${SDS_ALERT_WEBHOOK_URL:-http://127.0.0.1:9199/alerts}); off: deploy/run.sh monitor off" || echo "off (deploy/run.sh monitor: Prometheus, Alertmanager, node_exporter)")
+  monitoring    $(monitoring_on && echo "Prometheus http://$MBIND:$PROM_PORT/alerts, Alertmanager http://$MBIND:$AM_PORT (alerts to ${SDS_ALERT_WEBHOOK_URL:-$DEFAULT_ALERT_WEBHOOK_URL}); off: deploy/run.sh monitor off" || echo "off (deploy/run.sh monitor: Prometheus, Alertmanager, node_exporter)")
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status
 

@@ -18,8 +18,10 @@
 # choice is remembered in .state/broker-profile for later stop/status/reload-broker calls.
 # Database profile: SDS_DB=postgres (default) or patroni (deploy/lib/pg_patroni.sh: automatic
 # failover; switchover [NODE] moves the leader), remembered in .state/db-profile.
-# Ports: SDS_PG_PORT (default 55432), SDS_PG_STANDBY_PORT (55433), SDS_MQTT_PORT (1883, mosquitto); all
-# listen on 127.0.0.1 only. SDS_PG_STANDBY_SYNC=off makes the standby asynchronous.
+# Ports: SDS_PG_PORT (default 25432), SDS_PG_STANDBY_PORT (25433), SDS_MQTT_PORT (1883, mosquitto); all
+# listen on 127.0.0.1 only (defaults: deploy/lib/ports.sh). A database server keeps the port it was
+# last started on unless the variable is set (docs/operations.md "Ports").
+# SDS_PG_STANDBY_SYNC=off makes the standby asynchronous.
 set -euo pipefail
 
 SDS_SCRIPT=services.sh
@@ -27,16 +29,22 @@ SDS_SCRIPT=services.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 need_root
 
-PG_PORT=${SDS_PG_PORT:-55432}
-MQTT_PORT=${SDS_MQTT_PORT:-1883}
+MQTT_PORT=${SDS_MQTT_PORT:-$DEFAULT_MQTT_PORT}
 PG_DIR=$STATE/pg
 PGDATA=$PG_DIR/data
 PG_RUN=$PG_DIR/run
 PG_LOG=$PG_DIR/postgres.log
-SB_PORT=${SDS_PG_STANDBY_PORT:-55433}
 SB_SYNC=${SDS_PG_STANDBY_SYNC:-on}
 SB_DIR=$STATE/pg-standby
 SB_DATA=$SB_DIR/data
+# A server's port: the variable when set, else the port its sds.conf (rewritten on each start)
+# names, else the default. So an existing cluster keeps its port across upgrades and default
+# changes: a standby's primary_conninfo, pgBackRest and the clients all know it by that port.
+SDS_PORT_RE='^port = ([0-9]+)$'
+PG_PORT=${SDS_PG_PORT:-$(config_port "$PGDATA/sds.conf" "$SDS_PORT_RE")}
+PG_PORT=${PG_PORT:-$DEFAULT_PG_PORT}
+SB_PORT=${SDS_PG_STANDBY_PORT:-$(config_port "$SB_DATA/sds.conf" "$SDS_PORT_RE")}
+SB_PORT=${SB_PORT:-$DEFAULT_PG_STANDBY_PORT}
 SB_RUN=$SB_DIR/run
 SB_LOG=$SB_DIR/postgres.log
 SB_SLOT=sds_standby
@@ -70,25 +78,30 @@ sb_supervised() { pid_alive "$PIDS/postgresql-standby.pid" "$SB_DATA"; }
 
 # pg_launch NAME DATA LOG PORT SOCKET: postgres in the foreground under its supervisor as user
 # postgres (SIGTERM becomes SIGINT, the fast shutdown; never started again once a promotion
-# retired DATA), then pg_wait. A server that does not come up is stopped: no retry loop is left.
+# retired DATA), then pg_wait. A server that does not come up within PG_START_WAIT seconds (or
+# START_DEATHS deaths) is stopped: no retry loop is left.
+PG_START_WAIT=120
 pg_launch() {
     local name=$1 data=$2 log=$3
     (cd "$PG_DIR" && supervise_start "$name" "$log" --user postgres --stop-signal INT \
         --stop-timeout 60 --unless "$data/RETIRED" -- "$PG_BIN/postgres" -D "$data")
-    pg_wait "$name" "$4" "$5" 120 first && return 0
+    SUP_SEEN[$name]=0 SUP_BASE[$name]=0 # started in a subshell: count its deaths from here
+    pg_wait "$name" "$4" "$5" "$PG_START_WAIT" "$log" && return 0
     stop_pidfile "$PIDS/$name.pid" "$data" 65 || true
     log_tail "$log"
     return 1
 }
 
-# pg_wait NAME PORT SOCKET SECONDS [first]: until the server accepts connections (crash recovery
-# first). "first": its first start, which fails at once if it died (bad port, bad setting).
+# pg_wait NAME PORT SOCKET SECONDS [LOG]: until the server accepts connections (crash recovery
+# first), through its supervisor's restarts: a server that dies at its start (its port held for
+# a moment by another program's connection) is started again by the supervisor after its
+# backoff, and each death is reported with the end of LOG.
 pg_wait() {
     local i
     for ((i = 0; i < $4 * 10; i++)); do
         as_postgres "$PG_BIN/pg_isready" -q -h "$3" -p "$2" && return 0
         pid_alive "$PIDS/$1.pid" supervise.py || return 1
-        [[ ${5:-} != first || $(supervised_status "$1") != backoff* ]] || return 1
+        supervised_note_deaths "$1" "${5:-/dev/null}" || return 1
         sleep 0.1
     done
     return 1
@@ -198,6 +211,7 @@ pg_start() {
     fi
 
     bk_configure
+    warn_ephemeral "$PG_PORT" PostgreSQL SDS_PG_PORT
     local changed
     changed=$(write_if_changed "$PGDATA/sds.conf" 600 <<EOF
 # Written by deploy/services.sh on each start: edit that script, not this file.
@@ -308,6 +322,7 @@ mq_fix_perms() {
     chmod 600 "$MQ_DIR/passwd" "$MQ_DIR/acl"
 }
 
+MQ_START_WAIT=30
 mq_start() {
     mkdir -p "$MQ_DIR/data"
     local changed
@@ -352,15 +367,17 @@ mq_start() {
     rm -f "$MQ_PID"
     # In the foreground under its supervisor; it still drops to user mosquitto and writes pid_file.
     supervise_start broker "$LOGS/broker.log" -- mosquitto -c "$MQ_CONF"
+    # Through the supervisor's restarts (0.5, 1, 2, 4, 8 s apart), as PostgreSQL's pg_wait.
     local i
-    for ((i = 0; i < 100; i++)); do
+    for ((i = 0; i < MQ_START_WAIT * 10; i++)); do
         if supervised_running broker && port_open "$MQTT_PORT"; then return; fi
+        supervised_note_deaths broker "$MQ_DIR/mosquitto.log" || break
         sleep 0.1
     done
     stop_pidfile "$PIDS/broker.pid" "$MQ_CONF" 30 || true
     log_tail "$LOGS/broker.log"
     log_tail "$MQ_DIR/mosquitto.log"
-    die "mosquitto did not start listening on $MQTT_PORT within 10 s"
+    die "mosquitto did not start listening on $MQTT_PORT"
 }
 
 mq_stop() {

@@ -27,7 +27,7 @@ class Settings:
 
     # --- database ---
     database_url: str = _f(
-        "postgresql://sds@127.0.0.1:55432/sds",
+        "postgresql://sds@127.0.0.1:25432/sds",
         "libpq URL of the PostgreSQL (TimescaleDB) database", secret=True)
     db_pool_min: int = _f(1, "Connections each process keeps open")
     db_pool_max: int = _f(8, "Most connections each process opens")

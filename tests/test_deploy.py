@@ -10,9 +10,11 @@ import importlib.util
 import os
 import queue
 import re
+import shlex
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -41,6 +43,7 @@ from testbed.services import (
     conf_settings,
     free_port,
 )
+from tests.support.ports import in_ephemeral_range, span
 
 WAIT = 10.0  # seconds; every wait below is bounded by this
 USERS = {"ingester": "ingester-pw", "A000001": "a1-pw", "A000002": "a2-pw"}
@@ -632,6 +635,196 @@ def test_services_sh_standby_streams_synchronously_and_promotes(tmp_path: Path) 
     finally:
         stopped = run("stop")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+class ScratchServices:
+    """deploy/services.sh in a copy of deploy/ under `root` (its .state is scratch), with `env`."""
+
+    def __init__(self, root: Path, env: dict[str, str]) -> None:
+        shutil.copytree(REPO / "deploy", root / "deploy")
+        self.script = str(root / "deploy" / "services.sh")
+        self.state = root / ".state"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")} | env
+
+    def run(self, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", self.script, *args], env=env or self.env,
+                              capture_output=True, text=True, timeout=300,
+                              stdin=subprocess.DEVNULL)
+
+    def secrets(self) -> dict[str, str]:
+        return dict(line.split("=", 1)
+                    for line in (self.state / "secrets.env").read_text().splitlines()
+                    if line and not line.startswith("#"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
+def test_services_sh_keeps_an_existing_clusters_port(tmp_path: Path) -> None:
+    """Issue 30: the default PostgreSQL port left the ephemeral range (55432 -> 25432). A
+    cluster made before, on another port, keeps it on the next start without the variable (its
+    standby, pgBackRest and clients know it by that port): services.sh reads it back from the
+    cluster's sds.conf, writes it into secrets.env, and warns while it lies in the range."""
+    port = free_port()  # the kernel's pick: inside the ephemeral range, like 55432
+    services = ScratchServices(tmp_path, {"SDS_MQTT_PORT": str(free_port())})
+    try:
+        made = services.run("start", env=services.env | {"SDS_PG_PORT": str(port)})
+        assert made.returncode == 0, made.stdout + made.stderr
+        assert services.run("stop").returncode == 0
+        again = services.run("start")  # an upgrade: no SDS_PG_PORT, a new default
+        assert again.returncode == 0, again.stdout + again.stderr
+        url = services.secrets()["SDS_DATABASE_URL"]
+        assert f"@127.0.0.1:{port}/" in url
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT inet_server_port()").fetchone() == (port,)
+        assert f"PostgreSQL listens on {port}, inside the kernel's ephemeral port range" in (
+            again.stderr)
+    finally:
+        stopped = services.run("stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
+def test_services_sh_waits_through_a_failed_first_start(tmp_path: Path) -> None:
+    """Issue 30: PostgreSQL's first start fails because another program's outgoing connection
+    holds its port (what the kernel does with ports of its ephemeral range); services.sh waits
+    through the supervisor's retry instead of giving up at the first death, reports the death,
+    and starts once the port is free."""
+    port = free_port()
+    services = ScratchServices(tmp_path, {"SDS_PG_PORT": str(port),
+                                          "SDS_MQTT_PORT": str(free_port())})
+    status = services.state / "supervise" / "postgresql.status"
+    listener = socket.create_server(("127.0.0.1", 0))
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", port))  # no SO_REUSEADDR, like a client's connection
+    holder.connect(listener.getsockname())
+    start = subprocess.Popen(["bash", services.script, "start"], env=services.env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
+    try:
+        # initdb first, then the first start, which dies on the held port (or services.sh
+        # gives up: the assertion below shows why).
+        wait_for(lambda: start.poll() is not None
+                 or (status.exists() and int(status.read_text().split()[2]) >= 1), 120)
+        # An abortive close: no TIME_WAIT left on the port.
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        holder.close()
+        out, err = start.communicate(timeout=180)
+        assert start.returncode == 0, out + err
+        assert "postgresql died at its start" in err and "Address already in use" in err, err
+        assert _answers(services.secrets()["SDS_DATABASE_URL"])
+    finally:
+        holder.close()
+        listener.close()
+        if start.poll() is None:
+            start.kill()
+            start.wait()
+        stopped = services.run("stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+def test_the_patroni_profile_keeps_its_port_base(tmp_path: Path) -> None:
+    """Issue 30: an existing Patroni cluster keeps the base it was made with (its etcd members
+    keep their peer addresses): read back from its haproxy.cfg, or the old default when etcd
+    exists without one; a new one gets the new default; the variable wins. (The RabbitMQ
+    profile's base was already remembered, in .state/rabbitmq/port-base.)"""
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    patroni = tmp_path / ".state" / "patroni"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
+
+    def base(**extra: str) -> int:
+        out = subprocess.run(["bash", "-c", ". deploy/lib/common.sh; DB=postgres; "
+                              ". deploy/lib/pg_patroni.sh; echo $PT_BASE"], cwd=tmp_path,
+                             env=env | extra, capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+
+    assert base() == 25440  # a new cluster
+    (patroni / "etcd1").mkdir(parents=True)
+    assert base() == 55440  # made before the move, never as far as HAProxy
+    (patroni / "haproxy.cfg").write_text("listen sds_primary\n    bind 127.0.0.1:23000\n")
+    assert base() == 23000
+    assert base(SDS_PATRONI_PORT_BASE="24000") == 24000
+
+
+# A process that dies at its first start and runs on the second (a port held for a moment).
+FLAKY = ("import os, sys, time\n"
+         "if not os.path.exists(sys.argv[1]):\n"
+         "    open(sys.argv[1], 'w').close()\n"
+         "    sys.exit(3)\n"
+         "time.sleep(300)\n")
+
+
+def test_run_sh_waits_through_a_death_at_start(tmp_path: Path) -> None:
+    """Issue 30: after starting its processes, run.sh waits through their supervisors'
+    restarts (wait_settled, deploy/run.sh sourced in a scratch copy): a process that dies at
+    its first start and runs on the retry is reported and counts as up; one that keeps dying
+    is given up after START_DEATHS deaths and named. (The old run.sh looked once, 2 s after
+    the starts, and failed on a process caught in its backoff.)"""
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    (tmp_path / ".venv").symlink_to(REPO / ".venv")  # the markers name the venv's programs
+    script = f"""
+set -euo pipefail
+. deploy/run.sh
+mkdir -p "$LOGS"
+supervise_start simulate "$LOGS/simulate.log" -- "$VENV/bin/python" -c {shlex.quote(FLAKY)} \
+    "$STATE/once"
+supervise_start aggregate "$LOGS/aggregate.log" -- "$VENV/bin/python" -c 'raise SystemExit(4)'
+START_WAIT=120
+wait_settled simulate && echo "settled simulate" || echo "unsettled ${{UNSETTLED[*]}}"
+wait_settled aggregate && echo "settled aggregate" || echo "unsettled ${{UNSETTLED[*]}}"
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
+    try:
+        out = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=120)
+    finally:
+        for name in ("simulate", "aggregate"):
+            pid = _read(tmp_path / ".state" / "pids" / f"{name}.pid")
+            if pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGTERM)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["settled simulate", "unsettled aggregate"], out
+    assert "simulate died at its start (1 restart, last exit: exit 3" in out.stderr
+    assert "aggregate died at its start (5 restarts, last exit: exit 4" in out.stderr
+    assert "5 times: giving up waiting" in out.stderr
+
+
+def test_the_scripts_derived_ports_stay_within_their_declared_spans(tmp_path: Path) -> None:
+    """Issue 30: the ports the deploy scripts compute from a base (the Patroni profile's nodes,
+    REST APIs and etcd members; the ingesters' and API instances' metrics, up to 16 shards and
+    instances) lie within deploy/lib/ports.sh's declared spans and outside the kernel's
+    ephemeral range, as tests/test_ports.py checks the spans themselves."""
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")  # a scratch .state
+    script = """
+set -euo pipefail
+. deploy/run.sh
+DB=postgres
+. deploy/lib/pg_patroni.sh
+INGEST_SHARDS=16 API_METRICS0=$DEFAULT_API_METRICS_PORT
+api_layout
+echo "edge ${EDGE_BIND##*:} $API_PORT0 $((API_PORT0 + 15))"
+for n in ingest ingest-standby ingest-1 ingest-16 ingest-1-standby ingest-16-standby \
+    aggregate alerts-evaluate serve-1 serve-16; do echo "metrics $(metrics_port_of "$n")"; done
+echo "monitoring $PROM_PORT $AM_PORT $NODE_PORT"
+for k in 1 2 3; do
+    echo "patroni $(pt_pg_port "$k") $(pt_rest_port "$k")"
+    echo "patroni $(pt_etcd_client "$k") $(pt_etcd_peer "$k")"
+done
+echo "patroni $PT_BASE"
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
+    out = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    ports: dict[str, list[int]] = {}
+    for line in out.stdout.splitlines():
+        kind, *numbers = line.split()
+        ports.setdefault(kind, []).extend(int(n) for n in numbers)
+    assert len(ports["metrics"]) == 10 and len(ports["patroni"]) == 13, ports
+    assert set(ports["patroni"]) <= set(span("PATRONI")), ports["patroni"]
+    inside = sorted({p for found in ports.values() for p in found if in_ephemeral_range(p)})
+    assert not inside, (inside, ports)
 
 
 # ---- the supervisor (deploy/lib/supervise.py) ---------------------------------------------------

@@ -9,6 +9,9 @@ VENV=$REPO/.venv
 # Debian's versioned PostgreSQL binaries; pg_ctl and initdb are not on PATH on a stock machine.
 PG_BIN=/usr/lib/postgresql/15/bin
 TIMESCALEDB_CONTROL=/usr/share/postgresql/15/extension/timescaledb.control
+# The default ports (DEFAULT_*) and the ephemeral-range helpers.
+# shellcheck source=deploy/lib/ports.sh
+. "$REPO/deploy/lib/ports.sh"
 
 say() { printf '%s: %s\n' "${SDS_SCRIPT:-deploy}" "$*"; }
 warn() { printf '%s: warning: %s\n' "${SDS_SCRIPT:-deploy}" "$*" >&2; }
@@ -111,6 +114,47 @@ supervise_start() {
     setsid /usr/bin/python3 "$REPO/deploy/lib/supervise.py" --name "$name" --state "$SUPERVISE" \
         "$@" >>"$log" 2>&1 </dev/null &
     echo $! >"$PIDS/$name.pid"
+    SUP_SEEN[$name]=0 SUP_BASE[$name]=0
+}
+
+# last_run_tail NAME LOG: the end of LOG since NAME's supervisor last started it (at most 20
+# lines), framed, to stderr: why that run died.
+last_run_tail() {
+    [[ -f $2 ]] || return 0
+    printf -- '----- the last run of %s in %s -----\n' "$1" "$2" >&2
+    tail -n 400 "$2" | tac | sed -n "1,/supervise\[$1\]: started/p" | tac | tail -n 20 >&2
+    printf -- '-----\n' >&2
+}
+
+# The restarts of each supervised process when a start began waiting for it (SUP_BASE) and
+# already reported (SUP_SEEN), by supervised_note_deaths.
+declare -A SUP_SEEN=() SUP_BASE=()
+# A start waits through this many deaths (the supervisor's backoff between them: 0.5, 1, 2,
+# 4 s; a port held for a moment is free by then), then gives up: a broken setting fails within
+# seconds, not minutes.
+START_DEATHS=5
+
+# supervised_note_deaths NAME LOG: while a start waits for NAME through its supervisor's
+# retries, report each death since the last call, with the end of LOG; false once NAME died
+# START_DEATHS times since the wait began (a death before the first call counts only for a
+# process this script started: supervise_start counts from 0).
+supervised_note_deaths() {
+    local file=$SUPERVISE/$1.status state child restarts spid words
+    [[ -s $file && -s $PIDS/$1.pid ]] || return 0
+    IFS=$' \t' read -r state child restarts spid words <"$file" || true
+    [[ $spid == "$(<"$PIDS/$1.pid")" && $restarts =~ ^[0-9]+$ ]] || return 0
+    if [[ -z ${SUP_SEEN[$1]+set} ]]; then
+        SUP_SEEN[$1]=$restarts SUP_BASE[$1]=$restarts
+    elif ((restarts > SUP_SEEN[$1])); then
+        SUP_SEEN[$1]=$restarts
+        if ((restarts - SUP_BASE[$1] < START_DEATHS)); then
+            warn "$1 died at its start ($words); its supervisor starts it again, waiting for it"
+        else
+            warn "$1 died at its start ($words), $START_DEATHS times: giving up waiting"
+        fi
+        last_run_tail "$1" "$2"
+    fi
+    ((restarts - SUP_BASE[$1] < START_DEATHS))
 }
 
 # supervised_status NAME: "STATE<TAB>words" from NAME's status file when the supervisor in

@@ -10,22 +10,22 @@ MON_STAMP=$STATE/monitoring
 MON_PROCS=(node-exporter alertmanager prometheus)
 monitoring_on() { [[ -f $MON_STAMP ]]; }
 MBIND=${SDS_METRICS_BIND:-127.0.0.1}
-PROM_PORT=${SDS_PROMETHEUS_PORT:-9190}
-AM_PORT=${SDS_ALERTMANAGER_PORT:-9193}
-NODE_PORT=${SDS_NODE_EXPORTER_PORT:-9191}
+PROM_PORT=${SDS_PROMETHEUS_PORT:-$DEFAULT_PROMETHEUS_PORT}
+AM_PORT=${SDS_ALERTMANAGER_PORT:-$DEFAULT_ALERTMANAGER_PORT}
+NODE_PORT=${SDS_NODE_EXPORTER_PORT:-$DEFAULT_NODE_EXPORTER_PORT}
 
 # The metrics port of a process run.sh starts (0: none), as the process computes it.
 metrics_port_of() {
-    local base=${SDS_METRICS_PORT:-9108} k
+    local base=${SDS_METRICS_PORT:-$DEFAULT_METRICS_PORT} k
     case $1 in
     ingest) echo "$base" ;;
     ingest-standby) echo "$(standby_metrics_port)" ;;
     ingest-*-standby) k=${1#ingest-}; k=${k%-standby}
         ((base == 0)) && echo 0 || echo $((base + 150 + k - 1)) ;;
     ingest-*) ((base == 0)) && echo 0 || echo $((base + 100 + ${1#ingest-} - 1)) ;;
-    aggregate) echo "${SDS_AGGREGATE_METRICS_PORT:-9109}" ;;
-    alerts-evaluate) echo "${SDS_ALERTS_METRICS_PORT:-9112}" ;;
-    alerts-deliver) echo "${SDS_DELIVERY_METRICS_PORT:-9107}" ;;
+    aggregate) echo "${SDS_AGGREGATE_METRICS_PORT:-$DEFAULT_AGGREGATE_METRICS_PORT}" ;;
+    alerts-evaluate) echo "${SDS_ALERTS_METRICS_PORT:-$DEFAULT_ALERTS_METRICS_PORT}" ;;
+    alerts-deliver) echo "${SDS_DELIVERY_METRICS_PORT:-$DEFAULT_DELIVERY_METRICS_PORT}" ;;
     serve-*) ((API_METRICS0 == 0)) && echo 0 || echo $((API_METRICS0 + ${1#serve-} - 1)) ;;
     esac
 }
@@ -51,7 +51,7 @@ monitoring_config() {
     # The SDS_DB=patroni profile's node configurations, when it made them.
     [[ -d $STATE/patroni ]] && args+=(--patroni-dir "$STATE/patroni")
     changed=$(python3 "$REPO/deploy/lib/monitoring_conf.py" --out "$STATE" \
-        --webhook "${SDS_ALERT_WEBHOOK_URL:-http://127.0.0.1:9199/alerts}" \
+        --webhook "${SDS_ALERT_WEBHOOK_URL:-$DEFAULT_ALERT_WEBHOOK_URL}" \
         --prometheus "$scrape:$PROM_PORT" --alertmanager "$scrape:$AM_PORT" \
         --node "$scrape:$NODE_PORT" "${args[@]}") || die "rendering the monitoring configuration failed"
     mkdir -p "$STATE/prometheus/data" "$STATE/alertmanager/data"

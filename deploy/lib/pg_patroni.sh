@@ -5,7 +5,8 @@
 # supervisor (deploy/lib/supervise.py). Sourced by services.sh only, after its settings and
 # helpers; the state lives in .state/patroni.
 #
-# Ports (all on 127.0.0.1), from SDS_PATRONI_PORT_BASE (B, default 55440):
+# Ports (all on 127.0.0.1), from SDS_PATRONI_PORT_BASE (B, default 25440 (deploy/lib/ports.sh); a
+# cluster keeps the base it was made with, read back from its haproxy.cfg, unless the variable is set):
 #   B          HAProxy: the node Patroni's REST API says is the primary (SDS_DATABASE_URL)
 #   B+k        node k's PostgreSQL (k = 1..SDS_PATRONI_NODES)
 #   B+10+k     node k's Patroni REST API (/primary, /replica, /health, /metrics)
@@ -14,7 +15,12 @@
 
 PT_DIR=$STATE/patroni
 PT_NODES=${SDS_PATRONI_NODES:-2}
-PT_BASE=${SDS_PATRONI_PORT_BASE:-55440}
+PT_HAPROXY_CONF=$PT_DIR/haproxy.cfg
+# The etcd members keep their peer addresses in their data: a cluster must keep its ports. One
+# made before the default moved and never started as far as HAProxy has the old base.
+PT_BASE=${SDS_PATRONI_PORT_BASE:-$(config_port "$PT_HAPROXY_CONF" '^ +bind 127\.0\.0\.1:([0-9]+)$')}
+if [[ -z $PT_BASE && -d $PT_DIR/etcd1 ]]; then PT_BASE=$OLD_PATRONI_PORT_BASE; fi
+PT_BASE=${PT_BASE:-$DEFAULT_PATRONI_PORT_BASE}
 # How the processes find the leader: haproxy (one address, HAProxy follows Patroni's REST API)
 # or libpq (every node in the URL, target_session_attrs=read-write). docs/decisions.md says why
 # haproxy is the default; the failover drill measures both.
@@ -23,7 +29,6 @@ PT_SCOPE=sds
 PT_ETCD_MEMBERS=3
 PT_SECRETS=$PT_DIR/secrets.env
 PT_BACKREST=$PT_DIR/pgbackrest
-PT_HAPROXY_CONF=$PT_DIR/haproxy.cfg
 # Failover timing (Patroni's dynamic configuration, written into etcd at the cluster's
 # bootstrap): the leader key lives PT_TTL seconds unless renewed every PT_LOOP_WAIT seconds; a
 # lost leader is replaced within about PT_TTL + PT_LOOP_WAIT. Patroni needs
@@ -34,7 +39,7 @@ PT_RETRY_TIMEOUT=5
 
 if [[ $DB == patroni ]]; then
     [[ $PT_NODES =~ ^[23]$ ]] || die "SDS_PATRONI_NODES must be 2 or 3, not '$PT_NODES'"
-    [[ $PT_BASE =~ ^[0-9]+$ ]] && ((PT_BASE > 1024 && PT_BASE < 65500)) \
+    [[ $PT_BASE =~ ^[0-9]+$ ]] && ((PT_BASE > 1024 && PT_BASE + PATRONI_PORT_SPAN < 65536)) \
         || die "SDS_PATRONI_PORT_BASE must be a port number, not '$PT_BASE'"
     [[ $PT_DISCOVERY == haproxy || $PT_DISCOVERY == libpq ]] \
         || die "SDS_PATRONI_DISCOVERY must be haproxy or libpq, not '$PT_DISCOVERY'"
@@ -345,6 +350,7 @@ pt_start() {
         pg_stop
     fi
     pt_secrets
+    warn_ephemeral "$PT_BASE" "the Patroni profile (from $PT_BASE to $((PT_BASE + PATRONI_PORT_SPAN)))" SDS_PATRONI_PORT_BASE
     mkdir -p "$PT_DIR"
     chmod 755 "$PT_DIR"
     ensure_traversable postgres "$PT_DIR"

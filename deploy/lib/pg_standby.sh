@@ -36,6 +36,7 @@ sb_start() {
     chown postgres:postgres "$SB_DIR" "$SB_RUN"
     sb_passfile
     sb_conf >/dev/null
+    warn_ephemeral "$SB_PORT" "the PostgreSQL standby" SDS_PG_STANDBY_PORT
     say "postgresql standby: starting on 127.0.0.1:$SB_PORT"
     pg_launch postgresql-standby "$SB_DATA" "$SB_LOG" "$SB_PORT" "$SB_RUN" \
         || die "the standby did not start (is port $SB_PORT free?)"

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import psycopg
 from click.testing import CliRunner
 
-from admin import simulate
+from admin import demo, simulate
+from admin.cli import main
 from ingest.payload import Limits, decode_payload
 from shared.config import Settings
-from tests.support.ingesting import RunningIngester, make_site, wait_for
+from tests.support.ingesting import ROOT as REPO
+from tests.support.ingesting import RunningIngester, count, make_site, wait_for
 from tests.support.ingesting import settings_env as _env
 
 SITES = [simulate.Site("S1", 41.6, -93.6, 290.0), simulate.Site("S2", -33.9, 151.2, 40.0),
@@ -136,3 +143,89 @@ def test_simulate_with_device_credentials_and_shipped_acl(
     finally:
         run.stop()
         broker.cleanup()
+
+
+def _run_sh_simulator_argv(credentials: Path) -> list[str]:
+    """The simulator's command line exactly as deploy/run.sh starts it (its proc_argv)."""
+    script = ('. deploy/run.sh; DEMO_DEVICES="$1"; proc_argv simulate; '
+              'printf "%s\\0" "${ARGV[@]}"')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
+    out = subprocess.run(["bash", "-c", script, "bash", str(credentials)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=30, check=True)
+    return out.stdout.split("\0")[:-1]
+
+
+def test_run_sh_simulator_keeps_the_demo_devices_going_after_a_device_add(
+    conn: psycopg.Connection, mqtt_settings: Settings, tmp_path: Path,
+) -> None:
+    """Issue 30 6.3: after `sds device add` the simulator (run.sh's command line, under its
+    supervisor: every restart and restore starts it so) simulates only the devices it has
+    passwords for, the demo devices, skips the new one with one line, and stays up; it
+    crash-looped, connecting as the new device without a password."""
+    from testbed.services import MosquittoBroker
+
+    broker = MosquittoBroker().start(tmp_path / "mqtt", users={"ingester": "ingest-pw"})
+    passwd = tmp_path / "mqtt" / "passwd"
+    s = mqtt_settings.replace(mqtt_port=broker.port, mqtt_username="ingester",
+                              mqtt_password="ingest-pw", topic_prefix="sensors")
+    env = _env(s)
+    creds = tmp_path / "demo-devices.json"
+    sup = None
+    run = RunningIngester(s).start()
+    try:
+        made = CliRunner().invoke(main, ["demo", "--credentials-out", str(creds),
+                                         "--mqtt-passwd-file", str(passwd)], env=env)
+        assert made.exit_code == 0, made.output
+        added = CliRunner().invoke(main, [
+            "device", "add", "NEW1", "--org", demo.DEMO_ORG, "--location", "Ames corn field",
+            "--from", "now", "--mqtt-passwd-file", str(passwd)], env=env)
+        assert added.exit_code == 0, added.output
+        broker.signal(signal.SIGHUP)  # reread passwd (services.sh reload-broker)
+        state, log = tmp_path / "supervise", tmp_path / "simulate.log"
+        with log.open("ab") as out:
+            sup = subprocess.Popen(
+                [sys.executable, str(REPO / "deploy" / "lib" / "supervise.py"), "--name",
+                 "simulate", "--state", str(state), "--", *_run_sh_simulator_argv(creds)],
+                env=env, cwd=REPO, stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                start_new_session=True)
+        status = state / "simulate.status"
+
+        def restarts() -> int:
+            return int(status.read_text().split()[2]) if status.exists() else 0
+
+        def backfilled() -> bool:  # 3 days of 5-minute readings of every demo device
+            return count(conn, "SELECT min(n) FROM (SELECT count(*) n FROM calibrated"
+                               " GROUP BY device) c") >= 3 * 288 and count(
+                conn, "SELECT count(DISTINCT device) FROM calibrated") == len(demo.DEMO_SITES)
+
+        wait_for(lambda: backfilled() or restarts() > 0, 60, 0.2,
+                 what="the demo devices' readings, or a death of the simulator")
+        text = log.read_text()
+        assert restarts() == 0 and status.read_text().startswith("running"), text
+        assert "skipping 1 deployed device(s) without a password in" in text and "NEW1" in text
+        assert f"simulating {len(demo.DEMO_SITES)} devices" in text
+        assert count(conn, "SELECT count(*) FROM calibrated WHERE device = 'NEW1'") == 0
+    finally:
+        if sup is not None:
+            sup.terminate()
+            sup.wait(30)
+        run.stop()
+        broker.cleanup()
+
+
+def test_simulator_with_nothing_to_simulate_waits_with_keep_running(
+    conn: psycopg.Connection, mqtt_settings: Settings, tmp_path: Path,
+) -> None:
+    """No deployed device has a password in --credentials: an error, except with
+    --keep-running (run.sh's), which says so and waits (here until --duration)."""
+    make_site(conn, device="S1")
+    creds = tmp_path / "devices.json"
+    creds.write_text(json.dumps({"GONE1": "pw"}))
+    args = ["--credentials", str(creds), "--duration", "0.2"]
+    failed = CliRunner().invoke(simulate.simulate, args, env=_env(mqtt_settings))
+    assert failed.exit_code != 0 and "no deployed devices to simulate" in failed.output
+    waited = CliRunner().invoke(simulate.simulate, [*args, "--keep-running"],
+                                env=_env(mqtt_settings), catch_exceptions=False)
+    assert waited.exit_code == 0, waited.output
+    assert "skipping 1 deployed device(s) without a password" in waited.output
+    assert "nothing to simulate, waiting until stopped" in waited.output
