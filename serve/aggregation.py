@@ -74,7 +74,8 @@ LADDER: tuple[Interval, ...] = tuple(
     + [Interval("1d", timedelta(days=1), True), Interval("7d", timedelta(days=7), True)])
 _BY_WIDTH = {i.width: i for i in LADDER}
 _UNITS = {"m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, "w": 7 * 86400}
-_FORM = re.compile(r"^\s*(\d{1,4})\s*(m|min|h|hr|d|w)\s*$", re.IGNORECASE)
+# ASCII digits only, as every number of a request (serve/counts.py).
+_FORM = re.compile(r"^\s*(\d{1,4})\s*(m|min|h|hr|d|w)\s*$", re.IGNORECASE | re.ASCII)
 _CHOICES = ", ".join(i.label for i in LADDER)
 
 
@@ -106,6 +107,25 @@ def for_points(points: int, start: datetime, end: datetime) -> Interval:
         f"points: {points} is too few for this window ({weeks} weekly buckets, the widest "
         f"interval); ask for at least {weeks} or a shorter window",
         errors={"points": [f"at least {weeks} for this window"]})
+
+
+# What a reading aggregated costs against a row served (serve.fairshare's heavy pages): a year
+# of one device's readings (105,120) aggregated in every column took 1.4-1.9x as long as
+# serving the year's 8,760 hourly rows (docs/benchmarks.md "Aggregation on /data"), about 1/8
+# of a row each; one column with its band costs less, so this errs on the heavy side.
+READINGS_PER_ROW = 8
+
+
+def page_cost(interval: Interval, start: datetime, end: datetime, devices: int | None,
+              limit: int) -> int:
+    """Estimated cost, in rows served, of a page of `interval` buckets over [start, end] for
+    `devices` devices (None: a location's, not known before it is read, so the page is
+    counted full): its buckets, plus the readings they aggregate (buckets x the 5-minute
+    slots of one bucket) at READINGS_PER_ROW to a row."""
+    buckets = limit if devices is None else min(
+        limit, bucket_bound(interval, start, end) * max(devices, 1))
+    readings = buckets * max(1, interval.width // _SLOT)
+    return buckets + readings // READINGS_PER_ROW
 
 
 @dataclass(frozen=True, slots=True)

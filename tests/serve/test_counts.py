@@ -1,0 +1,82 @@
+"""Numbers in a query are ASCII digits and nothing else (issue 30 item 5; serve/counts.py).
+
+Python's int() reads `+10000`, ` 10000` (`%2010000`), `10_000` and full-width digits, so a
+page asked for that way was served in full while the heavy-page meters, which read digits,
+counted it as small. Every such spelling is now a 400 naming the parameter, on /data (`limit`,
+`points`) and on the paged listings (`limit`, `page`); every value the interface spec allows
+(an integer 1..10000, leading zeros included) is still served."""
+
+from __future__ import annotations
+
+import pytest
+from flask.testing import FlaskClient
+from marshmallow import ValidationError
+
+from serve import counts
+from tests.support.data_world import URL, World, error
+
+# As they travel in a URL (percent-encoded where a client would have to encode them).
+BAD = {
+    "plus": "%2B10000", "plus_raw": "+10000", "space_before": "%2010000", "space_after":
+    "10%20", "space_only": "%20", "underscore": "10_000", "exponent": "1e4", "decimal": "1.0",
+    "hex": "0x10", "minus": "-1", "fullwidth": "%EF%BC%90%EF%BC%91",
+    "arabic_indic": "%D9%A1%D9%A0", "tab": "%0910", "newline": "10%0A", "huge": "9" * 40,
+}
+GOOD = {"10000": 10000, "1": 1, "0100": 100, "0000000001": 1}
+
+
+@pytest.mark.parametrize("raw", ["+10000", " 10", "10 ", "10_000", "1e4", "０１", "١٠", "1.0",
+                                 "", "-1", "0x10", "9" * 19, "\t10"])
+def test_plain_reads_ascii_digits_only(raw: str) -> None:
+    assert counts.plain(raw) is None
+    with pytest.raises(ValidationError) as caught:
+        counts.parse("limit", raw, 1, 10000)
+    assert caught.value.field_name == "limit"
+    assert "ASCII digits only" in str(caught.value.messages)
+
+
+def test_plain_reads_every_integer_the_spec_allows() -> None:
+    assert [counts.plain(str(n)) for n in range(0, 10001)] == list(range(0, 10001))
+    assert counts.plain("0010000") == 10000 and counts.plain(10000) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_a_data_limit_not_in_ascii_digits_is_a_400_naming_limit(
+        client: FlaskClient, world: World, name: str) -> None:
+    r = client.get(f"{URL}/calibrated?device=D1&start_time=2024-07-01&limit={BAD[name]}",
+                   headers=world.headers())
+    body = error(r, 400)
+    assert body["message"].startswith("limit: must be an integer from 1 to 10000"), body
+    assert list(body["errors"]) == ["limit"]
+
+
+@pytest.mark.parametrize("raw", sorted(GOOD))
+def test_every_limit_the_spec_allows_is_served(client: FlaskClient, world: World,
+                                               raw: str) -> None:
+    r = client.get(f"{URL}/calibrated?device=D1&start_time=2024-07-01&end_time=2024-07-02"
+                   f"&limit={raw}", headers=world.headers())
+    assert r.status_code == 200, r.get_data(as_text=True)
+    assert 0 < len(r.get_json()) <= GOOD[raw]
+
+
+@pytest.mark.parametrize("name", ["plus", "space_before", "underscore", "exponent",
+                                  "fullwidth"])
+def test_points_not_in_ascii_digits_is_a_400_naming_points(
+        client: FlaskClient, world: World, name: str) -> None:
+    r = client.get(f"{URL}/calibrated?device=D1&start_time=2024-07-01&points={BAD[name]}",
+                   headers=world.headers())
+    body = error(r, 400)
+    assert body["message"].startswith("points: must be an integer"), body
+    assert list(body["errors"]) == ["points"]
+
+
+@pytest.mark.parametrize("param", ["limit", "page"])
+@pytest.mark.parametrize("name", ["plus", "space_before", "underscore", "fullwidth"])
+def test_a_listing_limit_or_page_not_in_ascii_digits_is_a_400_naming_it(
+        client: FlaskClient, world: World, param: str, name: str) -> None:
+    r = client.get(f"/api/v2/devices?{param}={BAD[name]}", headers=world.headers("a_devices"))
+    body = error(r, 400)
+    assert body["message"].startswith(f"{param}: must be an integer from 1 to"), body
+    assert list(body["errors"]) == [param]
+    assert client.get(f"/api/v2/devices?{param}=01",
+                      headers=world.headers("a_devices")).status_code == 200
