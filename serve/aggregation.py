@@ -119,12 +119,18 @@ READINGS_PER_ROW = 8
 def page_cost(interval: Interval, start: datetime, end: datetime, devices: int | None,
               limit: int) -> int:
     """Estimated cost, in rows served, of a page of `interval` buckets over [start, end] for
-    `devices` devices (None: a location's, not known before it is read, so the page is
-    counted full): its buckets, plus the readings they aggregate (buckets x the 5-minute
-    slots of one bucket) at READINGS_PER_ROW to a row."""
-    buckets = limit if devices is None else min(
-        limit, bucket_bound(interval, start, end) * max(devices, 1))
-    readings = buckets * max(1, interval.width // _SLOT)
+    `devices` devices (None: a location's, not known before it is read): the buckets it
+    answers (at most `limit`) plus the readings of the whole window at READINGS_PER_ROW to a
+    row. The whole window, whatever `limit`: a `1h` or `1d` page read from a rollup counts
+    every bucket's readings to check the rollup is current (`_from_stored`). A location's
+    page is counted full, and its window for one device at least."""
+    per_device = bucket_bound(interval, start, end)
+    slots = max(1, interval.width // _SLOT)
+    if devices is None:
+        buckets, readings = limit, max(limit, per_device) * slots
+    else:
+        buckets = min(limit, per_device * max(devices, 1))
+        readings = per_device * max(devices, 1) * slots
     return buckets + readings // READINGS_PER_ROW
 
 

@@ -25,11 +25,13 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, cast
 from uuid import UUID
 
+import marshmallow as ma
 import psycopg
 from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
+from werkzeug.exceptions import HTTPException
 
-from serve import aggregation, caching, queries, render
+from serve import aggregation, caching, fairshare, queries, render
 from serve import cursor as cursors
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
@@ -39,7 +41,7 @@ from serve.pool import ReadChoice, pool, read_pool
 from serve.readmodels import table_or_404
 from shared import units
 from shared.columns import TABLES, Column, Table
-from shared.errors import BadCursor, BadParameter, BadTimeRange, UnknownColumn
+from shared.errors import BadCursor, BadParameter, BadTimeRange, ServiceError, UnknownColumn
 from shared.timeutil import format_utc_micros_z
 from shared.units import Unit
 
@@ -181,6 +183,17 @@ class DataRequest:
             local_tz=local.tz if local is not None else None,
             cursor=args.get("cursor"), updated_since=updated, ignored=tuple(ignored),
             bucketing=aggregation.parse(args, tbl.name))
+
+    def cost(self) -> int:
+        """Estimated cost of this page in rows served, what makes it heavy
+        (serve.fairshare): a page of rows costs its `limit` (the table's row cap by
+        default); an aggregated page its buckets and the readings they aggregate
+        (serve.aggregation.page_cost)."""
+        if self.bucketing is None:
+            return self.limit
+        interval = self.bucketing.resolve(self.start, self.end)
+        return aggregation.page_cost(interval, self.start, self.end,
+                                     len(self.devices) or None, self.limit)
 
     def binding(self, location: UUID | None) -> dict[str, object]:
         """What a cursor of this listing is bound to: a cursor fits only the same listing.
@@ -437,7 +450,22 @@ def _one_snapshot(conn: psycopg.Connection) -> None:
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 
+def request_cost() -> int:
+    """The cost of the GET /data request being served (DataRequest.cost), parsed as the view
+    parses it, before authentication (no organisation is needed to estimate it); 0 for a
+    request the view will refuse (a 400 or 404 reads nothing)."""
+    try:
+        args = blp.ARGUMENTS_PARSER.parse(DataArgs, request, location="query")
+        table = (request.view_args or {}).get("table", "")
+        req = DataRequest.parse(args, table, org=UUID(int=0), csv=False,
+                                sent=list(request.args.keys()))
+        return req.cost()
+    except (ServiceError, HTTPException, ma.ValidationError):
+        return 0
+
+
 @blp.route("/<table>")
+@fairshare.metered(request_cost)
 @requires("data:read")
 @blp.arguments(DataArgs, location="query", as_kwargs=False)
 @blp.doc(responses=RESPONSES_DOC)

@@ -167,7 +167,7 @@ def test_negative_control_without_the_fair_share_health_waits(
     edge = NginxEdge().start([f"127.0.0.1:{api.port}"], tmp_path / "edge")
     try:
         conf = edge.conf_path.read_text()
-        edge.conf_path.write_text(conf.replace("limit_req zone=sds_heavy burst=40;", ""))
+        edge.conf_path.write_text(conf.replace("limit_conn sds_heavy 2;", ""))
         edge.stop()
         edge._launch()  # the same edge, without the meter
         latencies, statuses, _rows, _p50 = _measure(edge.port, keys)
@@ -199,18 +199,87 @@ def test_slot_files_live_in_the_configured_directory(edge: NginxEdge, world: Wor
 
 
 def test_the_edge_meters_exactly_the_pages_the_api_calls_heavy() -> None:
-    """deploy/nginx/nginx.conf's map of `limit` and SDS_API_HEAVY_ROWS name the same pages."""
+    """deploy/nginx/nginx.conf's map of `limit` and SDS_API_HEAVY_ROWS name the same pages of
+    rows; a `limit` in anything but ASCII digits is heavy at the edge (the API refuses it,
+    or decodes `%31...` to digits)."""
     import re
 
+    from serve import counts
     from shared.config import Settings
     from testbed.services import SHIPPED_NGINX_CONF
 
-    found = re.search(r'map \$arg_limit \$sds_heavy_page \{\s*default "";\s*"~(.+?)" heavy;',
+    found = re.search(r'map "\$sds_data_page\|\$arg_limit\|\$arg_points\|\$sds_odd_args"'
+                      r' \$sds_heavy_page \{\s*"~\^0\\\|" "";\s*"~(.+?)" "";\s*default heavy;',
                       SHIPPED_NGINX_CONF.read_text())
     assert found, "the edge's heavy-page map is gone"
-    heavy = re.compile(found.group(1))
+    light = re.compile(found.group(1))
     rows = Settings().api_heavy_rows
+
+    def heavy(limit: str) -> bool:
+        return not light.match(f"1|{limit}||")
+
     for n in [*range(0, 20001), 10**6, 10**12]:
         for text in (str(n), f"00{n}"):
-            assert bool(heavy.match(text)) == (n > rows), text
-    assert not heavy.match("") and not heavy.match("abc") and not heavy.match("-5000")
+            assert heavy(text) == (n > rows), text
+            assert counts.plain(text) == n  # the API reads the same number
+    assert not heavy("")
+    for odd in ("abc", "-5000", "+100", "%2B100", "1e2", "10_0", " 10", "%31%30"):
+        assert heavy(odd) and counts.plain(odd) is None, odd
+
+
+def test_the_user_in_flight_cap_binds_with_the_shipped_worker_count(
+        world: World, keys: list[str], tmp_path: Path) -> None:
+    """gunicorn with deploy/gunicorn.conf.py's own worker count and the shipped caps: one user
+    with SDS_API_USER_CONCURRENCY requests in flight (uploads that stall mid-body, each holding
+    a worker) gets 429 for the next, while another client's /health is answered. With more
+    workers held by the cap than the config starts (4 of 2 before), the cap never bound: the
+    user's next request waited for a worker like everyone else's."""
+    import dataclasses
+    import socket
+
+    from serve.fairshare import Slots
+    from shared.config import Settings
+
+    shipped = {f.name: f.default for f in dataclasses.fields(Settings)}
+    cap = shipped["api_user_concurrency"]
+    with psycopg.connect(world.url) as conn:
+        row = conn.execute("SELECT id FROM users WHERE email = 'fair@a.example'").fetchone()
+        assert row is not None
+        writer = accounts.create_api_key(conn, user=row[0],
+                                         scopes=["annotations:write"])["apikey"]
+        conn.commit()
+    slot_dir = tmp_path / "slots"
+    api = GunicornServer().start({"SDS_DATABASE_URL": world.url,
+                                  "SDS_CURSOR_SECRET": "fair-share",
+                                  "SDS_API_SLOT_DIR": str(slot_dir)}, tmp_path / "api",
+                                 workers=None)
+    stalled: list[socket.socket] = []
+    try:
+        for _ in range(cap):
+            sock = socket.create_connection(("127.0.0.1", api.port), timeout=10)
+            sock.sendall(b"POST /api/v2/annotations HTTP/1.1\r\nHost: sds\r\n"
+                         b"Authorization: Apikey " + writer.encode() + b"\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            stalled.append(sock)
+        # Wait until all of them hold their slot (each is in its view, reading the body).
+        slots, deadline = Slots(slot_dir), time.monotonic() + 30
+        while slots.any_free(f"user-{row[0]}", cap):
+            assert time.monotonic() < deadline, (
+                f"the user's {cap} requests never were in flight together: fewer workers "
+                "than the cap")
+            time.sleep(0.05)
+        conn_ = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
+        conn_.request("GET", "/api/v2/data/calibrated?device=F1&limit=10",
+                      headers={"Authorization": f"Apikey {keys[0]}"})
+        refused = conn_.getresponse()
+        assert refused.status == 429, refused.read()
+        assert f"at most {cap} at once for this user".encode() in refused.read()
+        conn_.close()
+        health = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
+        health.request("GET", "/api/v2/health")
+        assert health.getresponse().status == 200
+        health.close()
+    finally:
+        for sock in stalled:
+            sock.close()
+        api.stop()
