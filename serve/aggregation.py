@@ -116,24 +116,6 @@ def for_points(points: int, start: datetime, end: datetime) -> Interval:
 READINGS_PER_ROW = 8
 
 
-def page_cost(interval: Interval, start: datetime, end: datetime, devices: int | None,
-              limit: int) -> int:
-    """Estimated cost, in rows served, of a page of `interval` buckets over [start, end] for
-    `devices` devices (None: a location's, not known before it is read): the buckets it
-    answers (at most `limit`) plus the readings of the whole window at READINGS_PER_ROW to a
-    row. The whole window, whatever `limit`: a `1h` or `1d` page read from a rollup counts
-    every bucket's readings to check the rollup is current (`_from_stored`). A location's
-    page is counted full, and its window for one device at least."""
-    per_device = bucket_bound(interval, start, end)
-    slots = max(1, interval.width // _SLOT)
-    if devices is None:
-        buckets, readings = limit, max(limit, per_device) * slots
-    else:
-        buckets = min(limit, per_device * max(devices, 1))
-        readings = per_device * max(devices, 1) * slots
-    return buckets + readings // READINGS_PER_ROW
-
-
 @dataclass(frozen=True, slots=True)
 class Bucketing:
     """What a request asked for: a fixed interval, or a number of points for the window."""
@@ -154,6 +136,29 @@ class Bucketing:
         if self.interval is not None:
             return {"interval": self.interval.label}
         return {"points": self.points}
+
+
+def cost(bucketing: Bucketing | None, start: datetime, end: datetime, devices: int,
+         limit: int) -> int:
+    """Estimated cost, in rows served, of a /data page over [start, end] of `devices` devices
+    named (0: a location's, not known before it is read), what makes it heavy
+    (serve.fairshare). A page of rows costs its `limit`. An aggregated page costs the buckets
+    it answers (at most `limit`) plus the readings of its whole window at READINGS_PER_ROW to
+    a row: the whole window whatever `limit`, since a `1h` or `1d` page read from a rollup
+    counts every bucket's readings to check the rollup is current (`_from_stored`). A
+    location's page is counted full, and its window for one device at least. BadParameter
+    when `points` fits no interval."""
+    if bucketing is None:
+        return limit
+    interval = bucketing.resolve(start, end)
+    per_device = bucket_bound(interval, start, end)
+    slots = max(1, interval.width // _SLOT)
+    if not devices:
+        buckets, readings = limit, max(limit, per_device) * slots
+    else:
+        buckets = min(limit, per_device * devices)
+        readings = per_device * devices * slots
+    return buckets + readings // READINGS_PER_ROW
 
 
 def parse(args: Mapping[str, Any], table: str) -> Bucketing | None:

@@ -12,7 +12,7 @@ a slot: a sync worker that waited would be one more worker held.
 - A GET whose estimated cost is more than SDS_API_HEAVY_ROWS rows served is heavy: it needs
   one of SDS_API_HEAVY_SLOTS, else 503 with Retry-After. The cost is what the request will
   read, as its view parses it (a view marked with `metered` says how: /data's is
-  serve.api.data.DataRequest.cost, rows for a page of rows, buckets and the readings they
+  serve.api.data.request_cost, rows for a page of rows, buckets and the readings they
   aggregate for an aggregated page), never how a number is spelled; a request the view will
   refuse costs nothing. Routes without an estimate (the model listings, whose pages hold an
   organisation's own records) are never heavy, so the dashboard's admin pages never wait

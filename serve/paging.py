@@ -13,7 +13,6 @@ from typing import Any
 from marshmallow import EXCLUDE, Schema, fields
 
 from serve.counts import Count
-
 from shared.errors import NotFound
 
 LIMIT_DEFAULT = 24

@@ -25,7 +25,6 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, cast
 from uuid import UUID
 
-import marshmallow as ma
 import psycopg
 from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
@@ -183,17 +182,6 @@ class DataRequest:
             local_tz=local.tz if local is not None else None,
             cursor=args.get("cursor"), updated_since=updated, ignored=tuple(ignored),
             bucketing=aggregation.parse(args, tbl.name))
-
-    def cost(self) -> int:
-        """Estimated cost of this page in rows served, what makes it heavy
-        (serve.fairshare): a page of rows costs its `limit` (the table's row cap by
-        default); an aggregated page its buckets and the readings they aggregate
-        (serve.aggregation.page_cost)."""
-        if self.bucketing is None:
-            return self.limit
-        interval = self.bucketing.resolve(self.start, self.end)
-        return aggregation.page_cost(interval, self.start, self.end,
-                                     len(self.devices) or None, self.limit)
 
     def binding(self, location: UUID | None) -> dict[str, object]:
         """What a cursor of this listing is bound to: a cursor fits only the same listing.
@@ -451,16 +439,14 @@ def _one_snapshot(conn: psycopg.Connection) -> None:
 
 
 def request_cost() -> int:
-    """The cost of the GET /data request being served (DataRequest.cost), parsed as the view
-    parses it, before authentication (no organisation is needed to estimate it); 0 for a
-    request the view will refuse (a 400 or 404 reads nothing)."""
+    """This request's estimated cost in rows served (serve.fairshare; aggregation.cost), parsed
+    as the view parses it (no organisation needed); 0 for one the view refuses."""
     try:
         args = blp.ARGUMENTS_PARSER.parse(DataArgs, request, location="query")
-        table = (request.view_args or {}).get("table", "")
-        req = DataRequest.parse(args, table, org=UUID(int=0), csv=False,
-                                sent=list(request.args.keys()))
-        return req.cost()
-    except (ServiceError, HTTPException, ma.ValidationError):
+        req = DataRequest.parse(args, (request.view_args or {}).get("table", ""),
+                                org=UUID(int=0), csv=False, sent=list(request.args.keys()))
+        return aggregation.cost(req.bucketing, req.start, req.end, len(req.devices), req.limit)
+    except (ServiceError, HTTPException):
         return 0
 
 

@@ -283,7 +283,7 @@ def test_a_costly_request_needs_the_heavy_slot(shipped: Flask, fresh_world: Worl
     "&end_time=2025-01-02", "data?points=1000&start_time=2025-01-01&end_time=2025-01-07",
     # The paged listings read the organisation's own records: never heavy, whatever limit.
     "/api/v2/devices?limit=10000", "/api/v2/locations?limit=10000",
-    f"/api/v2/orgs/{{org}}/users?limit=10000"])
+    "/api/v2/orgs/{org}/users?limit=10000"])
 def test_cheap_requests_never_wait_for_the_heavy_slot(shipped: Flask, fresh_world: World,
                                                       slot_dir: Path, path: str) -> None:
     if path.startswith("data?"):

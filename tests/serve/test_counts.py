@@ -87,17 +87,20 @@ def test_a_listing_limit_or_page_not_in_ascii_digits_is_a_400_naming_it(
 def test_the_cost_of_a_page_is_its_rows_or_its_buckets_and_readings() -> None:
     from datetime import UTC, datetime, timedelta
 
-    from serve.aggregation import READINGS_PER_ROW, page_cost, parse_interval
+    from serve.aggregation import READINGS_PER_ROW, Bucketing, cost, parse_interval
 
     start = datetime(2025, 1, 1, tzinfo=UTC)
     year, week = start + timedelta(days=365), start + timedelta(days=7)
-    day = parse_interval("1d")
+    assert cost(None, start, year, 1, 10000) == 10000  # a page of rows: its limit
+    day = Bucketing(parse_interval("1d"), None)
     # A year of day buckets of one device: 381 buckets at most (a local day may last 23 h),
     # each of 288 readings, however few buckets the page answers.
-    assert page_cost(day, start, year, 1, 2050) == 381 + 381 * 288 // READINGS_PER_ROW
-    assert page_cost(day, start, year, 1, 10) == 10 + 381 * 288 // READINGS_PER_ROW
-    assert page_cost(day, start, year, 3, 2050) == 1143 + 3 * 381 * 288 // READINGS_PER_ROW
+    assert cost(day, start, year, 1, 2050) == 381 + 381 * 288 // READINGS_PER_ROW
+    assert cost(day, start, year, 1, 10) == 10 + 381 * 288 // READINGS_PER_ROW
+    assert cost(day, start, year, 3, 2050) == 1143 + 3 * 381 * 288 // READINGS_PER_ROW
     # A week of 1 h buckets of one device is small; of a location, counted at its limit.
-    hour = parse_interval("1h")
-    assert page_cost(hour, start, week, 1, 2050) == 169 + 169 * 12 // READINGS_PER_ROW
-    assert page_cost(hour, start, week, None, 2050) == 2050 + 2050 * 12 // READINGS_PER_ROW
+    hour = Bucketing(parse_interval("1h"), None)
+    assert cost(hour, start, week, 1, 2050) == 169 + 169 * 12 // READINGS_PER_ROW
+    assert cost(hour, start, week, 0, 2050) == 2050 + 2050 * 12 // READINGS_PER_ROW
+    # points= resolves to its interval over the window first (a week of 1000: 15 minutes).
+    assert cost(Bucketing(None, 1000), start, week, 1, 2050) == 673 + 673 * 3 // 8
