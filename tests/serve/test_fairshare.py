@@ -72,13 +72,14 @@ def edge(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ngi
         api.stop()
 
 
-def _client(port: int, key: str, until: float, out: multiprocessing.Queue) -> None:
+def _client(port: int, key: str, until: float, out: multiprocessing.Queue,
+            page: str = PAGE) -> None:
     statuses: Counter[int] = Counter()
     rows = 0
     while time.monotonic() < until:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:
-            conn.request("GET", PAGE, headers={"Authorization": f"Apikey {key}"})
+            conn.request("GET", page, headers={"Authorization": f"Apikey {key}"})
             response = conn.getresponse()
             body = response.read()
             statuses[response.status] += 1
@@ -91,23 +92,26 @@ def _client(port: int, key: str, until: float, out: multiprocessing.Queue) -> No
     out.put((dict(statuses), rows))
 
 
-def _attack(port: int, keys: list[str], until: float, out: multiprocessing.Queue) -> None:
+def _attack(port: int, keys: list[str], until: float, out: multiprocessing.Queue,
+            page: str = PAGE) -> None:
     """CLIENTS threads, one key each, no pause between requests (a hostile client)."""
-    threads = [threading.Thread(target=_client, args=(port, k, until, out)) for k in keys]
+    threads = [threading.Thread(target=_client, args=(port, k, until, out, page))
+               for k in keys]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
 
 
-def _measure(port: int, keys: list[str]) -> tuple[list[float | None], Counter[int], int, float]:
+def _measure(port: int, keys: list[str], page: str = PAGE
+             ) -> tuple[list[float | None], Counter[int], int, float]:
     """Run the attack against `port` and probe /health through it: (probe latencies, answers
     the attackers got, rows they were served, baseline p50 before the attack)."""
     baseline = [v for v in probe(port, "/api/v2/health", seconds=1, pause=0.02) if v]
     results: multiprocessing.Queue = multiprocessing.Queue()
     until = time.monotonic() + ATTACK_SECONDS
     attacker = multiprocessing.get_context("fork").Process(
-        target=_attack, args=(port, keys, until, results))
+        target=_attack, args=(port, keys, until, results, page))
     attacker.start()
     try:
         time.sleep(1.0)  # the attack is in full swing before the first probe
@@ -151,6 +155,31 @@ def test_health_keeps_answering_under_20_heavy_csv_clients_of_one_user(
                "clients_of_one_user")
     assert statuses[200] >= 3, statuses  # the pool serves heavy pages: fair, not closed
     assert set(statuses) <= {200, 429, 503}, statuses
+    assert failed == 0 and len(ok) >= 100, (failed, len(ok))
+    assert p99 <= P99_BOUND, f"p99 {p99 * 1000:.1f} ms; statuses {statuses}"
+
+
+def test_the_attack_with_limit_spelled_plus_10000_is_refused(
+        edge: NginxEdge, keys: list[str], figures: Figures) -> None:
+    """Issue 30's replay: `limit=+10000` was read as 10,000 rows by the API and as no number
+    by both meters, so the same 20 clients were served 705 pages in 60 s and /health went to
+    p99 2,560 ms. Now it is a 400 (and heavy at the edge, which cannot tell): no row served."""
+    page = PAGE.replace(f"limit={ROWS}", f"limit=%2B{ROWS}")
+    latencies, statuses, rows, _p50 = _measure(edge.port, keys, page)
+    failed = sum(1 for v in latencies if v is None)
+    ok = [v for v in latencies if v is not None]
+    p99 = percentile(ok, 99) if ok else float("inf")
+    figures.record(
+        "fairshare_plus_limit_health_p99_ms", round(p99 * 1000, 1), section="security",
+        title=f"/api/v2/health p99 through the edge while {CLIENTS} clients of one user ask for "
+              f"limit=+{ROWS} CSV pages without pause ({len(latencies)} probes, {failed} "
+              f"failed; answers {dict(sorted(statuses.items()))}; {rows:,} rows served; before "
+              "the fix 705 pages served in 60 s and p99 2,560 ms)",
+        target=f"<= {P99_BOUND * 1000:.0f} ms, 0 rows served",
+        source="tests/serve/test_fairshare.py::test_the_attack_with_limit_spelled_plus_10000_"
+               "is_refused")
+    assert rows == 0 and statuses[200] == 0, statuses
+    assert statuses[400] > 0 and set(statuses) <= {400, 429, 503}, statuses
     assert failed == 0 and len(ok) >= 100, (failed, len(ok))
     assert p99 <= P99_BOUND, f"p99 {p99 * 1000:.1f} ms; statuses {statuses}"
 
