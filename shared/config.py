@@ -240,7 +240,7 @@ class Settings:
     api_heavy_rows: int = _f(
         2400, "A GET whose estimated cost is more rows served than this is a heavy page: it "
         "needs one of SDS_API_HEAVY_SLOTS. The cost of a /data page is its rows, or for an "
-        "aggregated page its buckets plus an eighth of the readings they aggregate; 2400 is "
+        "aggregated page its buckets plus an eighth of the readings of its window; 2400 is "
         "the largest default page, so a page without limit= is never heavy")
     api_heavy_slots: int = _f(
         1, "Heavy pages served at once on one host (all API instances and workers); the next "
