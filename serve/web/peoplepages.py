@@ -184,9 +184,10 @@ def _members_page(principal: Principal, *, error: str | None = None,
                   status: int = 200, invited: dict[str, Any] | None = None,
                   reset: dict[str, Any] | None = None,
                   form: dict[str, Any] | None = None) -> Response:
-    user = me()
     manage = web_session.is_admin(principal)
+    user: dict[str, Any] = {}
     try:
+        user = me()
         people = _members(user)
         roles = roles_in(_openapi_roles(), [p["role"] for p in people])
         # Only administrators may list invitations (the API's 403 for anyone else).
