@@ -1,7 +1,8 @@
 """The edge meters heavy pages by the API's reading of numbers (issue 30 item 5).
 
 deploy/nginx/nginx.conf counts a GET of /api/v2/data/ as heavy when its `limit` is more than
-2,400 rows, or when a number the API reads is not plain ASCII digits to the edge (`+10000`,
+2,400 rows, when it asks for aggregates (`interval=`, `points=`: priced by the API, from their
+window), or when a number the API reads is not plain ASCII digits to the edge (`+10000`,
 `%31%30000`, `1e4`, full-width digits), a parameter name carries a `%`, or `limit` comes twice:
 before, only plain digits were counted and every other spelling passed unmetered. The shipped
 config is run with its access log also naming each request's heavy-page key, in front of a stub
@@ -91,10 +92,12 @@ def _lines(server: NginxEdge) -> list[str]:
 
 HEAVY = ["limit=10000", "limit=2401", "limit=%2B10000", "limit=+10000", "limit=%2010000",
          "limit=10_000", "limit=1e4", "limit=%31%30%30%30%30", "limit=%EF%BC%91%EF%BC%90",
-         "limit=abc", "points=%2B100", "points=1e3", "%6Cimit=10000", "li%6D%69t=10000",
-         "limit=5&limit=10000", "LIMIT=5&limit=10000", "limit=5&x=1&Limit=10000"]
-LIGHT = ["limit=2400", "limit=0100", "limit=", "x=1", "points=1000", "interval=1d&points=",
-         "limitx=10000"]
+         "limit=abc", "%6Cimit=10000", "li%6D%69t=10000", "limit=5&limit=10000",
+         "LIMIT=5&limit=10000", "limit=5&x=1&Limit=10000",
+         # Aggregates cost their window's readings, which only the API reads.
+         "points=1000", "points=%2B100", "interval=1d", "interval=1h&limit=10",
+         "interval=1d&points="]
+LIGHT = ["limit=2400", "limit=0100", "limit=", "x=1", "limitx=10000", "points=", "interval="]
 
 
 def test_the_edge_meters_every_spelling_the_api_does_not_read_as_small(
