@@ -231,7 +231,7 @@ def test_negative_control_without_the_fair_share_health_waits(
     edge = NginxEdge().start([f"127.0.0.1:{api.port}"], tmp_path / "edge")
     try:
         conf = edge.conf_path.read_text()
-        edge.conf_path.write_text(conf.replace("limit_req zone=sds_heavy burst=40;", ""))
+        edge.conf_path.write_text(conf.replace("limit_req zone=sds_heavy burst=40 delay=10;", ""))
         edge.stop()
         edge._launch()  # the same edge, without the meter
         latencies, statuses, _rows, _p50 = _measure(edge.port, keys)
