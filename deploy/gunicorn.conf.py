@@ -1,13 +1,14 @@
 """Gunicorn settings for the HTTP API (`gunicorn -c deploy/gunicorn.conf.py serve.wsgi:app`).
 
 Used by deploy/run.sh (once per API instance, behind the nginx edge), the systemd unit and the
-container. Reads SDS_HTTP_BIND (default 127.0.0.1:8081), SDS_HTTP_WORKERS (default 2),
+container. Reads SDS_HTTP_BIND (default 127.0.0.1:8081), SDS_HTTP_WORKERS (default 5),
 PROMETHEUS_MULTIPROC_DIR (the workers' metric files; default a temporary directory) and
 SDS_LOG_DIR (default <repo>/.state/logs; "-" sends the access log to stdout, for systemd's journal
 or a container). Gunicorn's own messages go to stderr, which run.sh collects in
 .state/logs/serve-<k>.log together with the app's log.
 """
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -17,7 +18,6 @@ _repo = Path(__file__).resolve().parent.parent
 _log_dir = os.environ.get("SDS_LOG_DIR") or str(_repo / ".state" / "logs")
 
 bind = [os.environ.get("SDS_HTTP_BIND") or "127.0.0.1:8081"]
-workers = int(os.environ.get("SDS_HTTP_WORKERS") or "2")
 proc_name = "sds-serve"
 # The request line may be as long as the edge lets through (nginx's large_client_header_buffers
 # 8k: 8,190 bytes before its CRLF; gunicorn's own default is 4,094), so a URL the edge accepts is
@@ -44,6 +44,12 @@ if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
 if str(_repo) not in sys.path:
     sys.path.insert(0, str(_repo))
 from serve import gunicorn_hooks  # noqa: E402
+from shared.config import Settings  # noqa: E402
+
+# SDS_HTTP_WORKERS, default Settings' (5): more than SDS_API_USER_CONCURRENCY (4), so the
+# per-user cap binds before one user holds every worker (serve/fairshare.py).
+workers = int(os.environ.get("SDS_HTTP_WORKERS")
+              or {f.name: f.default for f in dataclasses.fields(Settings)}["http_workers"])
 
 gunicorn_hooks.install()
 logger_class = "serve.gunicorn_hooks.AccessLogger"

@@ -74,7 +74,8 @@ LADDER: tuple[Interval, ...] = tuple(
     + [Interval("1d", timedelta(days=1), True), Interval("7d", timedelta(days=7), True)])
 _BY_WIDTH = {i.width: i for i in LADDER}
 _UNITS = {"m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, "w": 7 * 86400}
-_FORM = re.compile(r"^\s*(\d{1,4})\s*(m|min|h|hr|d|w)\s*$", re.IGNORECASE)
+# ASCII digits only, as every number of a request (serve/counts.py).
+_FORM = re.compile(r"^\s*(\d{1,4})\s*(m|min|h|hr|d|w)\s*$", re.IGNORECASE | re.ASCII)
 _CHOICES = ", ".join(i.label for i in LADDER)
 
 
@@ -108,6 +109,13 @@ def for_points(points: int, start: datetime, end: datetime) -> Interval:
         errors={"points": [f"at least {weeks} for this window"]})
 
 
+# What a reading aggregated costs against a row served (serve.fairshare's heavy pages): a year
+# of one device's readings (105,120) aggregated in every column took 1.4-1.9x as long as
+# serving the year's 8,760 hourly rows (docs/benchmarks.md "Aggregation on /data"), about 1/8
+# of a row each; one column with its band costs less, so this errs on the heavy side.
+READINGS_PER_ROW = 8
+
+
 @dataclass(frozen=True, slots=True)
 class Bucketing:
     """What a request asked for: a fixed interval, or a number of points for the window."""
@@ -128,6 +136,29 @@ class Bucketing:
         if self.interval is not None:
             return {"interval": self.interval.label}
         return {"points": self.points}
+
+
+def cost(bucketing: Bucketing | None, start: datetime, end: datetime, devices: int,
+         limit: int) -> int:
+    """Estimated cost, in rows served, of a /data page over [start, end] of `devices` devices
+    named (0: a location's, not known before it is read), what makes it heavy
+    (serve.fairshare). A page of rows costs its `limit`. An aggregated page costs the buckets
+    it answers (at most `limit`) plus the readings of its whole window at READINGS_PER_ROW to
+    a row: the whole window whatever `limit`, since a `1h` or `1d` page read from a rollup
+    counts every bucket's readings to check the rollup is current (`_from_stored`). A
+    location's page is counted full, and its window for one device at least. BadParameter
+    when `points` fits no interval."""
+    if bucketing is None:
+        return limit
+    interval = bucketing.resolve(start, end)
+    per_device = bucket_bound(interval, start, end)
+    slots = max(1, interval.width // _SLOT)
+    if not devices:
+        buckets, readings = limit, max(limit, per_device) * slots
+    else:
+        buckets = min(limit, per_device * devices)
+        readings = per_device * devices * slots
+    return buckets + readings // READINGS_PER_ROW
 
 
 def parse(args: Mapping[str, Any], table: str) -> Bucketing | None:

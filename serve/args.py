@@ -18,6 +18,7 @@ import marshmallow as ma
 from marshmallow import fields, validate
 
 from serve.aggregation import LADDER
+from serve.counts import Count
 from shared import units
 from shared.errors import BadParameter
 from shared.timeutil import parse_instant, parse_local_time
@@ -184,10 +185,9 @@ class DataArgs(_QuerySchema):
         validate=validate.OneOf(["asc", "desc"], error="must be asc or desc"),
         metadata={"description": "Sort direction on time: asc (default) or desc",
                   "enum": ["asc", "desc"]})
-    limit = fields.Integer(
-        validate=validate.Range(1, MAX_LIMIT, error=f"must be an integer from 1 to {MAX_LIMIT}"),
-        error_messages={"invalid": f"must be an integer from 1 to {MAX_LIMIT}"},
-        metadata={"description": f"Rows per page, 1..{MAX_LIMIT}; default the table's row cap"})
+    limit = Count(1, MAX_LIMIT, metadata={
+        "description": f"Rows per page, 1..{MAX_LIMIT} (ASCII digits); default the table's "
+                       "row cap"})
     cursor = fields.String(metadata={"description": "X-Cursor-Next of the previous page"})
     local_time = LocalTime(metadata={
         "description": "Adds a local_time column: an IANA zone (DST-aware, e.g. "
@@ -214,12 +214,10 @@ class DataArgs(_QuerySchema):
                        "Each column by its registry rule; see docs/api.md \"Aggregation\"",
         # The canonical spellings (60min, 1w and any case are accepted too).
         "enum": [i.label for i in LADDER]})
-    points = fields.Integer(
-        validate=validate.Range(1, MAX_LIMIT, error=f"must be an integer from 1 to {MAX_LIMIT}"),
-        error_messages={"invalid": f"must be an integer from 1 to {MAX_LIMIT}"},
-        metadata={"description": "calibrated, for charts: the finest interval giving at most "
-                                 "this many buckets per device over the window (not with "
-                                 "interval); X-Aggregation-Interval names it"})
+    points = Count(1, MAX_LIMIT, metadata={
+        "description": "calibrated, for charts: the finest interval giving at most this many "
+                       "buckets per device over the window (not with interval); "
+                       "X-Aggregation-Interval names it"})
 
 
 # ---- parameters the API does not know -------------------------------------------------------

@@ -9,9 +9,15 @@ a slot: a sync worker that waited would be one more worker held.
 
 - A user with SDS_API_USER_CONCURRENCY requests in flight (any keys or tokens), or an
   organisation with SDS_API_ORG_CONCURRENCY, gets 429 for the next one.
-- A GET asking for more than SDS_API_HEAVY_ROWS rows (`limit=`) is heavy: it needs one of
-  SDS_API_HEAVY_SLOTS, else 503 with Retry-After. Whether the pool is full is checked before
-  authentication too, so refusing a flood of heavy pages costs no database round trip.
+- A GET whose estimated cost is more than SDS_API_HEAVY_ROWS rows served is heavy: it needs
+  one of SDS_API_HEAVY_SLOTS, else 503 with Retry-After. The cost is what the request will
+  read, as its view parses it (a view marked with `metered` says how: /data's is
+  serve.api.data.request_cost, rows for a page of rows, buckets and the readings they
+  aggregate for an aggregated page), never how a number is spelled; a request the view will
+  refuse costs nothing. Routes without an estimate (the model listings, whose pages hold an
+  organisation's own records) are never heavy, so the dashboard's admin pages never wait
+  for an export. Whether the pool is full is checked before authentication too, so refusing a
+  flood of heavy pages costs no database round trip.
 
 A streamed page gives its slots back after its last byte (or when the server closes it: the
 client went away); any other answer as soon as it is built.
@@ -24,10 +30,10 @@ import fcntl
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, TypeVar, cast
 
 from flask import Flask, Response, current_app, g, request
 
@@ -100,12 +106,38 @@ class Slots:
         return True
 
 
+COST = "_sds_cost"  # a view's attribute: its cost estimate (see `metered`)
+V = TypeVar("V", bound=Callable[..., Any])
+
+
+def metered(estimate: Callable[[], int]) -> Callable[[V], V]:
+    """Mark a view whose requests may be heavy: `estimate()` gives the cost of the request
+    being served in rows served (0 for one the view will refuse). Put it above `requires`."""
+
+    def mark(view: V) -> V:
+        setattr(view, COST, estimate)
+        return view
+
+    return mark
+
+
+def cost() -> int:
+    """The estimated cost of this request in rows served (0 when its view has no estimate);
+    computed once per request (kept in its WSGI environ, not in `g`, which a dashboard page
+    shares with the API requests it makes in-process: serve/web/apicall.py)."""
+    environ = request.environ
+    if "sds.cost" not in environ:
+        view = current_app.view_functions.get(request.endpoint or "")
+        estimate = getattr(view, COST, None)
+        environ["sds.cost"] = estimate() if estimate is not None else 0
+    return cast(int, environ["sds.cost"])
+
+
 def is_heavy(settings: Settings) -> bool:
-    """A GET (or HEAD) asking for more rows than SDS_API_HEAVY_ROWS."""
+    """A GET (or HEAD) whose estimated cost is more than SDS_API_HEAVY_ROWS rows."""
     if settings.api_heavy_slots <= 0 or request.method not in ("GET", "HEAD"):
         return False
-    raw = request.args.get("limit", "")
-    return raw.isdigit() and len(raw) < 12 and int(raw) > settings.api_heavy_rows
+    return cost() > settings.api_heavy_rows
 
 
 def _settings() -> Settings:
@@ -122,8 +154,9 @@ def _refuse_heavy() -> Busy:
     settings = _settings()
     metrics.refused("heavy_pages")
     return Busy(f"the service is serving its {settings.api_heavy_slots} large page(s) "
-                f"(more than {settings.api_heavy_rows} rows) at once; retry in {RETRY_HEAVY} s "
-                "or ask for fewer rows", retry_after=RETRY_HEAVY)
+                f"(costing more than {settings.api_heavy_rows} rows) at once; retry in "
+                f"{RETRY_HEAVY} s or ask for fewer rows or a shorter window",
+                retry_after=RETRY_HEAVY)
 
 
 def precheck() -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, fields, validate
+from marshmallow import EXCLUDE, Schema, fields
 
+from serve.counts import Count
 from shared.errors import NotFound
 
 LIMIT_DEFAULT = 24
@@ -20,15 +21,14 @@ PAGE_MAX = 1_000_000_000  # bounds OFFSET arithmetic; any real page lies far bel
 
 
 class PageArgsSchema(Schema):
-    """`limit` (1..10000, default 24) and `page` (from 1, default 1); other keys ignored."""
+    """`limit` (1..10000, default 24) and `page` (from 1, default 1), ASCII digits only
+    (serve.counts); other keys ignored."""
 
     class Meta:
         unknown = EXCLUDE
 
-    limit = fields.Integer(load_default=LIMIT_DEFAULT, strict=False,
-                           validate=validate.Range(min=1, max=LIMIT_MAX))
-    page = fields.Integer(load_default=1, strict=False,
-                          validate=validate.Range(min=1, max=PAGE_MAX))
+    limit = Count(1, LIMIT_MAX, load_default=LIMIT_DEFAULT)
+    page = Count(1, PAGE_MAX, load_default=1)
 
 
 class PageSchema(Schema):

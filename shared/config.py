@@ -202,7 +202,9 @@ class Settings:
     http_bind: str = _f(
         "127.0.0.1:8081", "Address gunicorn binds to; deploy/run.sh gives API instance k this "
         "port + k - 1")
-    http_workers: int = _f(2, "gunicorn worker processes (of each API instance)")
+    http_workers: int = _f(
+        5, "gunicorn worker processes (of each API instance); more than "
+        "SDS_API_USER_CONCURRENCY, so one user's requests never hold them all")
     api_metrics_port: int = _f(
         9110, "Prometheus metrics port of the API (its gunicorn master, all workers summed; "
         "on SDS_METRICS_BIND, never through the edge); deploy/run.sh gives API instance k this "
@@ -254,8 +256,10 @@ class Settings:
         8, "Requests of one organisation in flight at once on one host; the next is 429 "
         "(0: no cap)")
     api_heavy_rows: int = _f(
-        1000, "A GET asking for more rows than this (limit=) is a heavy page: it needs one of "
-        "SDS_API_HEAVY_SLOTS")
+        2400, "A GET whose estimated cost is more rows served than this is a heavy page: it "
+        "needs one of SDS_API_HEAVY_SLOTS. The cost of a /data page is its rows, or for an "
+        "aggregated page its buckets plus an eighth of the readings of its window; 2400 is "
+        "the largest default page, so a page without limit= is never heavy")
     api_heavy_slots: int = _f(
         1, "Heavy pages served at once on one host (all API instances and workers); the next "
         "gets 503 with Retry-After, so the other workers keep answering /health and small "

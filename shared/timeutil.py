@@ -255,12 +255,13 @@ def parse_instant(raw: str, *, name: str = "time") -> datetime:
     return utc
 
 
-_OFFSET = re.compile(r"^([+-])(\d{1,2}):?(\d{2})$")
-_SECONDS = re.compile(r"^[+-]?\d{1,6}$")
+# ASCII digits only (serve/counts.py): `\d` alone also matches other scripts' digits.
+_OFFSET = re.compile(r"^([+-])(\d{1,2}):?(\d{2})$", re.ASCII)
+_SECONDS = re.compile(r"^[+-]?\d{1,6}$", re.ASCII)
 # `+0545`, `-0300`: the colon-less offset the API itself writes (format_local). Signed, four
 # digits, HH <= 14 (the widest real offset, Kiribati's +14:00) and MM < 60; any other digit
 # string (`-3600`, `+1575`, `1030`) is seconds.
-_HHMM = re.compile(r"^([+-])(\d{2})(\d{2})$")
+_HHMM = re.compile(r"^([+-])(\d{2})(\d{2})$", re.ASCII)
 MAX_HHMM_HOURS = 14
 
 

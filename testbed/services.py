@@ -733,9 +733,10 @@ class GunicornServer(_PreforkServer):
         self._port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, env: dict[str, str], base_dir: Path | None = None, *, workers: int = 2,
-              port: int | None = None) -> GunicornServer:
-        """Start and wait until /api/v2/health answers 200; returns self."""
+    def start(self, env: dict[str, str], base_dir: Path | None = None, *,
+              workers: int | None = 2, port: int | None = None) -> GunicornServer:
+        """Start and wait until /api/v2/health answers 200; returns self. `workers` None:
+        as many as deploy/gunicorn.conf.py starts by default (the shipped count)."""
         base = self._prepare_dir(base_dir, "sds-gunicorn-")
         self._port = port or free_port()
         self.stderr_path = base / "stderr.log"
@@ -745,6 +746,8 @@ class GunicornServer(_PreforkServer):
                      "SDS_DB_POOL_MIN": "1", "SDS_DB_POOL_MAX": "2",
                      "SDS_API_METRICS_PORT": str(free_port()),
                      "PROMETHEUS_MULTIPROC_DIR": str(base / "metrics"), **env}
+        if workers is None:
+            self._env.pop("SDS_HTTP_WORKERS")
         self.metrics_port = int(self._env["SDS_API_METRICS_PORT"])
         self._launch()
         return self

@@ -20,7 +20,8 @@ workers) on free loopback ports and times:
    /api/v2/health on the same server (goal >= 0.25), with p99 latencies;
 6. through the shipped nginx edge (deploy/nginx/nginx.conf): 1000-row JSON pages/s with two
    API instances / with one (same machine; each instance 2 sync workers), and the edge's own
-   cost (10k page through the edge / straight from gunicorn);
+   cost (10k page through the edge / straight from gunicorn, goal <= 1.3: the heavy-page
+   meter costs a lone client nothing);
 7. gzip at the edge: size and time of the 10k JSON and CSV pages with Accept-Encoding: gzip /
    without (time over loopback, where bytes cost nothing: the CPU price of the saving).
 
@@ -458,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
                             f"(p99 {one_p99 * 1e3:.0f} ms), 8 clients, {os.cpu_count()} cores"))
             m = medians(repeat, edge=lambda: get(one.port, json_path, auth),
                         direct=lambda: get(server.port, json_path, auth))
+            # Issue 30: the edge's heavy-page meter must cost a lone client nothing.
             results.append(("10k JSON page through the edge / straight from gunicorn",
-                            m["edge"] / m["direct"], "(info)",
+                            m["edge"] / m["direct"], "<= 1.3",
                             f"{m['edge'] * 1e3:.0f} ms vs {m['direct'] * 1e3:.0f} ms"))
 
             # 7. gzip at the edge, JSON and CSV.

@@ -28,8 +28,9 @@ from uuid import UUID
 import psycopg
 from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
+from werkzeug.exceptions import HTTPException
 
-from serve import aggregation, caching, queries, render
+from serve import aggregation, caching, fairshare, queries, render
 from serve import cursor as cursors
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
@@ -39,7 +40,7 @@ from serve.pool import ReadChoice, pool, read_pool
 from serve.readmodels import table_or_404
 from shared import units
 from shared.columns import TABLES, Column, Table
-from shared.errors import BadCursor, BadParameter, BadTimeRange, UnknownColumn
+from shared.errors import BadCursor, BadParameter, BadTimeRange, ServiceError, UnknownColumn
 from shared.timeutil import format_utc_micros_z
 from shared.units import Unit
 
@@ -437,7 +438,20 @@ def _one_snapshot(conn: psycopg.Connection) -> None:
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 
+def request_cost() -> int:
+    """This request's estimated cost in rows served (serve.fairshare; aggregation.cost), parsed
+    as the view parses it (no organisation needed); 0 for one the view refuses."""
+    try:
+        args = blp.ARGUMENTS_PARSER.parse(DataArgs, request, location="query")
+        req = DataRequest.parse(args, (request.view_args or {}).get("table", ""),
+                                org=UUID(int=0), csv=False, sent=list(request.args.keys()))
+        return aggregation.cost(req.bucketing, req.start, req.end, len(req.devices), req.limit)
+    except (ServiceError, HTTPException):
+        return 0
+
+
 @blp.route("/<table>")
+@fairshare.metered(request_cost)
 @requires("data:read")
 @blp.arguments(DataArgs, location="query", as_kwargs=False)
 @blp.doc(responses=RESPONSES_DOC)

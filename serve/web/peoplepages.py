@@ -27,7 +27,7 @@ from serve.web import session as web_session
 from serve.web.alertpages import FIELD_MAX
 from serve.web.views import PREFIX, _html, blp, signed_in
 from shared import units
-from shared.errors import BadRequest, Forbidden, NotFound
+from shared.errors import BadRequest, Forbidden, NotFound, ServiceError
 
 ROLE_PATH = "/api/v2/orgs/{org_id}/users/{user_id}"  # the OpenAPI path whose body names roles
 ROLES_CACHE = "web.openapi_roles"  # app.extensions key of the roles' part of that document
@@ -185,12 +185,21 @@ def _members_page(principal: Principal, *, error: str | None = None,
                   status: int = 200, invited: dict[str, Any] | None = None,
                   reset: dict[str, Any] | None = None,
                   form: dict[str, Any] | None = None) -> Response:
-    user = me()
-    people = _members(user)
-    roles = roles_in(_openapi_roles(), [p["role"] for p in people])
     manage = web_session.is_admin(principal)
-    # Only administrators may list invitations (the API's 403 for anyone else).
-    pending = _invitations(user) if manage else []
+    user: dict[str, Any] = {}
+    try:
+        user = me()
+        people = _members(user)
+        roles = roles_in(_openapi_roles(), [p["role"] for p in people])
+        # Only administrators may list invitations (the API's 403 for anyone else).
+        pending = _invitations(user) if manage else []
+    except ServiceError as exc:
+        if invited is None and reset is None:
+            raise
+        # A link shown once was just made: it is shown whatever happens to the lists (a
+        # busy service, a cap on requests in flight), or it would be lost for good.
+        people, roles, pending = [], [], []
+        error = f"The lists could not be read ({exc.message}); reload the page to see them."
     if reset is not None:
         reset["email"] = next((p["email"] for p in people if p["id"] == reset["user_id"]), "")
     return _html(render_template(

@@ -33,6 +33,7 @@ from flask import (
 )
 from werkzeug.exceptions import HTTPException
 
+from serve import counts
 from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
@@ -274,12 +275,9 @@ def _int_arg(name: str, default: int | None, low: int, high: int) -> int | None:
     raw = request.args.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name}: expected a whole number, got {raw!r}") from None
-    if not low <= value <= high:
-        raise BadRequest(f"{name}: must be between {low} and {high}")
+    value = counts.plain(raw)
+    if value is None or not low <= value <= high:
+        raise BadRequest(f"{name}: {counts.rule(low, high)}")
     return value
 
 

@@ -218,3 +218,81 @@ def test_only_administrators_grant_the_organisation_scopes(
         assert r.status_code == 200 and r.get_json()["scopes"] == [scope]
     finally:
         close_app(app)
+
+
+# ---- heavy is what a request costs, not how a number is spelled (issue 30 item 5) ---------
+
+
+@pytest.fixture
+def shipped(fresh_world: World, slot_dir: Path) -> Iterator[Flask]:
+    """The heavy-page pool as shipped (SDS_API_HEAVY_ROWS, SDS_API_HEAVY_SLOTS defaults)."""
+    from shared.config import Settings
+
+    defaults = Settings()
+    app = _app(fresh_world, slot_dir, api_heavy_slots=defaults.api_heavy_slots,
+               api_heavy_rows=defaults.api_heavy_rows)
+    yield app
+    close_app(app)
+
+
+def _data(world: World, query: str) -> str:
+    return f"/api/v2/data/calibrated?device={world.dev_a}&{query}"
+
+
+YEAR = "start_time=2025-01-01&end_time=2025-12-31"
+
+
+@pytest.mark.parametrize("spelled", ["%2B10000", "+10000", "%2010000", "10_000", "1e4",
+                                     "%EF%BC%91%EF%BC%90%EF%BC%90%EF%BC%90%EF%BC%90",
+                                     "10000%20"])
+def test_a_big_page_spelled_otherwise_is_refused_never_served_as_small(
+        shipped: Flask, fresh_world: World, slot_dir: Path, spelled: str) -> None:
+    """The report's bypass: with the pool full, `limit=+10000` was served in full."""
+    taken = Slots(slot_dir).try_take(HEAVY, 1)
+    assert taken is not None
+    try:
+        r = shipped.test_client().get(_data(fresh_world, f"limit={spelled}"),
+                                      headers=apikey(fresh_world.keys["all"]))
+        assert r.status_code == 400, r.get_data(as_text=True)
+        assert list(r.get_json()["errors"]) == ["limit"]
+    finally:
+        os.close(taken)
+
+
+@pytest.mark.parametrize("query", [
+    "limit=10000", "limit=%31%30%30%30%30", "limit=2401",
+    # A year of day buckets reads the year's readings (105,120 per device), whatever limit.
+    f"interval=1d&{YEAR}", f"interval=1d&limit=10&{YEAR}", f"points=400&{YEAR}",
+    f"interval=1d&{YEAR}&device=A2,A3"])
+def test_a_costly_request_needs_the_heavy_slot(shipped: Flask, fresh_world: World,
+                                               slot_dir: Path, query: str) -> None:
+    taken = Slots(slot_dir).try_take(HEAVY, 1)
+    assert taken is not None
+    try:
+        r = shipped.test_client().get(_data(fresh_world, query),
+                                      headers=apikey(fresh_world.keys["all"]))
+        assert r.status_code == 503, r.get_data(as_text=True)
+        assert "large page" in r.get_json()["message"]
+    finally:
+        os.close(taken)
+
+
+@pytest.mark.parametrize("path", [
+    # A page of the table's default size, or a short aggregated window, is no heavy page.
+    "data?limit=2400", "data?start_time=2025-01-01", "data?interval=1h&start_time=2025-01-01"
+    "&end_time=2025-01-02", "data?points=1000&start_time=2025-01-01&end_time=2025-01-07",
+    # The paged listings read the organisation's own records: never heavy, whatever limit.
+    "/api/v2/devices?limit=10000", "/api/v2/locations?limit=10000",
+    "/api/v2/orgs/{org}/users?limit=10000"])
+def test_cheap_requests_never_wait_for_the_heavy_slot(shipped: Flask, fresh_world: World,
+                                                      slot_dir: Path, path: str) -> None:
+    if path.startswith("data?"):
+        path = _data(fresh_world, path[len("data?"):])
+    taken = Slots(slot_dir).try_take(HEAVY, 1)
+    assert taken is not None
+    try:
+        r = shipped.test_client().get(path.format(org=fresh_world.org_a),
+                                      headers=basic("a1@a.example"))
+        assert r.status_code == 200, r.get_data(as_text=True)
+    finally:
+        os.close(taken)

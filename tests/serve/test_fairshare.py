@@ -72,13 +72,14 @@ def edge(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ngi
         api.stop()
 
 
-def _client(port: int, key: str, until: float, out: multiprocessing.Queue) -> None:
+def _client(port: int, key: str, until: float, out: multiprocessing.Queue,
+            page: str = PAGE) -> None:
     statuses: Counter[int] = Counter()
     rows = 0
     while time.monotonic() < until:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:
-            conn.request("GET", PAGE, headers={"Authorization": f"Apikey {key}"})
+            conn.request("GET", page, headers={"Authorization": f"Apikey {key}"})
             response = conn.getresponse()
             body = response.read()
             statuses[response.status] += 1
@@ -91,23 +92,26 @@ def _client(port: int, key: str, until: float, out: multiprocessing.Queue) -> No
     out.put((dict(statuses), rows))
 
 
-def _attack(port: int, keys: list[str], until: float, out: multiprocessing.Queue) -> None:
+def _attack(port: int, keys: list[str], until: float, out: multiprocessing.Queue,
+            page: str = PAGE) -> None:
     """CLIENTS threads, one key each, no pause between requests (a hostile client)."""
-    threads = [threading.Thread(target=_client, args=(port, k, until, out)) for k in keys]
+    threads = [threading.Thread(target=_client, args=(port, k, until, out, page))
+               for k in keys]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
 
 
-def _measure(port: int, keys: list[str]) -> tuple[list[float | None], Counter[int], int, float]:
+def _measure(port: int, keys: list[str], page: str = PAGE
+             ) -> tuple[list[float | None], Counter[int], int, float]:
     """Run the attack against `port` and probe /health through it: (probe latencies, answers
     the attackers got, rows they were served, baseline p50 before the attack)."""
     baseline = [v for v in probe(port, "/api/v2/health", seconds=1, pause=0.02) if v]
     results: multiprocessing.Queue = multiprocessing.Queue()
     until = time.monotonic() + ATTACK_SECONDS
     attacker = multiprocessing.get_context("fork").Process(
-        target=_attack, args=(port, keys, until, results))
+        target=_attack, args=(port, keys, until, results, page))
     attacker.start()
     try:
         time.sleep(1.0)  # the attack is in full swing before the first probe
@@ -118,7 +122,7 @@ def _measure(port: int, keys: list[str]) -> tuple[list[float | None], Counter[in
             attacker.kill()
     statuses: Counter[int] = Counter()
     rows = 0
-    for _ in range(CLIENTS):
+    for _ in range(len(keys)):
         got, n = results.get(timeout=10)
         statuses.update(got)
         rows += n
@@ -155,6 +159,66 @@ def test_health_keeps_answering_under_20_heavy_csv_clients_of_one_user(
     assert p99 <= P99_BOUND, f"p99 {p99 * 1000:.1f} ms; statuses {statuses}"
 
 
+def test_the_attack_with_limit_spelled_plus_10000_is_refused(
+        edge: NginxEdge, keys: list[str], figures: Figures) -> None:
+    """Issue 30's replay: `limit=+10000` was read as 10,000 rows by the API and as no number
+    by both meters, so the same 20 clients were served 705 pages in 60 s and /health went to
+    p99 2,560 ms. Now it is a 400 (and heavy at the edge, which cannot tell): no row served."""
+    page = PAGE.replace(f"limit={ROWS}", f"limit=%2B{ROWS}")
+    latencies, statuses, rows, _p50 = _measure(edge.port, keys, page)
+    failed = sum(1 for v in latencies if v is None)
+    ok = [v for v in latencies if v is not None]
+    p99 = percentile(ok, 99) if ok else float("inf")
+    figures.record(
+        "fairshare_plus_limit_health_p99_ms", round(p99 * 1000, 1), section="security",
+        title=f"/api/v2/health p99 through the edge while {CLIENTS} clients of one user ask for "
+              f"limit=+{ROWS} CSV pages without pause ({len(latencies)} probes, {failed} "
+              f"failed; answers {dict(sorted(statuses.items()))}; {rows:,} rows served; before "
+              "the fix 705 pages served in 60 s and p99 2,560 ms)",
+        target=f"<= {P99_BOUND * 1000:.0f} ms, 0 rows served",
+        source="tests/serve/test_fairshare.py::test_the_attack_with_limit_spelled_plus_10000_"
+               "is_refused")
+    assert rows == 0 and statuses[200] == 0, statuses
+    assert statuses[400] > 0 and set(statuses) <= {400, 429, 503}, statuses
+    assert failed == 0 and len(ok) >= 100, (failed, len(ok))
+    assert p99 <= P99_BOUND, f"p99 {p99 * 1000:.1f} ms; statuses {statuses}"
+
+
+def test_aggregates_of_a_year_are_heavy_pages_whatever_their_limit(
+        edge: NginxEdge, world: World, keys: list[str], figures: Figures) -> None:
+    """Issue 30's second replay: four clients paging a year of `interval=1d` aggregates with
+    the default limit took /health to p99 1,208 ms, since the pool looked at `limit` only. A
+    year of day buckets reads the year's 105,120 readings: heavy, one at a time."""
+    columns = [c.name for c in TABLES["calibrated"].columns if c.dtype == "real"]
+    with psycopg.connect(world.url) as conn:
+        accounts.register_device(conn, org=world.org_a, name="Y1")
+        conn.execute(
+            f"INSERT INTO calibrated (time, device, {', '.join(columns)})"
+            " SELECT '2024-01-01'::timestamptz + g * interval '5 minutes', 'Y1', "
+            + ", ".join("(random() * 100)::real" for _ in columns)
+            + " FROM generate_series(0, 366 * 288 - 1) g")
+        conn.commit()
+    page = ("/api/v2/data/calibrated?device=Y1&interval=1d&start_time=2024-01-01"
+            "&end_time=2024-12-31&format=csv")
+    latencies, statuses, rows, _p50 = _measure(edge.port, keys[:4], page)
+    failed = sum(1 for v in latencies if v is None)
+    ok = [v for v in latencies if v is not None]
+    p99 = percentile(ok, 99) if ok else float("inf")
+    figures.record(
+        "fairshare_year_aggregates_health_p99_ms", round(p99 * 1000, 1), section="security",
+        title=f"/api/v2/health p99 through the edge while 4 clients of one user page a year of "
+              f"interval=1d aggregates (default limit) without pause ({len(latencies)} probes, "
+              f"{failed} failed; answers {dict(sorted(statuses.items()))}; before the fix p99 "
+              "1,208 ms)",
+        target=f"<= {P99_BOUND * 1000:.0f} ms",
+        source="tests/serve/test_fairshare.py::test_aggregates_of_a_year_are_heavy_pages_"
+               "whatever_their_limit")
+    assert statuses[200] >= 1 and statuses[503] >= 1, statuses  # served one at a time
+    assert set(statuses) <= {200, 503}, statuses
+    assert failed == 0 and len(ok) >= 100, (failed, len(ok))
+    assert p99 <= P99_BOUND, f"p99 {p99 * 1000:.1f} ms; statuses {statuses}"
+
+
 @pytest.mark.chaos
 def test_negative_control_without_the_fair_share_health_waits(
         world: World, keys: list[str], tmp_path: Path, figures: Figures) -> None:
@@ -167,7 +231,7 @@ def test_negative_control_without_the_fair_share_health_waits(
     edge = NginxEdge().start([f"127.0.0.1:{api.port}"], tmp_path / "edge")
     try:
         conf = edge.conf_path.read_text()
-        edge.conf_path.write_text(conf.replace("limit_req zone=sds_heavy burst=40;", ""))
+        edge.conf_path.write_text(conf.replace("limit_req zone=sds_heavy burst=40 delay=10;", ""))
         edge.stop()
         edge._launch()  # the same edge, without the meter
         latencies, statuses, _rows, _p50 = _measure(edge.port, keys)
@@ -199,18 +263,88 @@ def test_slot_files_live_in_the_configured_directory(edge: NginxEdge, world: Wor
 
 
 def test_the_edge_meters_exactly_the_pages_the_api_calls_heavy() -> None:
-    """deploy/nginx/nginx.conf's map of `limit` and SDS_API_HEAVY_ROWS name the same pages."""
+    """deploy/nginx/nginx.conf's map of `limit` and SDS_API_HEAVY_ROWS name the same pages of
+    rows; a `limit` in anything but ASCII digits is heavy at the edge (the API refuses it,
+    or decodes `%31...` to digits)."""
     import re
 
+    from serve import counts
     from shared.config import Settings
     from testbed.services import SHIPPED_NGINX_CONF
 
-    found = re.search(r'map \$arg_limit \$sds_heavy_page \{\s*default "";\s*"~(.+?)" heavy;',
+    found = re.search(r'map "\$sds_data_page\|\$arg_limit\|\$arg_interval\$arg_points\|'
+                      r'\$sds_odd_args" \$sds_heavy_page \{\s*"~\^0\\\|" "";\s*"~(.+?)" "";'
+                      r'\s*default heavy;',
                       SHIPPED_NGINX_CONF.read_text())
     assert found, "the edge's heavy-page map is gone"
-    heavy = re.compile(found.group(1))
+    light = re.compile(found.group(1))
     rows = Settings().api_heavy_rows
+
+    def heavy(limit: str) -> bool:
+        return not light.match(f"1|{limit}||")
+
     for n in [*range(0, 20001), 10**6, 10**12]:
         for text in (str(n), f"00{n}"):
-            assert bool(heavy.match(text)) == (n > rows), text
-    assert not heavy.match("") and not heavy.match("abc") and not heavy.match("-5000")
+            assert heavy(text) == (n > rows), text
+            assert counts.plain(text) == n  # the API reads the same number
+    assert not heavy("")
+    for odd in ("abc", "-5000", "+100", "%2B100", "1e2", "10_0", " 10", "%31%30"):
+        assert heavy(odd) and counts.plain(odd) is None, odd
+
+
+def test_the_user_in_flight_cap_binds_with_the_shipped_worker_count(
+        world: World, keys: list[str], tmp_path: Path) -> None:
+    """gunicorn with deploy/gunicorn.conf.py's own worker count and the shipped caps: one user
+    with SDS_API_USER_CONCURRENCY requests in flight (uploads that stall mid-body, each holding
+    a worker) gets 429 for the next, while another client's /health is answered. With more
+    workers held by the cap than the config starts (4 of 2 before), the cap never bound: the
+    user's next request waited for a worker like everyone else's."""
+    import dataclasses
+    import socket
+
+    from serve.fairshare import Slots
+    from shared.config import Settings
+
+    shipped = {f.name: f.default for f in dataclasses.fields(Settings)}
+    cap = shipped["api_user_concurrency"]
+    with psycopg.connect(world.url) as conn:
+        row = conn.execute("SELECT id FROM users WHERE email = 'fair@a.example'").fetchone()
+        assert row is not None
+        writer = accounts.create_api_key(conn, user=row[0],
+                                         scopes=["annotations:write"])["apikey"]
+        conn.commit()
+    slot_dir = tmp_path / "slots"
+    api = GunicornServer().start({"SDS_DATABASE_URL": world.url,
+                                  "SDS_CURSOR_SECRET": "fair-share",
+                                  "SDS_API_SLOT_DIR": str(slot_dir)}, tmp_path / "api",
+                                 workers=None)
+    stalled: list[socket.socket] = []
+    try:
+        for _ in range(cap):
+            sock = socket.create_connection(("127.0.0.1", api.port), timeout=10)
+            sock.sendall(b"POST /api/v2/annotations HTTP/1.1\r\nHost: sds\r\n"
+                         b"Authorization: Apikey " + writer.encode() + b"\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+            stalled.append(sock)
+        # Wait until all of them hold their slot (each is in its view, reading the body).
+        slots, deadline = Slots(slot_dir), time.monotonic() + 30
+        while slots.any_free(f"user-{row[0]}", cap):
+            assert time.monotonic() < deadline, (
+                f"the user's {cap} requests never were in flight together: fewer workers "
+                "than the cap")
+            time.sleep(0.05)
+        conn_ = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
+        conn_.request("GET", "/api/v2/data/calibrated?device=F1&limit=10",
+                      headers={"Authorization": f"Apikey {keys[0]}"})
+        refused = conn_.getresponse()
+        assert refused.status == 429, refused.read()
+        assert f"at most {cap} at once for this user".encode() in refused.read()
+        conn_.close()
+        health = http.client.HTTPConnection("127.0.0.1", api.port, timeout=10)
+        health.request("GET", "/api/v2/health")
+        assert health.getresponse().status == 200
+        health.close()
+    finally:
+        for sock in stalled:
+            sock.close()
+        api.stop()
