@@ -156,11 +156,13 @@ def delete_event(conn: psycopg.Connection, location: UUID, event: UUID) -> Event
 
 def balance_history(conn: psycopg.Connection, device: str, location: UUID, days: int = 60
                     ) -> list[wb.Day]:
-    """The device's stored balance at the location, last `days` days, oldest first."""
+    """The device's stored balance at the location, last `days` days, oldest first (each
+    day its local date)."""
     rows = conn.execute(
-        "SELECT time::date, root_depth, taw, p, raw, etc, ks, etc_adj, precip, irrigation,"
-        " deep_percolation, depletion FROM (SELECT * FROM water_balance WHERE device = %s"
-        " AND location = %s ORDER BY time DESC LIMIT %s) w ORDER BY time",
+        "SELECT (w.time AT TIME ZONE l.tz_name)::date, root_depth, taw, p, raw, etc, ks,"
+        " etc_adj, precip, irrigation, deep_percolation, depletion FROM (SELECT * FROM"
+        " water_balance WHERE device = %s AND location = %s ORDER BY time DESC LIMIT %s) w"
+        " JOIN locations l ON l.id = w.location ORDER BY w.time",
         (device, location, days)).fetchall()
     return [wb.Day(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8] or 0.0, r[9] or 0.0,
                    r[10], r[11]) for r in rows]
