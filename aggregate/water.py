@@ -49,6 +49,18 @@ def process(conn: psycopg.Connection, limit: int = 500) -> int:
     return len(marks)
 
 
+def _kc(row: dict[str, Any] | None) -> float | None:
+    """The day's kc: the daily row's, or etc / et when only those are stored (rows written
+    before kc was a column of daily)."""
+    if row is None:
+        return None
+    if row["kc"] is not None:
+        return float(row["kc"])
+    if row["etc"] is not None and row["et"]:
+        return float(row["etc"]) / float(row["et"])
+    return None
+
+
 def _round(name: str, value: float | None) -> float | None:
     if value is None or name not in _DECIMALS:
         return value
@@ -89,7 +101,7 @@ def recompute(conn: psycopg.Connection, device: str, location: UUID, from_day: d
                 dr0 = float(prev["depletion"])
         lo = timeutil.local_day_start(start, tz)
         daily = {timeutil.local_date(r["time"], tz): r for r in cur.execute(
-            "SELECT time, et, kc, precip, sample_pct, low_quality FROM daily"
+            "SELECT time, et, kc, etc, precip, sample_pct, low_quality FROM daily"
             " WHERE device = %s AND location = %s AND time >= %s ORDER BY time",
             (device, location, lo)).fetchall()}
         irrigation = {r["day"]: float(r["mm"]) for r in cur.execute(
@@ -101,8 +113,7 @@ def recompute(conn: psycopg.Connection, device: str, location: UUID, from_day: d
     while d <= last_day:
         r = daily.get(d)
         inputs.append(wb.Inputs(
-            d, None if r is None or r["et"] is None else float(r["et"]),
-            None if r is None or r["kc"] is None else float(r["kc"]),
+            d, None if r is None or r["et"] is None else float(r["et"]), _kc(r),
             None if r is None or r["precip"] is None else float(r["precip"]),
             irrigation.get(d, 0.0)))
         d += timedelta(days=1)
