@@ -1,5 +1,6 @@
-"""The FAO-56 root-zone water balance (Allen et al. 1998, chapter 8, single crop coefficient),
-pure functions: one day's step from yesterday's depletion, a run over days, and the forecast.
+"""The FAO-56 root-zone water balance (chapter 8, single crop coefficient) as pure functions:
+one day's step from yesterday's depletion, a run over days, and the forecast (FAO-56: Allen,
+Pereira, Raes and Smith 1998).
 
 Per day i (eqs. 82-88):
 
