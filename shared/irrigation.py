@@ -41,12 +41,12 @@ def resolve_settings(values: dict[str, Any]) -> dict[str, Any]:
             raise _bad("soil", f"must be one of: {', '.join(wb.SOILS)}") from None
         out.update(soil=str(soil).strip().lower(), theta_fc=fc, theta_wp=wp)
     else:
-        fc, wp = values.get("theta_fc"), values.get("theta_wp")
-        if fc is None or wp is None:
+        given_fc, given_wp = values.get("theta_fc"), values.get("theta_wp")
+        if given_fc is None or given_wp is None:
             raise _bad("soil", "give a FAO-56 Table 19 soil class, or theta_fc and theta_wp")
-        if not 0 <= float(wp) < float(fc) <= 1:
+        if not 0 <= float(given_wp) < float(given_fc) <= 1:
             raise _bad("theta_fc", "needs 0 <= theta_wp < theta_fc <= 1 (m3/m3)")
-        out.update(soil=None, theta_fc=float(fc), theta_wp=float(wp))
+        out.update(soil=None, theta_fc=float(given_fc), theta_wp=float(given_wp))
     depth = values.get("root_depth")
     if depth is None or not 0 < float(depth) <= 5:
         raise _bad("root_depth", "root depth in m, 0 < depth <= 5")
