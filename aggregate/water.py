@@ -118,20 +118,30 @@ def recompute(conn: psycopg.Connection, device: str, location: UUID, from_day: d
             irrigation.get(d, 0.0)))
         d += timedelta(days=1)
     days = wb.run(inputs, settings, dr0)
+    # The forecast of each day looks back FORECAST_DAYS days, into the stored rows before it.
+    with conn.cursor() as cur:
+        earlier = [wb.Day(start, 0, 0, 0, 0, None if r[0] is None else float(r[0]), 1, None,
+                          0, 0, 0, 0) for r in reversed(cur.execute(
+            "SELECT etc FROM water_balance WHERE device = %s AND location = %s AND time < %s"
+            " ORDER BY time DESC LIMIT %s", (device, location, lo, wb.FORECAST_DAYS - 1)
+        ).fetchall())]
+    history = earlier + days
     rows = []
-    for i, day in zip(inputs, days, strict=True):
+    for n, (i, day) in enumerate(zip(inputs, days, strict=True)):
+        f = wb.forecast(history[:len(earlier) + n + 1])
+        ahead = None if f is None or f.days_to_raw is None else float(f.days_to_raw)
         r = daily.get(i.day)
         values = {"et": i.et0, "kc": i.kc, "etc": day.etc, "precip": i.precip,
                   "irrigation": day.irrigation, "root_depth": day.zr, "taw": day.taw,
                   "p": day.p, "raw": day.raw, "ks": day.ks, "etc_adj": day.etc_adj,
-                  "deep_percolation": day.dp, "depletion": day.dr}
+                  "deep_percolation": day.dp, "depletion": day.dr, "days_to_raw": ahead}
         rows.append((timeutil.local_day_start(i.day, tz), device, location,
                      *(_round(k, v) for k, v in values.items()),
                      None if r is None else r["sample_pct"],
                      None if r is None else r["low_quality"]))
     names = ("time", "device", "location", "et", "kc", "etc", "precip", "irrigation",
              "root_depth", "taw", "p", "raw", "ks", "etc_adj", "deep_percolation", "depletion",
-             "sample_pct", "low_quality")
+             "days_to_raw", "sample_pct", "low_quality")
     sets = ", ".join(f"{n} = EXCLUDED.{n}" for n in names if n not in ("time", "device"))
     with conn.cursor() as cur:
         cur.executemany(

@@ -313,6 +313,8 @@ WATER_BALANCE = _keys("Start of the device-local day (local midnight, or the fir
            "mm", _S, _RZ),
     Column("depletion", "real", "Root-zone depletion Dr at the end of the day (FAO-56 eq. 85), "
            "0 at field capacity (mm)", "mm", _S, _RZ),
+    Column("days_to_raw", "real", "Days until the depletion reaches RAW with no rain, at the "
+           "mean etc of the last 7 days (0: at or beyond RAW now)", "d", None, _RZ, precision=0),
 ) + _bookkeeping("the day's")
 
 HEALTH = _keys("Time of the health report (UTC)") + (

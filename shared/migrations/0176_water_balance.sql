@@ -51,6 +51,7 @@ CREATE TABLE water_balance (
     etc_adj real,
     deep_percolation real,
     depletion real,
+    days_to_raw real,
     sample_pct real,
     low_quality boolean,
     create_time timestamp with time zone NOT NULL DEFAULT now(),
@@ -134,3 +135,15 @@ GRANT SELECT ON water_settings, irrigation_events TO sds_aggregate;
 ALTER FUNCTION sds_mark_location_water(uuid, date) SECURITY DEFINER;
 ALTER FUNCTION sds_mark_location_water(uuid, date) SET search_path = public, pg_temp;
 GRANT EXECUTE ON FUNCTION sds_mark_location_water(uuid, date) TO sds_api;
+
+-- The alert kind `depletion` (shared/alertrules.py): the evaluator reads water_balance's
+-- days_to_raw as it reads daily (0101).
+ALTER TABLE alert_rules DROP CONSTRAINT alert_rules_kind_check,
+    ADD CONSTRAINT alert_rules_kind_check
+        CHECK (kind IN ('threshold', 'silent', 'battery', 'quarantine', 'depletion'));
+ALTER TABLE alert_rules DROP CONSTRAINT alert_rules_source_check,
+    ADD CONSTRAINT alert_rules_source_check
+        CHECK (source IN ('calibrated', 'hourly', 'daily', 'health', 'devices', 'quarantine',
+                          'water_balance'));
+GRANT SELECT ON water_balance TO sds_alerts;
+CREATE POLICY alerts_read ON water_balance FOR SELECT TO sds_alerts USING (true);

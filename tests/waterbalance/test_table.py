@@ -60,6 +60,12 @@ def test_rows_equal_the_balance_of_the_daily_rows(db) -> None:
     assert rows[0]["taw"] == pytest.approx(36.0)
     assert rows[-1]["depletion"] > rows[-1]["raw"], "four clear July days dry 30 cm of roots"
     assert rows[-1]["ks"] < 1
+    # Each day's forecast (the alert kind `depletion` reads it): 0 once beyond RAW, else the
+    # whole days at the mean etc so far (shared.waterbalance.forecast).
+    for n, got in enumerate(rows):
+        f = wb.forecast(want[:n + 1])
+        assert f is not None and got["days_to_raw"] == f.days_to_raw
+    assert rows[-1]["days_to_raw"] == 0 and rows[0]["days_to_raw"] > 0
 
 
 def test_an_irrigation_event_recomputes_from_its_day_only(db) -> None:
