@@ -60,7 +60,7 @@ def _page(principal: Principal, location_id: str, *, error: str | None = None,
         page = answered(apicall.call("GET", "/api/v2/data/water_balance", query={
             "device": device, "location": location_id, "order": "desc",
             "limit": CHART_DAYS}))
-        rows = list(reversed(page["data"] if isinstance(page, dict) else page))
+        rows = list(reversed(page))
     return _html(render_template(
         "web/water.html", location=location, water=water, chart=chart(rows),
         forecast=water["forecast"][0] if water["forecast"] else None, error=error,

@@ -81,13 +81,12 @@ def test_data_by_location_and_device_with_units_csv_and_local_time(
         client: FlaskClient, world: World) -> None:
     by_loc = _data(client, world, location=str(world.loc), start_time="2024-06-30")
     assert by_loc.status_code == 200, by_loc.get_data(as_text=True)
-    rows = by_loc.get_json()["data"] if isinstance(by_loc.get_json(), dict) else by_loc.get_json()
+    rows = by_loc.get_json()
     assert len(rows) == len(DAYS)
     assert rows[0]["taw"] == pytest.approx(36.0)  # 1000 x (0.23 - 0.11) x 0.3
     assert rows[-1]["depletion"] > 0
     by_dev = _data(client, world, device="WB1", start_time="2024-06-30", size="in")
-    inch = (by_dev.get_json()["data"] if isinstance(by_dev.get_json(), dict)
-            else by_dev.get_json())
+    inch = by_dev.get_json()
     assert inch[0]["taw"] == pytest.approx(36.0 / 25.4, abs=0.01)
     as_csv = _data(client, world, device="WB1", start_time="2024-06-30", format="csv",
                    local_time="Europe/Madrid")
@@ -97,10 +96,25 @@ def test_data_by_location_and_device_with_units_csv_and_local_time(
     assert table[0]["local_time"].startswith("2024-07-01T00:00")  # local midnight, CEST
 
 
+def test_pages_follow_the_cursor(client: FlaskClient, world: World) -> None:
+    first = _data(client, world, location=str(world.loc), start_time="2024-06-30", limit=2,
+                  select="time,depletion")
+    assert first.status_code == 200 and len(first.get_json()) == 2
+    got = list(first.get_json())
+    cursor = first.headers.get("X-Cursor-Next")
+    while cursor:
+        page = _data(client, world, location=str(world.loc), start_time="2024-06-30", limit=2,
+                     select="time,depletion", cursor=cursor)
+        got += page.get_json()
+        cursor = page.headers.get("X-Cursor-Next")
+    assert [r["time"][:10] for r in got] == [(d - timedelta(days=1)).isoformat()
+                                            for d in DAYS]  # local midnight: 22:00Z before
+    assert list(got[0]) == ["time", "depletion"]
+
+
 def test_irrigation_through_the_api_lowers_the_depletion(
         client: FlaskClient, world: World) -> None:
     before = _data(client, world, device="WB1", start_time="2024-06-30").get_json()
-    before = before["data"] if isinstance(before, dict) else before
     refused = client.post(f"/api/v2/locations/{world.loc}/irrigation",
                           json={"day": "2024-07-04", "depth_mm": 20},
                           headers=world.headers("member"))
@@ -118,7 +132,6 @@ def test_irrigation_through_the_api_lowers_the_depletion(
                                " 'irrigation.create'").fetchone()
     assert audited is not None and audited[0] == 1
     after = _data(client, world, device="WB1", start_time="2024-06-30").get_json()
-    after = after["data"] if isinstance(after, dict) else after
     assert after[3]["irrigation"] == 20.0
     assert after[3]["depletion"] < before[3]["depletion"]
     assert after[2] == before[2]
