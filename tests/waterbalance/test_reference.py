@@ -5,7 +5,7 @@ irrigation give the same Dr, Ks and ETc adj every day (issue 35).
 pyfao56 runs FAO-56's dual coefficient method (Kcb + Ke); with the evaporation layer of depth
 Ze = 0 its total evaporable water is 0, Ke is 0 every day and it runs the single coefficient
 balance this service serves, with our Kc given as its daily Kcb (an Update), roots constant
-(Zrini = Zrmax), theta0 = theta_fc (Dr starts at 0), p adjusted to ETc as FAO-56 says
+(Zrini = Zrmax) or growing over its development stage, theta0 = theta_fc (Dr starts at 0), p adjusted to ETc as FAO-56 says
 (cons_p False), no runoff.
 """
 
@@ -31,12 +31,19 @@ def _key(d: date) -> str:
 
 def _pyfao56(days: list[wb.Inputs], settings: wb.Settings) -> pd.DataFrame:
     """pyfao56's daily output for `days` (consecutive), single-coefficient configured."""
-    zr = settings.roots.depth(days[0].day)
+    # pyfao56 grows roots with its trapezoid Kcb: linearly over the development stage, from
+    # day Lini to day Lini + Ldev; our Roots grow linearly between two dates: the same dates.
+    roots = settings.roots
+    lini, ldev = 10, 10
+    if roots.start is not None and roots.end is not None:
+        lini = (roots.start - days[0].day).days
+        ldev = (roots.end - roots.start).days
     par = pyfao56.Parameters(thetaFC=settings.soil.theta_fc, thetaWP=settings.soil.theta_wp,
-                             theta0=settings.soil.theta_fc, Zrini=zr, Zrmax=zr,
+                             theta0=settings.soil.theta_fc, Zrini=roots.start_m,
+                             Zrmax=roots.start_m if roots.end_m is None else roots.end_m,
                              pbase=settings.p_table, Ze=0.0, REW=1.0,
-                             Kcbini=0.3, Kcbmid=1.0, Kcbend=0.5, Lini=10, Ldev=10, Lmid=10,
-                             Lend=10, hini=0.05, hmax=1.0)
+                             Kcbini=0.3, Kcbmid=1.0, Kcbend=0.5, Lini=lini, Ldev=ldev,
+                             Lmid=200, Lend=10, hini=0.05, hmax=1.0)
     wth = pyfao56.Weather()
     wth.wndht, wth.z, wth.lat, wth.rfcrp = 2.0, 100.0, 40.0, "S"
     upd = pyfao56.Update()
@@ -82,6 +89,10 @@ CASES = [
      3),
     ("measured_soil_cotton", wb.Settings(wb.Soil(0.31, 0.14), wb.Roots(1.0),
                                          wb.CROP_P["cotton"]), 4),
+    # Roots growing from 0.15 m to 1.0 m between days 15 and 75 of the season.
+    ("loam_maize_growing_roots", wb.Settings(
+        wb.Soil.named("loam"), wb.Roots(0.15, 1.0, date(2024, 4, 16), date(2024, 6, 15)),
+        wb.CROP_P["maize"]), 5),
 ]
 
 
@@ -94,6 +105,7 @@ def test_daily_balance_equals_pyfao56(name: str, settings: wb.Settings, seed: in
     stressed = 0
     for d, r in zip(ours, (row for _k, row in ref.iterrows()), strict=True):
         assert r["Ke"] == 0.0, "pyfao56's soil evaporation is off"
+        assert d.zr == pytest.approx(r["Zr"], abs=TOL), d.day
         assert d.taw == pytest.approx(r["TAW"], abs=TOL), d.day
         assert d.p == pytest.approx(r["p"], abs=TOL), d.day
         assert d.raw == pytest.approx(r["RAW"], abs=TOL), d.day
@@ -105,3 +117,6 @@ def test_daily_balance_equals_pyfao56(name: str, settings: wb.Settings, seed: in
     # The seasons reach the stressed part of the curve and refill (not all days at Dr 0).
     assert stressed > 5, name
     assert any(d.dp > 0 for d in ours), name
+    if settings.roots.end is not None:  # the roots grew, day by day, as pyfao56's did
+        assert ours[0].zr == 0.15 and ours[-1].zr == 1.0
+        assert len({round(d.zr, 6) for d in ours}) > 50
