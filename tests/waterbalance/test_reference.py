@@ -5,8 +5,8 @@ irrigation give the same Dr, Ks and ETc adj every day (issue 35).
 pyfao56 runs FAO-56's dual coefficient method (Kcb + Ke); with the evaporation layer of depth
 Ze = 0 its total evaporable water is 0, Ke is 0 every day and it runs the single coefficient
 balance this service serves, with our Kc given as its daily Kcb (an Update), roots constant
-(Zrini = Zrmax) or growing over its development stage, theta0 = theta_fc (Dr starts at 0), p adjusted to ETc as FAO-56 says
-(cons_p False), no runoff.
+(Zrini = Zrmax) or growing over its development stage, theta0 = theta_fc (Dr starts at 0),
+p adjusted to ETc as FAO-56 says (cons_p False), no runoff.
 """
 
 from __future__ import annotations
