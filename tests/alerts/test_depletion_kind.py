@@ -7,12 +7,16 @@ from __future__ import annotations
 import psycopg
 
 from alerts.evaluate_pass import Evaluator
-from shared import alertrules
+from shared import alertrules, db
 from shared.config import Settings
 from shared.errors import BadRequest
-from tests.alerts.test_evaluate_pass import evaluator_conn
 from tests.support.alerting import add_rule
 from tests.support.ingesting import make_site, now_slot
+
+
+def evaluator_conn(settings: Settings) -> psycopg.Connection:
+    """A connection as the evaluator's role (sds_alerts)."""
+    return db.connect(settings, name="test-alerts", role=db.ROLE_ALERTS)
 
 
 def test_depletion_rule_fires_within_n_days_and_resolves(
