@@ -128,3 +128,17 @@ def test_bad_settings_name_the_field(db) -> None:
         with pytest.raises(BadParameter) as err:
             irrigation.put_settings(db, loc, values)
         assert field in (err.value.errors or {}), values
+
+
+def test_a_kc_edit_recomputes_the_balance(db) -> None:
+    """A new kc for the location (PATCH /locations/{id}): the rollups rewrite its daily rows,
+    whose trigger marks the balance; the same run recomputes it with the new etc."""
+    from shared import locations
+    loc = _setup(db)
+    before = _rows(db)
+    locations.update_location(db, loc, {"kc": 0.5}, None)
+    run_all(db)
+    after = _rows(db)
+    assert [r["kc"] for r in after] == [0.5] * len(DAYS)
+    assert after[0]["etc"] == pytest.approx(before[0]["etc"] * 0.5 / 1.1, abs=0.02)
+    assert after[-1]["depletion"] < before[-1]["depletion"]
