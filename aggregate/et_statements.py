@@ -84,23 +84,26 @@ def rs_fill() -> sql.Composed:
     a 3.6 h midday gap took a clear day from 3.88 to 3.09 mm). NULL (no fill) when no slot
     measured had the sun up."""
     slots = sql.SQL("(date_part('epoch', {e} - {s}) / 300)")
+    # One pass over the partials for every hour's radiation readings (a join, not a subquery
+    # per hour: that scanned the partials once per hour of every gap day).
     return sql.SQL(
         "SELECT d.device, d.location, d.day_start,"
-        " sum(h.ra) / nullif(sum(h.ra * h.cov), 0) AS fill FROM ("
-        "  SELECT q.device, q.location, z.day_start, z.day_end FROM {p} q"
-        "  JOIN locations l ON l.id = q.location"
+        " sum(h.ra) / nullif(sum(h.ra * coalesce(c.n, 0) / h.slots), 0) AS fill FROM ("
+        "  SELECT q.device, q.location, z.day_start, z.day_end, l.tz_name, l.lat, l.lon"
+        "  FROM {p} q JOIN locations l ON l.id = q.location"
         "  JOIN {c} z ON z.tz = l.tz_name AND z.start = q.cell"
-        "  GROUP BY q.device, q.location, z.day_start, z.day_end"
+        "  GROUP BY q.device, q.location, z.day_start, z.day_end, l.tz_name, l.lat, l.lon"
         "  HAVING sum(q.n)::float8 * 100 / ({ds})::int >= %(low_quality_pct)s::float8"
         "   AND sum(q.n_swdw) > 0 AND sum(q.n_swdw) < ({ds})::int) d"
-        " JOIN locations l ON l.id = d.location"
-        " CROSS JOIN LATERAL (SELECT sds_fao56_period_ra(hz.lh_start, hz.lh_end, l.lat::float8,"
-        "   l.lon::float8) AS ra, coalesce((SELECT sum(q.n_swdw) FROM {p} q JOIN {c} cz"
-        "    ON cz.tz = l.tz_name AND cz.start = q.cell WHERE q.device = d.device"
-        "    AND q.location = d.location AND cz.lh_start = hz.lh_start), 0)::float8"
-        "   / {hs} AS cov"
-        "  FROM (SELECT DISTINCT z.lh_start, z.lh_end FROM {c} z WHERE z.tz = l.tz_name"
-        "   AND z.day_start = d.day_start) hz) h"
+        " JOIN (SELECT DISTINCT z.tz, z.day_start, z.lh_start, z.lh_end FROM {c} z) hz"
+        "  ON hz.tz = d.tz_name AND hz.day_start = d.day_start"
+        " CROSS JOIN LATERAL (SELECT sds_fao56_period_ra(hz.lh_start, hz.lh_end,"
+        "  d.lat::float8, d.lon::float8) AS ra, {hs}::float8 AS slots) h"
+        " LEFT JOIN (SELECT q.device, q.location, z.lh_start, sum(q.n_swdw)::float8 AS n"
+        "  FROM {p} q JOIN locations l ON l.id = q.location"
+        "  JOIN {c} z ON z.tz = l.tz_name AND z.start = q.cell"
+        "  GROUP BY q.device, q.location, z.lh_start) c"
+        "  ON c.device = d.device AND c.location = d.location AND c.lh_start = hz.lh_start"
         " GROUP BY d.device, d.location, d.day_start").format(
         p=_i(PARTIALS), c=_i(CELLS), ds=slots.format(e=sql.SQL("z.day_end"),
                                                      s=sql.SQL("z.day_start")),
