@@ -27,6 +27,7 @@ from admin import (
     simulate,
     storage,
     teams,
+    water,
 )
 from admin.context import Context, pass_ctx
 from shared import config, migrate
@@ -92,7 +93,7 @@ for command in (people.org, people.user, people.location, people.apikey, teams.t
                 devices.device, demo.demo, access.access_cli, aggregate.aggregate,
                 storage.storage_cli,
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
-                alerts.alert, alertreaders.alert_reader):
+                alerts.alert, alertreaders.alert_reader, water.water):
     main.add_command(command)
 # `sds user invite|reset-link` live with the links' commands; they belong to the user group.
 for command in (invites.user_invite, invites.user_reset_link):

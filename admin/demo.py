@@ -1,5 +1,5 @@
-"""`sds demo`: a demo organisation, user, locations in several zones, devices, an API key and
-a frost alert rule."""
+"""`sds demo`: a demo organisation, user, locations in several zones (each with soil, roots and a
+crop for the root-zone water balance), devices, an API key and a frost alert rule."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import click
 from admin.brokeraccounts import set_mqtt_passwords, set_rabbitmq_users
 from admin.context import Context, pass_ctx
 from admin.people import sealer
-from shared import accounts, alertrules, alertstore
+from shared import accounts, alertrules, alertstore, irrigation
 
 DEMO_ORG = "Demo Farms"
 DEMO_EMAIL = "demo@example.com"
@@ -26,6 +26,16 @@ DEMO_SITES = (
     ("A000104", "Curico orchard", "America/Santiago", -34.98, -71.24, 230.0, 0.9),
     ("A000105", "Wagga wheat", "Australia/Sydney", -35.12, 147.37, 180.0, 1.05),
 )
+
+# The root-zone water balance of each site (docs/waterbalance.md): FAO-56 Table 19 soil class,
+# root depth (m) and Table 22 crop (its p).
+DEMO_WATER = {
+    "A000101": ("silt loam", 1.0, "maize"),
+    "A000102": ("sandy loam", 0.3, "lettuce"),
+    "A000103": ("clay", 1.0, "wine grape"),
+    "A000104": ("loam", 1.2, "apple"),
+    "A000105": ("clay", 1.2, "wheat"),
+}
 
 # One alert rule (docs/alerts.md), so a newcomer sees events: frost at any demo site. The
 # simulated nights dip below 0 C at the mid-latitude sites in their winter (Ames from November,
@@ -64,6 +74,9 @@ def demo(obj: Context, credentials_out: Path | None, mqtt_passwd_file: Path | No
                 name=loc_name, tz_name=tz, lat=lat, lon=lon, elev=elev, kc=kc))
             accounts.register_device(conn, org=oid, name=dev, type="weather", model="SDS-1")
             accounts.deploy_device(conn, device=dev, location=lid, start=start)
+            soil, roots, crop = DEMO_WATER[dev]
+            irrigation.put_settings(conn, lid, {"soil": soil, "root_depth": roots,
+                                                "crop": crop})
             device_passwords[dev] = secrets.token_urlsafe(18)
         alertstore.create(conn, oid, alertrules.parse(DEMO_RULE))
         key = accounts.create_api_key(

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from aggregate import lifecycle, rollups
+from aggregate import lifecycle, rollups, water
 from aggregate.leader import LeadershipLost
 from aggregate.metrics import Metrics
 from shared import audit
@@ -90,6 +90,10 @@ def drain(
             guard(conn)
             n = rollups.process_marks(conn, table=table, limit=batch,
                                       low_quality_pct=low_quality_pct)
+            if table == "daily":
+                # The root-zone balance follows the daily rows it reads, in their transaction
+                # (aggregate/water.py; marks from the trigger on daily and from settings).
+                n += water.process(conn, limit=batch)
             if n:
                 # The alert evaluator reads the rewritten buckets now (docs/alerts.md);
                 # delivered at commit, so it never looks before they are visible.

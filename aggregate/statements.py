@@ -24,7 +24,7 @@ from functools import cache
 
 from psycopg import sql
 
-from aggregate.et_statements import CELLS, PARTIALS, column_of, et_expr, so_far
+from aggregate.et_statements import CELLS, PARTIALS, column_of, et_expr, rs_fill, so_far
 from shared.columns import TABLES, Column, Rollup
 from shared.units import stored_rounding
 
@@ -321,8 +321,11 @@ def aggregate_expr(col: Column, slots: sql.Composable = _HOUR_SLOTS) -> sql.Comp
         return sql.SQL("CASE WHEN {} IS NOT NULL THEN (count(*) FILTER (WHERE p.{}))::float8"
                        " END").format(_merged(f"hi_{s}"), _i(f"first_any_{s}"))
     if rule is Rollup.GDD:
-        return sql.SQL("greatest(0, ({} + {}) / 2 - {})").format(
-            _merged(f"hi_{s}"), _merged(f"lo_{s}"), sql.Literal(float(col.param or 0)))
+        # NULL without a temperature reading, like the hour counts: GREATEST ignores NULL, so
+        # greatest(0, NULL) alone would serve 0.0 degree days for a day with no thermometer.
+        return sql.SQL("CASE WHEN {hi} IS NOT NULL THEN greatest(0, ({hi} + {lo}) / 2 - {b})"
+                       " END").format(hi=_merged(f"hi_{s}"), lo=_merged(f"lo_{s}"),
+                                      b=sql.Literal(float(col.param or 0)))
     if rule is Rollup.SAMPLE_PCT:
         return sql.SQL("(sum(p.n)::float8 / {})").format(slots)
     if rule is Rollup.LOW_QUALITY:
@@ -464,9 +467,12 @@ def write(table: str, *, scope: str) -> sql.Composed:
         unmatched=UNMATCHED_CELLS if table != "hourly" else sql.SQL("0"),
         t=_i(table), names=names, exprs=exprs, buckets=_buckets(table), d=local_date,
         et=et_expr(table), sets=sets, stale=stale,
-        so_far=sql.SQL(" so_far AS ({}),").format(so_far()) if daily else sql.SQL(""),
+        so_far=sql.SQL(" so_far AS ({}), rs_fill AS ({}),").format(so_far(), rs_fill())
+        if daily else sql.SQL(""),
         join_so_far=sql.SQL(" LEFT JOIN so_far s ON s.device = a.device"
-                            " AND s.location = a.location AND s.day_start = a.time")
+                            " AND s.location = a.location AND s.day_start = a.time"
+                            " LEFT JOIN rs_fill f ON f.device = a.device"
+                            " AND f.location = a.location AND f.day_start = a.time")
         if daily else sql.SQL(""))
 
 

@@ -4,10 +4,10 @@ state machine, and commit the events, the changed states and the cursors in one 
 Sources and their cursors (docs/alerts.md "Evaluation"):
 - `calibrated` and `health` (the battery kind): rows newer than the device's cursor, the
   newest reading time applied; never older than SDS_ALERT_MAX_AGE before now.
-- `hourly` and `daily`: buckets rewritten since the table's update_time watermark (migration
-  0080's sds_sync_watermark, so a rollup transaction that commits late is not passed over),
-  not older than the device's newest bucket applied (the current bucket is re-evaluated as it
-  is recomputed).
+- `hourly`, `daily` and `water_balance` (the depletion kind): buckets rewritten since the
+  table's update_time watermark (migration 0080's sds_sync_watermark, so a rollup
+  transaction that commits late is not passed over), not older than the device's newest
+  bucket applied (the current bucket is re-evaluated as it is recomputed).
 - `devices` (silent) and `quarantine`: the value now, for the devices asked about.
 
 States live in memory while this process is the evaluator and are written when their status
@@ -38,9 +38,10 @@ from shared.config import Settings
 log = logging.getLogger(__name__)
 
 READING_SOURCES = ("calibrated", "health")
-ROLLUP_SOURCES = ("hourly", "daily")
+ROLLUP_SOURCES = ("hourly", "daily", "water_balance")
 _RESOLUTION = {"calibrated": timedelta(minutes=5), "health": timedelta(minutes=5),
-               "hourly": timedelta(hours=1), "daily": timedelta(days=1)}
+               "hourly": timedelta(hours=1), "daily": timedelta(days=1),
+               "water_balance": timedelta(days=1)}
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from uuid import UUID
 from shared import columns, units
 from shared.errors import BadRequest
 
-KINDS = ("threshold", "silent", "battery", "quarantine")
+KINDS = ("threshold", "silent", "battery", "quarantine", "depletion")
 THRESHOLD_TABLES = ("calibrated", "hourly", "daily")
 OPS = ("<", "<=", ">", ">=")
 NEGATION = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
@@ -46,6 +46,10 @@ BUILTINS = {
     "battery": Builtin("health", "batt_pct", "<", "%", "battery below {n} %"),
     "quarantine": Builtin("quarantine", "quarantine", ">=", "messages",
                           "{n} or more quarantined messages in an hour"),
+    # The root-zone water balance (docs/waterbalance.md): the forecast's days until the
+    # depletion reaches RAW; threshold 0 is "depletion beyond RAW", N "in N days or less".
+    "depletion": Builtin("water_balance", "days_to_raw", "<=", "days",
+                         "root-zone depletion reaches RAW in {n} days or less (0: beyond RAW)"),
 }
 _FIELDS = ("name", "kind", "table", "column", "scope", "condition", "for", "clear", "clear_for",
            "units", "channels", "active")

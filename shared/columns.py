@@ -54,6 +54,7 @@ class Rollup(StrEnum):
     ETC = "etc"  # et x kc
     KC = "kc"  # crop coefficient in force for the bucket
     WATER_BALANCE = "water_balance"  # precip - etc
+    ROOT_ZONE = "root_zone"  # FAO-56 root-zone water balance of the day (shared/waterbalance.py)
     SAMPLE_PCT = "sample_pct"  # readings present / 5-minute slots in the bucket
     LOW_QUALITY = "low_quality"  # sample_pct below the configured share
     CREATE_TIME = "create_time"
@@ -284,6 +285,38 @@ DAILY = _keys("Start of the device-local day (local midnight, or the first valid
            "lfw", precision=2),
 ) + _bookkeeping("the local day's")
 
+_RZ = Rollup.ROOT_ZONE
+WATER_BALANCE = _keys("Start of the device-local day (local midnight, or the first valid "
+                      "instant), as a UTC instant") + (
+    Column("et", "real", "Reference evapotranspiration of the day, the daily row's et (mm)",
+           "mm", _S, _RZ),
+    Column("kc", "real", "Crop coefficient in force for the day", None, None, _RZ,
+           precision=3),
+    Column("etc", "real", "Crop evapotranspiration without water stress, et x kc (mm)", "mm",
+           _S, _RZ),
+    Column("precip", "real", "Precipitation, all of it effective (no runoff) (mm)", "mm", _S,
+           _RZ),
+    Column("irrigation", "real", "Irrigation applied, the location's events of the day (mm)",
+           "mm", _S, _RZ),
+    Column("root_depth", "real", "Root depth Zr (m)", "m", None, _RZ, precision=3),
+    Column("taw", "real", "Total available water in the root zone, TAW (FAO-56 eq. 82) (mm)",
+           "mm", _S, _RZ),
+    Column("p", "real", "Depletion fraction p for no stress, adjusted to etc (FAO-56 Table 22)",
+           None, None, _RZ, precision=3),
+    Column("raw", "real", "Readily available water, RAW = p x TAW (FAO-56 eq. 83) (mm)", "mm",
+           _S, _RZ),
+    Column("ks", "real", "Water stress coefficient Ks (FAO-56 eq. 84), 1 without stress",
+           None, None, _RZ, precision=3),
+    Column("etc_adj", "real", "Crop evapotranspiration under water stress, ks x etc (mm)",
+           "mm", _S, _RZ),
+    Column("deep_percolation", "real", "Water drained below the roots, DP (FAO-56 eq. 88) (mm)",
+           "mm", _S, _RZ),
+    Column("depletion", "real", "Root-zone depletion Dr at the end of the day (FAO-56 eq. 85), "
+           "0 at field capacity (mm)", "mm", _S, _RZ),
+    Column("days_to_raw", "real", "Days until the depletion reaches RAW with no rain, at the "
+           "mean etc of the last 7 days (0: at or beyond RAW now)", "d", None, _RZ, precision=0),
+) + _bookkeeping("the day's")
+
 HEALTH = _keys("Time of the health report (UTC)") + (
     Column("batt_pct", "real", "Battery charge (%)", "%", valid_range=(0, 100), precision=1),
     Column("batt_volt", "real", "Battery voltage (V)", "V", valid_range=(0, 30), precision=3),
@@ -307,6 +340,8 @@ TABLES: dict[str, Table] = {
         Table("daily", "Device-local daily rollups with evapotranspiration and crop water demand",
               DAILY, _DAY, 730 * _DAY, 730),
         Table("health", "Device health reports", HEALTH, timedelta(minutes=5), 7 * _DAY, 2050),
+        Table("water_balance", "FAO-56 root-zone water balance per device-local day, at "
+              "locations with soil and root settings", WATER_BALANCE, _DAY, 730 * _DAY, 730),
     )
 }
 

@@ -20,6 +20,7 @@ from serve.api import (
     teams,
     tokens,
     users,
+    water,
 )
 
 # By its blueprint: `from __future__ import annotations` has taken the module's name here.
@@ -31,6 +32,7 @@ BLUEPRINTS = [
     devices.blp,
     deployments.blp,
     locations.blp,
+    water.blp,
     tokens.blp,
     apikeys.blp,
     alerts.blp,

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from flask import Flask
 
-from serve.web import acceptpage, alertpages, peoplepages, placepages, session, teampages, views
+from serve.web import (
+    acceptpage,
+    alertpages,
+    peoplepages,
+    placepages,
+    session,
+    teampages,
+    views,
+    waterpages,
+)
 from shared.config import Settings
 
 # Modules whose routes are on `views.blp`: imported before it is registered.
-PAGE_MODULES = (views, alertpages, peoplepages, placepages, acceptpage, teampages)
+PAGE_MODULES = (views, alertpages, peoplepages, placepages, acceptpage, teampages, waterpages)
 
 
 def init_app(app: Flask, settings: Settings) -> None:

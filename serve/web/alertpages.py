@@ -20,11 +20,12 @@ from serve.principal import Principal
 from serve.web import apicall
 from serve.web import session as web_session
 from serve.web.views import PREFIX, _html, blp, signed_in
+from shared import alertrules
 from shared.columns import TABLES
 from shared.errors import BadRequest, NotFound
 
 RULE_TABLES = ("calibrated", "hourly", "daily")  # the tables rules may watch (docs/alerts.md)
-KINDS = ("threshold", "silent", "battery", "quarantine")
+KINDS = alertrules.KINDS
 OPS = ("<", "<=", ">", ">=")
 EVENT_KINDS = ("firing", "resolved", "test", "channel_disabled")
 INBOX_PAGE = 50

@@ -235,6 +235,22 @@ ROUTES = [
     Route("location-update", "PATCH", "/api/v2/locations/<location_id>",
           lambda w, c: f"/api/v2/locations/{w.loc_a}", "locations:write",
           body={"crop": "matrix"}, a_object=True, admin_only=True),
+    # The root-zone water balance (issue 35).
+    Route("location-water", "GET", "/api/v2/locations/<location_id>/water",
+          lambda w, c: f"/api/v2/locations/{w.loc_a}/water", "locations:read", a_object=True),
+    Route("location-water-put", "PUT", "/api/v2/locations/<location_id>/water",
+          lambda w, c: f"/api/v2/locations/{w.loc_a}/water", "locations:write",
+          body={"soil": "loam", "root_depth": 0.5, "p": 0.5}, a_object=True, admin_only=True),
+    Route("irrigation-create", "POST", "/api/v2/locations/<location_id>/irrigation",
+          lambda w, c: f"/api/v2/locations/{w.loc_a}/irrigation", "locations:write",
+          ok=201, body={"day": "2024-07-01", "depth_mm": 20}, a_object=True, admin_only=True),
+    Route("irrigation-delete", "DELETE",
+          "/api/v2/locations/<location_id>/irrigation/<event_id>",
+          lambda w, c: f"/api/v2/locations/{w.loc_a}/irrigation/" + str(c.execute(
+              "INSERT INTO irrigation_events (location_id, day, depth_mm) VALUES"
+              " (%s, '2024-07-01', 10) RETURNING id", (w.loc_a,)).fetchone()[0]),
+          "locations:write", ok=204,
+          a_object=True, admin_only=True),
     Route("audit", "GET", "/api/v2/audit", lambda w, c: "/api/v2/audit", "orgs:read",
           admin_only=True),
     # People (issue 23); no caller of the matrix is an administrator.
@@ -404,7 +420,9 @@ TEAM_HIDDEN = {
     "team_out": {**dict.fromkeys(TEAM_ROUTES | {
         "device", "device-deployments", "location", "data-device", "data-location",
         "notification",
-        "notification-ack", "annotation", "annotation-update", "annotation-delete"}, 404),
+        "notification-ack", "annotation", "annotation-update", "annotation-delete",
+        "location-water", "location-water-put", "irrigation-create", "irrigation-delete"},
+        404),
         "annotations-create": 400},
 }
 # The B-homed viewer of A, acting in B, sees A as one of their own organisations there.

@@ -24,14 +24,19 @@ ET_RULES = (Rollup.ET, Rollup.ETC, Rollup.WATER_BALANCE)
 
 
 def _changed_by_issue_22(table: str, name: str, row: dict[str, Any]) -> bool:
-    """Values whose rule issue 22 changed, held by their own tests instead of the golden
-    file: a partial day's ET (the sum of its hours, tests/aggregate/test_partial_day.py) and
-    an hour count whose source has no value (NULL, not 0, test_hour_counts_null)."""
+    """Values whose rule issue 22 or 35 changed, held by their own tests instead of the golden
+    file: a partial day's ET (the sum of its hours, tests/aggregate/test_partial_day.py), a
+    gap day's ET, and an hour count or gdd whose source has no value (NULL, not 0,
+    test_hour_counts_null)."""
     col = TABLES[table].column(name) if name != "location_zone" else None
     if col is None or table != "daily":
         return False
     if col.rollup in ET_RULES:
-        return bool(row["low_quality"])
+        # Issue 35: a whole day with gaps fills its missing radiation (docs/aggregate.md,
+        # test_reference_et.py::test_whole_day_with_a_midday_gap_fills_its_radiation).
+        return bool(row["low_quality"]) or row["sample_pct"] < 1
+    if col.rollup is Rollup.GDD:
+        return row["maxt"] is None  # issue 35: NULL without a temperature reading
     if col.rollup in (Rollup.HOURS_ABOVE, Rollup.HOURS_WITH_ANY):
         return row[name] is None
     return False

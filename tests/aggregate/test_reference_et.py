@@ -90,6 +90,18 @@ def test_polar_night_between_the_references(lat: float, day: date) -> None:
     assert low - 1e-9 <= _ours(case) <= high + 1e-9
 
 
+@pytest.mark.parametrize("rs", [0.05, 0.2, 0.6])
+@pytest.mark.parametrize(("lat", "day"), [(78.2, date(2024, 12, 21)),
+                                          (-77.8, date(2024, 6, 21))])
+def test_polar_twilight_equals_the_references(lat: float, day: date, rs: float) -> None:
+    """Rso = 0 but the pyranometer reads some twilight (Rs > 0): both references bound
+    Rs/Rso = Rs/0 to 1.0 and give 0 mm; the night ratio 0.8 served 0.06-0.10 mm (issue 35)."""
+    case = {**_daily_case(lat, day, 0.0), "rs": rs}
+    assert et.daily_extraterrestrial(lat, day.timetuple().tm_yday) == 0
+    assert _ours(case) == pytest.approx(pyet_daily(**case), abs=DAILY_TOL)
+    assert _ours(case) == pytest.approx(max(refet_daily(**case), 0.0), abs=DAILY_TOL)
+
+
 # ---- hourly, pure ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("lat", "lon", "day"), [
@@ -232,6 +244,88 @@ def test_partial_day_becomes_the_whole_day_method_when_complete(db) -> None:
     assert whole["et"] > half["et"]
 
 
+def test_polar_twilight_day_through_the_rollups(db) -> None:
+    """A polar-night day (78.2 N, 21 December) whose pyranometer reads a few W/m2 of
+    twilight around noon: the daily row equals both references (it served 0.06-0.10 mm)."""
+    place = Place("longyearbyen_polar_night", 78.22, 15.65, "Arctic/Longyearbyen", 10.0,
+                  date(2024, 12, 21), 0.0, tmean=2.0, tamp=1.5, rh_mean=0.6)
+    loc = make_location(db, place.tz, **place.location_fields())
+    readings = day_readings(place)
+    lit = [{**r, "swdw": 4.0 if 9 <= r["time"].astimezone(UTC).hour < 14 else 0.0}
+           for r in readings]
+    insert_readings(db, "TWI", loc, lit)
+    run_all(db)
+    row = _daily_row(db, "TWI")
+    assert not row["low_quality"] and row["swdw"] > 0
+    py, rf = _refs_of_row(row, place)
+    assert row["et"] == pytest.approx(py, abs=DAILY_TOL + 0.005)
+    assert row["et"] == pytest.approx(rf, abs=DAILY_TOL + 0.005)
+    # Not a vacuous 0 = 0: the same day unlit (0/0, the night ratio 0.8) has ET.
+    assert et.daily_et(tmax=row["maxt"], tmin=row["mint"], rh_max=row["max_rh"],
+                       rh_min=row["min_rh"], wind=row["wind_speed"], height=2.0, rs=0.0,
+                       lat=place.lat, elevation=place.elev, doy=356) > 0.05
+
+
+@pytest.mark.parametrize("place", [PLACES[1], PLACES[3], PLACES[2]], ids=lambda p: p.name)
+def test_whole_day_with_a_midday_gap_fills_its_radiation(db, place: Place, figures) -> None:
+    """A day at 85 % coverage (a 3.6 h midday gap) is a whole day (daily method), but its
+    measured Rs lacked the gap's radiation: a clear day fell from 3.88 to 3.09 mm, unflagged
+    (issue 35). The gap is filled at the day's measured Rs/Rso, so the day equals the
+    complete day's ET; the stored `swdw` stays the energy measured."""
+    loc = make_location(db, place.tz, **place.location_fields())
+    start, _end = place.day_bounds()
+    gap = (start + timedelta(hours=10, minutes=12), start + timedelta(hours=13, minutes=48))
+    readings = day_readings(place)
+    insert_readings(db, "FULL", loc, readings)
+    insert_readings(db, "GAP", loc, [r for r in readings if not gap[0] <= r["time"] < gap[1]])
+    run_all(db)
+    full, holed = _daily_row(db, "FULL"), _daily_row(db, "GAP")
+    assert not holed["low_quality"] and holed["sample_pct"] == pytest.approx(0.85, abs=0.002)
+    assert holed["swdw"] < full["swdw"] * 0.8
+    unfilled = et.daily_et(tmax=holed["maxt"], tmin=holed["mint"], rh_max=holed["max_rh"],
+                           rh_min=holed["min_rh"], wind=holed["wind_speed"], height=2.0,
+                           rs=holed["swdw"], lat=place.lat, elevation=place.elev,
+                           doy=place.day.timetuple().tm_yday)
+    figures.record(f"et.midday_gap_{place.name}_mm",
+                   {"complete": full["et"], "gap_unfilled": round(unfilled, 2),
+                    "gap_filled": holed["et"]}, section="rollup",
+                   title=f"Daily ET of a day with a 3.6 h midday gap (85 % coverage), "
+                         f"{place.name}, mm",
+                   target="filled equals the complete day within 0.05 mm",
+                   source="tests/aggregate/test_reference_et.py")
+    # The temperature and humidity extremes of the gap hours are missing too, so a little
+    # slack; the unfilled radiation was off by far more.
+    assert holed["et"] == pytest.approx(full["et"], abs=0.05)
+    assert full["et"] - unfilled > 0.1
+
+
+@pytest.mark.parametrize("place", [PLACES[1], PLACES[0], PLACES[3], PLACES[6]],
+                         ids=lambda p: p.name)
+def test_the_switch_at_80_percent_is_flagged_and_measured(db, place: Place, figures) -> None:
+    """One 5-minute reading takes today from 79.9 % to 80.2 % of its slots: the row switches
+    from the ET of the hours so far to the whole day's (docs/aggregate.md "The ET seams": two
+    definitions, told apart by `low_quality` and sized by `sample_pct` in the row). The jump
+    is the ET of the evening not yet measured, recorded here."""
+    loc = make_location(db, place.tz, **place.location_fields())
+    start, _end = place.day_bounds()
+    readings = day_readings(place, until=start + timedelta(hours=19, minutes=15))
+    insert_readings(db, "SWITCH", loc, readings[:-1])
+    run_all(db)
+    before = _daily_row(db, "SWITCH")
+    insert_readings(db, "SWITCH", loc, readings[-1:])
+    run_all(db)
+    after = _daily_row(db, "SWITCH")
+    assert before["low_quality"] and not after["low_quality"]
+    assert before["sample_pct"] < 0.8 <= after["sample_pct"]
+    jump = after["et"] / before["et"] - 1
+    figures.record(f"et.switch_at_80pct_{place.name}", {
+        "so_far_mm": before["et"], "whole_day_mm": after["et"], "jump_pct": round(jump * 100)},
+        section="rollup", title=f"Today's ET across the 80 % switch (19:10 -> 19:15 local), "
+                                f"{place.name}", target="documented; flagged by low_quality",
+        source="tests/aggregate/test_reference_et.py")
+    assert after["et"] >= before["et"]
+
+
 # ---- hour counts without their input ----------------------------------------------------------
 
 def test_hour_counts_null_without_their_input(db) -> None:
@@ -247,6 +341,9 @@ def test_hour_counts_null_without_their_input(db) -> None:
     for name in ("precip_hours", "sunshine_duration", "heat_stress_hours"):
         assert bare[name] is None, name
     assert bare["precip"] is None and bare["et"] is None
+    # gdd too (issue 35): greatest(0, NULL) had served 0.0 degree days without a thermometer.
+    assert bare["gdd"] is None
+    assert dry["gdd"] == pytest.approx(10.0)
     assert dry["precip_hours"] == 0.0 and dry["heat_stress_hours"] == 0.0
     assert dry["sunshine_duration"] > 0
 
@@ -271,9 +368,14 @@ def _low_sun_total(place: Place, ratio: float) -> float:
 def test_what_the_constant_night_ratio_costs(figures) -> None:
     """The documented choice (a constant 0.8 instead of FAO-56's pre-sunset ratio) measured
     on the generated days, whose sky is the same all day, so the pre-sunset ratio is the
-    day's bounded Rs/Rso: the day's low-sun hours differ by this much (docs/aggregate.md)."""
+    day's bounded Rs/Rso: the day's low-sun hours differ by this much (docs/aggregate.md).
+    Overcast winter days included (issue 35: the docs' "under 0.3 mm" was not true)."""
     diffs = {}
-    for place in (PLACES[0], PLACES[1], PLACES[3], PLACES[6]):
+    winter = (Place("brussels_winter_overcast", 50.8, 4.35, "Europe/Brussels", 100.0,
+                    date(2024, 1, 15), 0.15, tmean=4.0, tamp=3.0, rh_mean=0.85),
+              Place("tromso_winter_overcast", 69.65, 18.96, "Europe/Oslo", 10.0,
+                    date(2024, 2, 15), 0.15, tmean=-3.0, tamp=2.0, rh_mean=0.8))
+    for place in (PLACES[0], PLACES[1], PLACES[2], PLACES[3], PLACES[6], *winter):
         pre_sunset = min(max(place.sky, et.RS_RSO_MIN), et.RS_RSO_MAX)
         diffs[place.name] = _low_sun_total(place, et.NIGHT_RS_RSO) - _low_sun_total(
             place, pre_sunset)
@@ -282,7 +384,10 @@ def test_what_the_constant_night_ratio_costs(figures) -> None:
                    section="rollup",
                    title="Daily ET difference of the constant night Rs/Rso 0.8 against "
                          "FAO-56's pre-sunset ratio, low-sun hours of generated days (mm)",
-                   target="documented; under 0.3 mm a day (whole-day daily ET unaffected)",
+                   target="documented; under 0.4 mm a day (whole-day daily ET unaffected)",
                    source="tests/aggregate/test_reference_et.py")
     assert diffs["brussels_overcast"] < 0 < diffs["brussels_clear"]  # under when overcast
-    assert abs(worst) < 0.3
+    # Overcast winter days (long nights) cost most: 0.32-0.35 mm, above the 0.3 the docs
+    # said until issue 35 (the Sydney-winter case included).
+    assert diffs["sydney_winter_overcast"] < -0.3
+    assert abs(worst) < 0.4

@@ -56,6 +56,10 @@ TENANT_ROWS = {
     "team_locations": "SELECT team_id::text || location_id FROM team_locations"
                       " WHERE org_id = %(org)s",
     "one_time_links": "SELECT id::text FROM one_time_links WHERE org_id = %(org)s",
+    "water_settings": "SELECT w.location_id::text FROM water_settings w JOIN locations l"
+                      " ON l.id = w.location_id WHERE l.org_id = %(org)s",
+    "irrigation_events": "SELECT e.id::text FROM irrigation_events e JOIN locations l"
+                         " ON l.id = e.location_id WHERE l.org_id = %(org)s",
 }
 # The same key expression as the role sees it, and a harmless column to UPDATE in place.
 KEY_OF = {
@@ -80,6 +84,8 @@ KEY_OF = {
     "team_devices": ("team_id::text || device_id", "added"),
     "team_locations": ("team_id::text || location_id", "added"),
     "one_time_links": ("id::text", "revoked_at"),
+    "water_settings": ("location_id::text", "p"),
+    "irrigation_events": ("id::text", "note"),
 }
 # What the API role may change at all (grants); RLS must hold on these. audit_log is
 # append-only (INSERT and SELECT): its rows can be neither changed nor deleted.
@@ -91,10 +97,11 @@ API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDAT
                 "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
                 "annotations": "UPDATE DELETE", "one_time_links": "UPDATE",
                 "teams": "UPDATE DELETE", "team_members": "UPDATE DELETE",
-                "team_devices": "UPDATE DELETE", "team_locations": "UPDATE DELETE"}
+                "team_devices": "UPDATE DELETE", "team_locations": "UPDATE DELETE",
+                "water_settings": "UPDATE DELETE", "irrigation_events": "UPDATE DELETE"}
 
 # Data hypertables: keyed by device name; a device belongs to one organisation (0051).
-DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health")
+DATA_TABLES = ("calibrated", "hourly", "local_hourly", "daily", "health", "water_balance")
 
 # Tables outside any organisation, and why RLS does not apply to them. With TENANT_ROWS and
 # DATA_TABLES this classifies every table, so a new one cannot skip the review of its grants.
@@ -117,6 +124,9 @@ SERVICE_TABLES = {
                      "not granted to the API",
     "alert_event_fanout": "which alert events the deliverer has fanned out into deliveries "
                           "(event ids only); not granted to the API",
+    "water_balance_dirty": "per device and location, the first day of the water balance to "
+                           "recompute; written by a trigger and an owner's-rights function, "
+                           "claimed by the rollups; not granted to the API",
 }
 
 _tally = {"tables": 0, "forced": 0, "data_tables": 0, "data_forced": 0, "cross_org_visible": 0,
@@ -134,6 +144,11 @@ def rls_world(world: World) -> World:
         conn.execute("INSERT INTO crop_coefficients (location_id, start_date, kc)"
                      " VALUES (%s, '2024-04-01', 0.4), (%s, '2024-04-01', 0.6)",
                      (world.loc_a, world.loc_b))
+        for loc in (world.loc_a, world.loc_b):
+            conn.execute("INSERT INTO water_settings (location_id, theta_fc, theta_wp,"
+                         " root_depth, p) VALUES (%s, 0.3, 0.1, 1.0, 0.5)", (loc,))
+            conn.execute("INSERT INTO irrigation_events (location_id, day, depth_mm)"
+                         " VALUES (%s, '2024-04-01', 20)", (loc,))
         for table in DATA_TABLES:  # calibrated already holds both devices' readings
             if table != "calibrated":
                 conn.execute(f"INSERT INTO {table} (time, device, location) VALUES"

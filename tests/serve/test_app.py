@@ -32,7 +32,8 @@ def assert_error(response, code: int, status: str) -> dict:  # type: ignore[no-u
 def test_schemas_lists_tables(client: FlaskClient, world: World) -> None:
     response = client.get("/api/v2/schemas", headers=world.headers())
     assert response.status_code == 200 and response.content_type == "application/json"
-    assert response.get_json() == ["calibrated", "hourly", "local_hourly", "daily", "health"]
+    assert response.get_json() == ["calibrated", "hourly", "local_hourly", "daily", "health",
+                                   "water_balance"]
 
 
 @pytest.mark.parametrize("table", list(TABLES))

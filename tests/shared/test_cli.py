@@ -208,6 +208,8 @@ def test_demo_creates_everything_once(sds, database_url: str, tmp_path: Path) ->
     with psycopg.connect(database_url) as c:
         zones = {r[0] for r in c.execute("SELECT tz_name FROM locations")}
     assert {"Asia/Kolkata", "America/Santiago"} <= zones
+    # Every demo location has soil, roots and a crop: the water balance runs there (issue 35).
+    assert _count(database_url, "water_settings") == 5
     again = sds("demo")
     assert again.exit_code == 1 and "already exists" in again.output
     assert _count(database_url, "devices") == 5

@@ -67,9 +67,11 @@ def clear_sky(ra: float, elevation: float) -> float:
 
 
 def cloudiness_ratio(rs: float, rso: float, fallback: float = NIGHT_RS_RSO) -> float:
-    """Rs/Rso bounded to 0.3..1.0 (ASCE-EWRI eq. 18); `fallback` when Rso = 0 (no sun)."""
+    """Rs/Rso bounded to 0.3..1.0 (ASCE-EWRI eq. 18); with Rso = 0 (no sun) the bound 1.0
+    when some radiation was measured anyway (polar twilight: Rs/Rso is +infinity, bounded, as
+    pyet and refet take it), `fallback` when none was (0/0, undefined)."""
     if rso <= 0:
-        return fallback
+        return RS_RSO_MAX if rs > 0 else fallback
     return max(RS_RSO_MIN, min(rs / rso, RS_RSO_MAX))
 
 
@@ -82,7 +84,8 @@ def daily_et(
     `rh_max`/`rh_min` are fractions 0..1, `wind` the mean speed (m/s) at `height` m, `rs` the
     measured short-wave energy of the day (MJ/m2). ea from RHmax and RHmin (eq. 17); net
     long-wave radiation from Tmax, Tmin, ea and Rs/Rso (eq. 39), the ratio bounded to 0.3..1.0
-    (`cloudiness_ratio`); a polar night (Rso = 0) takes NIGHT_RS_RSO. A polar day needs
+    (`cloudiness_ratio`); a polar night (Rso = 0) takes NIGHT_RS_RSO, or 1.0 when its
+    pyranometer read some twilight (Rs > 0). A polar day needs
     nothing special: the sunset hour angle is pi (eq. 25 clipped).
     """
     tmean = (tmax + tmin) / 2

@@ -13,7 +13,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from aggregate import rollups
+from aggregate import rollups, water
 from shared import accounts, dirty
 from shared.timeutil import zone
 
@@ -72,6 +72,8 @@ def run_all(conn: psycopg.Connection, *, limit: int = 100000, low_quality_pct: f
         while True:
             n = rollups.process_marks(conn, table=table, limit=limit,
                                       low_quality_pct=low_quality_pct)
+            if table == "daily":  # as the daily job does (aggregate/jobs.py)
+                n += water.process(conn, limit=limit)
             total += n
             if n == 0:
                 break

@@ -1,0 +1,3 @@
+"""Fixtures of the water balance tests (the aggregate tests' db, tests/support/rollups.py)."""
+
+from tests.support.rollups import *  # noqa: F403  fixtures (db)
