@@ -16,6 +16,7 @@ from flask.testing import FlaskClient
 
 from shared import accounts
 from tests.support.apps import close_app, make_app
+from tests.support.databases import as_role
 from tests.support.data_world import T0, World, csv_rows, error, get, rows
 
 HOUR = {"start_time": "2024-07-01T00:00:00Z", "end_time": "2024-07-01T01:00:00Z"}
@@ -331,20 +332,21 @@ def test_watermark_refuses_when_other_sessions_are_hidden(stamped) -> None:  # t
     client, headers, stamps, url = stamped
     tag = uuid.uuid4().hex[:8]
     owner, other = f"wm_owner_{tag}", f"wm_other_{tag}"
-    with psycopg.connect(url, autocommit=True) as admin:
+    # The operator's steps, as the cluster's superuser (the tests' own URL is the login role's).
+    with psycopg.connect(as_role(url, "postgres"), autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {owner} NOLOGIN")
         admin.execute(f"CREATE ROLE {other} LOGIN PASSWORD 'other-pw'")
         admin.execute(f"GRANT CONNECT ON DATABASE {admin.info.dbname} TO {other}")
         admin.execute(f"ALTER FUNCTION sds_sync_watermark() OWNER TO {owner}")
         try:
-            with psycopg.connect(url.replace("postgres@", f"{other}:other-pw@")) as hidden:
+            with psycopg.connect(as_role(url, f"{other}:other-pw")) as hidden:
                 hidden.execute("SELECT 1")  # a session the owner may not look into
                 answer = _since(client, headers, stamps[0])
                 assert answer.status_code == 500
                 admin.execute(f"GRANT pg_read_all_stats TO {owner}")
                 assert _since(client, headers, stamps[0]).status_code == 200
         finally:
-            admin.execute("ALTER FUNCTION sds_sync_watermark() OWNER TO CURRENT_USER")
+            admin.execute("ALTER FUNCTION sds_sync_watermark() OWNER TO sds")
             admin.execute(f"REVOKE CONNECT ON DATABASE {admin.info.dbname} FROM {other}")
             admin.execute(f"DROP ROLE {other}")
             admin.execute(f"DROP ROLE {owner}")
