@@ -14,7 +14,10 @@
 
 PT_DIR=$STATE/patroni
 PT_NODES=${SDS_PATRONI_NODES:-2}
-PT_BASE=${SDS_PATRONI_PORT_BASE:-55440}
+# Remembered in .state/patroni/port-base at each start (pt_remember_base), so that a later
+# stop or status without the setting finds the running cluster.
+PT_BASE=${SDS_PATRONI_PORT_BASE:-$(cat "$PT_DIR/port-base" 2>/dev/null || echo 55440)}
+pt_remember_base() { mkdir -p "$PT_DIR" && echo "$PT_BASE" >"$PT_DIR/port-base"; }
 # How the processes find the leader: haproxy (one address, HAProxy follows Patroni's REST API)
 # or libpq (every node in the URL, target_session_attrs=read-write). docs/decisions.md says why
 # haproxy is the default; the failover drill measures both.
@@ -347,6 +350,7 @@ pt_start() {
     pt_secrets
     mkdir -p "$PT_DIR"
     chmod 755 "$PT_DIR"
+    pt_remember_base
     ensure_traversable postgres "$PT_DIR"
     ensure_traversable etcd "$PT_DIR"
     pt_etcd_start
