@@ -24,6 +24,7 @@ from admin import (
     invites,
     people,
     quarantine,
+    recovery,
     simulate,
     storage,
     teams,
@@ -92,7 +93,8 @@ for command in (people.org, people.user, people.location, people.apikey, teams.t
                 devices.device, demo.demo, access.access_cli, aggregate.aggregate,
                 storage.storage_cli,
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
-                alerts.alert, alertreaders.alert_reader):
+                backup.restore_beside_stop, backup.copy_back,
+                alerts.alert, alertreaders.alert_reader, recovery.recovery_cli):
     main.add_command(command)
 # `sds user invite|reset-link` live with the links' commands; they belong to the user group.
 for command in (invites.user_invite, invites.user_reset_link):
