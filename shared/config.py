@@ -164,6 +164,11 @@ class Settings:
         None, "Fernet key sealing the recovery kit in the database (generated into "
         ".state/secrets.env; keep a copy off the machine: a whole-machine recovery needs it)",
         secret=True)
+    backup_cipher_pass: str | None = _f(
+        None, "Passphrase encrypting the backup repository (pgBackRest aes-256-cbc): set it "
+        "for a new repository that leaves the machine (a second host, S3); an existing "
+        "unencrypted repository cannot be encrypted in place. Keep it off the machine with "
+        "SDS_RECOVERY_KEY: a restore needs it", secret=True)
     backup_repo_type: str = _f(
         "posix", "Where the backup repository lives: posix (a directory: the embedded default "
         "under .state/pgbackrest/repo, or a second disk or network mount), s3 (S3-compatible "
