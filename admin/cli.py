@@ -21,6 +21,7 @@ from admin import (
     backup,
     demo,
     devices,
+    drill,
     invites,
     people,
     quarantine,
@@ -94,7 +95,8 @@ for command in (people.org, people.user, people.location, people.apikey, teams.t
                 storage.storage_cli,
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
                 backup.restore_beside_stop, backup.copy_back,
-                alerts.alert, alertreaders.alert_reader, recovery.recovery_cli):
+                alerts.alert, alertreaders.alert_reader, recovery.recovery_cli,
+                drill.drill):
     main.add_command(command)
 # `sds user invite|reset-link` live with the links' commands; they belong to the user group.
 for command in (invites.user_invite, invites.user_reset_link):
