@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from admin import recovery
 from admin.brokeraccounts import (
     PASSWD_HELP,
     PID_HELP,
@@ -60,6 +61,7 @@ def reader_add(obj: Context, org_name: str, mqtt_passwd_file: Path,
     click.echo(f"username: {user}\npassword: {password}\n"
                f"topic:    {alerttopic.subscription(org)}  (subscribe, QoS 1)")
     click.echo(reload_broker(mqtt_passwd_file, broker_pid_file))
+    recovery.remember(obj.settings)
 
 
 @alert_reader.command("remove")
@@ -76,3 +78,4 @@ def reader_remove(obj: Context, org_name: str, mqtt_passwd_file: Path,
         raise click.ClickException(f"{user} is not in {mqtt_passwd_file}")
     click.echo(f"removed {user}")
     click.echo(reload_broker(mqtt_passwd_file, broker_pid_file))
+    recovery.remember(obj.settings)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess  # nosec B404  runs pg_ctl only
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from admin import context
-from shared import backup
+from shared import backup, undo
 from shared.config import Settings
 
 
@@ -81,6 +83,13 @@ def configure(config_path: str, base_dir: str, nodes: tuple[str, ...],
     for sub in ("", "log", "lock", "spool") + (("repo",) if "repo1-type=posix" in text else ()):
         (base / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         _chown_postgres(base / sub)
+    if "repo1-type=posix" in text and settings.backup_repo_path:
+        # A repository moved elsewhere (SDS_BACKUP_REPO_PATH): pgBackRest runs as postgres and
+        # cannot make it under a directory root owns (the archive then fails), so it is made
+        # here and given to postgres; deploy/lib/pg_backup.sh lets postgres traverse to it.
+        moved = Path(settings.backup_repo_path)
+        moved.mkdir(parents=True, exist_ok=True, mode=0o750)
+        _chown_postgres(moved)
     changed = _write(Path(config_path), text, 0o600)
     if pg_settings:
         lines = [f"{k} = '{v}'" for k, v in
@@ -252,15 +261,27 @@ def recovery_target(when: datetime) -> str:
                    "the newest backup plus every archived WAL segment.")
 @click.option("--target-dir", type=click.Path(file_okay=False), default=None,
               help="Data directory to restore into (default: the configured one, pg1-path).")
-def restore(to: str | None, target_dir: str | None) -> None:
+@click.option("--beside", is_flag=True,
+              help="Restore the moment --to into --target-dir beside the running service and "
+                   "start it there, read-only, on --port (to copy back what a mistake removed: "
+                   "sds copy-back).")
+@click.option("--port", type=int, default=None,
+              help="With --beside: the port of the copy (127.0.0.1; no unix socket).")
+def restore(to: str | None, target_dir: str | None, beside: bool, port: int | None) -> None:
     """Restore the database from the repository into a stopped (or fresh) data directory.
 
     Verifies the repository first and starts from the newest valid backup that finished before
     --to; the restored server replays archived WAL up to --to (or the end of the archive) on
-    its next start, then promotes itself and accepts writes."""
+    its next start, then promotes itself and accepts writes. With --beside the live service
+    keeps running: the copy at --to starts on --port, read-only, and stays paused at --to."""
     settings = context.settings_from_env()
     config = _config(settings)
     target = parse_time(to) if to else None
+    if beside and (target is None or target_dir is None or port is None):
+        raise click.UsageError("--beside needs --to, --target-dir and --port")
+    if beside and Path(target_dir or "").resolve() == Path(
+            backup.configured_data_dir(config)).resolve():
+        raise click.UsageError("--beside restores into another --target-dir than the live one")
     data_dir = Path(target_dir or backup.configured_data_dir(config)).resolve()
     pid = _running_pid(data_dir)
     if pid is not None:
@@ -298,18 +319,122 @@ def restore(to: str | None, target_dir: str | None) -> None:
         args.append("--delta")
     if target is not None:
         args += ["--type=time", f"--target={recovery_target(target)}",
-                 "--target-action=promote"]
+                 f"--target-action={'pause' if beside else 'promote'}"]
     start = time.monotonic()
     try:
         backup.run(config, *args)
     except backup.BackupError as exc:
         raise click.ClickException(str(exc)) from None
     took = time.monotonic() - start
+    if beside and target is not None and port is not None:
+        _start_beside(data_dir, port, target, took)
+        return
     until = f"{target:%Y-%m-%d %H:%M:%S}Z" if target else "the end of the archived WAL"
     click.echo(f"3. restored in {took:.1f} s. On its next start PostgreSQL replays archived WAL "
                f"up to {until}, then promotes itself (a new timeline) and accepts writes.")
     click.echo("   Start it: deploy/run.sh (or deploy/services.sh start)")
 
+
+
+# What the copy beside the live service must not share with it: the port and socket, the WAL
+# archive (it never archives: it stays in recovery, and archive_mode is off anyway), a standby.
+_BESIDE_CONF = """
+# sds restore --beside: a read-only copy paused at the target, beside the live service.
+listen_addresses = '127.0.0.1'
+port = {port}
+unix_socket_directories = ''
+archive_mode = off
+synchronous_standby_names = ''
+hot_standby = on
+"""
+
+
+def _start_beside(data_dir: Path, port: int, target: datetime, took: float) -> None:
+    """Start the restored copy in `data_dir` on `port`; wait until its replay is paused at
+    `target` (it then answers read-only queries as of that moment)."""
+    with (data_dir / "postgresql.auto.conf").open("a") as conf:
+        conf.write(_BESIDE_CONF.format(port=port))
+    log = data_dir.parent / "beside.log"
+    log.touch()
+    _chown_postgres(log)
+    argv = [str(PG_CTL), "-D", str(data_dir), "-l", str(log), "-w", "-t", "3600", "start"]
+    if os.geteuid() == 0:
+        argv = ["runuser", "-u", backup.OS_USER, "--", *argv]
+    click.echo(f"3. restored in {took:.1f} s; starting the copy on 127.0.0.1:{port} (log {log})")
+    started = subprocess.run(argv, capture_output=True, text=True, check=False, cwd="/")  # nosec B603  fixed argv
+    if started.returncode != 0:
+        raise click.ClickException(f"the copy did not start: {started.stdout}{started.stderr}"
+                                   f" (see {log})")
+    settings = context.settings_from_env()
+    copy = settings.replace(database_url=beside_url(settings.database_url, port))
+    deadline = time.monotonic() + 3600
+    while True:
+        with context.connection(copy, name="sds-restore-beside") as conn:
+            row = conn.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()
+        if row and row[0] == "paused":
+            break
+        if time.monotonic() > deadline:
+            raise click.ClickException("the copy did not reach the target within an hour")
+        time.sleep(0.5)
+    click.echo(f"4. the copy is paused at {target:%Y-%m-%d %H:%M:%S}Z, read-only, on "
+               f"127.0.0.1:{port}. Look: psql -h 127.0.0.1 -p {port} -U sds sds. Copy back: "
+               f"sds copy-back --from-port {port} --table TABLE [--where CONDITION]. Then "
+               f"stop it: sds restore-beside-stop --target-dir {data_dir}")
+
+
+PG_CTL = Path("/usr/lib/postgresql/15/bin/pg_ctl")
+
+
+def beside_url(url: str, port: int) -> str:
+    """SDS_DATABASE_URL pointed at the copy beside: same user, password and database, on
+    127.0.0.1:`port` (any host list and session attributes dropped)."""
+    info = conninfo_to_dict(url)
+    for key in ("target_session_attrs", "hostaddr"):
+        info.pop(key, None)
+    info.update(host="127.0.0.1", port=str(port))
+    return make_conninfo(**{k: str(v) for k, v in info.items() if v is not None})
+
+
+@click.command("restore-beside-stop")
+@click.option("--target-dir", required=True, type=click.Path(file_okay=False, exists=True),
+              help="The copy's data directory (sds restore --beside --target-dir).")
+def restore_beside_stop(target_dir: str) -> None:
+    """Stop the copy restored beside the live service (its directory stays: remove it)."""
+    data_dir = Path(target_dir).resolve()
+    if _running_pid(data_dir) is None:
+        raise click.ClickException(f"no copy is running in {data_dir}")
+    argv = [str(PG_CTL), "-D", str(data_dir), "-m", "fast", "-w", "stop"]
+    if os.geteuid() == 0:
+        argv = ["runuser", "-u", backup.OS_USER, "--", *argv]
+    subprocess.run(argv, check=True, capture_output=True, cwd="/")  # nosec B603  fixed argv
+    click.echo(f"stopped the copy in {data_dir}; remove it with: rm -rf {data_dir.parent}")
+
+
+@click.command("copy-back")
+@click.option("--from-port", required=True, type=int,
+              help="Port of the copy restored beside (sds restore --beside --port).")
+@click.option("--table", "tables", multiple=True, required=True,
+              help="A table to copy missing rows of (repeat; parents go first).")
+@click.option("--where", default=None,
+              help="SQL condition on the copied rows, as in psql (e.g. \"device = 'A1' AND time "
+                   "< '2026-03-01'\"); every --table must have its columns.")
+@click.option("--dry-run", is_flag=True, help="Count, then roll back.")
+def copy_back(from_port: int, tables: tuple[str, ...], where: str | None,
+              dry_run: bool) -> None:
+    """Insert into the live database the rows of --table that the copy beside has and the
+    live one lacks; rows there (also those changed or added since) are not touched."""
+    settings = context.settings_from_env()
+    copy = settings.replace(database_url=beside_url(settings.database_url, from_port))
+    with context.connection(copy, name="sds-copy-back") as source, \
+            context.connection(settings, name="sds-copy-back",
+                               errors=(undo.UndoError, psycopg.Error)) as live:
+        results = undo.copy_back(source, live, tables, where)
+        for r in results:
+            click.echo(f"{r.table}: {r.found} rows in the copy, {r.inserted} missing here "
+                       f"{'would be ' if dry_run else ''}copied back")
+        if dry_run:
+            live.rollback()
+            click.echo("dry run: nothing changed")
 
 
 # `python -m admin.backup configure|setup`: what deploy/lib/pg_backup.sh runs on every start,

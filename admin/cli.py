@@ -21,9 +21,11 @@ from admin import (
     backup,
     demo,
     devices,
+    drill,
     invites,
     people,
     quarantine,
+    recovery,
     simulate,
     storage,
     teams,
@@ -93,7 +95,9 @@ for command in (people.org, people.user, people.location, people.apikey, teams.t
                 devices.device, demo.demo, access.access_cli, aggregate.aggregate,
                 storage.storage_cli,
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
-                alerts.alert, alertreaders.alert_reader, water.water):
+                backup.restore_beside_stop, backup.copy_back,
+                alerts.alert, alertreaders.alert_reader, water.water, recovery.recovery_cli,
+                drill.drill):
     main.add_command(command)
 # `sds user invite|reset-link` live with the links' commands; they belong to the user group.
 for command in (invites.user_invite, invites.user_reset_link):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from admin import rabbit
+from admin import rabbit, recovery
 from admin.brokeraccounts import (
     PID_HELP,
     RABBIT_RELOAD,
@@ -63,6 +63,7 @@ def device_register(obj: Context, name: str, org_name: str, dev_type: str | None
     if mqtt_passwd_file or rabbitmq_definitions:
         click.echo(f"mqtt username {name} password {password} "
                    "(reload the broker: deploy/services.sh reload-broker)")
+        recovery.remember(obj.settings)
 
 
 def _instant_or_now(value: str, name: str) -> datetime:
@@ -131,6 +132,7 @@ def device_add(obj: Context, name: str, org_name: str, loc: str, start: str,
             set_mqtt_passwords(mqtt_passwd_file, {name: password})
     click.echo(f"device {name} id {did}, deployment {dep} at {loc} from {t0.isoformat()}")
     click.echo(f"mqtt username {name} password {password}")
+    recovery.remember(obj.settings)
     if mqtt_passwd_file:
         click.echo(reload_broker(mqtt_passwd_file, broker_pid_file))
     if rabbitmq_definitions:
@@ -270,6 +272,7 @@ def device_retire(obj: Context, name: str, at: str, mqtt_passwd_file: Path | Non
     if rabbitmq_definitions:
         click.echo(f"broker account removed; {RABBIT_RELOAD}" if removed_rabbit
                    else f"no broker account for {name} in {rabbitmq_definitions}")
+    recovery.remember(obj.settings)
 
 
 @device.command("rotate-password")
@@ -294,6 +297,7 @@ def device_rotate_password(obj: Context, name: str, mqtt_passwd_file: Path | Non
     if mqtt_passwd_file:
         set_mqtt_passwords(mqtt_passwd_file, {name: password})
     click.echo(f"mqtt username {name} password {password}")
+    recovery.remember(obj.settings)
     if mqtt_passwd_file:
         end_mqtt_session(obj.settings, name, password, mqtt_passwd_file, broker_pid_file)
     if rabbitmq_definitions:

@@ -152,6 +152,14 @@ def add_backup_jobs(scheduler: BlockingScheduler, pool: ConnectionPool, settings
                       next_run_time=datetime.now(UTC), args=(config, pool), **common)
 
 
+def scheduler_pool(settings: Settings) -> ConnectionPool:
+    """The scheduler's pool. Each connection is checked before it is handed out: after a
+    database switch (a restart, a restore, a promotion) the pooled connections are stale, and
+    the first round of every job failed once on them (issue 32); a stale one is now replaced."""
+    return make_pool(settings, name="sds-aggregate", role=ROLE_AGGREGATE,
+                     check=ConnectionPool.check_connection)
+
+
 def main() -> int:
     """Run the scheduler until SIGTERM/SIGINT."""
     settings = Settings.from_env(os.environ)
@@ -173,7 +181,7 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    pool = make_pool(settings, name="sds-aggregate", role=ROLE_AGGREGATE)
+    pool = scheduler_pool(settings)
     metrics = Metrics()
     metrics.serve(settings.aggregate_metrics_port, settings.metrics_bind)
     leader = LeaderLock(settings.database_url)

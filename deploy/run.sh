@@ -8,6 +8,8 @@
 #                    Anything already running is left alone, so a rerun changes nothing and takes
 #                    seconds; a changed instance count starts or stops instances and reloads the
 #                    edge without dropping a request.
+#   recover          whole machine lost: a fresh .state from the backup repository named by the
+#                    SDS_BACKUP_* settings, with SDS_RECOVERY_KEY (docs/operations.md), then start
 #   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
 #   status           what is running, with each process's restarts and last exit, the last
 #                    backup's age and the WAL archive's state (deploy/lib/pg_backup.sh)
@@ -406,6 +408,9 @@ start_all() {
         # The demo added the devices' passwords to the broker's password file.
         bash "$REPO/deploy/services.sh" reload-broker
     fi
+    # The recovery kit (secrets, broker accounts, stamps, settings) sealed into the database,
+    # so that its backups carry it (shared/recovery.py; the account commands save it too).
+    "$VENV/bin/sds" recovery save >/dev/null || warn "the recovery kit was not saved (sds recovery save)"
 
     api_layout
     # Before the edge, one gunicorn ("serve") held the edge's port: replace it.
@@ -472,11 +477,33 @@ EOF
     ((failed == 0)) || die "some processes did not stay up; see the logs above"
 }
 
+# The operator's SDS_* settings of the recovery kit (.state/settings.env), exported where the
+# environment does not set them.
+recovered_settings() {
+    local line key
+    [[ -f $STATE/settings.env ]] || return 0
+    while IFS= read -r line; do
+        [[ $line == SDS_*=* ]] || continue
+        key=${line%%=*}
+        [[ -n ${!key+x} ]] || export "${line?}"
+    done <"$STATE/settings.env"
+    return 0
+}
+
 # Sourced (by the tests of its functions), it only defines them.
 [[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 case ${1:-start} in
 start) start_all ;;
+recover)
+    # Whole machine lost (docs/operations.md): a fresh .state from the repository, then a start
+    # with the operator's settings saved in the kit wherever the environment does not set them.
+    need_root
+    bash "$REPO/deploy/setup.sh"
+    bash "$REPO/deploy/services.sh" recover
+    recovered_settings
+    start_all
+    ;;
 stop) need_root; stop_all ;;
 status) need_root; api_layout; status_all ;;
 monitor)
@@ -492,7 +519,7 @@ monitor)
     fi
     ;;
 *)
-    echo "usage: $0 [start|stop|status|monitor [off]]" >&2
+    echo "usage: $0 [start|recover|stop|status|monitor [off]]" >&2
     exit 2
     ;;
 esac

@@ -58,6 +58,10 @@ def repo_options(settings: Settings, base_dir: str) -> list[tuple[str, str]]:
         raise BackupError("SDS_BACKUP_RETENTION_FULL and SDS_BACKUP_RETENTION_DIFF must be >= 1")
     default_path = f"{base_dir}/repo" if kind == "posix" else "/sds"
     opts = [("repo1-type", kind), ("repo1-path", settings.backup_repo_path or default_path)]
+    if settings.backup_cipher_pass:
+        # Every file pgBackRest writes to the repository (backups, WAL, manifests) is encrypted.
+        opts += [("repo1-cipher-type", "aes-256-cbc"),
+                 ("repo1-cipher-pass", settings.backup_cipher_pass)]
     if kind == "s3":
         needed = {"SDS_BACKUP_S3_ENDPOINT": settings.backup_s3_endpoint,
                   "SDS_BACKUP_S3_BUCKET": settings.backup_s3_bucket,
@@ -165,8 +169,10 @@ def run(config: str, *args: str, timeout: float = 3600.0) -> subprocess.Complete
         raise BackupError(f"no pgBackRest configuration at {config} (SDS_BACKUP_CONFIG); "
                           "deploy/services.sh start renders it")
     try:
+        # errors="replace": an encrypted repository read without its passphrase answers with
+        # bytes that are not UTF-8 (a wrong SDS_BACKUP_CIPHER_PASS must be an error, not a crash).
         result = subprocess.run(command(config, *args), capture_output=True, text=True,
-                                timeout=timeout, cwd="/")
+                                errors="replace", timeout=timeout, cwd="/")
     except subprocess.TimeoutExpired as exc:
         raise BackupError(f"pgbackrest {args[0]} timed out after {timeout:.0f} s") from exc
     if result.returncode != 0:
@@ -210,7 +216,11 @@ def _ts(value: int) -> datetime:
 
 def parse_info(text: str) -> RepoInfo:
     """Our stanza's entry of `pgbackrest info --output=json`."""
-    stanzas = json.loads(text)
+    try:
+        # strict=False: a repository read with the wrong passphrase puts raw bytes in a message.
+        stanzas = json.loads(text, strict=False)
+    except ValueError as exc:
+        raise BackupError(f"pgbackrest info answered something that is not JSON: {exc}") from None
     entry = next((s for s in stanzas if s.get("name") == STANZA), None)
     if entry is None:
         return RepoInfo("no stanza", (), None, None)

@@ -160,6 +160,18 @@ class Settings:
         None, "The pgBackRest configuration file the processes and `sds backup` use "
         "(deploy/services.sh renders it into .state/pgbackrest/ and names it in "
         ".state/secrets.env); unset: no backups are scheduled and `sds backup` refuses")
+    state_dir: str | None = _f(
+        None, "The deployment's .state directory (deploy/services.sh names it in "
+        ".state/secrets.env): `sds` keeps the recovery kit of its files (shared/recovery.py)")
+    recovery_key: str | None = _f(
+        None, "Fernet key sealing the recovery kit in the database (generated into "
+        ".state/secrets.env; keep a copy off the machine: a whole-machine recovery needs it)",
+        secret=True)
+    backup_cipher_pass: str | None = _f(
+        None, "Passphrase encrypting the backup repository (pgBackRest aes-256-cbc): set it "
+        "for a new repository that leaves the machine (a second host, S3); an existing "
+        "unencrypted repository cannot be encrypted in place. Keep it off the machine with "
+        "SDS_RECOVERY_KEY: a restore needs it", secret=True)
     backup_repo_type: str = _f(
         "posix", "Where the backup repository lives: posix (a directory: the embedded default "
         "under .state/pgbackrest/repo, or a second disk or network mount), s3 (S3-compatible "

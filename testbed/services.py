@@ -469,12 +469,15 @@ class PgBackRestRepo:
         self.base_dir = Path(base_dir).resolve()
         self.config = self.base_dir / "pgbackrest.conf"
 
-    def attach(self, pg: PostgresServer, *, archive_timeout: int = 60) -> PgBackRestRepo:
-        """Render the configuration for `pg`, turn archiving on (a restart), create the stanza."""
+    def attach(self, pg: PostgresServer, *, archive_timeout: int = 60,
+               cipher_pass: str | None = None) -> PgBackRestRepo:
+        """Render the configuration for `pg` (an encrypted repository with `cipher_pass`), turn
+        archiving on (a restart), create the stanza."""
         from shared import backup
         from shared.config import Settings
 
-        settings = Settings(backup_archive_timeout=archive_timeout)
+        settings = Settings(backup_archive_timeout=archive_timeout,
+                            backup_cipher_pass=cipher_pass)
         for sub in ("", "log", "lock", "spool", "repo"):
             (self.base_dir / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         node = backup.PgNode(str(pg.data_dir), pg.port, str(pg.socket_dir))

@@ -25,6 +25,10 @@ bk_configure() {
     "$VENV/bin/python" -m admin.backup configure --config "$BK_CONF" --base-dir "$BK_DIR" \
         --pg "$PGDATA:$PG_PORT:$PG_RUN" --pg-settings "$BK_PG_SETTINGS" >/dev/null \
         || die "could not render the pgBackRest configuration (check the SDS_BACKUP_* settings)"
+    # A posix repository elsewhere (SDS_BACKUP_REPO_PATH): postgres must reach it.
+    if grep -q '^repo1-type=posix' "$BK_CONF"; then
+        ensure_traversable postgres "$(sed -n 's/^repo1-path=//p' "$BK_CONF")"
+    fi
 }
 
 # The lines sds.conf includes (archive_mode, archive_command, archive_timeout).

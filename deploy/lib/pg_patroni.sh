@@ -16,11 +16,16 @@
 PT_DIR=$STATE/patroni
 PT_NODES=${SDS_PATRONI_NODES:-2}
 PT_HAPROXY_CONF=$PT_DIR/haproxy.cfg
-# The etcd members keep their peer addresses in their data: a cluster must keep its ports. One
-# made before the default moved and never started as far as HAProxy has the old base.
-PT_BASE=${SDS_PATRONI_PORT_BASE:-$(config_port "$PT_HAPROXY_CONF" '^ +bind 127\.0\.0\.1:([0-9]+)$')}
+# The etcd members keep their peer addresses in their data: a cluster must keep its ports. The
+# base is remembered in .state/patroni/port-base at each start (pt_remember_base), so a later
+# stop or status without the setting finds the running cluster; a cluster made before that file
+# has it in HAProxy's configuration, and one made before the default moved and never started as
+# far as HAProxy has the old base.
+PT_BASE=${SDS_PATRONI_PORT_BASE:-$(cat "$PT_DIR/port-base" 2>/dev/null || true)}
+PT_BASE=${PT_BASE:-$(config_port "$PT_HAPROXY_CONF" '^ +bind 127\.0\.0\.1:([0-9]+)$')}
 if [[ -z $PT_BASE && -d $PT_DIR/etcd1 ]]; then PT_BASE=$OLD_PATRONI_PORT_BASE; fi
 PT_BASE=${PT_BASE:-$DEFAULT_PATRONI_PORT_BASE}
+pt_remember_base() { mkdir -p "$PT_DIR" && echo "$PT_BASE" >"$PT_DIR/port-base"; }
 # How the processes find the leader: haproxy (one address, HAProxy follows Patroni's REST API)
 # or libpq (every node in the URL, target_session_attrs=read-write). docs/decisions.md says why
 # haproxy is the default; the failover drill measures both.
@@ -353,6 +358,7 @@ pt_start() {
     warn_ephemeral "$PT_BASE" "the Patroni profile (from $PT_BASE to $((PT_BASE + PATRONI_PORT_SPAN)))" SDS_PATRONI_PORT_BASE
     mkdir -p "$PT_DIR"
     chmod 755 "$PT_DIR"
+    pt_remember_base
     ensure_traversable postgres "$PT_DIR"
     ensure_traversable etcd "$PT_DIR"
     pt_etcd_start

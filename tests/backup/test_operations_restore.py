@@ -7,8 +7,6 @@ process runs, and `deploy/run.sh status` shows the last backup's age and a worki
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from testbed.services import free_port
 from tests.support.ingesting import wait_for
+from tests.support.restoring import SECRETS, Tree
 
 pytestmark = [
     pytest.mark.chaos,
@@ -25,41 +23,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="run.sh runs as root (PostgreSQL, mosquitto)"),
 ]
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-class Tree:
-    """A scratch copy of the repository: deploy/ copied (so .state is scratch), the rest linked."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        for entry in REPO.iterdir():
-            if entry.name not in {"deploy", ".state", ".git"}:
-                (root / entry.name).symlink_to(entry)
-        shutil.copytree(REPO / "deploy", root / "deploy")
-        self.state = root / ".state"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
-        api = free_port()
-        self.env.update({
-            "SDS_PG_PORT": str(free_port()), "SDS_MQTT_PORT": str(free_port()),
-            "SDS_EDGE_BIND": f"127.0.0.1:{free_port()}", "SDS_HTTP_BIND": f"127.0.0.1:{api}",
-            "SDS_INGEST_SHARDS": "1", "SDS_METRICS_PORT": "0",
-            "SDS_AGGREGATE_METRICS_PORT": str(free_port()),
-        })
-
-    def sh(self, command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-        """A shell line as the operator types it, from the repository's directory."""
-        return subprocess.run(["bash", "-c", command], env=self.env, cwd=self.root,
-                              capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-
-    def url(self) -> str:
-        lines = (self.state / "secrets.env").read_text().splitlines()
-        return dict(ln.split("=", 1) for ln in lines if ln and not ln.startswith("#"))[
-            "SDS_DATABASE_URL"]
-
-
-SECRETS = "set -a; . .state/secrets.env; set +a; "
 
 
 @pytest.fixture

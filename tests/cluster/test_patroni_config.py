@@ -111,3 +111,11 @@ def test_bad_settings_are_refused(tmp_path: Path, name: str, value: str) -> None
                        capture_output=True, text=True, timeout=30, env={name: value,
                                                                         "PATH": "/usr/bin:/bin"})
     assert r.returncode == 1 and name in r.stderr, r.stderr
+
+
+def test_port_base_is_remembered(tmp_path: Path) -> None:
+    """A start with SDS_PATRONI_PORT_BASE remembers it: a later stop or status without the
+    setting finds the running cluster (it said "NO LEADER" on the default ports)."""
+    _render(tmp_path, "pt_remember_base", SDS_PATRONI_PORT_BASE="50000")
+    assert _render(tmp_path, 'echo "$PT_BASE"').strip() == "50000"
+    assert _render(tmp_path, 'echo "$PT_BASE"', SDS_PATRONI_PORT_BASE="51000").strip() == "51000"

@@ -5,13 +5,14 @@ for until it accepts writes. Used by tests/backup."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import psycopg
 
-from testbed.services import PgBackRestRepo, PostgresServer
+from testbed.services import PgBackRestRepo, PostgresServer, free_port
 from tests.support.ingesting import ROOT, wait_for
 
 SDS = str(ROOT / ".venv" / "bin" / "sds")
@@ -50,3 +51,40 @@ def start_restored(base: Path, *, port: int | None = None) -> tuple[PostgresServ
 
     wait_for(promoted, 300, every=0.2, what="the restored server to leave recovery")
     return server, time.monotonic() - start
+
+
+class Tree:
+    """A scratch copy of the repository (the README's run command on free ports): deploy/
+    copied (so .state is scratch), the rest linked."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        for entry in ROOT.iterdir():
+            if entry.name not in {"deploy", ".state", ".git"}:
+                (root / entry.name).symlink_to(entry)
+        shutil.copytree(ROOT / "deploy", root / "deploy")
+        self.state = root / ".state"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SDS_")}
+        api = free_port()
+        self.env.update({
+            "SDS_PG_PORT": str(free_port()), "SDS_MQTT_PORT": str(free_port()),
+            "SDS_EDGE_BIND": f"127.0.0.1:{free_port()}", "SDS_HTTP_BIND": f"127.0.0.1:{api}",
+            "SDS_INGEST_SHARDS": "1", "SDS_METRICS_PORT": "0",
+            "SDS_AGGREGATE_METRICS_PORT": str(free_port()),
+            # Off or free: the defaults may be taken by other runs on a shared machine.
+            "SDS_ALERTS_METRICS_PORT": "0", "SDS_API_METRICS_PORT": str(free_port()),
+        })
+
+    def sh(self, command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        """A shell line as the operator types it, from the repository's directory."""
+        return subprocess.run(["bash", "-c", command], env=self.env, cwd=self.root,
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def url(self) -> str:
+        lines = (self.state / "secrets.env").read_text().splitlines()
+        return dict(ln.split("=", 1) for ln in lines if ln and not ln.startswith("#"))[
+            "SDS_DATABASE_URL"]
+
+
+SECRETS = "set -a; . .state/secrets.env; set +a; "

@@ -1,0 +1,62 @@
+"""The backup repository moved as docs/operations.md "Where the repository lives" says (issue
+32): a running installation with the embedded repository gets SDS_BACKUP_REPO_PATH on a second
+disk (a directory root owns, as a fresh mount is) and the README's run command again; WAL
+archiving goes on into the new repository, with no failure, and a backup lands there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.ingesting import wait_for
+from tests.support.restoring import SECRETS, Tree
+
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(os.geteuid() != 0, reason="run.sh runs as root (PostgreSQL, mosquitto)"),
+]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    t = Tree(tmp_path)
+    try:
+        yield t
+    finally:
+        t.sh("deploy/run.sh stop", timeout=300)
+
+
+def test_moved_repository_keeps_archiving(tree: Tree, tmp_path: Path) -> None:
+    first = tree.sh("deploy/run.sh")
+    assert first.returncode == 0, first.stdout + first.stderr
+    wait_for(lambda: tree.sh(SECRETS + ".venv/bin/sds backup status").returncode == 0, 180,
+             every=2, what="the first full backup and a clean status")
+
+    mount = tmp_path / "mnt-backup"  # the second disk's mount point, root's as mounted
+    mount.mkdir(mode=0o755)
+    tree.env["SDS_BACKUP_REPO_PATH"] = str(mount / "sds")
+    again = tree.sh("deploy/run.sh")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "BACKUPS ARE NOT SET UP" not in again.stdout + again.stderr
+
+    with psycopg.connect(tree.url(), autocommit=True) as c:
+        c.execute("CREATE TABLE moved_marker (at timestamptz DEFAULT clock_timestamp())")
+        c.execute("INSERT INTO moved_marker DEFAULT VALUES")
+    # The archive_timeout ships the segment within a minute; no failure meanwhile.
+    archive = mount / "sds" / "archive" / "sds"
+
+    def archived_there() -> bool:
+        return any(p.name.endswith((".gz", ".lz4", ".zst")) or "-" in p.name
+                   for p in archive.rglob("0000*"))
+
+    wait_for(archived_there, 150, every=2, what="a WAL segment in the moved repository")
+    status = tree.sh(SECRETS + ".venv/bin/sds backup now --type full")
+    assert status.returncode == 0, status.stdout + status.stderr
+    final = tree.sh("deploy/run.sh status")
+    assert "wal archive: ok" in final.stdout, final.stdout + final.stderr
+    assert any((mount / "sds" / "backup" / "sds").glob("*F")), "no full backup in the new place"

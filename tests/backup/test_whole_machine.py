@@ -1,0 +1,151 @@
+"""Whole machine lost (issue 32; docs/operations.md "Whole machine lost"): the README's run
+command in a scratch copy of the repository with its backup repository elsewhere (a second
+disk: SDS_BACKUP_REPO_PATH outside the tree), a device added and an alert reader made, then
+.state deleted. One command, `deploy/run.sh recover` with the recovery key kept off the
+machine, brings the service back: the device and the alert reader log in with their old
+passwords, the API key made before works and is still retrievable, the demo is not
+re-created, and every reading stored before the loss is there."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.figures import Figures
+from tests.support.ingesting import Ledger, iso, now_slot, wait_for
+from tests.support.restoring import SECRETS, Tree
+
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.timeout(1200),
+    pytest.mark.skipif(os.geteuid() != 0, reason="run.sh runs as root (PostgreSQL, mosquitto)"),
+]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    t = Tree(tmp_path)
+    # The second disk, outside .state.
+    t.env["SDS_BACKUP_REPO_PATH"] = str(tmp_path / "disk2" / "sds")
+    try:
+        yield t
+    finally:
+        t.sh("deploy/run.sh stop", timeout=300)
+
+
+def secrets_of(tree: Tree) -> dict[str, str]:
+    lines = (tree.state / "secrets.env").read_text().splitlines()
+    return dict(ln.split("=", 1) for ln in lines if "=" in ln and not ln.startswith("#"))
+
+
+def api_get(tree: Tree, key: str, path: str) -> tuple[int, object]:
+    req = urllib.request.Request(f"http://{tree.env['SDS_EDGE_BIND']}/api/v2/{path}",
+                                 headers={"Authorization": f"Apikey {key}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:  # nosec B310  loopback test URL
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+def test_whole_state_lost_comes_back_with_one_command(tree: Tree, figures: Figures) -> None:
+    first = tree.sh("deploy/run.sh")
+    assert first.returncode == 0, first.stdout + first.stderr
+    wait_for(lambda: tree.sh(SECRETS + ".venv/bin/sds backup status").returncode == 0, 180,
+             every=2, what="the first full backup and a clean status")
+    key = re.search(r"api key:\s+(\S+)", (tree.state / "demo-credentials.txt").read_text())
+    assert key is not None
+    apikey = key.group(1)
+    before = secrets_of(tree)
+    mqtt_port = int(tree.env["SDS_MQTT_PORT"])
+
+    # The operator's changes since the first start: a device, an alert reader.
+    with psycopg.connect(tree.url()) as c:
+        org, loc = c.execute(
+            "SELECT o.id, l.name FROM organisations o JOIN locations l ON l.org_id = o.id "
+            "LIMIT 1").fetchone()
+    since = iso(datetime.now(UTC) - timedelta(days=1))
+    added = tree.sh(SECRETS + f".venv/bin/sds device add field-1 --org {org} --location "
+                    f"'{loc}' --from {since} --mqtt-passwd-file .state/mosquitto/passwd")
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert "recovery kit saved" in added.stdout
+    device_pw = re.search(r"mqtt username field-1 password (\S+)", added.stdout).group(1)
+    reader = tree.sh(SECRETS + f".venv/bin/sds alert-reader add {org} "
+                     "--mqtt-passwd-file .state/mosquitto/passwd")
+    assert reader.returncode == 0, reader.stdout + reader.stderr
+    reader_user = re.search(r"username: (\S+)", reader.stdout).group(1)
+    reader_pw = re.search(r"password: (\S+)", reader.stdout).group(1)
+
+    # The device's readings, acked by the broker and stored.
+    topic = f"{before.get('SDS_TOPIC_PREFIX', 'sensors')}/field-1/readings"
+    dev = Ledger("127.0.0.1", mqtt_port, username="field-1", password=device_pw)
+    sent = [now_slot(10) - timedelta(minutes=5 * i) for i in range(1, 11)]
+    try:
+        for i, t in enumerate(sent):
+            assert dev.publish(topic, json.dumps({"time": iso(t), "tair": 10.0 + i}).encode())
+    finally:
+        dev.close()
+
+    def device_rows() -> int:
+        with psycopg.connect(tree.url()) as c:
+            return c.execute("SELECT count(*) FROM calibrated WHERE device = %s",
+                             ("field-1",)).fetchone()[0]
+
+    wait_for(lambda: device_rows() == len(sent), 60, what="the device's readings stored")
+    with psycopg.connect(tree.url()) as c:
+        stored = c.execute("SELECT count(*) FROM calibrated").fetchone()[0]
+    assert api_get(tree, apikey, "devices?limit=1")[0] == 200
+
+    # The machine is lost: everything stops, .state goes. The repository survives elsewhere,
+    # and the operator kept the recovery key off the machine.
+    assert (r := tree.sh("deploy/run.sh stop", timeout=300)).returncode == 0, r.stderr
+    shutil.rmtree(tree.state)
+
+    tree.env["SDS_RECOVERY_KEY"] = before["SDS_RECOVERY_KEY"]
+    started = time.monotonic()
+    back = tree.sh("deploy/run.sh recover", timeout=900)
+    recover_s = time.monotonic() - started
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert "recovery done, accepting writes" in back.stdout
+    assert "creating the demo" not in back.stdout
+    after = secrets_of(tree)
+    for name in ("SDS_DB_PASSWORD", "SDS_MQTT_PASSWORD", "SDS_APIKEY_SEAL_KEYS",
+                 "SDS_CURSOR_SECRET", "SDS_INGEST_SHARE_GROUP", "SDS_RECOVERY_KEY"):
+        assert after[name] == before[name], name
+
+    # Nothing stored before the loss is missing (a clean stop ships the last WAL segment).
+    with psycopg.connect(tree.url()) as c:
+        restored = c.execute("SELECT count(*) FROM calibrated").fetchone()[0]
+    assert restored >= stored
+    assert device_rows() == len(sent)
+    # The device and the alert reader log in with their old passwords; the device's new
+    # reading is stored.
+    dev = Ledger("127.0.0.1", mqtt_port, username="field-1", password=device_pw)
+    fresh = sent[0] + timedelta(minutes=5)
+    try:
+        assert dev.publish(topic, json.dumps({"time": iso(fresh), "tair": 20.0}).encode())
+    finally:
+        dev.close()
+    wait_for(lambda: device_rows() == len(sent) + 1, 60, what="a reading after the recovery")
+    Ledger("127.0.0.1", mqtt_port, username=reader_user, password=reader_pw).close()
+    # The API key made before works, and its owner can still read it (the seal key is back).
+    status, body = api_get(tree, apikey, "devices?limit=1")
+    assert status == 200, body
+    figures.record("recovery.whole_machine", {
+        "readings before": stored, "readings after": restored, "recover s": round(recover_s),
+        "device login": "old password", "api key": "works",
+    }, section="recovery",
+        title="Whole .state lost, repository on a second disk: deploy/run.sh recover with the "
+              "recovery key (clean stop before the loss)",
+        target="readings after >= before; old passwords and keys work",
+        source="tests/backup/test_whole_machine.py")
