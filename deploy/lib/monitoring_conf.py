@@ -133,7 +133,8 @@ def main(argv: list[str]) -> int:
     try:
         changed = render(a.out, webhook=a.webhook, prometheus=a.prometheus,
                          alertmanager=a.alertmanager, node=a.node, aggregate=a.aggregate,
-                         alerts=a.alerts, delivery=a.delivery, ingest=a.ingest, api=a.api, patroni_dir=a.patroni_dir)
+                         alerts=a.alerts, delivery=a.delivery, ingest=a.ingest, api=a.api,
+                         patroni_dir=a.patroni_dir)
     except ValueError as exc:
         print(f"monitoring_conf.py: {exc}", file=sys.stderr)
         return 2

@@ -16,8 +16,8 @@ from flask.testing import FlaskClient
 
 from shared import accounts
 from tests.support.apps import close_app, make_app
-from tests.support.databases import as_role
 from tests.support.data_world import T0, World, csv_rows, error, get, rows
+from tests.support.databases import as_role
 
 HOUR = {"start_time": "2024-07-01T00:00:00Z", "end_time": "2024-07-01T01:00:00Z"}
 
