@@ -9,9 +9,14 @@ role may create databases from); an unreachable one stops the run.
 
 from __future__ import annotations
 
+import json
+import multiprocessing.util
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, NoReturn
 
 import psycopg
 import pytest
@@ -22,7 +27,8 @@ from tests.support.databases import clone_template, migrate_database, with_dbnam
 from tests.support.figures import Figures
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = "sds_template"
+# One per xdist worker (gw0, gw1, ...): workers on one TEST_DATABASE_URL server migrate their own.
+TEMPLATE = "sds_template" + os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 class _External:
@@ -102,6 +108,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MosquittoBroker
 
 
 _FIGURES = Figures()
+_FIGURES_KEY = "sds_figures"  # where an xdist worker leaves its figures for the controller
 
 
 @pytest.fixture(scope="session")
@@ -112,39 +119,114 @@ def figures() -> Figures:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Write the figures this run measured (only from a run whose tests all passed)."""
-    if exitstatus == 0:
+    """Write the figures this run measured (only from a run whose tests all passed). An xdist
+    worker hands its figures to the controller instead (pytest_testnodedown below), so the
+    documents are written once, by the controller, from every worker's figures."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # Through execnet, which carries plain types only: JSON, as write() stores them anyway.
+        workeroutput[_FIGURES_KEY] = json.dumps(_FIGURES.export(), default=str)
+    elif exitstatus == 0:
         _FIGURES.write()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist controller: take in the figures of a worker that finished."""
+    exported = getattr(node, "workeroutput", {}).get(_FIGURES_KEY)
+    if exported:
+        _FIGURES.absorb(json.loads(exported))
+
+
+@pytest.fixture(scope="session")
+def processes() -> None:
+    """Declares that a test (or a fixture) starts processes of its own: request it from such a
+    fixture, or `pytestmark = pytest.mark.usefixtures("processes")` in such a module. It keeps
+    the test out of `-m quick`; it starts nothing itself."""
+
+
 # The edit-test loop's marker: `deploy/test.sh -m quick` runs the tests that need no service.
-# A test is quick when none of its fixtures reaches a server (PostgreSQL, a broker) and its
-# module starts no process of its own; derived here at collection, so a new test is sorted
-# without anyone remembering a marker. The list of fixtures is the one thing to keep current.
-SERVICE_FIXTURES = frozenset({"pg_server", "broker"})
-# Modules that start servers or processes themselves (not through the fixtures above).
-_PROCESS_WORDS = ("subprocess", "PostgresServer", "MosquittoBroker", "Popen", "RabbitCluster",
-                  "apiserver", "browser", "services.", "run_script", "gunicorn", "nginx")
+# A test is quick when none of its fixtures, direct or indirect, is a service fixture: one that
+# reaches a server (PostgreSQL, a broker) or declares that it starts processes (`processes`).
+# Derived here at collection from the fixtures alone, so a new test is sorted without anyone
+# remembering a marker; and a quick test that starts a process anyway fails (_no_processes).
+SERVICE_FIXTURES = frozenset({"pg_server", "broker", "processes"})
 
 
-def _starts_processes(module: object) -> bool:
-    path = getattr(module, "__file__", None)
-    if not path:
-        return True
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return any(word in text for word in _PROCESS_WORDS)
+def _is_quick(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return not (fixtures & SERVICE_FIXTURES or item.get_closest_marker("chaos"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark `quick` the tests that need no service (see SERVICE_FIXTURES)."""
-    verdicts: dict[object, bool] = {}
+    """Mark `quick` the tests that need no service (see SERVICE_FIXTURES); under xdist, also
+    group the tests for the workers (_group_for_xdist)."""
     for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if fixtures & SERVICE_FIXTURES or item.get_closest_marker("chaos"):
-            continue
-        module = getattr(item, "module", None)
-        if module not in verdicts:
-            verdicts[module] = not _starts_processes(module)
-        if verdicts[module]:
+        if _is_quick(item):
             item.add_marker(pytest.mark.quick)
+    if hasattr(config, "workerinput"):
+        _group_for_xdist(items)
+
+
+# Under pytest-xdist (deploy/test.sh runs `-n` workers with `--dist loadgroup
+# --no-loadscope-reorder`): a worker runs whole groups. A module's service tests form one group,
+# so its module-scoped database, seeded world and servers are made once, on one worker; the
+# chaos scenarios form one group, so they never run beside each other (they time faults and
+# recoveries; two at once on 2 cores is how they race) and start first, being the longest
+# group. Quick tests are not grouped: they fill in wherever a worker is free. The groups are
+# handed out in this order, so the longest go first and the short ones even out the end.
+CHAOS_GROUP = "chaos"
+
+
+def _group_for_xdist(items: list[pytest.Item]) -> None:
+    chaos: list[pytest.Item] = []
+    service: list[pytest.Item] = []
+    quick: list[pytest.Item] = []
+    for item in items:
+        if item.get_closest_marker("chaos"):
+            item.add_marker(pytest.mark.xdist_group(CHAOS_GROUP))
+            chaos.append(item)
+        elif item.get_closest_marker("quick"):
+            quick.append(item)
+        else:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            service.append(item)
+    items[:] = chaos + service + quick
+
+
+_SPAWNERS = (
+    (subprocess.Popen, "_execute_child"),
+    (os, "fork"),
+    (os, "posix_spawn"),
+    (os, "posix_spawnp"),
+    (multiprocessing.util, "spawnv_passfds"),
+)
+
+
+@contextmanager
+def _no_processes(nodeid: str) -> Iterator[None]:
+    """Make every way of starting a process raise, for a test marked quick: the marker is
+    derived from fixtures, so a quick test that starts one must say so (`processes`)."""
+
+    def refuse(*args: object, **kwargs: object) -> NoReturn:
+        raise RuntimeError(f"{nodeid} is selected by -m quick (no service fixture) but starts a "
+                           "process: declare it with the `processes` fixture (tests/conftest.py)")
+
+    saved = [(owner, name, getattr(owner, name)) for owner, name in _SPAWNERS]
+    for owner, name, _ in saved:
+        setattr(owner, name, refuse)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item,
+                            nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    """Run a quick test with process starts refused (see _no_processes)."""
+    if item.get_closest_marker("quick") is None:
+        return (yield)
+    with _no_processes(item.nodeid):
+        return (yield)

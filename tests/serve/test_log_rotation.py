@@ -9,9 +9,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 CONF = Path(__file__).resolve().parents[2] / "deploy" / "logrotate" / "logrotate.conf"
 
 
+@pytest.mark.usefixtures("processes")
 def test_a_log_past_the_size_is_rotated_under_a_live_writer(tmp_path: Path) -> None:
     state = tmp_path / "state"
     logs = state / "logs"
@@ -44,6 +47,7 @@ def test_a_log_past_the_size_is_rotated_under_a_live_writer(tmp_path: Path) -> N
     assert not (logs / "aggregate.log.1").exists()  # under the size: left alone
 
 
+@pytest.mark.usefixtures("processes")
 def test_the_rotation_loop_rotates_and_stops_on_sigterm(tmp_path: Path) -> None:
     """deploy/logrotate/rotate-loop.sh, the long-running process a supervisor keeps up."""
     state = tmp_path / "state"
