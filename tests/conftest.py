@@ -14,7 +14,7 @@ import multiprocessing.util
 import os
 import subprocess
 from collections.abc import Generator, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,6 +25,7 @@ from shared.config import Settings
 from testbed.services import MosquittoBroker, PostgresServer
 from tests.support.databases import clone_template, migrate_database, with_dbname
 from tests.support.figures import Figures
+from tests.support.ports import deployed_ports, held
 
 ROOT = Path(__file__).resolve().parent.parent
 # One per xdist worker (gw0, gw1, ...): workers on one TEST_DATABASE_URL server migrate their own.
@@ -87,7 +88,10 @@ def database_url(pg_server: PostgresServer | _External, template_url: str) -> It
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     """Settings pointing at the test's database (no broker)."""
-    return Settings(database_url=database_url, metrics_port=0, aggregate_metrics_port=0)
+    # No metrics endpoints: a process started on these settings opens no port of the deployed
+    # stack's (9108-9112), which may be running beside the tests.
+    return Settings(database_url=database_url, metrics_port=0, aggregate_metrics_port=0,
+                    alerts_metrics_port=0, api_metrics_port=0)
 
 
 @pytest.fixture
@@ -105,6 +109,21 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MosquittoBroker
         yield b
     finally:
         b.stop()
+
+
+_HELD_PORTS = ExitStack()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hold the deployed stack's ports for the run (tests/support/ports.py), once per run: in
+    the xdist controller, or the only process."""
+    if not hasattr(config, "workerinput"):
+        _HELD_PORTS.enter_context(held(deployed_ports()))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Let the deployed stack's ports go."""
+    _HELD_PORTS.close()
 
 
 _FIGURES = Figures()

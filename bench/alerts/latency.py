@@ -57,6 +57,7 @@ def _env(url: str, port: int, seal: str, **extra: str) -> dict[str, str]:
     env.update({"SDS_DATABASE_URL": url, "SDS_MQTT_HOST": "127.0.0.1",
                 "SDS_MQTT_PORT": str(port), "SDS_MQTT_USERNAME": "", "SDS_MQTT_PASSWORD": "",
                 "SDS_MQTT_CLIENT_ID": "bench-alerts-ingester", "SDS_METRICS_PORT": "0",
+                "SDS_ALERTS_METRICS_PORT": "0",
                 "SDS_APIKEY_SEAL_KEYS": seal, "SDS_WEBHOOK_ALLOW_PRIVATE": "true",
                 "SDS_LOG_LEVEL": "WARNING", **extra})
     return env

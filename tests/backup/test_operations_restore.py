@@ -44,7 +44,8 @@ class Tree:
             "SDS_PG_PORT": str(free_port()), "SDS_MQTT_PORT": str(free_port()),
             "SDS_EDGE_BIND": f"127.0.0.1:{free_port()}", "SDS_HTTP_BIND": f"127.0.0.1:{api}",
             "SDS_INGEST_SHARDS": "1", "SDS_METRICS_PORT": "0",
-            "SDS_AGGREGATE_METRICS_PORT": str(free_port()),
+            "SDS_AGGREGATE_METRICS_PORT": str(free_port()), "SDS_API_METRICS_PORT": "0",
+            "SDS_ALERTS_METRICS_PORT": "0",
         })
 
     def sh(self, command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
