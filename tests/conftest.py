@@ -43,7 +43,7 @@ class _External:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer | _External]:
+def pg_server() -> Iterator[PostgresServer | _External]:
     """The session's PostgreSQL server (TimescaleDB preloaded)."""
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
@@ -53,11 +53,15 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
             pytest.exit(f"TEST_DATABASE_URL is set but unreachable: {exc}", returncode=3)
         yield _External(url)
         return
-    server = PostgresServer().start(tmp_path_factory.mktemp("pg"))
+    # In a directory of its own under /tmp, not under pytest's basetemp: each pytest run that
+    # starts on the machine resets /tmp/pytest-of-<user> to mode 0700, and the server, running
+    # as user postgres, then loses its data directory mid-session (PANIC: pg_control:
+    # Permission denied; seen with two runs at once).
+    server = PostgresServer().start()
     try:
         yield server
     finally:
-        server.stop()
+        server.cleanup()
 
 
 @pytest.fixture(scope="session")
@@ -102,13 +106,13 @@ def conn(database_url: str) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MosquittoBroker]:
+def broker() -> Iterator[MosquittoBroker]:
     """A mosquitto with the shipped durable settings, anonymous access, for the session."""
-    b = MosquittoBroker().start(tmp_path_factory.mktemp("mqtt"), durable=True)
+    b = MosquittoBroker().start(durable=True)  # under /tmp, as the PostgreSQL above
     try:
         yield b
     finally:
-        b.stop()
+        b.cleanup()
 
 
 _HELD_PORTS = ExitStack()
@@ -242,9 +246,19 @@ def _no_processes(nodeid: str) -> Iterator[None]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item,
-                            nextitem: pytest.Item | None) -> Generator[None, object, object]:
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    """Set up a quick test's fixtures with process starts refused (see _no_processes)."""
+    yield from _refusing_processes(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """Run a quick test with process starts refused (see _no_processes)."""
+    yield from _refusing_processes(item)
+
+
+def _refusing_processes(item: pytest.Item) -> Generator[None, None, None]:
+    # Not in teardown: the last test of a worker also finalizes the session's servers there.
     if item.get_closest_marker("quick") is None:
         return (yield)
     with _no_processes(item.nodeid):
