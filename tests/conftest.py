@@ -192,28 +192,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # Under pytest-xdist (deploy/test.sh runs `-n` workers with `--dist loadgroup
-# --no-loadscope-reorder`): a worker runs whole groups. A module's service tests form one group,
-# so its module-scoped database, seeded world and servers are made once, on one worker; the
-# chaos scenarios form one group, so they never run beside each other (they time faults and
-# recoveries; two at once on 2 cores is how they race) and start first, being the longest
-# group. Quick tests are not grouped: they fill in wherever a worker is free. The groups are
-# handed out in this order, so the longest go first and the short ones even out the end.
-CHAOS_GROUP = "chaos"
-
-
+# --no-loadscope-reorder`) a worker runs whole groups, handed out in collection order. A module's
+# service tests form one group, so its module-scoped database, seeded world and servers are made
+# once, on one worker. The chaos scenarios come first: their modules are the longest groups
+# (one module's scenarios run 5-6 minutes one after the other), and starting them first keeps
+# them from being the tail of the run. They stay grouped by module, not all in one group: all of
+# them on one worker would take longer than the whole suite may. Quick tests are not grouped:
+# they come last and fill in wherever a worker is free, evening out the end.
 def _group_for_xdist(items: list[pytest.Item]) -> None:
     chaos: list[pytest.Item] = []
     service: list[pytest.Item] = []
     quick: list[pytest.Item] = []
     for item in items:
-        if item.get_closest_marker("chaos"):
-            item.add_marker(pytest.mark.xdist_group(CHAOS_GROUP))
-            chaos.append(item)
-        elif item.get_closest_marker("quick"):
+        if item.get_closest_marker("quick"):
             quick.append(item)
-        else:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-            service.append(item)
+            continue
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+        (chaos if item.get_closest_marker("chaos") else service).append(item)
     items[:] = chaos + service + quick
 
 
