@@ -119,10 +119,10 @@ _HELD_PORTS = ExitStack()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Hold the deployed stack's ports for the run (tests/support/ports.py), once per run: in
-    the xdist controller, or the only process."""
-    if not hasattr(config, "workerinput"):
-        _HELD_PORTS.enter_context(held(deployed_ports()))
+    """Hold the deployed stack's ports for the run (tests/support/ports.py). Every process
+    tries (the xdist controller first, then each worker takes what is still free): a port that
+    another run on the machine held when this one started may be let go later."""
+    _HELD_PORTS.enter_context(held(deployed_ports()))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -151,6 +151,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         workeroutput[_FIGURES_KEY] = json.dumps(_FIGURES.export(), default=str)
     elif exitstatus == 0:
         _FIGURES.write()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (deploy/test.sh): SDS_TEST_WORKERS, by default twice the cores, as most tests
+    wait on servers more than they compute; none for `-m quick`, where starting and collecting
+    in each worker would cost more than the whole selection takes in one process."""
+    if config.option.markexpr == "quick":
+        return 0
+    return int(os.environ.get("SDS_TEST_WORKERS") or 2 * (os.cpu_count() or 1))
 
 
 @pytest.hookimpl(optionalhook=True)
