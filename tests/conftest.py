@@ -191,6 +191,7 @@ def _is_quick(item: pytest.Item) -> bool:
     return not (fixtures & SERVICE_FIXTURES or item.get_closest_marker("chaos"))
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `quick` the tests that need no service (see SERVICE_FIXTURES); under xdist, also
     group the tests for the workers (_group_for_xdist)."""

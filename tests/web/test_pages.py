@@ -5,7 +5,9 @@ locations, headers; and the pure parts (health badges, chart configuration)."""
 from __future__ import annotations
 
 import re
+import shutil
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -358,12 +360,21 @@ def test_chart_configuration_covers_every_unit_and_table() -> None:
 
 
 def test_app_without_the_chart_library_says_how_to_install_it(
-        client: FlaskClient, monkeypatch: pytest.MonkeyPatch, app: Flask) -> None:
+        client: FlaskClient, monkeypatch: pytest.MonkeyPatch, app: Flask, tmp_path: Path) -> None:
     from serve.web import views
 
-    monkeypatch.setattr(views, "STATIC", views.STATIC.parent / "no-such-static")
-    sign_in(client, "user@a.example")
-    page = text(client.get("/dashboard/devices/A1"))
+    # The page's own scripts without the vendored libraries (what deploy/setup.sh installs).
+    # It pointed STATIC at a missing folder and passed only after another test had cached the
+    # page's module list (views._modules); alone, or first on an xdist worker, it failed.
+    static = tmp_path / "static"
+    shutil.copytree(views.STATIC, static, ignore=shutil.ignore_patterns("vendor"))
+    monkeypatch.setattr(views, "STATIC", static)
+    views._modules.cache_clear()
+    try:
+        sign_in(client, "user@a.example")
+        page = text(client.get("/dashboard/devices/A1"))
+    finally:
+        views._modules.cache_clear()
     assert 'id="no-chart-library"' in page and "deploy/setup.sh" in page
 
 
