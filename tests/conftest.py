@@ -191,36 +191,36 @@ def _is_quick(item: pytest.Item) -> bool:
     return not (fixtures & SERVICE_FIXTURES or item.get_closest_marker("chaos"))
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark `quick` the tests that need no service (see SERVICE_FIXTURES); under xdist, also
-    group the tests for the workers (_group_for_xdist)."""
+    order the modules for the workers (_order_for_xdist)."""
     for item in items:
         if _is_quick(item):
             item.add_marker(pytest.mark.quick)
     if hasattr(config, "workerinput"):
-        _group_for_xdist(items)
+        _order_for_xdist(items)
 
 
-# Under pytest-xdist (deploy/test.sh runs `-n` workers with `--dist loadgroup
-# --no-loadscope-reorder`) a worker runs whole groups, handed out in collection order. A module's
-# service tests form one group, so its module-scoped database, seeded world and servers are made
-# once, on one worker. The chaos scenarios come first: their modules are the longest groups
-# (one module's scenarios run 5-6 minutes one after the other), and starting them first keeps
-# them from being the tail of the run. They stay grouped by module, not all in one group: all of
-# them on one worker would take longer than the whole suite may. Quick tests are not grouped:
-# they come last and fill in wherever a worker is free, evening out the end.
-def _group_for_xdist(items: list[pytest.Item]) -> None:
-    chaos: list[pytest.Item] = []
-    service: list[pytest.Item] = []
-    quick: list[pytest.Item] = []
+# Under pytest-xdist (deploy/test.sh runs `-n` workers with `--dist loadfile
+# --no-loadscope-reorder`) a worker runs whole modules, handed out in collection order: a
+# module's module-scoped database, seeded world and servers are made once, on one worker.
+# (Not loadgroup with xdist_group marks: xdist 3.8 groups by rewriting item._nodeid, which
+# pytest 9 no longer reads, so nothing was grouped.) Modules with chaos scenarios come first:
+# they are the longest (one module's scenarios run 5-6 minutes one after the other), and
+# starting them first keeps them from being the tail of the run. Modules of quick tests only
+# come last and fill in wherever a worker is free, evening out the end.
+def _order_for_xdist(items: list[pytest.Item]) -> None:
+    modules: dict[str, list[pytest.Item]] = {}
     for item in items:
-        if item.get_closest_marker("quick"):
-            quick.append(item)
-            continue
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-        (chaos if item.get_closest_marker("chaos") else service).append(item)
-    items[:] = chaos + service + quick
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def rank(module: list[pytest.Item]) -> int:
+        if any(i.get_closest_marker("chaos") for i in module):
+            return 0
+        return 2 if all(i.get_closest_marker("quick") for i in module) else 1
+
+    ordered = sorted(modules.values(), key=rank)  # stable: collection order within a rank
+    items[:] = [item for module in ordered for item in module]
 
 
 _SPAWNERS = (
