@@ -9,9 +9,14 @@ role may create databases from); an unreachable one stops the run.
 
 from __future__ import annotations
 
+import json
+import multiprocessing.util
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Generator, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any, NoReturn
 
 import psycopg
 import pytest
@@ -20,9 +25,11 @@ from shared.config import Settings
 from testbed.services import MosquittoBroker, PostgresServer
 from tests.support.databases import clone_template, migrate_database, with_dbname
 from tests.support.figures import Figures
+from tests.support.ports import deployed_ports, held
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = "sds_template"
+# One per xdist worker (gw0, gw1, ...): workers on one TEST_DATABASE_URL server migrate their own.
+TEMPLATE = "sds_template" + os.environ.get("PYTEST_XDIST_WORKER", "")
 
 
 class _External:
@@ -36,7 +43,7 @@ class _External:
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer | _External]:
+def pg_server() -> Iterator[PostgresServer | _External]:
     """The session's PostgreSQL server (TimescaleDB preloaded)."""
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
@@ -46,11 +53,15 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServ
             pytest.exit(f"TEST_DATABASE_URL is set but unreachable: {exc}", returncode=3)
         yield _External(url)
         return
-    server = PostgresServer().start(tmp_path_factory.mktemp("pg"))
+    # In a directory of its own under /tmp, not under pytest's basetemp: each pytest run that
+    # starts on the machine resets /tmp/pytest-of-<user> to mode 0700, and the server, running
+    # as user postgres, then loses its data directory mid-session (PANIC: pg_control:
+    # Permission denied; seen with two runs at once).
+    server = PostgresServer().start()
     try:
         yield server
     finally:
-        server.stop()
+        server.cleanup()
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +96,10 @@ def database_url(pg_server: PostgresServer | _External, template_url: str) -> It
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     """Settings pointing at the test's database (no broker)."""
-    return Settings(database_url=database_url, metrics_port=0, aggregate_metrics_port=0)
+    # No metrics endpoints: a process started on these settings opens no port of the deployed
+    # stack's (9108-9112), which may be running beside the tests.
+    return Settings(database_url=database_url, metrics_port=0, aggregate_metrics_port=0,
+                    alerts_metrics_port=0, api_metrics_port=0)
 
 
 @pytest.fixture
@@ -96,16 +110,32 @@ def conn(database_url: str) -> Iterator[psycopg.Connection]:
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MosquittoBroker]:
+def broker() -> Iterator[MosquittoBroker]:
     """A mosquitto with the shipped durable settings, anonymous access, for the session."""
-    b = MosquittoBroker().start(tmp_path_factory.mktemp("mqtt"), durable=True)
+    b = MosquittoBroker().start(durable=True)  # under /tmp, as the PostgreSQL above
     try:
         yield b
     finally:
-        b.stop()
+        b.cleanup()
+
+
+_HELD_PORTS = ExitStack()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Hold the deployed stack's ports for the run (tests/support/ports.py). Every process
+    tries (the xdist controller first, then each worker takes what is still free): a port that
+    another run on the machine held when this one started may be let go later."""
+    _HELD_PORTS.enter_context(held(deployed_ports()))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Let the deployed stack's ports go."""
+    _HELD_PORTS.close()
 
 
 _FIGURES = Figures()
+_FIGURES_KEY = "sds_figures"  # where an xdist worker leaves its figures for the controller
 
 
 @pytest.fixture(scope="session")
@@ -116,39 +146,130 @@ def figures() -> Figures:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Write the figures this run measured (only from a run whose tests all passed)."""
-    if exitstatus == 0:
+    """Write the figures this run measured (only from a run whose tests all passed). An xdist
+    worker hands its figures to the controller instead (pytest_testnodedown below), so the
+    documents are written once, by the controller, from every worker's figures."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # Through execnet, which carries plain types only: JSON, as write() stores them anyway.
+        workeroutput[_FIGURES_KEY] = json.dumps(_FIGURES.export(), default=str)
+    elif exitstatus == 0:
         _FIGURES.write()
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (deploy/test.sh): SDS_TEST_WORKERS, by default twice the cores, as most tests
+    wait on servers more than they compute; none for `-m quick`, where starting and collecting
+    in each worker would cost more than the whole selection takes in one process."""
+    if config.option.markexpr == "quick":
+        return 0
+    return int(os.environ.get("SDS_TEST_WORKERS") or 2 * (os.cpu_count() or 1))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist controller: take in the figures of a worker that finished."""
+    exported = getattr(node, "workeroutput", {}).get(_FIGURES_KEY)
+    if exported:
+        _FIGURES.absorb(json.loads(exported))
+
+
+@pytest.fixture(scope="session")
+def processes() -> None:
+    """Declares that a test (or a fixture) starts processes of its own: request it from such a
+    fixture, or `pytestmark = pytest.mark.usefixtures("processes")` in such a module. It keeps
+    the test out of `-m quick`; it starts nothing itself."""
+
+
 # The edit-test loop's marker: `deploy/test.sh -m quick` runs the tests that need no service.
-# A test is quick when none of its fixtures reaches a server (PostgreSQL, a broker) and its
-# module starts no process of its own; derived here at collection, so a new test is sorted
-# without anyone remembering a marker. The list of fixtures is the one thing to keep current.
-SERVICE_FIXTURES = frozenset({"pg_server", "broker"})
-# Modules that start servers or processes themselves (not through the fixtures above).
-_PROCESS_WORDS = ("subprocess", "PostgresServer", "MosquittoBroker", "Popen", "RabbitCluster",
-                  "apiserver", "browser", "services.", "run_script", "gunicorn", "nginx")
+# A test is quick when none of its fixtures, direct or indirect, is a service fixture: one that
+# reaches a server (PostgreSQL, a broker) or declares that it starts processes (`processes`).
+# Derived here at collection from the fixtures alone, so a new test is sorted without anyone
+# remembering a marker; and a quick test that starts a process anyway fails (_no_processes).
+SERVICE_FIXTURES = frozenset({"pg_server", "broker", "processes"})
 
 
-def _starts_processes(module: object) -> bool:
-    path = getattr(module, "__file__", None)
-    if not path:
-        return True
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return any(word in text for word in _PROCESS_WORDS)
+def _is_quick(item: pytest.Item) -> bool:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    return not (fixtures & SERVICE_FIXTURES or item.get_closest_marker("chaos"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark `quick` the tests that need no service (see SERVICE_FIXTURES)."""
-    verdicts: dict[object, bool] = {}
+    """Mark `quick` the tests that need no service (see SERVICE_FIXTURES); under xdist, also
+    order the modules for the workers (_order_for_xdist)."""
     for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        if fixtures & SERVICE_FIXTURES or item.get_closest_marker("chaos"):
-            continue
-        module = getattr(item, "module", None)
-        if module not in verdicts:
-            verdicts[module] = not _starts_processes(module)
-        if verdicts[module]:
+        if _is_quick(item):
             item.add_marker(pytest.mark.quick)
+    if hasattr(config, "workerinput"):
+        _order_for_xdist(items)
+
+
+# Under pytest-xdist (deploy/test.sh runs `-n` workers with `--dist loadfile
+# --no-loadscope-reorder`) a worker runs whole modules, handed out in collection order: a
+# module's module-scoped database, seeded world and servers are made once, on one worker.
+# (Not loadgroup with xdist_group marks: xdist 3.8 groups by rewriting item._nodeid, which
+# pytest 9 no longer reads, so nothing was grouped.) Modules with chaos scenarios come first:
+# they are the longest (one module's scenarios run 5-6 minutes one after the other), and
+# starting them first keeps them from being the tail of the run. Modules of quick tests only
+# come last and fill in wherever a worker is free, evening out the end.
+def _order_for_xdist(items: list[pytest.Item]) -> None:
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def rank(module: list[pytest.Item]) -> int:
+        if any(i.get_closest_marker("chaos") for i in module):
+            return 0
+        return 2 if all(i.get_closest_marker("quick") for i in module) else 1
+
+    ordered = sorted(modules.values(), key=rank)  # stable: collection order within a rank
+    items[:] = [item for module in ordered for item in module]
+
+
+_SPAWNERS = (
+    (subprocess.Popen, "_execute_child"),
+    (os, "fork"),
+    (os, "posix_spawn"),
+    (os, "posix_spawnp"),
+    (multiprocessing.util, "spawnv_passfds"),
+)
+
+
+@contextmanager
+def _no_processes(nodeid: str) -> Iterator[None]:
+    """Make every way of starting a process raise, for a test marked quick: the marker is
+    derived from fixtures, so a quick test that starts one must say so (`processes`)."""
+
+    def refuse(*args: object, **kwargs: object) -> NoReturn:
+        raise RuntimeError(f"{nodeid} is selected by -m quick (no service fixture) but starts a "
+                           "process: declare it with the `processes` fixture (tests/conftest.py)")
+
+    saved = [(owner, name, getattr(owner, name)) for owner, name in _SPAWNERS]
+    for owner, name, _ in saved:
+        setattr(owner, name, refuse)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    """Set up a quick test's fixtures with process starts refused (see _no_processes)."""
+    yield from _refusing_processes(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """Run a quick test with process starts refused (see _no_processes)."""
+    yield from _refusing_processes(item)
+
+
+def _refusing_processes(item: pytest.Item) -> Generator[None, None, None]:
+    # Not in teardown: the last test of a worker also finalizes the session's servers there.
+    if item.get_closest_marker("quick") is None:
+        return (yield)
+    with _no_processes(item.nodeid):
+        return (yield)

@@ -66,7 +66,7 @@ supervise = _load_module(REPO / "deploy" / "lib" / "supervise.py", "sds_supervis
 
 
 @pytest.fixture(scope="module")
-def pg() -> Iterator[PostgresServer]:
+def pg(processes: None) -> Iterator[PostgresServer]:
     server = PostgresServer().start()
     try:
         yield server
@@ -99,6 +99,7 @@ def test_postgres_has_timescaledb(pg: PostgresServer) -> None:
     }
 
 
+@pytest.mark.usefixtures("processes")
 def test_postgres_without_timescaledb_is_plain(tmp_path: Path) -> None:
     pg = PostgresServer().start(tmp_path / "plain", timescaledb=False)
     try:
@@ -110,6 +111,7 @@ def test_postgres_without_timescaledb_is_plain(tmp_path: Path) -> None:
         pg.cleanup()
 
 
+@pytest.mark.usefixtures("processes")
 def test_postgres_crash_and_restart_keep_committed_rows(tmp_path: Path) -> None:
     # durable=True: with the fast settings a crash may lose the last commits
     # (synchronous_commit=off), which is exactly what crash tests must not hide.
@@ -226,6 +228,7 @@ def test_acl_keeps_devices_to_their_own_topic(broker: MosquittoBroker) -> None:
     assert (msg.topic, msg.payload) == ("sensors/A000001/readings", b"own")
 
 
+@pytest.mark.usefixtures("processes")
 def test_acl_negative_control_forgery_passes_without_the_pattern() -> None:
     """Proves the test above can fail: with a permissive ACL the forged reading arrives."""
     permissive = "pattern write sensors/#\nuser ingester\ntopic read sensors/#\n"
@@ -263,6 +266,7 @@ def test_broker_refuses_clients_without_valid_credentials(
         client.loop_stop()
 
 
+@pytest.mark.usefixtures("processes")
 def test_shipped_template_starts_and_persists(tmp_path: Path) -> None:
     """R10 in small: the config services.sh renders starts, and the store is writable."""
     broker = MosquittoBroker().start(tmp_path / "mq", users=USERS, shipped_template=True)
@@ -421,6 +425,7 @@ def test_mirror_skips_disabled_entries_and_keeps_embedded_keys(tmp_path: Path) -
     )
 
 
+@pytest.mark.usefixtures("processes")
 def test_mirror_cli(tmp_path: Path) -> None:
     root = _fake_root(
         tmp_path,
@@ -447,6 +452,7 @@ def test_mirror_cli(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "no enabled 'deb' entry" in missing.stderr
 
 
+@pytest.mark.usefixtures("processes")
 def test_repo_names_no_debian_host() -> None:
     """Mirrors come from the machine's own apt config; the repo must not name Debian's hosts."""
     host = "debian" + ".org"  # split so this file does not match itself
@@ -472,6 +478,7 @@ def test_repo_names_no_debian_host() -> None:
     assert hits == []
 
 
+@pytest.mark.usefixtures("processes")
 def test_deploy_scripts_parse() -> None:
     scripts = [
         *sorted((REPO / "deploy").glob("*.sh")),
@@ -508,6 +515,7 @@ def _answers(url: str) -> bool:
         return False
 
 
+@pytest.mark.usefixtures("processes")
 @pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
 def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
     """services.sh in a copy of deploy/ (so its .state is scratch) on free ports."""
@@ -590,6 +598,7 @@ def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
     assert run("status").returncode == 3
 
 
+@pytest.mark.usefixtures("processes")
 @pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
 def test_services_sh_standby_streams_synchronously_and_promotes(tmp_path: Path) -> None:
     """standby-init makes a synchronous hot standby through a replication slot; the URLs in
@@ -934,6 +943,7 @@ def wait_for(cond, timeout: float = WAIT):  # type: ignore[no-untyped-def]
     raise AssertionError(f"timed out waiting for {cond}")
 
 
+@pytest.mark.usefixtures("processes")
 def test_supervisor_restarts_a_killed_process_and_shows_it(tmp_path: Path) -> None:
     """SIGKILL of the child: restarted with a new pid after the first backoff step, its
     process group's leftovers killed, the restart counted in the status and metrics files and
@@ -963,6 +973,7 @@ def test_supervisor_restarts_a_killed_process_and_shows_it(tmp_path: Path) -> No
         sup.stop()
 
 
+@pytest.mark.usefixtures("processes")
 def test_supervisor_kills_a_child_that_ignores_the_stop_signal(tmp_path: Path) -> None:
     sup = Supervised(tmp_path, "--stop-timeout", "1",
                      command=["sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"])
@@ -976,6 +987,7 @@ def test_supervisor_kills_a_child_that_ignores_the_stop_signal(tmp_path: Path) -
         sup.stop()
 
 
+@pytest.mark.usefixtures("processes")
 def test_supervisor_does_not_start_while_the_unless_file_exists(tmp_path: Path) -> None:
     """A PostgreSQL retired by a promotion (services.sh writes RETIRED) is never restarted."""
     retired = tmp_path / "RETIRED"
@@ -989,6 +1001,7 @@ def test_supervisor_does_not_start_while_the_unless_file_exists(tmp_path: Path) 
         sup.stop()
 
 
+@pytest.mark.usefixtures("processes")
 def test_a_killed_supervisor_takes_its_child_along(tmp_path: Path) -> None:
     """SIGKILL of the supervisor itself: the child gets the stop signal (parent-death signal),
     so no unsupervised copy is left to collide with the next run.sh."""

@@ -46,24 +46,28 @@ def _run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
                           timeout=timeout, check=False)
 
 
+@pytest.mark.usefixtures("processes")
 def test_ruff_finds_nothing() -> None:
     run = _run(_tool("ruff"), "check", "--output-format", "concise", *PRODUCTION, "bench",
                "tests", "client", timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
+@pytest.mark.usefixtures("processes")
 def test_mypy_finds_nothing() -> None:
     run = _run(_tool("mypy"))  # files and options: [tool.mypy] in pyproject.toml
     assert run.returncode == 0, run.stdout + run.stderr
     assert "Success: no issues found" in run.stdout
 
 
+@pytest.mark.usefixtures("processes")
 def test_layering_contracts_are_kept() -> None:
     run = _run(_tool("lint-imports"), "--no-cache")  # [tool.importlinter] in pyproject.toml
     assert run.returncode == 0, run.stdout + run.stderr
     assert "6 kept, 0 broken" in run.stdout, run.stdout
 
 
+@pytest.mark.usefixtures("processes")
 def test_no_copied_blocks_in_production_code() -> None:
     # min-similarity-lines and what is ignored: [tool.pylint.similarities] in pyproject.toml.
     run = _run(_tool("pylint"), "--rcfile", "pyproject.toml", "--disable=all",

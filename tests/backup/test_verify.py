@@ -22,7 +22,7 @@ pytestmark = [
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[PostgresServer]:
+def server(tmp_path: Path, processes: None) -> Iterator[PostgresServer]:
     pg = PostgresServer().start(tmp_path / "pg", durable=True)
     try:
         yield pg

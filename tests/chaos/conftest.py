@@ -1,3 +1,5 @@
 """Fixtures of the chaos scenarios (defined in tests/support/chaos.py, registered here)."""
 
-from tests.support.chaos import *  # noqa: F403  fixtures (own_broker, own_pg)
+from tests.support.chaos import own_broker, own_pg
+
+__all__ = ["own_broker", "own_pg"]

@@ -9,11 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from testbed.apiserver import gunicorn_api
-from tests.support.apps import module_db  # noqa: F401  fixture used here
-from tests.support.data_world import (
-    World,
-    world,  # noqa: F401  fixture used here
-)
+from tests.support.apps import module_db
+from tests.support.data_world import World, world
+
+__all__ = ["api_url", "module_db", "world"]  # fixtures: registered here
 
 
 @pytest.fixture(scope="module")

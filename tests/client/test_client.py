@@ -160,6 +160,7 @@ def test_export_csv_to_a_stream(api_url: str, world: World) -> None:
         "2024-07-01T02:00:00+0000,21.3"]
 
 
+@pytest.mark.usefixtures("processes")
 def test_client_imports_without_the_servers_packages() -> None:
     """The client is its own package: it must import with flask, psycopg and the service's
     own packages unavailable."""

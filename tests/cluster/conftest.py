@@ -12,7 +12,7 @@ from tests.support.rabbit import RabbitCluster
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[RabbitCluster]:
+def cluster(processes: None) -> Iterator[RabbitCluster]:
     """Three RabbitMQ nodes with the service's vhost, ingester and devices (DEVICES)."""
     c = RabbitCluster(size=3).start()
     try:

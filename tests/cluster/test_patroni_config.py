@@ -15,6 +15,8 @@ from testbed.services import REPO
 # Debian's python3 has PyYAML (Patroni depends on it); the project's venv does not pin it.
 SYSTEM_PYTHON = "/usr/bin/python3"
 
+pytestmark = pytest.mark.usefixtures("processes")  # every test runs bash or python3
+
 
 def _render(tmp: Path, call: str, **env: str) -> str:
     """Source pg_patroni.sh as services.sh does (after common.sh) and run `call`."""

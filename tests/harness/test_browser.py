@@ -7,6 +7,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from testbed.browser import chromium, console_errors, wait_for
 
 PAGE = ("data:text/html,<title>probe</title><script>window.answer = 6 * 7;"
@@ -28,6 +30,7 @@ def _chromium_pids(profile: str) -> list[int]:
     return found
 
 
+@pytest.mark.usefixtures("processes")
 def test_headless_chromium_runs_a_page_and_cleans_up() -> None:
     with chromium() as driver:
         driver.get(PAGE)

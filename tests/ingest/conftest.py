@@ -1,3 +1,5 @@
 """Fixtures of the ingest tests (defined in tests/support/ingesting.py, registered here)."""
 
-from tests.support.ingesting import *  # noqa: F403  fixtures (site, mqtt_settings, ingester, publisher)
+from tests.support.ingesting import ingester, mqtt_settings, publisher, site
+
+__all__ = ["ingester", "mqtt_settings", "publisher", "site"]

@@ -346,7 +346,7 @@ def test_leader_steps_down_when_another_took_the_lock(database_url: str) -> None
 
 
 @pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+def own_broker(tmp_path: Path, processes: None) -> Iterator[MosquittoBroker]:
     broker = MosquittoBroker().start(tmp_path / "mqtt", durable=True)
     try:
         yield broker
@@ -384,7 +384,7 @@ def test_broker_sigterm_restarts_ledger(
 
 
 @pytest.fixture
-def own_pg(tmp_path: Path) -> Iterator[tuple[PostgresServer, str]]:
+def own_pg(tmp_path: Path, processes: None) -> Iterator[tuple[PostgresServer, str]]:
     """A durable PostgreSQL of this test's own (defaults for fsync and synchronous_commit)."""
     with own_postgres(tmp_path / "pg", durable=True) as pg:
         yield pg

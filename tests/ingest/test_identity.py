@@ -40,7 +40,7 @@ def _count(conn: psycopg.Connection, query: str, *args: object) -> int:
 
 
 @pytest.fixture(params=[True, False], ids=["shipped", "control_without_identity"])
-def identity_broker(request: pytest.FixtureRequest, tmp_path: Path,
+def identity_broker(request: pytest.FixtureRequest, tmp_path: Path, processes: None,
                     ) -> Iterator[tuple[MosquittoBroker, bool]]:
     """The shipped template (identity on) or, as negative control, the same users and ACL
     without use_username_as_clientid."""
@@ -174,7 +174,7 @@ def test_ingester_names_cannot_be_device_names(conn: psycopg.Connection) -> None
 
 
 @pytest.fixture
-def shipped_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+def shipped_broker(tmp_path: Path, processes: None) -> Iterator[MosquittoBroker]:
     broker = MosquittoBroker().start(tmp_path / "mq", users=USERS, shipped_template=True)
     try:
         yield broker
@@ -206,7 +206,7 @@ def test_stray_topic_under_a_device_is_quarantined_as_bad_topic(
 
 
 @pytest.fixture
-def retaining_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+def retaining_broker(tmp_path: Path, processes: None) -> Iterator[MosquittoBroker]:
     """The shipped ACL and durable settings without the shipped template, hence without its
     retain-stripping plugin (deploy/mosquitto/sds_plugin.c): a broker that keeps retained
     messages, as the shipped one did before issue 20."""

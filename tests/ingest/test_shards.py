@@ -269,6 +269,7 @@ def _run_sh(script: str, **env: str) -> subprocess.CompletedProcess[str]:
                           text=True, env={**base, **env}, timeout=30)
 
 
+@pytest.mark.usefixtures("processes")
 def test_run_sh_starts_shards_with_standbys() -> None:
     one = _run_sh('api_layout; echo "${INGEST_PROCS[@]}"', SDS_INGEST_SHARDS="1")
     assert one.stdout.split() == ["ingest"]
@@ -288,6 +289,7 @@ def test_run_sh_starts_shards_with_standbys() -> None:
     assert bad.returncode != 0 and "1..16" in bad.stderr
 
 
+@pytest.mark.usefixtures("processes")
 def test_run_sh_defaults_to_one_shard_per_core() -> None:
     """Without SDS_INGEST_SHARDS: one shard per core (at most 16) on mosquitto, each with a
     standby; one shard on the RabbitMQ cluster profile (MQTT 3.1.1: no shared subscription)."""
@@ -303,6 +305,7 @@ def test_run_sh_defaults_to_one_shard_per_core() -> None:
     assert cluster.stdout.split() == ["1", "ingest"]
 
 
+@pytest.mark.usefixtures("processes")
 @pytest.mark.parametrize("prev,new,targets", [
     (1, 3, ["0"]), (4, 2, ["3", "4"]), (3, 1, ["1", "2", "3"]), (2, 4, []), (2, 2, [])])
 def test_run_sh_retires_the_sessions_a_new_layout_drops(

@@ -235,6 +235,7 @@ def _no_foreign(ingesters: list[RunningIngester]) -> float:
     return max(i.metric("sds_ingest_foreign_shared_subscriptions") for i in ingesters)
 
 
+@pytest.mark.usefixtures("processes")
 def test_only_the_ingester_accounts_may_subscribe(tmp_path: Path) -> None:
     """The plugin's account rule on a real broker, edges included: `ingester` and
     `ingester-<digits>` (shared/accounts.py RESERVED_DEVICE_NAMES) may subscribe; look-alike

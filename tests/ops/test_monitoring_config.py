@@ -60,12 +60,14 @@ def render(tmp_path: Path, **extra: Any) -> Path:
     return tmp_path
 
 
+@pytest.mark.usefixtures("processes")
 def test_shipped_rules_load() -> None:
     """promtool check rules: every rule parses and every expression is valid PromQL."""
     out = _run("promtool", "check", "rules", str(RULES))
     assert f"SUCCESS: {len(_alerts())} rules found" in out
 
 
+@pytest.mark.usefixtures("processes")
 def test_rendered_config_loads(tmp_path: Path) -> None:
     """promtool check config on the rendered prometheus.yml (with its rule file and every
     target file present), amtool check-config on the rendered alertmanager.yml."""
@@ -76,6 +78,7 @@ def test_rendered_config_loads(tmp_path: Path) -> None:
     _run("amtool", "check-config", str(out_dir / "alertmanager" / "alertmanager.yml"))
 
 
+@pytest.mark.usefixtures("processes")
 def test_rule_unit_tests_pass(tmp_path: Path) -> None:
     """promtool test rules: each alert fires on its input series with the expected labels and
     summary, after its `for`, and stays quiet on the series that must not fire it."""

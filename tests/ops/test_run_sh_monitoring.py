@@ -10,11 +10,15 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from ingest.shards import shard_settings
 from shared.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_SH = REPO / "deploy" / "run.sh"
+
+pytestmark = pytest.mark.usefixtures("processes")  # every test runs bash
 
 
 def _run_sh(script: str, **env: str) -> subprocess.CompletedProcess[str]:

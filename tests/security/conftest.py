@@ -15,8 +15,11 @@ import pytest
 from flask import Flask
 
 # The access tests' world and its module-scoped fixtures, imported so pytest registers them here.
-from tests.support.access_world import World, app_overrides, fresh_world, world  # noqa: F401
-from tests.support.apps import app, client, close_app, make_app, module_db  # noqa: F401
+from tests.support.access_world import World, app_overrides, fresh_world, world
+from tests.support.apps import app, client, close_app, make_app, module_db
+
+__all__ = ["app", "app_overrides", "client", "fresh_app", "fresh_world", "module_db",
+           "world"]  # fixtures: registered here
 
 
 @pytest.fixture

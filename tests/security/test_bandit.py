@@ -35,6 +35,7 @@ def _bandit() -> str:
     return which
 
 
+@pytest.mark.usefixtures("processes")
 def test_no_high_or_medium_findings(figures: Figures) -> None:
     out = subprocess.run(
         [_bandit(), "-q", "-c", "pyproject.toml", "-r", *PACKAGES, "-f", "json"],

@@ -19,6 +19,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from shared import credentials
 from tests.support.figures import Figures
 
@@ -126,6 +128,7 @@ def detect_secrets_scan(root: Path, names: list[str]) -> list[tuple[str, str, in
     return sorted((name, secret.type, secret.line_number or 0) for name, secret in found)
 
 
+@pytest.mark.usefixtures("processes")
 def test_detect_secrets_finds_nothing_in_tracked_files(figures: Figures) -> None:
     names = [str(p.relative_to(ROOT)) for p in _tracked_files()
              if p.is_file() and p.stat().st_size <= 2_000_000]

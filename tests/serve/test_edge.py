@@ -180,6 +180,7 @@ def test_gunicorns_own_errors_are_json_directly_and_through_the_edge(
                                + b"\r\n"), 431)
 
 
+@pytest.mark.usefixtures("processes")
 def test_no_api_instance_is_a_json_502(tmp_path: Path) -> None:
     from testbed.services import free_port
 

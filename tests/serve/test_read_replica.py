@@ -26,7 +26,7 @@ BOUND = 2.0  # seconds of staleness allowed in these tests
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory
+def pair(tmp_path_factory: pytest.TempPathFactory, processes: None,
          ) -> Iterator[tuple[PostgresServer, PostgresServer, str]]:
     """A primary with a seeded database and its hot standby; yields both and the API key."""
     base = tmp_path_factory.mktemp("replica")

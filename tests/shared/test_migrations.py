@@ -45,6 +45,7 @@ def test_edited_migration_is_refused(database_url: str) -> None:
         migrate.upgrade(database_url)
 
 
+@pytest.mark.usefixtures("processes")
 def test_migrations_apply_on_plain_postgresql(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Without the extension, the schema still applies, with plain tables."""
     # Not preloaded: CREATE EXTENSION fails, as on a managed service that does not offer it.

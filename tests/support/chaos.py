@@ -36,7 +36,7 @@ SYS_CONF = "sys_interval 1\n"
 
 
 @pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+def own_broker(tmp_path: Path, processes: None) -> Iterator[MosquittoBroker]:
     """A broker of this test's own with the shipped durable settings (anonymous)."""
     broker = MosquittoBroker().start(tmp_path / "mqtt", durable=True, extra_conf=SYS_CONF)
     try:
@@ -46,7 +46,7 @@ def own_broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
 
 
 @pytest.fixture
-def own_pg(tmp_path: Path) -> Iterator[tuple[PostgresServer, str]]:
+def own_pg(tmp_path: Path, processes: None) -> Iterator[tuple[PostgresServer, str]]:
     """A PostgreSQL of this test's own (so it can be stopped) with a migrated database."""
     with own_postgres(tmp_path / "pg", durable=False) as pg:
         yield pg

@@ -13,6 +13,7 @@ with readings at the same times and a quarantined message whose payload holds B_
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -138,10 +139,15 @@ def seed(url: str) -> World:
     return World(url, org_a, org_b, north, b_field, quarantine_a, quarantine_b)
 
 
+def shows(html: str, name: str) -> bool:
+    """Whether `name` (a device, a short code) is on the page as a whole token. A page carries
+    random text: the CSRF token (secrets.token_urlsafe: letters, digits, - and _) holds a given
+    two-character name about once in a hundred pages, so `name in html` is no test of absence."""
+    return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", html) is not None
+
+
 def csrf_of(html: str) -> str:
     """The CSRF value of the first form on a page."""
-    import re
-
     found = re.search(r'name="csrf" value="([^"]+)"', html)
     assert found, "no CSRF field on the page"
     return found.group(1)

@@ -4,6 +4,8 @@ Tests record what they measured through the `figures` fixture (`figures.record(.
 end of the session the values are merged into docs/reliability.json (so a partial run updates
 only what it measured, and each value carries the time of the run that measured it) and
 docs/reliability.md is regenerated from that file. Nothing in these files is written by hand.
+Under pytest-xdist each worker exports its figures to the controller, which absorbs them and
+writes once (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -139,6 +141,19 @@ class Figures:
     def recorded(self) -> dict[str, Figure]:
         """Figures recorded in this session."""
         return dict(self._new)
+
+    def export(self) -> list[dict[str, Any]]:
+        """This session's figures as plain data (what an xdist worker sends its controller)."""
+        return [asdict(fig) for fig in self._new.values()]
+
+    def absorb(self, exported: list[dict[str, Any]]) -> None:
+        """Take in figures another session (an xdist worker) exported; of two records of one
+        key the later measurement wins, as within one session."""
+        for row in exported:
+            fig = Figure(**row)
+            mine = self._new.get(fig.key)
+            if mine is None or mine.measured_at <= fig.measured_at:
+                self._new[fig.key] = fig
 
     def write(self) -> None:
         """Merge this session's figures into the JSON file and regenerate the Markdown."""

@@ -41,7 +41,7 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def browser(tmp_path: Path) -> Iterator[WebDriver]:
+def browser(tmp_path: Path, processes: None) -> Iterator[WebDriver]:
     """A fresh headless Chromium (own profile, own cookies) that saves downloads in tmp_path."""
     with chromium(width=1400, height=1000, log_dir=tmp_path) as driver:
         driver.execute_cdp_cmd("Browser.setDownloadBehavior", {

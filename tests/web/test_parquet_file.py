@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 STATIC = Path(__file__).resolve().parents[2] / "serve" / "web" / "static"
 
@@ -60,6 +61,7 @@ def run(tmp_path: Path) -> dict[str, object]:
     return dict(json.loads(done.stdout))
 
 
+@pytest.mark.usefixtures("processes")
 def test_pages_become_typed_row_groups(tmp_path: Path) -> None:
     told = run(tmp_path)
     assert told["rows"] == 3 and told["type"] == "application/vnd.apache.parquet"
@@ -85,6 +87,7 @@ def test_pages_become_typed_row_groups(tmp_path: Path) -> None:
     assert {r["device"] for r in rows} == {"Süd-1"}
 
 
+@pytest.mark.usefixtures("processes")
 def test_an_empty_export_is_a_valid_file(tmp_path: Path) -> None:
     run(tmp_path)
     table = pq.read_table(tmp_path / "out.parquet.empty")
