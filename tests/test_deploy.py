@@ -668,6 +668,7 @@ class ScratchServices:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
+@pytest.mark.usefixtures("processes")
 def test_services_sh_keeps_an_existing_clusters_port(tmp_path: Path) -> None:
     """Issue 30: the default PostgreSQL port left the ephemeral range (55432 -> 25432). A
     cluster made before, on another port, keeps it on the next start without the variable (its
@@ -693,6 +694,7 @@ def test_services_sh_keeps_an_existing_clusters_port(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
+@pytest.mark.usefixtures("processes")
 def test_services_sh_waits_through_a_failed_first_start(tmp_path: Path) -> None:
     """Issue 30: PostgreSQL's first start fails because another program's outgoing connection
     holds its port (what the kernel does with ports of its ephemeral range); services.sh waits
@@ -731,6 +733,7 @@ def test_services_sh_waits_through_a_failed_first_start(tmp_path: Path) -> None:
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
 
 
+@pytest.mark.usefixtures("processes")
 def test_the_patroni_profile_keeps_its_port_base(tmp_path: Path) -> None:
     """Issue 30: an existing Patroni cluster keeps the base it was made with (its etcd members
     keep their peer addresses): read back from its haproxy.cfg, or the old default when etcd
@@ -763,6 +766,7 @@ FLAKY = ("import os, sys, time\n"
          "time.sleep(300)\n")
 
 
+@pytest.mark.usefixtures("processes")
 def test_run_sh_waits_through_a_death_at_start(tmp_path: Path) -> None:
     """Issue 30: after starting its processes, run.sh waits through their supervisors'
     restarts (wait_settled, deploy/run.sh sourced in a scratch copy): a process that dies at
@@ -799,6 +803,7 @@ wait_settled aggregate && echo "settled aggregate" || echo "unsettled ${{UNSETTL
     assert "5 times: giving up waiting" in out.stderr
 
 
+@pytest.mark.usefixtures("processes")
 def test_the_scripts_derived_ports_stay_within_their_declared_spans(tmp_path: Path) -> None:
     """Issue 30: the ports the deploy scripts compute from a base (the Patroni profile's nodes,
     REST APIs and etcd members; the ingesters' and API instances' metrics, up to 16 shards and

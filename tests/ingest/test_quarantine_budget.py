@@ -446,6 +446,7 @@ def test_alert_reader_cannot_publish(
         run.stop()
 
 
+@pytest.mark.usefixtures("processes")
 def test_rabbitmq_refuses_what_mosquitto_refuses() -> None:
     """The RabbitMQ cluster profile's limit (max_message_size) is mosquitto's, and a one-node
     broker of that profile refuses an MQTT 3.1.1 publish above it: no PUBACK, the refusal in

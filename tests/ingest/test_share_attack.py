@@ -358,6 +358,7 @@ def test_leaked_group_name_is_refused(
         target="missing 0", source="tests/ingest/test_share_attack.py")
 
 
+@pytest.mark.usefixtures("processes")
 def test_the_refusal_log_line_keeps_the_group_secret(tmp_path: Path) -> None:
     """The plugin's refusal line named the refused filter, `$share/<the secret group>/...`
     included, so a device that had learned the group put it into the broker log for anyone who

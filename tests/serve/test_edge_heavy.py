@@ -22,6 +22,9 @@ import pytest
 
 from testbed.services import NginxEdge
 
+# Starts an nginx edge of its own: never a quick test.
+pytestmark = pytest.mark.usefixtures("processes")
+
 DATA = "/api/v2/data/calibrated?device=D1"
 
 
