@@ -134,7 +134,8 @@ def test_keys_page_makes_shows_once_deactivates_reactivates_and_deletes(
     assert "script" in _text(asked) and 'name="confirm" value="yes"' in _text(asked)
     assert api.get("/api/v2/devices", headers=headers).status_code == 200
     gone = client.post(f"/dashboard/keys/{key_id}/delete", data={"csrf": csrf, "confirm": "yes"})
-    assert gone.status_code == 303 and gone.headers["Location"].endswith("/dashboard/keys?deleted=1")
+    assert gone.status_code == 303
+    assert gone.headers["Location"].endswith("/dashboard/keys?deleted=1")
     assert api.get("/api/v2/devices", headers=headers).status_code == 401
     assert "Key deleted" in _text(client.get("/dashboard/keys?deleted=1"))
     # Deleted, missing and another user's keys are the same 404, asked or confirmed.
