@@ -407,3 +407,5 @@ def test_quarantine_api_is_tenant_and_team_scoped(client: FlaskClient, world: Wo
             conn.execute("UPDATE memberships SET role = %s FROM users u"
                          " WHERE u.id = user_id AND u.email = 'b1@b.example'", (role,))
     assert _api(client, a1, "quarantine", reason="nope").status_code == 400
+    doc = client.get("/api/v2/openapi.json").get_json()["paths"]["/api/v2/quarantine"]["get"]
+    assert {p["name"] for p in doc["parameters"]} >= {"limit", "page", "device", "reason"}
