@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 import click
@@ -21,7 +21,7 @@ from shared import dirty, locks
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from shared.errors import ServiceError, UnknownLocation
-from shared.timeutil import format_utc_z, parse_instant
+from shared.timeutil import format_lag, format_utc_z, parse_instant
 
 _settings = context.settings_from_env
 CLI_NAME = "sds-aggregate-cli"  # application_name of the command's sessions
@@ -153,6 +153,8 @@ def _fmt(value: object) -> str:
         return "-"
     if isinstance(value, datetime):
         return format_utc_z(value)
+    if isinstance(value, timedelta):
+        return format_lag(value)
     return str(value)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
+from uuid import UUID
 
 import click
 
@@ -22,7 +23,7 @@ from admin.brokeraccounts import (
     remove_mqtt_user,
     set_mqtt_passwords,
 )
-from admin.context import Context, pass_ctx
+from admin.context import Context, audit_operator, pass_ctx
 from shared import accounts, alerttopic
 from shared.errors import ServiceError
 
@@ -57,7 +58,10 @@ def reader_add(obj: Context, org_name: str, mqtt_passwd_file: Path,
     org = _org(obj, org_name)
     password = secrets.token_urlsafe(24)
     user = reader_name(org)
-    set_mqtt_passwords(mqtt_passwd_file, {user: password})
+    with obj.conn() as conn:  # the entry only when the password file was written
+        set_mqtt_passwords(mqtt_passwd_file, {user: password})
+        audit_operator(conn, of="organisations", row=UUID(org), action="alert_reader.add",
+                       target_type="alert_reader", target_id=user)
     click.echo(f"username: {user}\npassword: {password}\n"
                f"topic:    {alerttopic.subscription(org)}  (subscribe, QoS 1)")
     click.echo(reload_broker(mqtt_passwd_file, broker_pid_file))
@@ -73,9 +77,13 @@ def reader_add(obj: Context, org_name: str, mqtt_passwd_file: Path,
 def reader_remove(obj: Context, org_name: str, mqtt_passwd_file: Path,
                   broker_pid_file: Path | None) -> None:
     """Remove ORG_NAME's alert reader (new logins fail; the broker is reloaded)."""
-    user = reader_name(_org(obj, org_name))
-    if not remove_mqtt_user(mqtt_passwd_file, user):
-        raise click.ClickException(f"{user} is not in {mqtt_passwd_file}")
+    org = _org(obj, org_name)
+    user = reader_name(org)
+    with obj.conn() as conn:
+        if not remove_mqtt_user(mqtt_passwd_file, user):
+            raise click.ClickException(f"{user} is not in {mqtt_passwd_file}")
+        audit_operator(conn, of="organisations", row=UUID(org), action="alert_reader.remove",
+                       target_type="alert_reader", target_id=user)
     click.echo(f"removed {user}")
     click.echo(reload_broker(mqtt_passwd_file, broker_pid_file))
     recovery.remember(obj.settings)

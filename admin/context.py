@@ -61,10 +61,12 @@ _ORG_OF = {
     "organisations": "SELECT id FROM organisations WHERE id = %s",
     "users": "SELECT org_id FROM users WHERE id = %s",
     "locations": "SELECT org_id FROM locations WHERE id = %s",
+    "devices": "SELECT org_id FROM devices WHERE id = %s",
 }
 
 
-def audit_operator(conn: psycopg.Connection, *, of: Literal["organisations", "users", "locations"],
+def audit_operator(conn: psycopg.Connection, *,
+                   of: Literal["organisations", "users", "locations", "devices"],
                    row: UUID, action: str, target_type: str, target_id: object | None = None,
                    details: dict[str, Any] | None = None) -> None:
     """Write the audit entry of an `sds` change (actor "operator") in the command's

@@ -22,7 +22,7 @@ from admin.brokeraccounts import (
     set_mqtt_passwords,
     set_rabbitmq_users,
 )
-from admin.context import Context, pass_ctx
+from admin.context import Context, audit_operator, pass_ctx
 from admin.publish import publish_test
 from shared import accounts
 from shared.errors import ServiceError
@@ -54,6 +54,9 @@ def device_register(obj: Context, name: str, org_name: str, dev_type: str | None
     with obj.conn() as conn:
         did = accounts.register_device(conn, org=accounts.org_id(conn, org_name), name=name,
                                        type=dev_type, model=model)
+        audit_operator(conn, of="devices", row=did, action="device.register",
+                       target_type="device", details={"name": name, "type": dev_type,
+                                                      "model": model})
         if mqtt_passwd_file:
             set_mqtt_passwords(mqtt_passwd_file, {name: password})
         if rabbitmq_definitions:
@@ -92,8 +95,12 @@ def device_deploy(obj: Context, name: str, loc: str, start: str, end: str | None
     t0 = _instant_or_now(start, "--from")
     t1 = _instant_or_now(end, "--to") if end else None
     with obj.conn() as conn:
-        dep = accounts.deploy_device(conn, device=name, location=accounts.location_id(conn, loc),
-                                     start=t0, end=t1)
+        location = accounts.location_id(conn, loc)
+        dep = accounts.deploy_device(conn, device=name, location=location, start=t0, end=t1)
+        audit_operator(conn, of="locations", row=location, action="device.deploy",
+                       target_type="device", target_id=name,
+                       details={"deployment": dep, "location": location, "from": t0,
+                                "to": t1})
     click.echo(f"deployment {dep}: {name} at {loc} from {t0.isoformat()}"
                + (f" to {t1.isoformat()}" if t1 else ""))
 
@@ -120,9 +127,11 @@ def device_add(obj: Context, name: str, org_name: str, loc: str, start: str,
     with obj.conn() as conn:
         org_id = accounts.org_id(conn, org_name)
         did = accounts.register_device(conn, org=org_id, name=name, type=dev_type, model=model)
-        dep = accounts.deploy_device(conn, device=name,
-                                     location=accounts.location_id(conn, loc, org=org_id),
-                                     start=t0)
+        location = accounts.location_id(conn, loc, org=org_id)
+        dep = accounts.deploy_device(conn, device=name, location=location, start=t0)
+        audit_operator(conn, of="devices", row=did, action="device.add", target_type="device",
+                       details={"name": name, "type": dev_type, "model": model,
+                                "deployment": dep, "location": location, "from": t0})
         # Last inside the transaction: a refused deployment leaves no password behind, and
         # a failing password file leaves no device.
         if rabbitmq_definitions:
@@ -246,6 +255,9 @@ def device_retire(obj: Context, name: str, at: str, mqtt_passwd_file: Path | Non
             " WHERE device_id = %s AND (upper_inf(during) OR upper(during) > %s)",
             (t_end, dev[0], t_end)).rowcount
         conn.execute("UPDATE devices SET state = 'Retired' WHERE id = %s", (dev[0],))
+        audit_operator(conn, of="devices", row=dev[0], action="device.retire",
+                       target_type="device", details={"name": name, "at": t_end,
+                                                      "deployment_ended": bool(ended)})
         # A throwaway password first: the session is ended with it, then the login removed.
         throwaway = secrets.token_urlsafe(18)
         removed = mqtt_passwd_file is not None and has_mqtt_user(mqtt_passwd_file, name)
@@ -286,16 +298,21 @@ def device_rotate_password(obj: Context, name: str, mqtt_passwd_file: Path | Non
     end its broker session, online or offline, with whatever it subscribed to."""
     one_account_file(mqtt_passwd_file, rabbitmq_definitions)
     with obj.conn() as conn:
-        dev = conn.execute("SELECT state FROM devices WHERE name = %s", (name,)).fetchone()
-    if dev is None:
-        raise click.ClickException(f"unknown device {name!r}")
-    if dev[0] == "Retired":
-        raise click.ClickException(f"device {name!r} is retired")
-    password = secrets.token_urlsafe(18)
-    if rabbitmq_definitions:
-        set_rabbitmq_users(rabbitmq_definitions, {name: password}, obj.settings.topic_prefix)
-    if mqtt_passwd_file:
-        set_mqtt_passwords(mqtt_passwd_file, {name: password})
+        dev = conn.execute("SELECT state, id FROM devices WHERE name = %s", (name,)).fetchone()
+        if dev is None:
+            raise click.ClickException(f"unknown device {name!r}")
+        if dev[0] == "Retired":
+            raise click.ClickException(f"device {name!r} is retired")
+        password = secrets.token_urlsafe(18)
+        # Inside the transaction: a failing password file leaves no entry (the password is
+        # never in it).
+        if rabbitmq_definitions:
+            set_rabbitmq_users(rabbitmq_definitions, {name: password},
+                               obj.settings.topic_prefix)
+        if mqtt_passwd_file:
+            set_mqtt_passwords(mqtt_passwd_file, {name: password})
+        audit_operator(conn, of="devices", row=dev[1], action="device.rotate_password",
+                       target_type="device", details={"name": name})
     click.echo(f"mqtt username {name} password {password}")
     recovery.remember(obj.settings)
     if mqtt_passwd_file:

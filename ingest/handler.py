@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from ingest import topics
-from ingest.payload import INTERNAL_ERROR, Decoded, Limits, Rejection, decode_payload
+from ingest.payload import Decoded, Limits, Rejection, decode_payload
 from ingest.topics import READINGS
 from shared.errors import InvalidReading
+from shared.quarantinecodes import INTERNAL_ERROR
 
 log = logging.getLogger(__name__)
 

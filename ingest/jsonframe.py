@@ -21,10 +21,8 @@ from typing import Any, NamedTuple
 import orjson
 
 # Whole-message and per-element reason codes found while framing (the quarantine `reason`;
-# described with every other code in ingest/payload.py REASONS).
-PAYLOAD_TOO_LARGE = "payload_too_large"
-NOT_UTF8 = "not_utf8"
-BAD_JSON = "bad_json"
+# defined and described with every other code in shared/quarantinecodes.py).
+from shared.quarantinecodes import BAD_JSON, NOT_UTF8, PAYLOAD_TOO_LARGE
 
 # Integers longer than this are not converted (Python refuses > 4300 digits, and no measurement
 # needs more than a few): they become a marker that the range check rejects.

@@ -34,9 +34,6 @@ from typing import Any, NamedTuple
 import orjson
 
 from ingest.jsonframe import (
-    BAD_JSON,
-    NOT_UTF8,
-    PAYLOAD_TOO_LARGE,
     HugeInt,
     NonFinite,
     Unparsed,
@@ -44,49 +41,23 @@ from ingest.jsonframe import (
 )
 from ingest.topics import HEALTH, READINGS
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, Column
+from shared.quarantinecodes import (
+    BAD_SHAPE,
+    BAD_TEXT,
+    BAD_TIME,
+    DEVICE_MISMATCH,
+    DUPLICATE_KEY,
+    FUTURE_TIME,
+    MISSING_TIME,
+    NO_VALUES,
+    NOT_FINITE,
+    OFF_GRID,
+    OUT_OF_RANGE,
+    REASONS,
+    TOO_OLD,
+    WRONG_TYPE,
+)
 from shared.timeutil import on_5min_grid
-
-# Reason codes, in the order a reading's problems are reported (the first one names the row).
-BAD_SHAPE = "bad_shape"
-DEVICE_MISMATCH = "device_mismatch"
-MISSING_TIME = "missing_time"
-BAD_TIME = "bad_time"
-OFF_GRID = "off_grid"
-FUTURE_TIME = "future_time"
-TOO_OLD = "too_old"
-WRONG_TYPE = "wrong_type"
-NOT_FINITE = "not_finite"
-OUT_OF_RANGE = "out_of_range"
-NO_VALUES = "no_values"
-BAD_TEXT = "bad_text"
-DUPLICATE_KEY = "duplicate_key"
-SUMMARISED = "rejections_summarised"
-INTERNAL_ERROR = "internal_error"
-
-REASONS: dict[str, str] = {
-    PAYLOAD_TOO_LARGE: "payload larger than SDS_INGEST_MAX_PAYLOAD (checked before parsing)",
-    NOT_UTF8: "payload bytes are not UTF-8",
-    BAD_JSON: "payload is not JSON",
-    BAD_SHAPE: "JSON is not an object or a non-empty array of objects",
-    "bad_topic": "topic is not {prefix}/{device}/readings|health",
-    DUPLICATE_KEY: "a reading repeats a JSON key (which value was meant is unknowable)",
-    "unknown_device": "no registered device has the topic's name",
-    DEVICE_MISMATCH: "the reading's `device` differs from the topic's device",
-    MISSING_TIME: "the reading has no `time`",
-    BAD_TIME: "`time` is not an ISO 8601 instant with a UTC offset",
-    OFF_GRID: "a reading's `time` is not on the 5-minute UTC grid",
-    FUTURE_TIME: "`time` is more than SDS_INGEST_MAX_FUTURE seconds ahead of the ingester",
-    TOO_OLD: "`time` is older than SDS_INGEST_HORIZON_DAYS",
-    WRONG_TYPE: "a field has the wrong JSON type (e.g. a string or boolean for a number)",
-    NOT_FINITE: "a number is NaN or Infinity",
-    OUT_OF_RANGE: "a value is outside the column's plausible range",
-    BAD_TEXT: "a text field (fw) contains control characters",
-    NO_VALUES: "a reading carries no measurement at all",
-    SUMMARISED: "rejections of one message beyond SDS_INGEST_QUARANTINE_ROWS_PER_MESSAGE, "
-                "counted by reason in one row",
-    INTERNAL_ERROR: "the ingester failed to decode the message (a bug; logged with a traceback)",
-    "db_rejected": "the database refused the message (logged); kept here instead of retried",
-}
 
 _ORDER = {code: i for i, code in enumerate(REASONS)}
 MAX_FW_LENGTH = 64

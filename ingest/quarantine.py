@@ -21,9 +21,10 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from ingest.handler import Message
-from ingest.payload import SUMMARISED, Rejection
+from ingest.payload import Rejection
 from shared import db
 from shared.config import Settings
+from shared.quarantinecodes import SUMMARISED
 
 log = logging.getLogger(__name__)
 

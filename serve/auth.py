@@ -50,6 +50,7 @@ _SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("/api/v2/data", None, "data:read"),
     ("/api/v2/schemas", None, "data:read"),
     ("/api/v2/devices", None, "devices:read"),
+    ("/api/v2/quarantine", None, "devices:read"),
     ("/api/v2/locations", frozenset({"GET", "HEAD"}), "locations:read"),
     ("/api/v2/locations", None, "locations:write"),
     ("/api/v2/apikeys", frozenset({"GET", "HEAD"}), "apikeys:read"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime, tzinfo
+from datetime import date, datetime, tzinfo
 from functools import lru_cache
 from uuid import UUID
 
@@ -72,8 +72,12 @@ def write_marks(conn: psycopg.Connection, marks: Iterable[Mark]) -> int:
 
 
 def mark_location(conn: psycopg.Connection, location: UUID,
-                  rollups: Iterable[str] = LOCAL_ROLLUPS) -> int:
+                  rollups: Iterable[str] = LOCAL_ROLLUPS,
+                  days: tuple[date | None, date | None] = (None, None)) -> int:
     """Mark the `rollups` buckets of every reading taken at `location` dirty; returns the marks.
+
+    `days` [first, end) (None: open) keeps only the buckets starting on those local days: a
+    crop-coefficient change marks the daily buckets of the days whose coefficient changed.
 
     Call in the transaction that changes the location: after a zone change (`LOCAL_ROLLUPS`,
     reliability plan R29) the buckets of the new zone are recomputed and the rows bucketed by
@@ -103,4 +107,13 @@ def mark_location(conn: psycopg.Connection, location: UUID,
         stale = conn.execute(sql.SQL("SELECT device, time FROM {} WHERE location = %s").format(
             sql.Identifier(table)), (location,)).fetchall()
         marks |= {(table, d, t) for d, t in stale}
+    first, end = days
+    if first is not None or end is not None:
+        marks = {m for m in marks if _on_days(m[2], tz, first, end)}
     return write_marks(conn, marks)
+
+
+def _on_days(start: datetime, tz: tzinfo, first: date | None, end: date | None) -> bool:
+    """Whether a bucket starting at `start` starts on a local day in [first, end)."""
+    day = start.astimezone(tz).date()
+    return (first is None or day >= first) and (end is None or day < end)

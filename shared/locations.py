@@ -2,8 +2,10 @@
 
 One home for what a location's fields may hold (creation in shared/accounts.py uses the same
 rules) and for which rollups a change makes stale: a new time zone re-cuts the local hours and
-days (`local_hourly`, `daily`); new coordinates, elevation, wind-sensor height or crop
-coefficients change what ET and crop water demand are computed from, in every rollup table.
+days (`local_hourly`, `daily`); new coordinates, elevation or wind-sensor height change what ET
+is computed from, in every rollup table; crop coefficients (`kc`, the kc schedule) feed only
+the daily crop water demand, so they mark only the `daily` buckets of the days whose
+coefficient changed (issue 34: a schedule entry from 2026-11-20 had marked a year of hours).
 The marks are written in the same transaction as the change (shared/dirty.py), so the
 scheduler's next run recomputes exactly the location's buckets, and a change that fails
 marks nothing.
@@ -38,8 +40,10 @@ EDITABLE = ("name", "lat", "lon", "elev", "tz_name", "kc", "sensor_height", "sta
 """The columns a change may set (the kc schedule is `kc_schedule`, its own table)."""
 
 NULLABLE = frozenset({"lat", "lon", "elev", "kc", "notes", "crop"})
-ET_INPUTS = frozenset({"lat", "lon", "elev", "kc", "sensor_height", "kc_schedule"})
-"""What ET, crop ET and crop water demand are computed from: a change recomputes every rollup."""
+ET_INPUTS = frozenset({"lat", "lon", "elev", "sensor_height"})
+"""What ET is computed from: a change recomputes every rollup."""
+KC_INPUTS = frozenset({"kc", "kc_schedule"})
+"""What only the daily crop columns (etc, kc, crop water demand) are computed from."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,40 @@ def rollups_to_mark(changed: set[str]) -> tuple[str, ...]:
         return ROLLUP_KINDS
     if "tz_name" in changed:
         return dirty.LOCAL_ROLLUPS
+    if changed & KC_INPUTS:
+        return ("daily",)
     return ()
+
+
+Schedule = list[tuple[date, float]]
+
+
+def kc_changed_days(old_kc: float | None, old: Schedule, new_kc: float | None,
+                    new: Schedule) -> tuple[date | None, date | None] | None:
+    """The local days [first, end) whose crop coefficient differs between the old and the new
+    (default kc, schedule); None bounds are open, None as a whole: no day changed (pure).
+
+    The coefficient of a day is the schedule entry in force (latest start_date on or before
+    it), else the location's kc; both sides are step functions changing only at a start_date,
+    so comparing them at each start date (and before all of them) finds every change.
+    """
+    def at(kc: float | None, schedule: Schedule, day: date | None) -> float | None:
+        current = kc
+        for start, value in sorted(schedule):
+            if day is not None and start <= day:
+                current = value
+        return None if current is None else round(float(current), 4)
+
+    points: list[date | None] = [None, *sorted({d for d, _ in old} | {d for d, _ in new})]
+    first: date | None = None
+    end: date | None = None
+    found = False
+    for i, day in enumerate(points):
+        if at(old_kc, old, day) != at(new_kc, new, day):
+            if not found:
+                first, found = day, True
+            end = points[i + 1] if i + 1 < len(points) else None
+    return (first, end) if found else None
 
 
 def update_location(conn: psycopg.Connection, location: UUID, values: dict[str, Any],
@@ -133,12 +170,18 @@ def update_location(conn: psycopg.Connection, location: UUID, values: dict[str, 
             except pgerr.UniqueViolation:
                 raise DuplicateName(
                     f"location {values['name']!r} already exists in this organisation") from None
+        old_schedule = _schedule(conn, location)
         if schedule is not None and _replace_schedule(conn, location, schedule):
             changed.add("kc_schedule")
         marked = 0
         tables = rollups_to_mark(changed)
-        if tables:
-            marked = dirty.mark_location(conn, location, tables)
+        days: tuple[date | None, date | None] | None = (None, None)
+        if tables == ("daily",):  # only crop coefficients changed: only their days
+            days = kc_changed_days(
+                before["kc"], old_schedule, values.get("kc", before["kc"]),
+                old_schedule if schedule is None else sorted(schedule))
+        if tables and days is not None:
+            marked = dirty.mark_location(conn, location, tables, days=days)
     return Outcome(changed=tuple(sorted(changed)), marked=marked)
 
 
@@ -149,11 +192,17 @@ def _differs(old: Any, new: Any) -> bool:
     return bool(old != new)
 
 
+def _schedule(conn: psycopg.Connection, location: UUID) -> Schedule:
+    """The location's kc schedule, (start_date, kc) by date."""
+    return [(d, float(k)) for d, k in conn.execute(
+        "SELECT start_date, kc FROM crop_coefficients WHERE location_id = %s"
+        " ORDER BY start_date", (location,)).fetchall()]
+
+
 def _replace_schedule(conn: psycopg.Connection, location: UUID,
                       schedule: list[tuple[date, float]]) -> bool:
     """Replace the location's kc schedule; whether it changed."""
-    old = conn.execute("SELECT start_date, kc FROM crop_coefficients WHERE location_id = %s"
-                       " ORDER BY start_date", (location,)).fetchall()
+    old = _schedule(conn, location)
     new = sorted(schedule)
     if [(d, round(float(k), 4)) for d, k in old] == [(d, round(float(k), 4)) for d, k in new]:
         return False

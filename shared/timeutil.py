@@ -328,3 +328,15 @@ def format_utc_micros_z(t: datetime) -> str:
 def format_utc_record(t: datetime) -> str:
     """`2021-03-04T12:34:56.123456+00:00`: times in model records (devices, keys)."""
     return t.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def format_lag(delta: timedelta) -> str:
+    """A lag for people, to the second and in the two largest units: '26 s', '3 min 4 s',
+    '2 h 5 min', '3 d 4 h' (`sds aggregate status` printed `0:00:26.138358`)."""
+    seconds = max(int(delta.total_seconds()), 0)
+    parts = [(seconds // 86400, "d"), (seconds % 86400 // 3600, "h"),
+             (seconds % 3600 // 60, "min"), (seconds % 60, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    shown = [f"{n} {unit}" for n, unit in parts[:2] if n or unit == parts[0][1]]
+    return " ".join(shown)

@@ -25,6 +25,7 @@ from serve.api import (
 
 # By its blueprint: `from __future__ import annotations` has taken the module's name here.
 from serve.api.annotations import blp as annotations_blp
+from serve.api.quarantine import blp as quarantine_blp
 
 BLUEPRINTS = [
     schemas.blp,
@@ -44,6 +45,7 @@ BLUEPRINTS = [
     invitations.blp,
     channels.blp,
     annotations_blp,
+    quarantine_blp,
     health.blp,
     index.blp,
 ]

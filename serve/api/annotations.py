@@ -24,12 +24,13 @@ from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, vali
 from psycopg.rows import dict_row
 
 from serve import render
-from serve.auth import current_principal, requires
+from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
+from shared import audit
 from shared.errors import BadParameter, BadRequest, UnknownDevice, UnknownLocation, UnknownObject
 from shared.spreadsheet import escape
 from shared.timeutil import INSTANT_RANGE, parse_instant
@@ -301,6 +302,10 @@ def create_annotation() -> Any:
             "end": args["end_time"], "text": args["text"], "tags": _dedupe(args["tags"]),
             "author": principal.user_id}).fetchone()
         assert row is not None  # INSERT ... RETURNING gives its row
+        audit.record(conn, org=org, actor=audit_actor(conn), action="annotation.create",
+                     target_type="annotation", target_id=row[0],
+                     details={"device": args["device"], "location": location,
+                              "text": args["text"], "tags": _dedupe(args["tags"])})
         return record(_fetch(conn, org, row[0])), 201
 
 
@@ -392,9 +397,13 @@ def update_annotation(annotation_id: str) -> Any:
 def delete_annotation(annotation_id: str) -> Any:
     """Delete an annotation for good."""
     wanted = _annotation_id(annotation_id)
+    org = current_principal().org_id
     with pool().connection() as conn:
-        cur = conn.execute("DELETE FROM annotations WHERE id = %s AND org_id = %s",
-                           (wanted, current_principal().org_id))
-        if cur.rowcount == 0:
+        cur = conn.execute("DELETE FROM annotations WHERE id = %s AND org_id = %s"
+                           " RETURNING text", (wanted, org))
+        gone = cur.fetchone()
+        if gone is None:
             raise UnknownObject(f"unknown annotation {annotation_id!r}")
+        audit.record(conn, org=org, actor=audit_actor(conn), action="annotation.delete",
+                     target_type="annotation", target_id=wanted, details={"text": gone[0]})
     return None

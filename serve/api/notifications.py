@@ -14,11 +14,12 @@ from uuid import UUID
 import psycopg
 from marshmallow import EXCLUDE, ValidationError, fields, validate, validates_schema
 
-from serve.auth import current_principal, requires
+from serve.auth import audit_actor, current_principal, requires
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
+from shared import audit
 from shared.errors import BadParameter, UnknownObject
 from shared.timeutil import parse_instant
 
@@ -140,7 +141,11 @@ def acknowledge(event_id: str) -> Any:
     principal = current_principal()
     eid = _event_id(event_id)
     with pool().connection() as conn, conn.transaction():
-        conn.execute("UPDATE alert_events SET acknowledged_at = now(), acknowledged_by = %s"
-                     " WHERE org_id = %s AND id = %s AND acknowledged_at IS NULL",
-                     (principal.user_id, principal.org_id, eid))
+        acked = conn.execute(
+            "UPDATE alert_events SET acknowledged_at = now(), acknowledged_by = %s"
+            " WHERE org_id = %s AND id = %s AND acknowledged_at IS NULL",
+            (principal.user_id, principal.org_id, eid)).rowcount
+        if acked:  # the first acknowledgement only: a repeat changes nothing
+            audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
+                         action="alert.acknowledge", target_type="alert_event", target_id=eid)
         return _fetch(conn, principal.org_id, eid)

@@ -83,14 +83,22 @@ def masked(value: str | None) -> str:
 
 def _keys_page(principal: Principal, *, created: dict[str, Any] | None = None,
                error: str | None = None, form: dict[str, Any] | None = None,
-               status: int = 200) -> Response:
+               status: int = 200, confirm: str | None = None) -> Response:
+    """The keys page; `confirm`: the id of the key whose deletion is asked for (a 404 when
+    it is none of the user's keys)."""
     keys = answered(apicall.call("GET", "/api/v2/apikeys"))
     scopes = grantable(principal, answered(apicall.call("GET", "/api/v2/apikeys/scopes")))
     for key in keys:
         key["shown"] = masked(key.get("apikey"))
+    asked = None
+    if confirm is not None:
+        asked = next((k for k in keys if str(k.get("id")) == confirm), None)
+        if asked is None:
+            raise NotFound(f"unknown API key {confirm!r}")
     return _html(render_template(
         "web/keys.html", keys=keys, scopes=scopes, created=created, error=error,
-        form=form or {"scopes": []}, nav="keys"), status)
+        form=form or {"scopes": []}, nav="keys", confirm=asked,
+        deleted=request.args.get("deleted") == "1"), status)
 
 
 @blp.route(f"{PREFIX}/keys", methods=["GET"])
@@ -131,10 +139,13 @@ def api_key_active(principal: Principal, key_id: str) -> Response:
 @blp.route(f"{PREFIX}/keys/<key_id>/delete", methods=["POST"])
 @signed_in
 def api_key_delete(principal: Principal, key_id: str) -> Response:
-    """Delete a key (DELETE /api/v2/apikeys/{id}): it fails on its next use."""
+    """Delete a key (DELETE /api/v2/apikeys/{id}) once confirmed (`confirm=yes`; without it
+    the page asks first); the page then says so. It fails on its next use."""
     web_session.check_csrf()
+    if request.form.get("confirm") != "yes":
+        return _keys_page(principal, confirm=key_id)
     answered(apicall.call("DELETE", f"/api/v2/apikeys/{key_id}"))
-    return cast(Response, redirect(url_for("web.api_keys"), code=303))
+    return cast(Response, redirect(url_for("web.api_keys", deleted="1"), code=303))
 
 
 # ---- members -----------------------------------------------------------------------------

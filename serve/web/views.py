@@ -51,6 +51,7 @@ from shared.errors import (
     TooManyRequests,
     Unauthorized,
 )
+from shared.quarantinecodes import REASONS
 from shared.timeutil import format_utc_z_exact
 
 log = logging.getLogger(__name__)
@@ -310,7 +311,7 @@ def quarantine(principal: Principal) -> Response:
     return _html(render_template(
         "web/quarantine.html", rows=rows, device=device_name, days=days, total=total,
         reasons=reasons, sums={r: sum(counts[r]) for r in reasons}, counts=counts_json,
-        admin=admin, more=more, nav="quarantine",
+        admin=admin, more=more, nav="quarantine", explained=REASONS,
         chart_asset=(STATIC / "vendor" / "uPlot.iife.min.js").is_file()))
 
 

@@ -172,3 +172,30 @@ def test_alert_rules_and_channels_are_logged(client: FlaskClient, world: World) 
                                             "alert_rule.create"]
     assert items[4]["details"]["rule"]["condition"] == {"op": "<", "threshold": 0}
     assert items[3]["details"] == {"changes": {"name": "Hard frost"}}
+
+
+def test_annotations_and_acknowledgements_are_logged(client: FlaskClient, world: World) -> None:
+    """Issue 34: annotations (create, delete) and alert acknowledgements leave entries; a
+    repeated acknowledgement changes nothing and logs nothing."""
+    made = client.post("/api/v2/annotations", headers=A1, json={
+        "device": world.dev_a, "start_time": "2026-06-01T00:00:00Z", "text": "pump serviced",
+        "tags": ["maintenance"]})
+    assert made.status_code == 201, made.get_json()
+    aid = made.get_json()["id"]
+    assert client.delete(f"/api/v2/annotations/{aid}", headers=A1).status_code == 204
+    with psycopg.connect(world.url) as conn:
+        row = conn.execute("INSERT INTO alert_events (org_id, kind, device, at, title) VALUES"
+                           " (%s, 'firing', %s, now(), 'audit') RETURNING id",
+                           (world.org_a, world.dev_a)).fetchone()
+    assert row is not None
+    for _ in range(2):
+        assert client.post(f"/api/v2/notifications/{row[0]}/ack", headers=A1,
+                           json={}).status_code == 200
+    items = _entries(client, A1, "limit=3")["items"]
+    assert [e["action"] for e in items] == ["alert.acknowledge", "annotation.delete",
+                                            "annotation.create"]
+    assert items[0]["target"] == {"type": "alert_event", "id": str(row[0])}
+    assert items[1]["target"] == {"type": "annotation", "id": aid}
+    assert items[1]["details"] == {"text": "pump serviced"}
+    assert items[2]["details"]["device"] == world.dev_a
+    assert items[2]["details"]["tags"] == ["maintenance"]

@@ -4,6 +4,7 @@ daily rows in that zone, a new elevation or kc schedule recomputes ET and crop w
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from typing import Any
 from uuid import UUID
@@ -171,3 +172,40 @@ def accounts_key(conn: psycopg.Connection, user: UUID, scopes: list[str]) -> tup
     """(id, value) of a new key of `user` with `scopes`."""
     record = accounts.create_api_key(conn, user=user, scopes=scopes, name="write test")
     return record["id"], record["apikey"]
+
+
+def test_a_kc_change_marks_only_the_daily_buckets_of_the_days_it_changes(
+        client: FlaskClient, world: World) -> None:
+    """Issue 34: a kc schedule entry from one day had marked every hourly and local_hourly
+    bucket of the location; crop coefficients feed only the daily crop columns."""
+    days = [date(2026, 6, 20), date(2026, 6, 21), date(2026, 6, 22)]
+    place = Place("Ames", 42.0, -93.6, "America/Chicago", 0, days[0], sky=0.9)
+    loc = _location(world, "Kc field", place, "A000303")
+    with psycopg.connect(world.url) as conn:
+        for d in days[1:]:
+            insert_readings(conn, "A000303", loc, day_readings(replace(place, day=d)))
+        run_all(conn)
+
+    def pending() -> dict[str, int]:
+        with psycopg.connect(world.url) as conn:
+            return dict(conn.execute("SELECT rollup, count(*) FROM rollup_dirty"
+                                     " WHERE device = 'A000303' GROUP BY rollup").fetchall())
+
+    r = _patch(client, loc, {"kc_schedule": [{"start_date": "2026-06-22", "kc": 1.1}]}, A1)
+    assert r.status_code == 200, r.get_json()
+    assert r.headers["X-Rollups-Marked"] == "1"
+    assert pending() == {"daily": 1}  # the one day from the entry's date, no hours
+    with psycopg.connect(world.url) as conn:
+        run_all(conn)
+        kcs = [row["kc"] for row in fetch(conn, "SELECT kc FROM daily WHERE location = %s"
+                                          " ORDER BY time", loc)]
+    assert kcs[:2] == [None, None] and kcs[2] == pytest.approx(1.1, abs=1e-3)
+
+    # The default kc is in force only before the schedule's first entry: the two earlier days.
+    r = _patch(client, loc, {"kc": 0.8}, A1)
+    assert r.headers["X-Rollups-Marked"] == "2" and pending() == {"daily": 2}
+    with psycopg.connect(world.url) as conn:
+        run_all(conn)
+        kcs = [row["kc"] for row in fetch(conn, "SELECT kc FROM daily WHERE location = %s"
+                                          " ORDER BY time", loc)]
+    assert kcs == [pytest.approx(0.8, abs=1e-3)] * 2 + [pytest.approx(1.1, abs=1e-3)]

@@ -219,6 +219,8 @@ def _team_routes() -> list[Route]:
 ROUTES = [
     *_team_routes(),
     Route("devices", "GET", "/api/v2/devices", lambda w, c: "/api/v2/devices", "devices:read"),
+    Route("quarantine", "GET", "/api/v2/quarantine", lambda w, c: "/api/v2/quarantine",
+          "devices:read"),
     Route("device", "GET", "/api/v2/devices/<name>",
           lambda w, c: f"/api/v2/devices/{w.dev_a}", "devices:read", a_object=True),
     Route("device-deployments", "GET", "/api/v2/devices/<name>/deployments",

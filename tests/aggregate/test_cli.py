@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
@@ -27,6 +28,8 @@ def test_run_status_backfill(db, database_url) -> None:
     assert before.exit_code == 0
     assert "no job has run yet" in before.output
     assert "hourly" in before.output and " 48 " in before.output  # pending hourly marks
+    # The lag for people (issue 34: it was printed `0:00:26.138358`).
+    assert re.search(r"^hourly +48 +\d+ s ", before.output, re.M), before.output
 
     result = _invoke(database_url, "run")
     assert result.exit_code == 0, result.output

@@ -24,8 +24,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.payload import INTERNAL_ERROR, SUMMARISED, Limits, decode_payload
+from ingest.payload import Limits, decode_payload
 from shared.config import Settings
+from shared.quarantinecodes import INTERNAL_ERROR, SUMMARISED
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     IngesterProcess,

@@ -364,3 +364,48 @@ def test_teams_only_member_is_refused_without_database_roles(
         assert _items(client, member_keys["a1"], "devices", "name") == ALL_DEVICES
     finally:
         close_app(app)
+
+
+def test_quarantine_api_is_tenant_and_team_scoped(client: FlaskClient, world: World,
+                                                  member_keys: dict[str, str]) -> None:
+    """GET /api/v2/quarantine (issue 34): org A never sees org B's rows nor B theirs; the
+    teams-only member sees only their team's devices' rows; a hidden device is the same 404
+    as a missing one; payloads only for administrators."""
+    with psycopg.connect(world.url) as conn:
+        conn.execute("INSERT INTO quarantine (topic, device, reason, detail, payload)"
+                     " VALUES ('t', 'B1', 'out_of_range', 'tair: ''B-secret''', 'B-raw')")
+        conn.commit()
+    w1, a1 = member_keys["w1"], member_keys["a1"]
+    assert _items(client, a1, "quarantine", "device") == {"D1", "D2", "D4"}
+    assert _items(client, w1, "quarantine", "device") == {"D1"}
+    assert _items(client, a1, "quarantine", "device", device="D2") == {"D2"}
+    shown, absent = (_api(client, w1, "quarantine", device=d) for d in ("D2", "D9"))
+    assert shown.status_code == absent.status_code == 404
+    assert shown.get_json()["message"].replace("D2", "X") == \
+        absent.get_json()["message"].replace("D9", "X")
+    page = _api(client, a1, "quarantine", limit=2).get_json()
+    assert (page["total"], len(page["items"])) == (3, 2)
+    assert all("payload_base64" not in r for r in page["items"])  # a1 is a plain member
+    assert page["items"][0]["reason_text"] == "payload is not JSON"
+    b1 = ("b1@b.example", "b1-password")
+    with psycopg.connect(world.url) as conn:
+        role = conn.execute("SELECT m.role FROM memberships m JOIN users u ON u.id = m.user_id"
+                            " WHERE u.email = 'b1@b.example'").fetchone()[0]
+        conn.execute("UPDATE memberships SET role = 'member' FROM users u"
+                     " WHERE u.id = user_id AND u.email = 'b1@b.example'")
+    try:
+        (row,) = client.get("/api/v2/quarantine", auth=b1).get_json()["items"]
+        assert row["device"] == "B1" and "payload_base64" not in row
+        assert "B-secret" not in row["detail"] and "(hidden)" in row["detail"]
+        with psycopg.connect(world.url) as conn:
+            conn.execute("UPDATE memberships SET role = 'admin' FROM users u"
+                         " WHERE u.id = user_id AND u.email = 'b1@b.example'")
+        (row,) = client.get("/api/v2/quarantine", auth=b1).get_json()["items"]
+        assert row["payload_base64"] == "Qi1yYXc=" and "B-secret" in row["detail"]
+    finally:
+        with psycopg.connect(world.url) as conn:
+            conn.execute("UPDATE memberships SET role = %s FROM users u"
+                         " WHERE u.id = user_id AND u.email = 'b1@b.example'", (role,))
+    assert _api(client, a1, "quarantine", reason="nope").status_code == 400
+    doc = client.get("/api/v2/openapi.json").get_json()["paths"]["/api/v2/quarantine"]["get"]
+    assert {p["name"] for p in doc["parameters"]} >= {"limit", "page", "device", "reason"}

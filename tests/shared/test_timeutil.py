@@ -191,3 +191,14 @@ def test_sql_local_time_equals_the_python_rendering(conn, t: datetime, zone_name
     for raw, seconds in (("-04:00", -14400), ("+05:45", 20700)):
         assert conn.execute("SELECT sds_iso_time(%s, make_interval(secs => %s))",
                             (t, seconds)).fetchone()[0] == format_local(t, parse_local_time(raw))
+
+
+def test_lags_are_shown_for_people() -> None:
+    from shared.timeutil import format_lag
+    assert format_lag(timedelta(seconds=26.138358)) == "26 s"
+    assert format_lag(timedelta(minutes=3, seconds=4)) == "3 min 4 s"
+    assert format_lag(timedelta(hours=2, seconds=5)) == "2 h"
+    assert format_lag(timedelta(hours=2, minutes=5, seconds=9)) == "2 h 5 min"
+    assert format_lag(timedelta(days=3, hours=4, minutes=1)) == "3 d 4 h"
+    assert format_lag(timedelta(0)) == "0 s"
+    assert format_lag(timedelta(seconds=-1)) == "0 s"  # a clock a little behind the database

@@ -249,7 +249,9 @@ def test_another_organisation_reaches_nothing_of_org_a(server: str, browser: Web
         assert status == 404, (path, status, text[:200])
     browser.get(f"{server}/dashboard/quarantine")
     assert B_SECRET not in browser.page_source  # listings show sizes, never payloads
-    assert "out_of_range" not in browser.page_source and "sensors/A1" not in browser.page_source
+    # What org B's rows and totals show (the page ends with every code explained).
+    shown = browser.page_source.split('id="reason-codes"')[0]
+    assert "out_of_range" not in shown and "sensors/A1" not in browser.page_source
     browser.get(f"{server}/dashboard/locations")
     assert "North field" not in browser.page_source and "B field" in browser.page_source
 
@@ -294,3 +296,22 @@ def test_through_the_nginx_edge(server: str, browser: WebDriver, world: World,
     finally:
         edge.stop()
 
+
+
+def test_the_note_form_resets_and_no_export_cancel_shows_idle(server: str,
+                                                                browser: WebDriver) -> None:
+    """Issue 34: after "Added." the tags stayed in the form (the next note was saved with
+    them), and the Export "Cancel" button showed with no export running."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/devices/A1")
+    chart_drawn(browser, "chart", loads=1)
+    assert not browser.find_element(By.ID, "export-cancel").is_displayed()
+    # An instant long before the charted week: the note stays off the chart other tests read.
+    browser.find_element(By.ID, "note-start").send_keys("2001-01-01T00:00:00Z")
+    browser.find_element(By.ID, "note-text").send_keys("gate fixed")
+    browser.find_element(By.ID, "note-tags").send_keys("maintenance")
+    browser.find_element(By.ID, "note-add").click()
+    wait_for(browser, "document.getElementById('note-form-status').textContent === 'Added.'")
+    assert browser.find_element(By.ID, "note-text").get_attribute("value") == ""
+    assert browser.find_element(By.ID, "note-tags").get_attribute("value") == ""
+    assert console_errors(browser) == []

@@ -15,11 +15,13 @@ import psycopg
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from markupsafe import escape
 
 from serve.logins import change_password
 from serve.web import charts, model
 from shared import units
 from shared.config import Settings
+from shared.quarantinecodes import REASONS
 from tests.support.apps import close_app, make_app
 from tests.support.dashboard import (
     A_PAYLOAD,
@@ -275,6 +277,20 @@ def test_another_organisations_objects_answer_like_missing_ones(client: FlaskCli
     for page in ("/dashboard/quarantine", "/dashboard/locations", "/dashboard/"):
         body = text(client.get(page))
         assert "North field" not in body and "sensors/A1" not in body and A_PAYLOAD not in body
+
+
+def test_the_bad_data_page_explains_every_reason_code(client: FlaskClient) -> None:
+    """Issue 34: the page sent people to docs/ingest.md for what a code means; it explains
+    them itself, from the one place the codes are defined."""
+    sign_in(client, "user@a.example")
+    page = text(client.get("/dashboard/quarantine?device=A1&days=30"))
+    listed = re.search(r'<dl class="reasons" id="reason-list">(.*?)</dl>', page, re.S)
+    assert listed, page
+    for code, meaning in REASONS.items():
+        assert f"<dt><code>{code}</code></dt><dd>{escape(meaning)}</dd>" in listed.group(1)
+    totals = re.search(r'id="reason-totals">(.*?)</table>', page, re.S)
+    assert totals and escape(REASONS["out_of_range"]) in totals.group(1)
+    assert f'class="reason" title="{escape(REASONS["out_of_range"])}"' in page
 
 
 def test_bad_data_pages(client: FlaskClient, world: World) -> None:

@@ -80,7 +80,11 @@ def test_admin_uses_the_people_pages(server: str, browser: WebDriver, world: Wor
     assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 401
     _submit(browser, f"{row}//button[contains(@class,'toggle-key')]", "keys", By.XPATH)
     assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 200
-    _submit(browser, f"{row}//button[contains(@class,'delete-key')]", "keys", By.XPATH)
+    _submit(browser, f"{row}//button[contains(@class,'delete-key')]", "key-confirm-delete",
+            By.XPATH)
+    assert "logger" in browser.find_element(By.ID, "key-confirm-delete").text
+    assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 200
+    _submit(browser, "confirm-delete-key", "key-deleted")
     assert not browser.find_elements(By.XPATH, row)
     assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 401
 

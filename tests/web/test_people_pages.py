@@ -127,11 +127,21 @@ def test_keys_page_makes_shows_once_deactivates_reactivates_and_deletes(
     assert api.get("/api/v2/devices", headers=headers).status_code == 200
     assert client.post(f"/dashboard/keys/{key_id}/active",
                        data={"csrf": csrf, "active": "maybe"}).status_code == 400
-    assert client.post(f"/dashboard/keys/{key_id}/delete",
-                       data={"csrf": csrf}).status_code == 303
+    # Delete asks first (issue 34: it took effect at once, with no word): nothing is deleted
+    # until the confirm form is sent, and then the page says so.
+    asked = client.post(f"/dashboard/keys/{key_id}/delete", data={"csrf": csrf})
+    assert asked.status_code == 200 and 'id="key-confirm-delete"' in _text(asked)
+    assert "script" in _text(asked) and 'name="confirm" value="yes"' in _text(asked)
+    assert api.get("/api/v2/devices", headers=headers).status_code == 200
+    gone = client.post(f"/dashboard/keys/{key_id}/delete", data={"csrf": csrf, "confirm": "yes"})
+    assert gone.status_code == 303
+    assert gone.headers["Location"].endswith("/dashboard/keys?deleted=1")
     assert api.get("/api/v2/devices", headers=headers).status_code == 401
-    # Deleted, missing and another user's keys are the same 404.
+    assert "Key deleted" in _text(client.get("/dashboard/keys?deleted=1"))
+    # Deleted, missing and another user's keys are the same 404, asked or confirmed.
     assert client.post(f"/dashboard/keys/{key_id}/delete", data={"csrf": csrf}).status_code == 404
+    assert client.post(f"/dashboard/keys/{key_id}/delete",
+                       data={"csrf": csrf, "confirm": "yes"}).status_code == 404
     other = client.application.test_client()
     sign_in(other, "user@b.example")
     theirs = other.post("/dashboard/keys", data={"csrf": _csrf(other), "name": "b",
@@ -139,6 +149,8 @@ def test_keys_page_makes_shows_once_deactivates_reactivates_and_deletes(
     b_key = next(k["id"] for k in other.get("/api/v2/apikeys").get_json() if k["name"] == "b")
     assert theirs.status_code == 200
     assert client.post(f"/dashboard/keys/{b_key}/delete", data={"csrf": csrf}).status_code == 404
+    assert client.post(f"/dashboard/keys/{b_key}/delete",
+                       data={"csrf": csrf, "confirm": "yes"}).status_code == 404
 
 
 def test_keys_page_shows_the_api_refusals(client: FlaskClient) -> None:

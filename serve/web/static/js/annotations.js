@@ -174,7 +174,9 @@ export class Annotations {
       const status = $("note-form-status");
       if (!r.ok) { status.textContent = "Not added: " + (body.message || r.statusText); return; }
       status.textContent = "Added.";
+      // Text and tags both go: a kept tag was silently saved on the next note.
       $("note-text").value = "";
+      $("note-tags").value = "";
       if (this.readings.loaded) await this.load(this.readings.loaded);
     });
   }
