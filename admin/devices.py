@@ -24,7 +24,8 @@ from admin.brokeraccounts import (
 )
 from admin.context import Context, pass_ctx
 from admin.publish import publish_test
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
 
@@ -52,7 +53,7 @@ def device_register(obj: Context, name: str, org_name: str, dev_type: str | None
     """Register device NAME (state New until its first reading)."""
     password = secrets.token_urlsafe(18)
     with obj.conn() as conn:
-        did = accounts.register_device(conn, org=accounts.org_id(conn, org_name), name=name,
+        did = places.register_device(conn, org=accounts.org_id(conn, org_name), name=name,
                                        type=dev_type, model=model)
         if mqtt_passwd_file:
             set_mqtt_passwords(mqtt_passwd_file, {name: password})
@@ -91,7 +92,7 @@ def device_deploy(obj: Context, name: str, loc: str, start: str, end: str | None
     t0 = _instant_or_now(start, "--from")
     t1 = _instant_or_now(end, "--to") if end else None
     with obj.conn() as conn:
-        dep = accounts.deploy_device(conn, device=name, location=accounts.location_id(conn, loc),
+        dep = places.deploy_device(conn, device=name, location=places.location_id(conn, loc),
                                      start=t0, end=t1)
     click.echo(f"deployment {dep}: {name} at {loc} from {t0.isoformat()}"
                + (f" to {t1.isoformat()}" if t1 else ""))
@@ -118,9 +119,9 @@ def device_add(obj: Context, name: str, org_name: str, loc: str, start: str,
     password = secrets.token_urlsafe(18)
     with obj.conn() as conn:
         org_id = accounts.org_id(conn, org_name)
-        did = accounts.register_device(conn, org=org_id, name=name, type=dev_type, model=model)
-        dep = accounts.deploy_device(conn, device=name,
-                                     location=accounts.location_id(conn, loc, org=org_id),
+        did = places.register_device(conn, org=org_id, name=name, type=dev_type, model=model)
+        dep = places.deploy_device(conn, device=name,
+                                     location=places.location_id(conn, loc, org=org_id),
                                      start=t0)
         # Last inside the transaction: a refused deployment leaves no password behind, and
         # a failing password file leaves no device.

@@ -1,5 +1,5 @@
 """`sds user invite|reset-link`: invitation and password-reset links for the operator (the same
-rules as the API's, serve/links.py; docs/auth.md "Invitations and password reset"). The link is
+rules as the API's, people/links.py; docs/auth.md "Invitations and password reset"). The link is
 printed; an invitation is also mailed when SMTP is configured (SDS_SMTP_HOST)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import click
 
 from admin.context import Context, pass_ctx
-from serve import links, members
-from shared import accounts, audit, credentials, mail
+from people import accounts, credentials, links, members
+from shared import audit, mail
 
 
 @click.command("invite")

@@ -9,8 +9,8 @@ from datetime import date
 import click
 
 from admin.context import Context, audit_operator, pass_ctx
-from serve import members
-from shared import accounts, locations, sealing
+from people import accounts, members
+from shared import locations, places, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
@@ -225,10 +225,10 @@ def location_create(obj: Context, org_name: str, name: str, tz_name: str, lat: f
                     lon: float | None, elev: float | None, kc: float | None,
                     sensor_height: float) -> None:
     """Create a location."""
-    loc = accounts.LocationInput(name=name, tz_name=tz_name, lat=lat, lon=lon, elev=elev, kc=kc,
+    loc = places.LocationInput(name=name, tz_name=tz_name, lat=lat, lon=lon, elev=elev, kc=kc,
                                  sensor_height=sensor_height)
     with obj.conn() as conn:
-        lid = accounts.create_location(conn, org=accounts.org_id(conn, org_name), loc=loc)
+        lid = places.create_location(conn, org=accounts.org_id(conn, org_name), loc=loc)
         audit_operator(conn, of="locations", row=lid, action="location.create",
                        target_type="location", details={"name": name, "tz_name": tz_name})
     click.echo(f"location {name} id {lid}")
@@ -280,7 +280,7 @@ def location_update(obj: Context, location_name: str, org_name: str | None,
         raise click.UsageError("nothing to change: give at least one option")
     with obj.conn() as conn:
         org = accounts.org_id(conn, org_name) if org_name else None
-        loc = accounts.location_id(conn, location_name, org=org)
+        loc = places.location_id(conn, location_name, org=org)
         outcome = locations.update_location(conn, loc, values, schedule)
         if outcome.changed:
             audit_operator(conn, of="locations", row=loc, action="location.update",

@@ -31,8 +31,8 @@ from typing import cast
 
 from flask import Flask, Response, current_app, g, request
 
+from people.principal import Principal
 from serve import metrics
-from serve.principal import Principal
 from shared.config import Settings
 from shared.errors import TooManyRequests
 

@@ -327,3 +327,9 @@ def format_utc_micros_z(t: datetime) -> str:
 def format_utc_record(t: datetime) -> str:
     """`2021-03-04T12:34:56.123456+00:00`: times in model records (devices, keys)."""
     return t.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def stamp(t: datetime | None) -> str | None:
+    """Record times: UTC, microseconds and offset (`2021-03-04T12:34:56.123456+00:00`), None
+    for None (serve/records.py and people/ write record times with it)."""
+    return None if t is None else format_utc_record(t)

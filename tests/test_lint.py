@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCTION = ("shared", "ingest", "aggregate", "serve", "alerts", "admin")
+PRODUCTION = ("shared", "people", "ingest", "aggregate", "serve", "alerts", "admin")
 
 
 def _tool(name: str) -> str:
@@ -139,8 +139,8 @@ ONE_HOME = {
     "ZoneInfo(": "shared/timeutil.py",  # a zone is made from its name by timeutil.zone only
     "mqtt.Client(": "shared/brokers.py",  # every MQTT client: brokers.new_client
     "start_http_server(": "shared/metrics.py",  # every process's metrics endpoint
-    "lower(email)": "shared/accounts.py",  # the user-by-email lookup: accounts.user_id
-    "len(password) <": "shared/credentials.py",  # the password rule: password_problem
+    "lower(email)": "people/accounts.py",  # the user-by-email lookup: accounts.user_id
+    "len(password) <": "people/credentials.py",  # the password rule: password_problem
     "smtplib.": "shared/mail.py",  # the one SMTP conversation (alerts, one-time links)
     'strftime("%Y-%m-%dT': "shared/timeutil.py",  # every text form of a UTC instant
     'replace("+00:00"': "shared/timeutil.py",
@@ -243,7 +243,8 @@ def test_a_reintroduced_copy_is_found(tmp_path: Path, path: str, text: str) -> N
 
 # Citations of documents: code and docs cite files that are in this repository (docs/...), never
 # the project spec beside a checkout (`shared/spec/...`) nor a bare "reference-facts".
-_CITING = ("shared", "ingest", "aggregate", "serve", "tests", "deploy", "docs", "bench", "client")
+_CITING = ("shared", "people", "ingest", "aggregate", "serve", "tests", "deploy", "docs", "bench",
+           "client")
 _SUFFIXES = {".py", ".md", ".sh", ".sql", ".conf", ".yaml", ".js", ".html"}
 
 

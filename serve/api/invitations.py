@@ -10,7 +10,7 @@
   and `POST /auth/password-reset` (`email`) are public: the link's secret is the
   credential, and a reset request answers the same 202 whether or not the email has an
   account.
-The rules are serve/links.py.
+The rules are people/links.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from flask import current_app
 from marshmallow import Schema, fields
 from marshmallow.validate import Length
 
-from serve import keypolicy, links, members
+from people import keypolicy, links, members
+from people.principal import Principal
 from serve.auth import (
     audit_actor,
     authenticator,
@@ -35,7 +36,6 @@ from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
-from serve.principal import Principal
 from serve.records import stamp
 from shared import mail
 from shared.errors import Forbidden, UnknownObject

@@ -8,8 +8,8 @@
   `PUT /orgs/{id}/users/{user_id}` (role, teams_only) and
   `DELETE /orgs/{id}/users/{user_id}` (remove: their tokens and keys for the organisation stop
   at once) are for the organisation's owners and administrators (`orgs:write`, which the
-  role table gives them only: shared.credentials.ROLE_SCOPES); only an owner makes, unmakes
-  or removes an owner (serve/members.py).
+  role table gives them only: people.credentials.ROLE_SCOPES); only an owner makes, unmakes
+  or removes an owner (people/members.py).
 A request acts in one organisation (docs/auth.md "Which organisation a request acts in"):
 changes are made there; another of the caller's organisations is 403 saying how to act in it,
 one they do not belong to is the same 404 as a missing one. Every change is in the audit log.
@@ -25,13 +25,13 @@ from marshmallow import Schema, fields
 from marshmallow.validate import Length, OneOf
 from psycopg import errors as pgerr
 
-from serve import keypolicy, links, members
+from people import keypolicy, links, members
+from people.principal import Principal
 from serve.auth import audit_actor, authenticator, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
-from serve.principal import Principal
 from shared import audit
 from shared.errors import DuplicateName, Forbidden, UnknownObject
 

@@ -13,7 +13,7 @@
   and joining another organisation"), and `POST /users/me/credentials/revoke` (sign out
   everywhere: every token and API key of the caller, in every organisation).
 Records are of the user as a member of the request's organisation (role, teams_only there).
-Records and roles come from serve/members.py; preferences are checked by the dashboard's rules
+Records and roles come from people/members.py; preferences are checked by the dashboard's rules
 (serve/web/preferences.py), the one home of what a preference may hold.
 """
 
@@ -26,7 +26,7 @@ from flask import current_app, request
 from marshmallow import Schema, fields
 from marshmallow.validate import Length
 
-from serve import consent, keypolicy, logins, members
+from people import consent, keypolicy, logins, members
 from serve.auth import audit_actor, authenticator, current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint

@@ -33,10 +33,10 @@ from flask import (
 )
 from werkzeug.exceptions import HTTPException
 
+from people.principal import Principal
 from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
-from serve.principal import Principal
 from serve.readmodels import location_summary, summary_page
 from serve.web import assets, charts, model, preferences
 from serve.web import session as web_session

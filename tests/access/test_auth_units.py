@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
+from people import credentials
+from people.principal import USER_ONLY, Principal
 from serve.auth import scope_for
 from serve.authenticator import BasicCache
 from serve.authheader import decode_basic, parse_authorization
-from serve.principal import USER_ONLY, Principal
-from shared import credentials
 from shared.errors import Unauthorized
 
 

@@ -27,9 +27,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from serve import links
-from serve.principal import USER_ONLY
-from shared import accounts, alertrules, alertstore, audit, credentials
+from people import accounts, credentials, links
+from people.principal import USER_ONLY
+from shared import alertrules, alertstore, audit
 from shared.config import Settings
 from tests.support.access_world import (
     PASSWORDS,

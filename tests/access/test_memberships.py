@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts, credentials, db
+from people import accounts, credentials
+from shared import db
 from tests.support.access_world import (
     PASSWORDS,
     World,

@@ -14,7 +14,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from serve.logins import change_password
+from people.logins import change_password
 from serve.web import charts, model
 from shared import units
 from shared.config import Settings

@@ -22,7 +22,7 @@ HASHER = PasswordHasher(time_cost=2, memory_cost=19456, parallelism=1)
 
 API_KEY_PREFIX = "sdsk_"
 TOKEN_PREFIX = "sdst_"  # nosec B105  a public prefix, not a password
-LINK_PREFIX = "sdsl_"  # one-time links: invitations and password resets (serve/links.py)
+LINK_PREFIX = "sdsl_"  # one-time links: invitations and password resets (people/links.py)
 _BODY_BYTES = 32  # 256 bits of entropy
 
 # A fixed hash to verify against when the email is unknown, so both failures cost the same.

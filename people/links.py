@@ -12,7 +12,7 @@ Proven emails (issue 30, migration 0165, docs/auth.md "Proven emails and joining
 organisation"): a link whose secret went only to the email's inbox (`mailed_only`: a mailed
 invitation, a reset asked for by email) proves the email when used; a link shown to its maker
 proves nothing. An existing account is never joined to an organisation by a link alone: the
-invitation waits until that account, signed in, accepts it (serve/consent.py), and only an
+invitation waits until that account, signed in, accepts it (people/consent.py), and only an
 account whose email is proven may.
 """
 
@@ -23,18 +23,17 @@ import queue
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import dict_row
 
-from serve import consent, logins, members
-from serve.authenticator import Authenticator
-from serve.records import stamp
-from shared import accounts, audit, credentials, mail
+from people import accounts, consent, credentials, logins, members
+from shared import audit, mail
 from shared.config import Settings
 from shared.errors import BadParameter, BadRequest, Conflict, Forbidden, UnknownObject
+from shared.timeutil import stamp
 
 log = logging.getLogger(__name__)
 
@@ -244,13 +243,26 @@ def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
                         "operator makes the link (sds user reset-link)")
 
 
+class Throttle(Protocol):
+    """What accepting a link needs of the sign-in throttle (serve.authenticator.Authenticator):
+    its settings, and the failure count per subject and address."""
+
+    settings: Settings
+
+    def check_throttle(self, conn: psycopg.Connection, email: str, address: str) -> None:
+        """Raise when the subject or the address is locked out."""
+
+    def record_failure(self, conn: psycopg.Connection, email: str, address: str) -> None:
+        """Count one failure against the subject and the address."""
+
+
 # ---- acceptance ----------------------------------------------------------------------------
 
 
-def accept(conn: psycopg.Connection, auth: Authenticator, *, secret: str, password: str | None,
+def accept(conn: psycopg.Connection, auth: Throttle, *, secret: str, password: str | None,
            name: str | None, address: str, everywhere: bool = False) -> dict[str, Any]:
     """Accept a link: an invitation makes the account (Conflict for an email that has an
-    active one: it accepts signed in, serve.consent.accept_mine), a reset sets its password
+    active one: it accepts signed in, people.consent.accept_mine), a reset sets its password
     and revokes its bearer tokens (`everywhere`: and every API key, in every organisation).
     Throttled per link and per address like a sign-in; the caller commits (a failure rolls
     the link's use back, so a refused password keeps it)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from shared import credentials
+from people import credentials
 
 # The "scope" of actions no API key may take (key and token management): basic or bearer only.
 USER_ONLY = "user"
@@ -19,7 +19,7 @@ USER_ONLY = "user"
 class Principal:
     """Who is calling: the user, the organisation the request acts in, their role there (and
     whether they see only their teams), how they authenticated and, for an API key, its
-    scopes. Every scope is capped by the role (shared.credentials.ROLE_SCOPES)."""
+    scopes. Every scope is capped by the role (people.credentials.ROLE_SCOPES)."""
 
     user_id: UUID
     org_id: UUID

@@ -3,7 +3,7 @@ their roles, and the membership changes an owner or administrator makes (role, r
 
 A user belongs to one or many organisations, each through a row of `memberships` (migration
 0150) holding the role there: `owner`, `admin`, `member` or `viewer` (what each may do is
-shared.credentials.ROLE_SCOPES; docs/auth.md "Roles"), and `teams_only` for a member or viewer
+people.credentials.ROLE_SCOPES; docs/auth.md "Roles"), and `teams_only` for a member or viewer
 who sees only their teams' devices and locations. The role is read at every request, so a
 demotion takes effect on the next request of each of the user's tokens and keys.
 
@@ -23,9 +23,9 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from serve.records import stamp
-from shared.credentials import MANAGER_ROLES, ROLES
+from people.credentials import MANAGER_ROLES, ROLES
 from shared.errors import BadParameter, Conflict, Forbidden, UnknownObject
+from shared.timeutil import stamp
 
 __all__ = ["ROLES", "fetch_org", "fetch_user", "my_orgs", "org_of", "org_record", "orgs_of",
            "remove_member", "set_role", "user_page", "user_record"]
