@@ -7,14 +7,14 @@ from __future__ import annotations
 import click
 
 from admin.context import Context, pass_ctx
-from people import accounts, credentials, links, members
+from people import accounts, links, members, roles
 from shared import audit, mail
 
 
 @click.command("invite")
 @click.argument("email")
 @click.option("--org", "org_name", required=True, help="Organisation name or id.")
-@click.option("--role", required=True, type=click.Choice(credentials.ROLES))
+@click.option("--role", required=True, type=click.Choice(roles.ROLES))
 @click.option("--teams-only", is_flag=True, help="Sees only their teams' devices and locations.")
 @pass_ctx
 def user_invite(obj: Context, email: str, org_name: str, role: str, teams_only: bool) -> None:

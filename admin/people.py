@@ -9,7 +9,7 @@ from datetime import date
 import click
 
 from admin.context import Context, audit_operator, pass_ctx
-from people import accounts, members
+from people import accounts, members, roles
 from shared import locations, places, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
@@ -56,7 +56,7 @@ def org_list(obj: Context, email: str | None) -> None:
 @org.command("add-member")
 @click.argument("org_name")
 @click.argument("email")
-@click.option("--role", type=click.Choice(members.ROLES), default="member", show_default=True)
+@click.option("--role", type=click.Choice(roles.ROLES), default="member", show_default=True)
 @click.option("--teams-only", is_flag=True, help="Sees only their teams' devices and "
               "locations (member and viewer only).")
 @pass_ctx
@@ -75,7 +75,7 @@ def org_add_member(obj: Context, org_name: str, email: str, role: str, teams_onl
 @org.command("set-role")
 @click.argument("org_name")
 @click.argument("email")
-@click.argument("role", type=click.Choice(members.ROLES))
+@click.argument("role", type=click.Choice(roles.ROLES))
 @click.option("--teams-only/--all-devices", default=None,
               help="Limit to their teams' devices and locations, or lift it (default: keep).")
 @pass_ctx
@@ -103,7 +103,7 @@ def user() -> None:
 @click.option("--org", "org_name", required=True, help="Organisation name or id (the home one).")
 @click.option("--email", required=True)
 @click.option("--name", default=None, help="Display name.")
-@click.option("--role", type=click.Choice(members.ROLES), default="member", show_default=True,
+@click.option("--role", type=click.Choice(roles.ROLES), default="member", show_default=True,
               help="Role in the organisation.")
 @pass_ctx
 def user_create(obj: Context, org_name: str, email: str, name: str | None, role: str) -> None:
@@ -181,7 +181,7 @@ def _remove(obj: Context, email: str, org_name: str | None) -> None:
 
 @user.command("role")
 @click.argument("email")
-@click.argument("role", type=click.Choice(members.ROLES))
+@click.argument("role", type=click.Choice(roles.ROLES))
 @click.option("--org", "org_name", default=None, help="Organisation name or id (default: the "
               "user's home organisation).")
 @click.option("--teams-only/--all-devices", default=None,

@@ -12,7 +12,7 @@ import psycopg
 from psycopg import errors as pgerr
 from psycopg.rows import dict_row
 
-from people import credentials
+from people import credentials, roles
 from shared.errors import BadParameter, Conflict, DuplicateName, UnknownObject
 
 if TYPE_CHECKING:
@@ -54,8 +54,7 @@ def create_user(
         raise BadParameter(problem)
     if "@" not in email:
         raise BadParameter(f"email: {email!r} is not an email address")
-    if role not in credentials.ROLES:
-        raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
+    roles.check_role(role)
     # The id is made here, not RETURNING'd: under the API role (an accepted invitation,
     # people/links.py) the new row is not visible until its membership exists, and RETURNING
     # would have to read it.
@@ -78,10 +77,7 @@ def add_membership(conn: psycopg.Connection, *, user: UUID, org: UUID, role: str
                    teams_only: bool = False) -> None:
     """Make an existing user a member of `org` with `role` (reactivating an account whose
     last membership had ended); Conflict when they are a member already."""
-    if role not in credentials.ROLES:
-        raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
-    if teams_only and role not in ("member", "viewer"):
-        raise BadParameter("teams_only: only for the roles member and viewer")
+    roles.check_teams_only(roles.check_role(role), teams_only)
     try:
         with conn.transaction():
             conn.execute("INSERT INTO memberships (user_id, org_id, role, teams_only)"

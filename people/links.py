@@ -29,7 +29,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from people import accounts, consent, credentials, logins, members
+from people import accounts, consent, credentials, logins, members, roles
 from shared import audit, mail
 from shared.config import Settings
 from shared.errors import BadParameter, BadRequest, Conflict, Forbidden, UnknownObject
@@ -101,12 +101,8 @@ def invite(conn: psycopg.Connection, settings: Settings, *, org: UUID, email: st
     pending invitation of that email is revoked). Only an owner (`by_owner`; the operator
     counts as one) invites an owner; Conflict when the email already is an active member."""
     email = _email(email)
-    if role not in credentials.ROLES:
-        raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
-    if teams_only and role not in TEAMS_ONLY_ROLES:
-        raise BadParameter(f"teams_only: only for the roles {' and '.join(TEAMS_ONLY_ROLES)}")
-    if role == "owner" and not by_owner:
-        raise Forbidden("only an owner of the organisation invites an owner")
+    roles.check_teams_only(roles.check_role(role), teams_only)
+    roles.check_owner_rule(by_owner=by_owner, roles=(role,), action="invites an owner")
     if _is_member(conn, org=org, email=email):
         raise Conflict(f"{email} is already a member of the organisation")
     issued = _insert(conn, settings, purpose="invite", org=org, email=email, actor=actor,
@@ -205,10 +201,6 @@ def request_reset(conn: psycopg.Connection, settings: Settings, *, email: str,
 # ---- the membership step: what joining an organisation writes ----------------------------
 
 
-TEAMS_ONLY_ROLES = ("member", "viewer")
-"""Roles that may be limited to the member's teams (memberships, migration 0150)."""
-
-
 def _is_member(conn: psycopg.Connection, *, org: UUID, email: str) -> bool:
     """Whether `email` is an active member of `org`."""
     try:
@@ -234,8 +226,8 @@ def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
     """A reset link taken by a manager opens the whole account: refused (403) for an owner
     unless the maker is one, and for a user who also belongs to another organisation, whose
     data this organisation's managers must not reach (they ask for a reset by email)."""
-    if role == "owner" and not by_owner:
-        raise Forbidden("only an owner of the organisation makes a reset link for an owner")
+    roles.check_owner_rule(by_owner=by_owner, roles=(role,),
+                           action="makes a reset link for an owner")
     row = conn.execute("SELECT sds_link_other_orgs(%s)", (user,)).fetchone()
     if row and row[0]:
         raise Forbidden("this user belongs to other organisations too: they reset their "

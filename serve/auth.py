@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 import psycopg
 from flask import Flask, Response, current_app, g, request
 
-from people import credentials
+from people import roles
 from people.principal import USER_ONLY, Principal
 from serve.authenticator import Authenticator
 from serve.authheader import Credentials, parse_authorization
@@ -115,7 +115,7 @@ def _check_access(scope: str) -> None:
         return
     if scope == USER_ONLY:
         raise Forbidden("an API key cannot do this; use basic or bearer credentials")
-    if not credentials.role_allows(principal.role, scope):
+    if not roles.role_allows(principal.role, scope):
         raise Forbidden(f"your role in this organisation ({principal.role}) does not allow "
                         f"{scope!r}, which is needed here")
     raise Forbidden(f"this API key lacks the scope {scope!r} needed here")

@@ -144,6 +144,10 @@ ONE_HOME = {
     "smtplib.": "shared/mail.py",  # the one SMTP conversation (alerts, one-time links)
     'strftime("%Y-%m-%dT': "shared/timeutil.py",  # every text form of a UTC instant
     'replace("+00:00"': "shared/timeutil.py",
+    # Every role rule: people/roles.py (valid roles, managers, teams-only roles, the owner rule).
+    '("member", "viewer")': "people/roles.py",
+    '"owner", "admin"': "people/roles.py",
+    "only an owner of the organisation": "people/roles.py",
     "db.connect(": "",  # see SCOPED_HOME: per package
 }
 # The same for the deploy scripts and the test servers: the edge's upstream server options.
@@ -233,6 +237,9 @@ def test_each_small_rule_has_one_home() -> None:
     ("admin/x.py", "with db.connect(settings) as conn:"),
     ("serve/x.py", 'return t.strftime("%Y-%m-%dT%H:%M:%SZ")'),
     ("shared/x.py", "ZoneInfo(name)"),
+    ("people/links.py", 'if teams_only and role not in ("member", "viewer"):'),
+    ("serve/api/orgs.py", 'raise Forbidden("only an owner of the organisation makes an owner")'),
+    ("people/members.py", 'ROLES = ("owner", "admin", "member", "viewer")'),
 ])
 def test_a_reintroduced_copy_is_found(tmp_path: Path, path: str, text: str) -> None:
     target = tmp_path / path

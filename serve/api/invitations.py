@@ -112,7 +112,7 @@ def create_invitation(org_id: str) -> Any:
         org = _admin_of(conn, principal, org_id, "inviting")
         issued = links.invite(conn, settings, org=org, email=body["email"], role=body["role"],
                               teams_only=body["teams_only"], actor=audit_actor(conn),
-                              by_owner=principal.role == "owner")
+                              by_owner=principal.owns)
         record = links.invite_record(links.fetch_invite(conn, org, issued.id))
         org_name = members.fetch_org(conn, org)[0]["name"]
     # After the commit: a mail server that stalls holds no transaction open.
@@ -167,7 +167,7 @@ def create_reset_link(org_id: str, user_id: str) -> Any:
     with pool().connection() as conn:
         org = _admin_of(conn, principal, org_id, "making a password-reset link")
         issued = links.reset_link(conn, settings, org=org, user=_uuid(user_id, "user"),
-                                  actor=audit_actor(conn), by_owner=principal.role == "owner")
+                                  actor=audit_actor(conn), by_owner=principal.owns)
     return {"id": str(issued.id), "user_id": user_id, "link": issued.url,
             "expires": stamp(issued.expires)}, 201, NO_STORE
 

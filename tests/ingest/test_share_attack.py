@@ -40,8 +40,8 @@ from admin.cli import main
 from ingest import groupwatch, shards
 from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
-from shared.places import RESERVED_DEVICE_NAMES
 from shared.config import Settings
+from shared.places import RESERVED_DEVICE_NAMES
 from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import (
