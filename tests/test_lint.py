@@ -3,8 +3,11 @@
 - ruff with the rules in pyproject.toml (B, E, F, I, UP, W);
 - mypy with the configuration in pyproject.toml (every function annotated, shared/ strict);
 - the layering as import-linter contracts in pyproject.toml (shared imports none of the
-  processes; ingest, aggregate and serve never import each other; the Python client and the
-  service import nothing of each other; no import cycle between sibling modules);
+  processes; ingest, aggregate and serve never import each other; people/ imports only shared/
+  and no Flask, ingest, aggregate and alerts never import it, admin/ imports it but never
+  serve/, serve.api never imports serve.web; the Python client and the service import nothing
+  of each other; no import cycle between sibling modules), each with a negative case;
+- importing the operator commands (admin.cli) loads no Flask;
 - no block of 10 or more copied lines in production code (pylint's duplicate-code check);
 - tests and benchmarks import helpers from tests/support, never from a test module or a
   conftest;
@@ -23,6 +26,7 @@ aggregate serve client/sds_client` (docs/architecture.md).
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -61,7 +65,66 @@ def test_mypy_finds_nothing() -> None:
 def test_layering_contracts_are_kept() -> None:
     run = _run(_tool("lint-imports"), "--no-cache")  # [tool.importlinter] in pyproject.toml
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "6 kept, 0 broken" in run.stdout, run.stdout
+    assert "10 kept, 0 broken" in run.stdout, run.stdout
+
+
+# ---- the layering contracts can fail ------------------------------------------------------------
+
+# A tree of empty packages named as the service's, checked with pyproject's own contracts: clean,
+# all are kept; one import that a contract forbids put in, that contract (and only it) breaks.
+_TREE = ("shared", "people", "ingest", "aggregate", "alerts", "admin", "serve", "serve/api",
+         "serve/web", "sds_client")
+
+
+def _contract_tree(root: Path) -> None:
+    for package in _TREE:
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text('"""An empty package."""\n')
+    (root / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+
+
+def _broken_contracts(root: Path) -> list[str]:
+    # COLUMNS: lint-imports wraps long lines at the terminal's width.
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "300"}
+    run = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=root, capture_output=True,
+                         text=True, timeout=120, check=False, env=env)
+    return [line.removesuffix(" BROKEN").strip() for line in run.stdout.splitlines()
+            if line.endswith(" BROKEN")]
+
+
+def test_the_contract_tree_keeps_every_contract(tmp_path: Path) -> None:
+    _contract_tree(tmp_path)
+    assert _broken_contracts(tmp_path) == []
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    ("shared/x.py", "import people", "shared imports none of the processes"),
+    ("people/x.py", "import serve", "people/ imports only shared/, and no Flask"),
+    ("people/x.py", "import flask", "people/ imports only shared/, and no Flask"),
+    ("ingest/x.py", "import people",
+     "ingest, aggregate and alerts never import people/"),
+    ("alerts/x.py", "from people import x",
+     "ingest, aggregate and alerts never import people/"),
+    ("admin/x.py", "import flask",
+     "admin/ imports people/, never serve/ nor Flask"),
+    ("admin/x.py", "import serve.api",
+     "admin/ imports people/, never serve/ nor Flask"),
+    ("serve/api/x.py", "from serve.web import y",
+     "the API (serve.api) never imports the dashboard (serve.web)"),
+])
+def test_a_broken_contract_is_found(tmp_path: Path, module: str, line: str,
+                                    contract: str) -> None:
+    _contract_tree(tmp_path)
+    (tmp_path / module).write_text(line + "\n")
+    assert _broken_contracts(tmp_path) == [contract]
+
+
+def test_the_operator_commands_load_no_flask() -> None:
+    # `sds config` and every other command: admin/ reaches people/, never serve/ (issue 31).
+    probe = ("import admin.cli, sys; loaded = sorted(m for m in sys.modules"
+             " if m.split('.')[0] in ('flask', 'serve')); assert not loaded, loaded")
+    run = _run(sys.executable, "-c", probe, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_no_copied_blocks_in_production_code() -> None:

@@ -20,9 +20,10 @@ from flask import Response, current_app, redirect, render_template, request, ses
 
 from people import keypolicy
 from people.principal import Principal
+from serve import preferences
 from serve.args import MAX_LIMIT
 from serve.pool import pool
-from serve.web import apicall, charts, preferences
+from serve.web import apicall, charts
 from serve.web import session as web_session
 from serve.web.alertpages import FIELD_MAX
 from serve.web.views import PREFIX, _html, blp, signed_in

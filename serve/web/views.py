@@ -34,11 +34,12 @@ from flask import (
 from werkzeug.exceptions import HTTPException
 
 from people.principal import Principal
+from serve import preferences
 from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
 from serve.readmodels import location_summary, summary_page
-from serve.web import assets, charts, model, preferences
+from serve.web import assets, charts, model
 from serve.web import session as web_session
 from shared import units
 from shared.config import Settings
