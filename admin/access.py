@@ -1,5 +1,5 @@
 """`sds access passwd|unlock|logout`: account access (passwords, login lockouts, bearer
-tokens; `logout --everything` API keys too) through serve.logins."""
+tokens; `logout --everything` API keys too) through people.logins."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import click
 import psycopg
 
 from admin.context import audit_operator, connection, settings_from_env
-from serve.logins import change_password, revoke_everything, revoke_tokens, unlock
-from shared import accounts
+from people import accounts
+from people.logins import change_password, revoke_everything, revoke_tokens, unlock
 from shared.errors import ServiceError, UnknownObject
 
 CLI_NAME = "sds-access-cli"  # application_name of the command's sessions

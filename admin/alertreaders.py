@@ -24,7 +24,8 @@ from admin.brokeraccounts import (
     set_mqtt_passwords,
 )
 from admin.context import Context, audit_operator, pass_ctx
-from shared import accounts, alerttopic
+from people import accounts
+from shared import alerttopic
 from shared.errors import ServiceError
 
 

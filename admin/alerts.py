@@ -10,7 +10,8 @@ from uuid import UUID
 import click
 
 from admin.context import Context, pass_ctx
-from shared import accounts, alertrules, alertstore
+from people import accounts
+from shared import alertrules, alertstore
 from shared.errors import ServiceError
 
 

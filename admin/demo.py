@@ -13,7 +13,8 @@ import click
 from admin.brokeraccounts import set_mqtt_passwords, set_rabbitmq_users
 from admin.context import Context, pass_ctx
 from admin.people import sealer
-from shared import accounts, alertrules, alertstore, irrigation
+from people import accounts
+from shared import alertrules, alertstore, irrigation, places
 
 DEMO_ORG = "Demo Farms"
 DEMO_EMAIL = "demo@example.com"
@@ -70,10 +71,10 @@ def demo(obj: Context, credentials_out: Path | None, mqtt_passwd_file: Path | No
         uid = accounts.create_user(conn, org=oid, email=DEMO_EMAIL, password=password,
                                    name="Demo user", role="owner")
         for dev, loc_name, tz, lat, lon, elev, kc in DEMO_SITES:
-            lid = accounts.create_location(conn, org=oid, loc=accounts.LocationInput(
+            lid = places.create_location(conn, org=oid, loc=places.LocationInput(
                 name=loc_name, tz_name=tz, lat=lat, lon=lon, elev=elev, kc=kc))
-            accounts.register_device(conn, org=oid, name=dev, type="weather", model="SDS-1")
-            accounts.deploy_device(conn, device=dev, location=lid, start=start)
+            places.register_device(conn, org=oid, name=dev, type="weather", model="SDS-1")
+            places.deploy_device(conn, device=dev, location=lid, start=start)
             soil, roots, crop = DEMO_WATER[dev]
             irrigation.put_settings(conn, lid, {"soil": soil, "root_depth": roots,
                                                 "crop": crop})

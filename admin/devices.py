@@ -24,7 +24,8 @@ from admin.brokeraccounts import (
 )
 from admin.context import Context, audit_operator, pass_ctx
 from admin.publish import publish_test
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
 
@@ -52,7 +53,7 @@ def device_register(obj: Context, name: str, org_name: str, dev_type: str | None
     """Register device NAME (state New until its first reading)."""
     password = secrets.token_urlsafe(18)
     with obj.conn() as conn:
-        did = accounts.register_device(conn, org=accounts.org_id(conn, org_name), name=name,
+        did = places.register_device(conn, org=accounts.org_id(conn, org_name), name=name,
                                        type=dev_type, model=model)
         audit_operator(conn, of="devices", row=did, action="device.register",
                        target_type="device", details={"name": name, "type": dev_type,
@@ -95,8 +96,8 @@ def device_deploy(obj: Context, name: str, loc: str, start: str, end: str | None
     t0 = _instant_or_now(start, "--from")
     t1 = _instant_or_now(end, "--to") if end else None
     with obj.conn() as conn:
-        location = accounts.location_id(conn, loc)
-        dep = accounts.deploy_device(conn, device=name, location=location, start=t0, end=t1)
+        location = places.location_id(conn, loc)
+        dep = places.deploy_device(conn, device=name, location=location, start=t0, end=t1)
         audit_operator(conn, of="locations", row=location, action="device.deploy",
                        target_type="device", target_id=name,
                        details={"deployment": dep, "location": location, "from": t0,
@@ -126,9 +127,9 @@ def device_add(obj: Context, name: str, org_name: str, loc: str, start: str,
     password = secrets.token_urlsafe(18)
     with obj.conn() as conn:
         org_id = accounts.org_id(conn, org_name)
-        did = accounts.register_device(conn, org=org_id, name=name, type=dev_type, model=model)
-        location = accounts.location_id(conn, loc, org=org_id)
-        dep = accounts.deploy_device(conn, device=name, location=location, start=t0)
+        did = places.register_device(conn, org=org_id, name=name, type=dev_type, model=model)
+        location = places.location_id(conn, loc, org=org_id)
+        dep = places.deploy_device(conn, device=name, location=location, start=t0)
         audit_operator(conn, of="devices", row=did, action="device.add", target_type="device",
                        details={"name": name, "type": dev_type, "model": model,
                                 "deployment": dep, "location": location, "from": t0})

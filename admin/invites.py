@@ -1,5 +1,5 @@
 """`sds user invite|reset-link`: invitation and password-reset links for the operator (the same
-rules as the API's, serve/links.py; docs/auth.md "Invitations and password reset"). The link is
+rules as the API's, people/links.py; docs/auth.md "Invitations and password reset"). The link is
 printed; an invitation is also mailed when SMTP is configured (SDS_SMTP_HOST)."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 import click
 
 from admin.context import Context, pass_ctx
-from serve import links, members
-from shared import accounts, audit, credentials, mail
+from people import accounts, links, members, roles
+from shared import audit, mail
 
 
 @click.command("invite")
 @click.argument("email")
 @click.option("--org", "org_name", required=True, help="Organisation name or id.")
-@click.option("--role", required=True, type=click.Choice(credentials.ROLES))
+@click.option("--role", required=True, type=click.Choice(roles.ROLES))
 @click.option("--teams-only", is_flag=True, help="Sees only their teams' devices and locations.")
 @pass_ctx
 def user_invite(obj: Context, email: str, org_name: str, role: str, teams_only: bool) -> None:

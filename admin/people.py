@@ -9,8 +9,8 @@ from datetime import date
 import click
 
 from admin.context import Context, audit_operator, pass_ctx
-from serve import members
-from shared import accounts, locations, sealing
+from people import accounts, members, roles
+from shared import locations, places, sealing
 from shared.config import Settings
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
@@ -56,7 +56,7 @@ def org_list(obj: Context, email: str | None) -> None:
 @org.command("add-member")
 @click.argument("org_name")
 @click.argument("email")
-@click.option("--role", type=click.Choice(members.ROLES), default="member", show_default=True)
+@click.option("--role", type=click.Choice(roles.ROLES), default="member", show_default=True)
 @click.option("--teams-only", is_flag=True, help="Sees only their teams' devices and "
               "locations (member and viewer only).")
 @pass_ctx
@@ -75,7 +75,7 @@ def org_add_member(obj: Context, org_name: str, email: str, role: str, teams_onl
 @org.command("set-role")
 @click.argument("org_name")
 @click.argument("email")
-@click.argument("role", type=click.Choice(members.ROLES))
+@click.argument("role", type=click.Choice(roles.ROLES))
 @click.option("--teams-only/--all-devices", default=None,
               help="Limit to their teams' devices and locations, or lift it (default: keep).")
 @pass_ctx
@@ -103,7 +103,7 @@ def user() -> None:
 @click.option("--org", "org_name", required=True, help="Organisation name or id (the home one).")
 @click.option("--email", required=True)
 @click.option("--name", default=None, help="Display name.")
-@click.option("--role", type=click.Choice(members.ROLES), default="member", show_default=True,
+@click.option("--role", type=click.Choice(roles.ROLES), default="member", show_default=True,
               help="Role in the organisation.")
 @pass_ctx
 def user_create(obj: Context, org_name: str, email: str, name: str | None, role: str) -> None:
@@ -181,7 +181,7 @@ def _remove(obj: Context, email: str, org_name: str | None) -> None:
 
 @user.command("role")
 @click.argument("email")
-@click.argument("role", type=click.Choice(members.ROLES))
+@click.argument("role", type=click.Choice(roles.ROLES))
 @click.option("--org", "org_name", default=None, help="Organisation name or id (default: the "
               "user's home organisation).")
 @click.option("--teams-only/--all-devices", default=None,
@@ -225,10 +225,10 @@ def location_create(obj: Context, org_name: str, name: str, tz_name: str, lat: f
                     lon: float | None, elev: float | None, kc: float | None,
                     sensor_height: float) -> None:
     """Create a location."""
-    loc = accounts.LocationInput(name=name, tz_name=tz_name, lat=lat, lon=lon, elev=elev, kc=kc,
+    loc = places.LocationInput(name=name, tz_name=tz_name, lat=lat, lon=lon, elev=elev, kc=kc,
                                  sensor_height=sensor_height)
     with obj.conn() as conn:
-        lid = accounts.create_location(conn, org=accounts.org_id(conn, org_name), loc=loc)
+        lid = places.create_location(conn, org=accounts.org_id(conn, org_name), loc=loc)
         audit_operator(conn, of="locations", row=lid, action="location.create",
                        target_type="location", details={"name": name, "tz_name": tz_name})
     click.echo(f"location {name} id {lid}")
@@ -280,7 +280,7 @@ def location_update(obj: Context, location_name: str, org_name: str | None,
         raise click.UsageError("nothing to change: give at least one option")
     with obj.conn() as conn:
         org = accounts.org_id(conn, org_name) if org_name else None
-        loc = accounts.location_id(conn, location_name, org=org)
+        loc = places.location_id(conn, location_name, org=org)
         outcome = locations.update_location(conn, loc, values, schedule)
         if outcome.changed:
             audit_operator(conn, of="locations", row=loc, action="location.update",

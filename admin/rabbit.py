@@ -141,7 +141,7 @@ def stale_users(defs: dict[str, Any], cluster_users: list[dict[str, Any]]) -> li
     return sorted(str(u["user"]) for u in cluster_users if u.get("user") not in wanted)
 
 
-_INGESTER_ACCOUNT = re.compile(r"^ingester(-[0-9]+)?$")  # shared/accounts.py reserves these
+_INGESTER_ACCOUNT = re.compile(r"^ingester(-[0-9]+)?$")  # shared/places.py reserves these
 
 
 def rotated_users(defs: dict[str, Any], cluster_defs: dict[str, Any]) -> list[str]:

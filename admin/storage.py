@@ -13,7 +13,7 @@ from psycopg import sql
 
 from admin import context
 from aggregate import lifecycle, storage
-from shared import accounts
+from people import accounts
 from shared.config import Settings
 
 _settings = context.settings_from_env

@@ -1,5 +1,5 @@
 """`sds team ...`: an organisation's teams and their members, devices and locations, with the
-same rules and audit entries as `/api/v2/teams` (shared/teams.py; docs/auth.md "Teams")."""
+same rules and audit entries as `/api/v2/teams` (people/teams.py; docs/auth.md "Teams")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import click
 import psycopg
 
 from admin.context import Context, pass_ctx
-from shared import accounts, audit, teams
+from people import accounts, teams
+from shared import audit
 from shared.errors import UnknownObject
 
 _ORG = click.option("--org", "org_name", required=True, help="Organisation name or id.")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import click
 
 from admin.context import Context, audit_operator, pass_ctx
-from shared import accounts, irrigation
+from people import accounts
+from shared import irrigation, places
 from shared import waterbalance as wb
 from shared.errors import ServiceError
 
@@ -19,7 +20,7 @@ def water() -> None:
 
 def _location(conn, name: str, org_name: str | None):  # type: ignore[no-untyped-def]
     org = accounts.org_id(conn, org_name) if org_name else None
-    return accounts.location_id(conn, name, org=org)
+    return places.location_id(conn, name, org=org)
 
 
 @water.command("set")

@@ -20,7 +20,7 @@ KINDS = (READINGS, HEALTH)
 
 # Same rule as the devices.name CHECK constraint of 0001: a topic level that could never name a
 # device is rejected here with a clear reason instead of as an unknown device. Deliberately not
-# the stricter rule for new names (shared.accounts.DEVICE_NAME, migration 0085): a device
+# the stricter rule for new names (shared.places.DEVICE_NAME, migration 0085): a device
 # registered as '..' before 0085 still exists and its readings must still be stored.
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 

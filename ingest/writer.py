@@ -9,7 +9,7 @@ crash or a database error leaves no partial batch, and the caller acknowledges t
 after its commit.
 
 Locks, in order. The batch first takes FOR KEY SHARE on its device rows, then reads their
-deployments. `shared.accounts.deploy_device` locks the device row FOR UPDATE, which conflicts
+deployments. `shared.places.deploy_device` locks the device row FOR UPDATE, which conflicts
 with that, before it relabels stored readings, so a deployment change and a batch are ordered:
 either the batch sees the new deployment, or the relabelling sees the batch's rows. A cache
 outside the transaction could label readings with a location the device has just left. KEY

@@ -6,7 +6,7 @@ scopes (docs/spec/reference-facts.md decision 11), failed-login throttling and t
 `Principal` (or refuses them); views declare what they need with `requires(scope)` or
 `requires_user()`, and read the caller with `current_principal()`. Endpoints are closed by
 default: a view becomes reachable without credentials only through `public`. The caller is a
-`serve.principal.Principal`; account administration (`sds access ...`) is `serve.logins`.
+`people.principal.Principal`; account administration (`sds access ...`) is `people.logins`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from typing import Any, TypeVar, cast
 import psycopg
 from flask import Flask, Response, current_app, g, request
 
+from people import roles
+from people.principal import USER_ONLY, Principal
 from serve.authenticator import Authenticator
 from serve.authheader import Credentials, parse_authorization
 from serve.pool import pool
-from serve.principal import USER_ONLY, Principal
 from serve.ratelimit import Verdict
-from shared import audit, credentials
+from shared import audit
 from shared.config import Settings
 from shared.errors import (
     BadRequest,
@@ -115,7 +116,7 @@ def _check_access(scope: str) -> None:
         return
     if scope == USER_ONLY:
         raise Forbidden("an API key cannot do this; use basic or bearer credentials")
-    if not credentials.role_allows(principal.role, scope):
+    if not roles.role_allows(principal.role, scope):
         raise Forbidden(f"your role in this organisation ({principal.role}) does not allow "
                         f"{scope!r}, which is needed here")
     raise Forbidden(f"this API key lacks the scope {scope!r} needed here")

@@ -5,7 +5,6 @@ request)."""
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import logging
 import math
@@ -20,11 +19,12 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from people import credentials
+from people.logins import clear_account_failures, failure_subject
+from people.principal import Principal
 from serve import metrics
 from serve.authheader import Credentials, decode_basic
-from serve.principal import Principal
 from serve.ratelimit import RateLimiter, Verdict
-from shared import credentials
 from shared.config import Settings
 from shared.errors import (
     TooManyRequests,
@@ -94,18 +94,6 @@ class BasicCache:
             self._entries.clear()
 
 
-def _subject(text: str) -> bytes:
-    return hashlib.sha256(text.encode()).digest()
-
-
-def clear_account_failures(conn: psycopg.Connection, email: str) -> int:
-    """Forget the failed logins counted against an account (its lockout ends; the address's
-    count stays); the number of rows removed."""
-    cur = conn.execute("DELETE FROM login_failures WHERE kind = 'account' AND subject = %s",
-                       (_subject(email.strip().lower()),))
-    return cur.rowcount
-
-
 class Authenticator:
     """Checks credentials against the database; one per app."""
 
@@ -120,8 +108,8 @@ class Authenticator:
 
     def _throttle_subjects(self, email: str, address: str) -> list[tuple[str, bytes, int]]:
         return [
-            ("account", _subject(email.strip().lower()), self.settings.login_max_failures),
-            ("address", _subject(address), self.settings.login_address_max_failures),
+            ("account", failure_subject(email.strip().lower()), self.settings.login_max_failures),
+            ("address", failure_subject(address), self.settings.login_address_max_failures),
         ]
 
     def check_throttle(self, conn: psycopg.Connection, email: str, address: str) -> None:
@@ -181,7 +169,7 @@ class Authenticator:
         password; otherwise Unauthorized. A user with no membership left is refused alike.
 
         Throttling is checked first. An unknown email pays the same argon2 verify as a wrong
-        password (shared.credentials' dummy hash), and both fail with the same message.
+        password (people.credentials' dummy hash), and both fail with the same message.
         """
         self.check_throttle(conn, email, address)
         # PostgreSQL text cannot hold NUL: such an email names no one (and still costs a verify).

@@ -8,7 +8,7 @@ import base64
 import binascii
 from dataclasses import dataclass
 
-from shared import credentials
+from people import credentials
 from shared.errors import (
     BadRequest,
     Unauthorized,

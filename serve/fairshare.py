@@ -37,8 +37,8 @@ from typing import Any, TypeVar, cast
 
 from flask import Flask, Response, current_app, g, request
 
+from people.principal import Principal
 from serve import metrics
-from serve.principal import Principal
 from shared.config import Settings
 from shared.errors import TooManyRequests
 

@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from serve.links import ACCEPT_PATH
+from people.links import ACCEPT_PATH
 from shared import metrics
 from shared.config import Settings
 from shared.db import connect
@@ -55,7 +55,7 @@ def escape_log_value(value: str) -> str:
     return _UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02X}", value)
 
 
-# A one-time link's secret is in its path (serve/links.py): whoever reads the log must not be
+# A one-time link's secret is in its path (people/links.py): whoever reads the log must not be
 # able to accept an invitation or reset a password before its addressee.
 _LINK_SECRET = re.compile(re.escape(ACCEPT_PATH) + r"[^/?#\s\"]+")
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from serve.principal import Principal
+from people.principal import Principal
 from shared.config import Settings
 
 MAX_LIMIT = 2**31 - 2  # larger limits are this one (no one makes 2 billion requests a window)

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date
 
-from shared.timeutil import format_utc_record
+from shared.timeutil import stamp
 
-
-def stamp(t: datetime | None) -> str | None:
-    """Record times: UTC, microseconds and offset (`2021-03-04T12:34:56.123456+00:00`;
-    shared.timeutil holds every text form of an instant)."""
-    return None if t is None else format_utc_record(t)
+__all__ = ["day", "gps", "stamp"]  # stamp: record times (shared.timeutil, people/ writes them too)
 
 
 def day(d: date | None) -> str | None:

@@ -1,6 +1,6 @@
 """Changing a location (`locations:write`, issue 23): the field rules and what a change re-cuts.
 
-One home for what a location's fields may hold (creation in shared/accounts.py uses the same
+One home for what a location's fields may hold (creation in shared/places.py uses the same
 rules) and for which rollups a change makes stale: a new time zone re-cuts the local hours and
 days (`local_hourly`, `daily`); new coordinates, elevation or wind-sensor height change what ET
 is computed from, in every rollup table; crop coefficients (`kc`, the kc schedule) feed only

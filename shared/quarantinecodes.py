@@ -8,6 +8,8 @@ shared/, because serve may not import ingest (the layers contract in pyproject.t
 
 from __future__ import annotations
 
+import re
+
 # Whole-message and per-element codes found while framing (ingest/jsonframe.py).
 PAYLOAD_TOO_LARGE = "payload_too_large"
 NOT_UTF8 = "not_utf8"
@@ -54,3 +56,17 @@ REASONS: dict[str, str] = {
     "db_rejected": "the database refused the message (logged); kept here instead of retried",
 }
 
+
+# A quoted string as the ingester writes one into a detail (Python's repr: '...' or "...",
+# with backslash escapes).
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" + r'|"(?:[^"\\\n]|\\.)*"')
+HIDDEN = "'(hidden)'"
+
+
+def without_quotes(detail: str | None) -> str | None:
+    """A quarantine detail with every string the device sent replaced by '(hidden)': for
+    users who are not administrators, who do not see payloads (the reason and the field names
+    stay)."""
+    if detail is None:
+        return None
+    return _QUOTED.sub(HIDDEN, detail)

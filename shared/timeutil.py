@@ -340,3 +340,9 @@ def format_lag(delta: timedelta) -> str:
         parts.pop(0)
     shown = [f"{n} {unit}" for n, unit in parts[:2] if n or unit == parts[0][1]]
     return " ".join(shown)
+
+
+def stamp(t: datetime | None) -> str | None:
+    """Record times: UTC, microseconds and offset (`2021-03-04T12:34:56.123456+00:00`), None
+    for None (serve/records.py and people/ write record times with it)."""
+    return None if t is None else format_utc_record(t)

@@ -3,8 +3,11 @@
 - ruff with the rules in pyproject.toml (B, E, F, I, UP, W);
 - mypy with the configuration in pyproject.toml (every function annotated, shared/ strict);
 - the layering as import-linter contracts in pyproject.toml (shared imports none of the
-  processes; ingest, aggregate and serve never import each other; the Python client and the
-  service import nothing of each other; no import cycle between sibling modules);
+  processes; ingest, aggregate and serve never import each other; people/ imports only shared/
+  and no Flask, ingest, aggregate and alerts never import it, admin/ imports it but never
+  serve/, serve.api never imports serve.web; the Python client and the service import nothing
+  of each other; no import cycle between sibling modules), each with a negative case;
+- importing the operator commands (admin.cli) loads no Flask;
 - no block of 10 or more copied lines in production code (pylint's duplicate-code check);
 - tests and benchmarks import helpers from tests/support, never from a test module or a
   conftest;
@@ -23,6 +26,7 @@ aggregate serve client/sds_client` (docs/architecture.md).
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -32,7 +36,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCTION = ("shared", "ingest", "aggregate", "serve", "alerts", "admin")
+PRODUCTION = ("shared", "people", "ingest", "aggregate", "serve", "alerts", "admin")
 
 
 def _tool(name: str) -> str:
@@ -64,7 +68,69 @@ def test_mypy_finds_nothing() -> None:
 def test_layering_contracts_are_kept() -> None:
     run = _run(_tool("lint-imports"), "--no-cache")  # [tool.importlinter] in pyproject.toml
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "6 kept, 0 broken" in run.stdout, run.stdout
+    assert "10 kept, 0 broken" in run.stdout, run.stdout
+
+
+# ---- the layering contracts can fail ------------------------------------------------------------
+
+# A tree of empty packages named as the service's, checked with pyproject's own contracts: clean,
+# all are kept; one import that a contract forbids put in, that contract (and only it) breaks.
+_TREE = ("shared", "people", "ingest", "aggregate", "alerts", "admin", "serve", "serve/api",
+         "serve/web", "sds_client")
+
+
+def _contract_tree(root: Path) -> None:
+    for package in _TREE:
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text('"""An empty package."""\n')
+    (root / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+
+
+def _broken_contracts(root: Path) -> list[str]:
+    # COLUMNS: lint-imports wraps long lines at the terminal's width.
+    env = {**os.environ, "PYTHONPATH": str(root), "COLUMNS": "300"}
+    run = subprocess.run([_tool("lint-imports"), "--no-cache"], cwd=root, capture_output=True,
+                         text=True, timeout=120, check=False, env=env)
+    return [line.removesuffix(" BROKEN").strip() for line in run.stdout.splitlines()
+            if line.endswith(" BROKEN")]
+
+
+@pytest.mark.usefixtures("processes")
+def test_the_contract_tree_keeps_every_contract(tmp_path: Path) -> None:
+    _contract_tree(tmp_path)
+    assert _broken_contracts(tmp_path) == []
+
+
+@pytest.mark.parametrize(("module", "line", "contract"), [
+    ("shared/x.py", "import people", "shared imports none of the processes"),
+    ("people/x.py", "import serve", "people/ imports only shared/, and no Flask"),
+    ("people/x.py", "import flask", "people/ imports only shared/, and no Flask"),
+    ("ingest/x.py", "import people",
+     "ingest, aggregate and alerts never import people/"),
+    ("alerts/x.py", "from people import x",
+     "ingest, aggregate and alerts never import people/"),
+    ("admin/x.py", "import flask",
+     "admin/ imports people/, never serve/ nor Flask"),
+    ("admin/x.py", "import serve.api",
+     "admin/ imports people/, never serve/ nor Flask"),
+    ("serve/api/x.py", "from serve.web import y",
+     "the API (serve.api) never imports the dashboard (serve.web)"),
+])
+@pytest.mark.usefixtures("processes")
+def test_a_broken_contract_is_found(tmp_path: Path, module: str, line: str,
+                                    contract: str) -> None:
+    _contract_tree(tmp_path)
+    (tmp_path / module).write_text(line + "\n")
+    assert _broken_contracts(tmp_path) == [contract]
+
+
+@pytest.mark.usefixtures("processes")
+def test_the_operator_commands_load_no_flask() -> None:
+    # `sds config` and every other command: admin/ reaches people/, never serve/ (issue 31).
+    probe = ("import admin.cli, sys; loaded = sorted(m for m in sys.modules"
+             " if m.split('.')[0] in ('flask', 'serve')); assert not loaded, loaded")
+    run = _run(sys.executable, "-c", probe, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 @pytest.mark.usefixtures("processes")
@@ -143,11 +209,15 @@ ONE_HOME = {
     "ZoneInfo(": "shared/timeutil.py",  # a zone is made from its name by timeutil.zone only
     "mqtt.Client(": "shared/brokers.py",  # every MQTT client: brokers.new_client
     "start_http_server(": "shared/metrics.py",  # every process's metrics endpoint
-    "lower(email)": "shared/accounts.py",  # the user-by-email lookup: accounts.user_id
-    "len(password) <": "shared/credentials.py",  # the password rule: password_problem
+    "lower(email)": "people/accounts.py",  # the user-by-email lookup: accounts.user_id
+    "len(password) <": "people/credentials.py",  # the password rule: password_problem
     "smtplib.": "shared/mail.py",  # the one SMTP conversation (alerts, one-time links)
     'strftime("%Y-%m-%dT': "shared/timeutil.py",  # every text form of a UTC instant
     'replace("+00:00"': "shared/timeutil.py",
+    # Every role rule: people/roles.py (valid roles, managers, teams-only roles, the owner rule).
+    '("member", "viewer")': "people/roles.py",
+    '"owner", "admin"': "people/roles.py",
+    "only an owner of the organisation": "people/roles.py",
     "db.connect(": "",  # see SCOPED_HOME: per package
 }
 # The same for the deploy scripts and the test servers: the edge's upstream server options.
@@ -237,6 +307,9 @@ def test_each_small_rule_has_one_home() -> None:
     ("admin/x.py", "with db.connect(settings) as conn:"),
     ("serve/x.py", 'return t.strftime("%Y-%m-%dT%H:%M:%SZ")'),
     ("shared/x.py", "ZoneInfo(name)"),
+    ("people/links.py", 'if teams_only and role not in ("member", "viewer"):'),
+    ("serve/api/orgs.py", 'raise Forbidden("only an owner of the organisation makes an owner")'),
+    ("people/members.py", 'ROLES = ("owner", "admin", "member", "viewer")'),
 ])
 def test_a_reintroduced_copy_is_found(tmp_path: Path, path: str, text: str) -> None:
     target = tmp_path / path
@@ -247,7 +320,8 @@ def test_a_reintroduced_copy_is_found(tmp_path: Path, path: str, text: str) -> N
 
 # Citations of documents: code and docs cite files that are in this repository (docs/...), never
 # the project spec beside a checkout (`shared/spec/...`) nor a bare "reference-facts".
-_CITING = ("shared", "ingest", "aggregate", "serve", "tests", "deploy", "docs", "bench", "client")
+_CITING = ("shared", "people", "ingest", "aggregate", "serve", "tests", "deploy", "docs", "bench",
+           "client")
 _SUFFIXES = {".py", ".md", ".sh", ".sql", ".conf", ".yaml", ".js", ".html"}
 
 

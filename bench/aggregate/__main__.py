@@ -32,7 +32,8 @@ from psycopg import sql
 
 from aggregate import jobs, rollups
 from bench.common import scratch_database
-from shared import accounts, db, dirty
+from people import accounts
+from shared import db, dirty, places
 from shared.columns import TABLES, Rollup
 from shared.timeutil import zone
 
@@ -45,7 +46,7 @@ SLOTS_PER_DAY = 288
 def _load(conn: psycopg.Connection, *, devices: int, days: int) -> tuple[list[str], int]:
     """Locations in ZONES, `devices` devices, `days` days of readings (no dirty marks)."""
     org = accounts.create_org(conn, name="Bench")
-    locs = [accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+    locs = [places.create_location(conn, org=org, loc=places.LocationInput(
         name=f"L{i}", tz_name=tz, lat=-35.0 + 9 * i, lon=-120.0 + 30 * i, elev=100.0 * i,
         kc=0.9)) for i, tz in enumerate(ZONES)]
     names = [f"B{d:03d}" for d in range(devices)]

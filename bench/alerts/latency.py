@@ -30,7 +30,8 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
-from shared import accounts, alertrules, alertstore, db, sealing
+from people import accounts
+from shared import alertrules, alertstore, db, places, sealing
 from shared.config import PREFIX
 from testbed.receivers import webhook_receiver
 from testbed.services import MosquittoBroker
@@ -69,10 +70,10 @@ def _world(url: str, hook_url: str, seal: str) -> None:
     with db.connect(url) as conn:
         org = accounts.create_org(conn, name="bench-alerts")
         for dev in (*DEVICES, WARMUP):
-            loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+            loc = places.create_location(conn, org=org, loc=places.LocationInput(
                 name=f"site-{dev}", tz_name="UTC", lat=42.0, lon=-93.6, elev=300.0))
-            accounts.register_device(conn, org=org, name=dev)
-            accounts.deploy_device(conn, device=dev, location=loc, start=start)
+            places.register_device(conn, org=org, name=dev)
+            places.deploy_device(conn, device=dev, location=loc, start=start)
             if dev == WARMUP:
                 continue
             rule = alertrules.parse({

@@ -27,7 +27,8 @@ from paho.mqtt.properties import Properties
 from admin import simulate
 from bench.common import durable_servers
 from ingest.shards import subscriptions
-from shared import accounts, alertrules, alertstore, db
+from people import accounts
+from shared import alertrules, alertstore, db, places
 from shared.config import PREFIX, Settings
 from testbed.services import free_port
 
@@ -142,11 +143,11 @@ class Stack:
         with db.connect(self.url) as c:
             self.org = accounts.create_org(c, name="Bench")
             start = datetime.now(UTC) - timedelta(days=30)
-            loc = accounts.create_location(c, org=self.org, loc=accounts.LocationInput(
+            loc = places.create_location(c, org=self.org, loc=places.LocationInput(
                 name="field", tz_name="America/Chicago", lat=41.0, lon=-93.0, elev=300.0))
             for site in self.sites:
-                accounts.register_device(c, org=self.org, name=site.device)
-                accounts.deploy_device(c, device=site.device, location=loc, start=start)
+                places.register_device(c, org=self.org, name=site.device)
+                places.deploy_device(c, device=site.device, location=loc, start=start)
         self.prefix = "bench"
         self.client_id = "bench-ingest"
         self._poll: psycopg.Connection | None = None

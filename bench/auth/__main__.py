@@ -30,7 +30,8 @@ from datetime import timedelta
 from typing import Any
 
 from bench.common import scratch_database
-from shared import accounts, credentials, db
+from people import accounts, credentials
+from shared import db
 from shared.config import Settings
 
 PASSWORD = "bench-password-1"  # nosec B105 - a scratch user in a scratch database

@@ -48,7 +48,8 @@ from bench.ingest.naive import NaiveIngester
 from ingest import writer
 from ingest.derive import derive
 from ingest.shards import shard_settings, subscriptions
-from shared import accounts, db
+from people import accounts
+from shared import db, places
 from shared.columns import READING_INPUTS, TABLES
 from shared.config import PREFIX, Settings
 from shared.timeutil import parse_instant
@@ -85,11 +86,11 @@ class Bench:
             org = accounts.create_org(c, name="Bench")
             start = datetime.now(UTC) - timedelta(days=399)
             for site in self.sites:
-                loc = accounts.create_location(c, org=org, loc=accounts.LocationInput(
+                loc = places.create_location(c, org=org, loc=places.LocationInput(
                     name=site.device, tz_name="America/Chicago", lat=site.lat, lon=site.lon,
                     elev=site.elev))
-                accounts.register_device(c, org=org, name=site.device)
-                accounts.deploy_device(c, device=site.device, location=loc, start=start)
+                places.register_device(c, org=org, name=site.device)
+                places.deploy_device(c, device=site.device, location=loc, start=start)
 
     def close(self) -> None:
         self.broker.cleanup()

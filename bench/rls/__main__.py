@@ -37,8 +37,9 @@ from bench.serve.__main__ import (
     scan_for,
     seed,
 )
+from people import accounts
 from serve import queries
-from shared import accounts, db
+from shared import db, places
 
 STEPS = 10_000  # per device: 200k rows for 20 devices
 
@@ -84,8 +85,8 @@ def main() -> int:
         load_calibrated(world, first_step=0, steps=STEPS)
         with db.connect(url) as conn:  # a tenant whose rows the policy must skip
             other = accounts.create_org(conn, name="Other")
-            accounts.register_device(conn, org=other, name="X00001")
-            accounts.deploy_device(conn, device="X00001", location=world.location,
+            places.register_device(conn, org=other, name="X00001")
+            places.deploy_device(conn, device="X00001", location=world.location,
                                    start=END - timedelta(days=400))
             conn.execute("INSERT INTO calibrated (time, device, location) SELECT"
                          " %s - g * interval '5 minutes', 'X00001', %s"

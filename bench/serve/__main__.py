@@ -49,7 +49,8 @@ from urllib.parse import urlencode
 import orjson
 
 from bench.common import database, server_url
-from shared import accounts, db, units
+from people import accounts
+from shared import db, places, units
 from shared.columns import TABLES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,11 +85,11 @@ def seed(url: str) -> World:
         org = accounts.create_org(conn, name="Bench")
         user = accounts.create_user(conn, org=org, email="bench@example.com",
                                     password="bench-password")
-        loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+        loc = places.create_location(conn, org=org, loc=places.LocationInput(
             name="Field", tz_name="America/Chicago"))
         for i in range(DEVICES):
-            accounts.register_device(conn, org=org, name=device_name(i))
-            accounts.deploy_device(conn, device=device_name(i), location=loc,
+            places.register_device(conn, org=org, name=device_name(i))
+            places.deploy_device(conn, device=device_name(i), location=loc,
                                    start=datetime(2000, 1, 1, tzinfo=UTC))
         key = accounts.create_api_key(conn, user=user, scopes=["data:read"])["apikey"]
         conn.commit()

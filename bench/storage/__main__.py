@@ -26,7 +26,8 @@ import psycopg
 from aggregate import jobs, rollups
 from aggregate.storage import DATA_TABLES, human, table_sizes
 from bench.common import scratch_database
-from shared import accounts, db
+from people import accounts
+from shared import db, places
 
 START = datetime(2025, 1, 6, tzinfo=UTC)  # a Monday: calibrated chunks are 7 days
 ZONES = ("America/Chicago", "Europe/Berlin", "Asia/Kolkata", "Australia/Sydney")
@@ -35,13 +36,13 @@ PER_DAY = {"calibrated": 288, "health": 24, "hourly": 24, "local_hourly": 24, "d
 
 def _setup(conn: psycopg.Connection, devices: int) -> list[str]:
     org = accounts.create_org(conn, name="Bench storage")
-    locs = [accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+    locs = [places.create_location(conn, org=org, loc=places.LocationInput(
         name=f"L{i}", tz_name=tz, lat=40.0 - 20 * i, lon=-90.0 + 60 * i, elev=100.0 * i,
         kc=1.0)) for i, tz in enumerate(ZONES)]
     names = [f"S{d:05d}" for d in range(devices)]
     for i, name in enumerate(names):
-        accounts.register_device(conn, org=org, name=name)
-        accounts.deploy_device(conn, device=name, location=locs[i % len(locs)],
+        places.register_device(conn, org=org, name=name)
+        places.deploy_device(conn, device=name, location=locs[i % len(locs)],
                                start=START - timedelta(days=1))
     conn.commit()
     return names

@@ -24,7 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from bench.common import scratch_database
-from shared import accounts, db
+from people import accounts
+from shared import db, places
 from testbed.apiserver import gunicorn_api
 from testbed.browser import chromium, wait_for
 from testbed.services import NginxEdge
@@ -40,10 +41,10 @@ def seed(url: str) -> None:
     with db.connect(url) as conn:
         org = accounts.create_org(conn, name="Bench")
         accounts.create_user(conn, org=org, email=EMAIL, password=PASSWORD)
-        loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+        loc = places.create_location(conn, org=org, loc=places.LocationInput(
             name="Field", tz_name="America/Chicago"))
-        accounts.register_device(conn, org=org, name="W1")
-        accounts.deploy_device(conn, device="W1", location=loc, start=END - timedelta(days=60))
+        places.register_device(conn, org=org, name="W1")
+        places.deploy_device(conn, device="W1", location=loc, start=END - timedelta(days=60))
         conn.execute(
             "INSERT INTO calibrated (time, device, location, tair, rh, p, wind_speed)"
             " SELECT %s - g * interval '5 minutes', 'W1', %s, 15 + 8 * sin(g / 45.8),"

@@ -20,13 +20,13 @@ from flask import current_app
 from marshmallow import Schema, ValidationError, fields, validate, validates
 from psycopg.rows import dict_row
 
-from serve import keypolicy
+from people import accounts, credentials, keypolicy
 from serve.auth import audit_actor, current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
 from serve.records import stamp
-from shared import accounts, audit, credentials, sealing
+from shared import audit, sealing
 from shared.errors import BadParameter, UnknownObject
 from shared.timeutil import INSTANT_RANGE, format_utc_z_exact, parse_instant
 

@@ -13,7 +13,7 @@ from marshmallow import fields
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from serve import keypolicy
+from people import keypolicy
 from serve.auth import current_principal, requires
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset

@@ -5,7 +5,7 @@ range belong to the location. Reading the history needs `devices:read`. Moving a
 change to the locations (`locations:write`, an administrator's right): the new deployment
 starts at `from` (default now), the device's open deployment that began earlier is closed there,
 readings already stored in the new range are relabelled with the new location and their rollup
-buckets recomputed (shared/accounts.deploy_device, the same rule as `sds device deploy`). A
+buckets recomputed (shared/places.deploy_device, the same rule as `sds device deploy`). A
 deployment that would overlap another one is a 409 that changes nothing.
 """
 
@@ -18,14 +18,14 @@ from uuid import UUID
 import psycopg
 from marshmallow import Schema, fields
 
-from serve import keypolicy
+from people import keypolicy
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
 from serve.readmodels import device_by_name
 from serve.records import stamp
-from shared import accounts, audit
+from shared import audit, places
 from shared.errors import BadParameter, Forbidden, UnknownDevice, UnknownLocation
 from shared.timeutil import parse_instant
 
@@ -96,7 +96,7 @@ def move_device(name: str) -> Any:
         device = _device_id(conn, name)  # first: another organisation's device is a 404
         if not keypolicy.is_admin(conn, principal):
             raise Forbidden("moving a device needs an administrator of the organisation")
-        move = accounts.move_device(conn, device=name, location=location, start=start,
+        move = places.move_device(conn, device=name, location=location, start=start,
                                     end=end)
         audit.record(conn, org=principal.org_id, actor=audit_actor(conn), action="device.move",
                      target_type="device", target_id=device,

@@ -10,7 +10,7 @@
   and `POST /auth/password-reset` (`email`) are public: the link's secret is the
   credential, and a reset request answers the same 202 whether or not the email has an
   account.
-The rules are serve/links.py.
+The rules are people/links.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from flask import current_app
 from marshmallow import Schema, fields
 from marshmallow.validate import Length
 
-from serve import keypolicy, links, members
+from people import keypolicy, links, members
+from people.principal import Principal
 from serve.auth import (
     audit_actor,
     authenticator,
@@ -35,7 +36,6 @@ from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
-from serve.principal import Principal
 from serve.records import stamp
 from shared import mail
 from shared.errors import Forbidden, UnknownObject
@@ -112,7 +112,7 @@ def create_invitation(org_id: str) -> Any:
         org = _admin_of(conn, principal, org_id, "inviting")
         issued = links.invite(conn, settings, org=org, email=body["email"], role=body["role"],
                               teams_only=body["teams_only"], actor=audit_actor(conn),
-                              by_owner=principal.role == "owner")
+                              by_owner=principal.owns)
         record = links.invite_record(links.fetch_invite(conn, org, issued.id))
         org_name = members.fetch_org(conn, org)[0]["name"]
     # After the commit: a mail server that stalls holds no transaction open.
@@ -167,7 +167,7 @@ def create_reset_link(org_id: str, user_id: str) -> Any:
     with pool().connection() as conn:
         org = _admin_of(conn, principal, org_id, "making a password-reset link")
         issued = links.reset_link(conn, settings, org=org, user=_uuid(user_id, "user"),
-                                  actor=audit_actor(conn), by_owner=principal.role == "owner")
+                                  actor=audit_actor(conn), by_owner=principal.owns)
     return {"id": str(issued.id), "user_id": user_id, "link": issued.url,
             "expires": stamp(issued.expires)}, 201, NO_STORE
 

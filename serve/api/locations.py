@@ -16,7 +16,7 @@ from flask import request
 from marshmallow import EXCLUDE, Schema, fields
 from marshmallow.validate import Length
 
-from serve import keypolicy
+from people import keypolicy
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint

@@ -8,8 +8,8 @@
   `PUT /orgs/{id}/users/{user_id}` (role, teams_only) and
   `DELETE /orgs/{id}/users/{user_id}` (remove: their tokens and keys for the organisation stop
   at once) are for the organisation's owners and administrators (`orgs:write`, which the
-  role table gives them only: shared.credentials.ROLE_SCOPES); only an owner makes, unmakes
-  or removes an owner (serve/members.py).
+  role table gives them only: people.roles.ROLE_SCOPES); only an owner makes, unmakes
+  or removes an owner (people/members.py).
 A request acts in one organisation (docs/auth.md "Which organisation a request acts in"):
 changes are made there; another of the caller's organisations is 403 saying how to act in it,
 one they do not belong to is the same 404 as a missing one. Every change is in the audit log.
@@ -25,13 +25,13 @@ from marshmallow import Schema, fields
 from marshmallow.validate import Length, OneOf
 from psycopg import errors as pgerr
 
-from serve import keypolicy, links, members
+from people import keypolicy, links, members, roles
+from people.principal import Principal
 from serve.auth import audit_actor, authenticator, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
-from serve.principal import Principal
 from shared import audit
 from shared.errors import DuplicateName, Forbidden, UnknownObject
 
@@ -48,7 +48,7 @@ class OrgUpdateSchema(Schema):
 class RoleSchema(Schema):
     """Body of PUT /orgs/{id}/users/{user_id}."""
 
-    role = fields.String(required=True, validate=OneOf(members.ROLES))
+    role = fields.String(required=True, validate=OneOf(roles.ROLES))
     teams_only = fields.Boolean(load_default=None, metadata={
         "description": "sees only their teams' devices and locations (member, viewer only)"})
 
@@ -178,8 +178,8 @@ def add_member(org_id: str) -> Any:
     with pool().connection() as conn:
         _admin(conn, principal, "adding a member")
         org = _own_org(org_id, principal)
-        if body["role"] == "owner" and principal.role != "owner":
-            raise Forbidden("only an owner of the organisation makes an owner")
+        roles.check_owner_rule(by_owner=principal.owns, roles=(body["role"],),
+                               action="makes an owner")
         # The API role sees only this organisation's people: the lookup by exact email goes
         # through the same narrow function the sign-in uses (migration 0052, 0150).
         found = conn.execute("SELECT id FROM sds_member_lookup(%s)", (body["email"],)).fetchone()
@@ -190,7 +190,7 @@ def add_member(org_id: str) -> Any:
         issued = links.invite(conn, authenticator(current_app).settings, org=org,
                               email=body["email"], role=body["role"],
                               teams_only=bool(body["teams_only"]), actor=audit_actor(conn),
-                              by_owner=principal.role == "owner")
+                              by_owner=principal.owns)
         record = links.invite_record(links.fetch_invite(conn, org, issued.id))
     return {**record, "pending": True}, 202
 
@@ -212,7 +212,7 @@ def change_role(org_id: str, user_id: str) -> Any:
         before = members.fetch_user(conn, asked, org)
         row = members.set_role(conn, org=org, user=asked, role=body["role"],
                                teams_only=body["teams_only"],
-                               by_owner=principal.role == "owner")
+                               by_owner=principal.owns)
         if (before["role"], before["teams_only"]) != (row["role"], row["teams_only"]):
             audit.record(conn, org=org, actor=audit_actor(conn), action="member.role",
                          target_type="user", target_id=asked,
@@ -235,7 +235,7 @@ def remove_member(org_id: str, user_id: str) -> Any:
         asked = _member_id(user_id)
         before = members.fetch_user(conn, asked, org)
         done = members.remove_member(conn, org=org, user=asked,
-                                     by_owner=principal.role == "owner")
+                                     by_owner=principal.owns)
         audit.record(conn, org=org, actor=audit_actor(conn), action="member.remove",
                      target_type="user", target_id=asked,
                      details={"email": before["email"], "role": before["role"], **done})

@@ -13,15 +13,14 @@ from typing import Any
 
 from marshmallow import EXCLUDE, fields, validate
 
-from serve import keypolicy
+from people import keypolicy
 from serve.auth import current_principal, requires
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
-from serve.web.model import without_quotes
 from shared.errors import UnknownDevice
-from shared.quarantinecodes import REASONS
+from shared.quarantinecodes import REASONS, without_quotes
 
 blp = Blueprint("quarantine", __name__, url_prefix="/api/v2/quarantine",
                 description="Messages and readings the ingester could not store (bad data).")

@@ -5,11 +5,11 @@
 - `POST /teams`, `PATCH /teams/{id}` (rename), `DELETE /teams/{id}`, and
   `PUT`/`DELETE /teams/{id}/members/{user_id}`, `/devices/{name}`, `/locations/{id}` are for
   the organisation's administrators; a key needs `teams:write` (administrators only,
-  serve/keypolicy.py). PUT of a link already there is 200 with no change (idempotent).
+  people/keypolicy.py). PUT of a link already there is 200 with no change (idempotent).
 Another organisation's team, user, device or location is the same 404 as a missing one (after
 the administrator check, so a member learns nothing either way). A teams-only member reads
 only their own teams: the database's policies (migration 0155) decide. Every change is in the
-audit log. The rules live in shared/teams.py.
+audit log. The rules live in people/teams.py.
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ from uuid import UUID
 import psycopg
 from marshmallow import Schema, fields
 
-from serve import keypolicy
+from people import keypolicy, teams
+from people.principal import Principal
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
-from serve.principal import Principal
 from serve.records import stamp
-from shared import audit, teams
+from shared import audit
 from shared.errors import Forbidden, UnknownDevice, UnknownObject
 
 blp = Blueprint("teams", __name__, url_prefix="/api/v2/teams",

@@ -13,8 +13,8 @@
   and joining another organisation"), and `POST /users/me/credentials/revoke` (sign out
   everywhere: every token and API key of the caller, in every organisation).
 Records are of the user as a member of the request's organisation (role, teams_only there).
-Records and roles come from serve/members.py; preferences are checked by the dashboard's rules
-(serve/web/preferences.py), the one home of what a preference may hold.
+Records and roles come from people/members.py; preferences are checked by the dashboard's rules
+(serve/preferences.py), the one home of what a preference may hold.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from flask import current_app, request
 from marshmallow import Schema, fields
 from marshmallow.validate import Length
 
-from serve import consent, keypolicy, logins, members
+from people import consent, keypolicy, logins, members
+from serve import preferences
 from serve.auth import audit_actor, authenticator, current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
-from serve.web import preferences
 from shared import audit
 from shared.errors import BadRequest, Forbidden, UnknownObject
 

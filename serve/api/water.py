@@ -13,7 +13,7 @@ from uuid import UUID
 
 from marshmallow import Schema, fields
 
-from serve import keypolicy
+from people import keypolicy
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint

@@ -1,5 +1,5 @@
 """The dashboard's accept page, `/dashboard/accept/<secret>`: where an invitation or password
-reset link leads (serve/links.py). It shows what the link is for (organisation, role, email)
+reset link leads (people/links.py). It shows what the link is for (organisation, role, email)
 and a form for the new password (a reset's with "sign out everywhere"; an invitation for an
 email that has an account shows no form: that account accepts it signed in, on the account
 page); the form posts back here with the session's CSRF value and
@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from flask import Response, current_app, redirect, render_template, request, url_for
 
-from serve import links
+from people import links
 from serve.auth import authenticator, client_address, public
 from serve.errors import status_of
 from serve.pool import pool

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 import orjson
 from flask import Response, redirect, render_template, request, url_for
 
-from serve.principal import Principal
+from people.principal import Principal
 from serve.web import apicall
 from serve.web import session as web_session
 from serve.web.views import PREFIX, _html, blp, signed_in

@@ -9,21 +9,13 @@ come from `shared.columns` and `shared.units`.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from typing import Any
 
 from serve.args import MAX_LIMIT
+from serve.preferences import CHART_TABLES, plottable
 from shared import units
 from shared.columns import TABLES, Column, Measure
 
-# The tables the device page charts, in menu order, with a short title, default range and
-# the time between two rows (a longer distance between rows is an outage, drawn as a gap).
-CHART_TABLES = {
-    "calibrated": ("5-minute readings", timedelta(days=7), timedelta(minutes=5)),
-    "hourly": ("Hourly (UTC hours)", timedelta(days=30), timedelta(hours=1)),
-    "local_hourly": ("Hourly (local hours)", timedelta(days=30), timedelta(hours=1)),
-    "daily": ("Daily (local days)", timedelta(days=365), timedelta(days=1)),
-}
 # Columns ticked when a table is first shown.
 DEFAULT_COLUMNS = {
     "calibrated": ("tair", "rh"),
@@ -86,11 +78,6 @@ def column_info(col: Column) -> dict[str, Any]:
         "delta": col.measure is Measure.TEMP_DELTA,  # degree days: 'C day' / 'F day'
         "unit": None if param is not None else col.unit,
     }
-
-
-def plottable(table: str) -> list[Column]:
-    """Numeric columns of `table` (keys, text, flags and timestamps cannot be drawn)."""
-    return [c for c in TABLES[table].columns if c.is_numeric]
 
 
 def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -> dict[str, Any]:

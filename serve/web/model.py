@@ -9,7 +9,6 @@ itself, as the API's queries do. Functions take `conn` first and never commit.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -107,19 +106,6 @@ def device(conn: psycopg.Connection, *, org: UUID, name: str) -> dict[str, Any] 
     return device_record(found[row[0]]) if row[0] in found else None
 
 
-# A quoted string as the ingester writes one into a detail (Python's repr: '...' or "...",
-# with backslash escapes).
-_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.)*'" + r'|"(?:[^"\\\n]|\\.)*"')
-HIDDEN = "'(hidden)'"
-
-
-def without_quotes(detail: str | None) -> str | None:
-    """A quarantine detail with every string the device sent replaced by '(hidden)': for
-    users who are not administrators, who do not see payloads (the reason and the field names
-    stay)."""
-    if detail is None:
-        return None
-    return _QUOTED.sub(HIDDEN, detail)
 
 
 def quarantine_rows(conn: psycopg.Connection, *, device: str | None, before: int | None,

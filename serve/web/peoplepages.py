@@ -8,7 +8,7 @@ Every read and write goes through the API as the signed-in user, in-process
 session's CSRF value, the route calls `/api/v2/apikeys`, `/api/v2/orgs/{id}/users`,
 `/api/v2/orgs/{id}/invitations` or `/api/v2/users/me`, and a refusal shows the API's own
 message on the page. Which scopes a key may hold, which roles exist and who may change them
-are the API's rules (serve/keypolicy.py, the OpenAPI document's role values, the API's
+are the API's rules (people/keypolicy.py, the OpenAPI document's role values, the API's
 403s), read here, never restated.
 """
 
@@ -18,11 +18,12 @@ from typing import Any, cast
 
 from flask import Response, current_app, redirect, render_template, request, session, url_for
 
-from serve import keypolicy
+from people import keypolicy
+from people.principal import Principal
+from serve import preferences
 from serve.args import MAX_LIMIT
 from serve.pool import pool
-from serve.principal import Principal
-from serve.web import apicall, charts, preferences
+from serve.web import apicall, charts
 from serve.web import session as web_session
 from serve.web.alertpages import FIELD_MAX
 from serve.web.views import PREFIX, _html, blp, signed_in
@@ -60,7 +61,7 @@ def status_of(answer: apicall.Answer) -> int:
 
 def grantable(principal: Principal, scopes: dict[str, str]) -> dict[str, str]:
     """The scopes of the API's map that this user may put on a key: the API's own rule
-    (serve/keypolicy.check_scopes) asked scope by scope."""
+    (people/keypolicy.check_scopes) asked scope by scope."""
     out = {}
     with pool().connection() as conn:
         for scope, text in scopes.items():

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 from flask import Response, redirect, render_template, request, url_for
 
-from serve.principal import Principal
+from people.principal import Principal
 from serve.web import apicall
 from serve.web import session as web_session
 from serve.web.alertpages import FIELD_MAX

@@ -41,10 +41,10 @@ from urllib.parse import urlsplit
 from cryptography.fernet import Fernet, InvalidToken
 from flask import Flask, Response, current_app, g, request, session
 
+from people import credentials
+from people.principal import Principal
 from serve.auth import Credentials, authenticator, client_address
 from serve.pool import pool
-from serve.principal import Principal
-from shared import credentials
 from shared.config import Settings
 from shared.errors import BadRequest
 

@@ -15,8 +15,8 @@ from urllib.parse import quote
 
 from flask import Response, redirect, render_template, request, url_for
 
+from people.principal import Principal
 from serve.args import MAX_LIMIT
-from serve.principal import Principal
 from serve.web import apicall
 from serve.web import session as web_session
 from serve.web.alertpages import FIELD_MAX

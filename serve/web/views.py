@@ -33,15 +33,15 @@ from flask import (
 )
 from werkzeug.exceptions import HTTPException
 
-from serve import counts
+from people.principal import Principal
+from serve import counts, preferences
 from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
-from serve.principal import Principal
 from serve.readmodels import location_summary, summary_page
-from serve.web import assets, charts, model, preferences
+from serve.web import assets, charts, model
 from serve.web import session as web_session
-from shared import units
+from shared import quarantinecodes, units
 from shared.config import Settings
 from shared.errors import (
     BadRequest,
@@ -298,7 +298,7 @@ def quarantine(principal: Principal) -> Response:
         rows = model.quarantine_rows(conn, device=device_name, before=before, with_payload=False)
         if not admin:
             # Details quote what the device sent; those quotes are payload, shown to admins only.
-            rows = [{**r, "detail": model.without_quotes(r["detail"])} for r in rows]
+            rows = [{**r, "detail": quarantinecodes.without_quotes(r["detail"])} for r in rows]
         day_list, reasons, counts = model.quarantine_counts(conn, device=device_name, days=days)
         total = model.quarantine_total(conn, device=device_name)
     more = None

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from flask import Response, redirect, render_template, request, url_for
 
-from serve.principal import Principal
+from people.principal import Principal
 from serve.web import apicall
 from serve.web import session as web_session
 from serve.web.peoplepages import answered, status_of

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from flask.testing import FlaskClient
 
 from admin.cli import main
-from serve import consent, links
+from people import consent, links
 from testbed.receivers import Receiver, smtp_sink
 from tests.support.access_world import (
     PASSWORDS,

@@ -12,7 +12,7 @@ import pytest
 from flask.testing import FlaskClient
 from psycopg.rows import dict_row
 
-from shared import credentials
+from people import credentials
 from tests.support.access_world import World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app
 

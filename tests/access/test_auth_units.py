@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
+from people import credentials, roles
+from people.principal import USER_ONLY, Principal
 from serve.auth import scope_for
 from serve.authenticator import BasicCache
 from serve.authheader import decode_basic, parse_authorization
-from serve.principal import USER_ONLY, Principal
-from shared import credentials
 from shared.errors import Unauthorized
 
 
@@ -94,11 +94,11 @@ def test_principal_rights() -> None:
     assert set(basic.scopes) == set(credentials.SCOPES)
 
 
-@pytest.mark.parametrize("role", credentials.ROLES)
+@pytest.mark.parametrize("role", roles.ROLES)
 def test_the_role_caps_every_kind_of_caller(role: str) -> None:
     """Password and token callers get their role's scopes; a key its own within them."""
     user, org = uuid.uuid4(), uuid.uuid4()
-    allowed = credentials.ROLE_SCOPES[role]
+    allowed = roles.ROLE_SCOPES[role]
     everything = frozenset(credentials.SCOPES)
     for kind in ("basic", "bearer"):
         caller = Principal(user, org, kind, role=role)
@@ -114,12 +114,12 @@ def test_the_role_table() -> None:
     """Owners and admins hold every scope; a viewer no write but their own profile; a member
     adds annotations and alert rules; every role reads everything."""
     reads = {s for s in credentials.SCOPES if s.endswith(":read")}
-    table = credentials.ROLE_SCOPES
+    table = roles.ROLE_SCOPES
     assert table["owner"] == table["admin"] == frozenset(credentials.SCOPES)
     assert table["viewer"] == reads | {"users:write"}
     assert table["member"] == reads | {"users:write", "annotations:write", "notifications:write"}
-    assert not credentials.role_allows(None, "data:read")  # no membership: nothing
-    assert not credentials.role_allows("boss", "data:read")
+    assert not roles.role_allows(None, "data:read")  # no membership: nothing
+    assert not roles.role_allows("boss", "data:read")
 
 
 def test_basic_cache_needs_same_user_and_same_hash() -> None:

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from shared import places
 from tests.aggregate.weather import Place, day_readings
 from tests.support.access_world import World, basic
 from tests.support.rollups import fetch, insert_readings, run_all
@@ -37,7 +37,7 @@ def _post(client: FlaskClient, device: str, body: Any, headers: dict[str, str]) 
 
 def _field(world: World, name: str, tz: str) -> UUID:
     with psycopg.connect(world.url) as conn:
-        return accounts.create_location(conn, org=world.org_a, loc=accounts.LocationInput(
+        return places.create_location(conn, org=world.org_a, loc=places.LocationInput(
             name=name, tz_name=tz, lat=42.0, lon=-93.6, elev=290))
 
 
@@ -48,8 +48,8 @@ def test_moving_a_device_relabels_its_readings_and_recuts_the_rollups(
     new = _field(world, "Move to", "Asia/Kolkata")
     device = "A000401"
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name=device)
-        accounts.deploy_device(conn, device=device, location=old,
+        places.register_device(conn, org=world.org_a, name=device)
+        places.deploy_device(conn, device=device, location=old,
                                start=datetime(2026, 6, 1, tzinfo=UTC))
         insert_readings(conn, device, old, day_readings(place))
         run_all(conn)
@@ -117,7 +117,7 @@ def test_who_may_move_and_what_bad_bodies_get(client: FlaskClient, world: World)
     # Overlapping a later deployment: 409, nothing changes.
     with psycopg.connect(world.url) as conn:
         later = datetime.now(UTC) + timedelta(days=30)
-        accounts.deploy_device(conn, device=device, location=world.loc_a, start=later)
+        places.deploy_device(conn, device=device, location=world.loc_a, start=later)
     r = _post(client, device, {"location": str(target), "from": "2020-01-01",
                                "to": (later + timedelta(days=1)).isoformat()}, A1)
     assert r.status_code == 409, r.get_json()

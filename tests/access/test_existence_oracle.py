@@ -23,7 +23,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from serve import links
+from people import links
 from shared import alertrules, alertstore, audit
 from shared.config import Settings
 from tests.support.access_world import World, apikey, basic, bearer

@@ -1,5 +1,5 @@
 """Fair share per user and organisation (issue 20 item 4; serve.fairshare, serve.ratelimit,
-serve.keypolicy): more keys buy no more requests, requests in flight are capped per user and per
+people.keypolicy): more keys buy no more requests, requests in flight are capped per user and per
 organisation, a heavy page needs a slot of a small pool (held until its last byte), a user holds
 a bounded number of keys, and only administrators grant the organisation-management scopes.
 
@@ -19,8 +19,9 @@ import psycopg
 import pytest
 from flask import Flask
 
+from people import accounts
 from serve.fairshare import HEAVY, Slots
-from shared import accounts
+from shared import places
 from tests.support.access_world import World, apikey, basic
 from tests.support.apps import close_app, make_app
 
@@ -94,7 +95,7 @@ def test_a_heavy_page_needs_a_slot_and_holds_it_until_its_last_byte(
         capped: Flask, fresh_world: World, slot_dir: Path) -> None:
     with psycopg.connect(fresh_world.url) as conn:
         # Enough rows that the page streams instead of being built whole.
-        accounts.register_device(conn, org=fresh_world.org_a, name="A000199")
+        places.register_device(conn, org=fresh_world.org_a, name="A000199")
         conn.execute("INSERT INTO calibrated (time, device, tair) SELECT now() - interval"
                      " '3 days' + g * interval '5 seconds', 'A000199', 20 FROM"
                      " generate_series(0, 9999) g")

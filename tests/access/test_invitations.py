@@ -1,4 +1,4 @@
-"""Invitations and password reset (issue 23; serve/links.py): on a real PostgreSQL with the
+"""Invitations and password reset (issue 23; people/links.py): on a real PostgreSQL with the
 API's database roles, and a real SMTP server process (testbed.smtp_sink, aiosmtpd) where mail
 is configured. Invitations mailed and accepted, shown when there is no SMTP, one same 400 for
 an unknown, used, expired, revoked or malformed link, acceptance throttled like a sign-in, a
@@ -18,9 +18,8 @@ from click.testing import CliRunner
 from flask.testing import FlaskClient
 
 from admin.cli import main
-from serve import links
+from people import credentials, links
 from serve.api.invitations import outbox
-from shared import credentials
 from testbed.receivers import Receiver, smtp_sink
 from tests.support.access_world import PASSWORDS, World, basic, bearer, reset_memberships
 from tests.support.apps import close_app

@@ -15,7 +15,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from admin.cli import main as sds
-from shared import credentials, sealing
+from people import credentials
+from shared import sealing
 from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app
 from tests.support.figures import Figures

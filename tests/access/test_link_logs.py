@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import requests
 
-from serve import links
+from people import links
 from serve.gunicorn_hooks import redact_link_secrets
 from shared import audit
 from shared.config import Settings

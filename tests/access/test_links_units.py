@@ -1,4 +1,4 @@
-"""Pure parts of the one-time links (serve/links.py), without a database: the URL, the email
+"""Pure parts of the one-time links (people/links.py), without a database: the URL, the email
 rule, the mail text, and the link secret's form."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from serve import links
-from shared import credentials
+from people import credentials, links
 from shared.config import Settings
 from shared.errors import BadParameter
 

@@ -13,7 +13,8 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
+from shared import places
 from tests.aggregate.weather import Place, day_readings
 from tests.support.access_world import World, apikey, basic
 from tests.support.rollups import fetch, insert_readings, run_all
@@ -34,9 +35,9 @@ def admins(world: World) -> None:
 def _location(world: World, name: str, place: Place, device: str) -> UUID:
     """A location of org A holding one local day of `place`'s readings by `device`, rolled up."""
     with psycopg.connect(world.url) as conn:
-        loc = accounts.create_location(conn, org=world.org_a, loc=accounts.LocationInput(
+        loc = places.create_location(conn, org=world.org_a, loc=places.LocationInput(
             name=name, tz_name=place.tz, lat=place.lat, lon=place.lon, elev=place.elev))
-        accounts.register_device(conn, org=world.org_a, name=device)
+        places.register_device(conn, org=world.org_a, name=device)
         insert_readings(conn, device, loc, day_readings(place))
         run_all(conn)
     return loc
@@ -146,7 +147,7 @@ def test_bad_bodies_are_400_naming_the_field(client: FlaskClient, world: World,
 
 def test_a_taken_name_is_409(client: FlaskClient, world: World) -> None:
     with psycopg.connect(world.url) as conn:
-        accounts.create_location(conn, org=world.org_a, loc=accounts.LocationInput(
+        places.create_location(conn, org=world.org_a, loc=places.LocationInput(
             name="Taken", tz_name="UTC"))
     r = _patch(client, world.loc_a, {"name": "Taken"}, A1)
     assert r.status_code == 409

@@ -14,7 +14,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import credentials
+from people import credentials
 from shared.config import Settings
 from tests.support.access_world import PASSWORDS, World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app

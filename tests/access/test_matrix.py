@@ -27,9 +27,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from serve import links
-from serve.principal import USER_ONLY
-from shared import accounts, alertrules, alertstore, audit, credentials
+from people import accounts, credentials, links, roles
+from people.principal import USER_ONLY
+from shared import alertrules, alertstore, audit
 from shared.config import Settings
 from tests.support.access_world import (
     PASSWORDS,
@@ -560,7 +560,7 @@ def expected(caller: str, route: Route) -> int:
     if route.admin_only or route.scope in ("orgs:write", "locations:write", "teams:write"):
         if role not in ("owner", "admin"):
             return 403  # the role table, before any object is looked up
-    elif not credentials.role_allows(role, route.scope) and route.scope != USER_ONLY:
+    elif not roles.role_allows(role, route.scope) and route.scope != USER_ONLY:
         return 403  # a viewer's write
     if caller in ROLE_OF and (route.own_object or route.name in ("user", "user-orgs")):
         # a1's own key, or a1's record: a manager sees a1's record, nobody else's key.

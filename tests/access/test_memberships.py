@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts, credentials, db
+from people import accounts, roles
+from shared import db
 from tests.support.access_world import (
     PASSWORDS,
     World,
@@ -29,7 +30,7 @@ A1, A2, B1 = basic("a1@a.example"), basic("a2@a.example"), basic("b1@b.example")
 
 
 @pytest.fixture(autouse=True)
-def roles(world: World) -> None:
+def memberships(world: World) -> None:
     """Before each test: a1 administers org A, a2 is a member of it, b1 administers org B."""
     with psycopg.connect(world.url) as conn:
         reset_memberships(conn, world)
@@ -76,7 +77,7 @@ def _matrix(world: World) -> list[tuple[str, str, dict[str, Any] | None, dict[st
     ]
 
 
-@pytest.mark.parametrize("role", credentials.ROLES)
+@pytest.mark.parametrize("role", roles.ROLES)
 def test_role_matrix_of_a_password_caller(client: FlaskClient, world: World, role: str) -> None:
     _set(world, world.a2, world.org_a, role)
     for method, path, body, expected in _matrix(world):

@@ -11,7 +11,8 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.timeutil import local_date, local_day_bounds, zone
 from tests.support.access_world import World, basic
 from tests.support.apps import close_app, make_app
@@ -90,8 +91,8 @@ def big_org(world: World) -> str:
         accounts.create_user(conn, org=org, email="p@p.example", password="p-user-password")
         for i in range(30):
             n = (i * 7) % 30  # scrambled insertion order
-            accounts.register_device(conn, org=org, name=f"P{n:05d}")
-            accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+            places.register_device(conn, org=org, name=f"P{n:05d}")
+            places.create_location(conn, org=org, loc=places.LocationInput(
                 name=f"Plot {n:02d}", tz_name="Asia/Kolkata"))
         conn.commit()
     return world.url
@@ -255,7 +256,7 @@ def test_summary_conditions_come_from_the_last_seven_days(client: FlaskClient, w
     """An old reading is not a current condition; a recent one is."""
     with psycopg.connect(world.url) as conn:
         org = accounts.org_id(conn, "Org P")
-        loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+        loc = places.create_location(conn, org=org, loc=places.LocationInput(
             name="Plot zz", tz_name="UTC"))
         old = datetime.now(UTC).replace(microsecond=0) - timedelta(days=8)
         conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES"

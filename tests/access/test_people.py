@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
 from tests.support.access_world import (
     PASSWORDS,
     World,

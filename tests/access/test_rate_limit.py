@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from serve.principal import Principal
+from people.principal import Principal
 from serve.ratelimit import RateLimiter, subject_of
 from tests.support.access_world import World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app

@@ -16,7 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared import credentials, sealing
+from people import credentials
+from shared import sealing
 from tests.support.access_world import (
     PASSWORDS,
     World,
@@ -126,7 +127,7 @@ def test_secret_comparisons_are_constant_time() -> None:
     """S11 grep test: no `==` on a digest, key, token or password in the auth code."""
     root = Path(__file__).resolve().parents[2]
     for path in (root / "serve" / "auth.py", root / "serve" / "authenticator.py",
-                 root / "serve" / "authheader.py", root / "shared" / "credentials.py"):
+                 root / "serve" / "authheader.py", root / "people" / "credentials.py"):
         text = path.read_text()
         assert "compare_digest" in text or path.name != "authenticator.py"
         for line in text.splitlines():

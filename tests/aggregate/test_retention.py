@@ -22,7 +22,8 @@ from psycopg import sql
 
 from admin.storage import storage_cli
 from aggregate import jobs, lifecycle
-from shared import accounts, spreadsheet
+from people import accounts
+from shared import places, spreadsheet
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from tests.support.apps import close_app
@@ -39,7 +40,7 @@ def _history(conn: psycopg.Connection, device: str, org_name: str) -> None:
     loc = make_location(conn, "America/Chicago")
     row = conn.execute("SELECT id FROM organisations WHERE name = %s", (org_name,)).fetchone()
     org = row[0] if row else accounts.create_org(conn, name=org_name)
-    accounts.register_device(conn, org=org, name=device)
+    places.register_device(conn, org=org, name=device)
     start = NOW - timedelta(days=DAYS)
     rows = []
     t, i = start, 0

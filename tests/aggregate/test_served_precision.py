@@ -19,7 +19,8 @@ import pytest
 
 from ingest import writer
 from ingest.handler import handle
-from shared import accounts, units
+from people import accounts
+from shared import places, units
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES
 from tests.support.ingesting import iso, now_slot
 from tests.support.rollups import insert_readings, make_location, run_all, series
@@ -49,7 +50,7 @@ def served(db, database_url):  # type: ignore[no-untyped-def]
     org = db.execute("SELECT org_id FROM locations WHERE id = %s", (loc,)).fetchone()[0]
     user = accounts.create_user(db, org=org, email="p@p.example", password="p-password-123")
     key = accounts.create_api_key(db, user=user, scopes=["data:read"])["apikey"]
-    accounts.register_device(db, org=org, name="P1")
+    places.register_device(db, org=org, name="P1")
     fields = {c.name: (lambda lo, hi: lambda i, t: round(min(hi, max(lo, _noisy(
         i, t, (lo + hi) / 2, (hi - lo) / 3))), 6))(*c.valid_range)
         for c in TABLES["calibrated"].columns if c.valid_range is not None}
@@ -162,9 +163,9 @@ def ingested(db, database_url):  # type: ignore[no-untyped-def]
     org = db.execute("SELECT org_id FROM locations WHERE id = %s", (loc,)).fetchone()[0]
     user = accounts.create_user(db, org=org, email="q@q.example", password="q-password-123")
     key = accounts.create_api_key(db, user=user, scopes=["data:read"])["apikey"]
-    accounts.register_device(db, org=org, name="Q1")
+    places.register_device(db, org=org, name="Q1")
     start = now_slot(60 * (HOURS + 1))
-    accounts.deploy_device(db, device="Q1", location=loc, start=start - timedelta(days=1))
+    places.deploy_device(db, device="Q1", location=loc, start=start - timedelta(days=1))
     sent = _ingest(db, "Q1", start)
     run_all(db)
     db.commit()
@@ -207,7 +208,7 @@ def test_range_checks_see_the_value_as_sent(db) -> None:
     70.0; 69.996 C is in range and stored as 70.0 (docs/decisions.md)."""
     loc = make_location(db, "UTC", elev=10.0)
     org = db.execute("SELECT org_id FROM locations WHERE id = %s", (loc,)).fetchone()[0]
-    accounts.register_device(db, org=org, name="R1")
+    places.register_device(db, org=org, name="R1")
     t1, t2 = now_slot(20), now_slot(15)
     message = handle("sensors/R1/readings", json.dumps(
         [{"time": iso(t1), "tair": 70.004}, {"time": iso(t2), "tair": 69.996}]).encode())

@@ -174,17 +174,17 @@ def test_undeployed_readings_roll_up_only_into_hourly(db) -> None:
 def test_deploying_a_device_over_stored_readings_builds_its_local_rows(db) -> None:
     """Readings stored before deployment have only hourly rows; deploy_device relabels them
     and marks their buckets, and the next run builds local_hourly and daily in the new zone."""
-    from shared import accounts
+    from shared import places
 
     loc = make_location(db, "Asia/Kathmandu", lat=27.7, lon=85.3, elev=1400.0)
     org = db.execute("SELECT org_id FROM locations WHERE id = %s", (loc,)).fetchone()[0]
-    accounts.register_device(db, org=org, name="DEP1")
+    places.register_device(db, org=org, name="DEP1")
     start = datetime(2024, 6, 1, tzinfo=UTC)
     insert_readings(db, "DEP1", None, series(start, start + timedelta(hours=6),
                                              tair=lambda i, t: 25.0, rh=lambda i, t: 0.5))
     run_all(db)
     assert fetch(db, "SELECT count(*) AS n FROM local_hourly")[0]["n"] == 0
-    accounts.deploy_device(db, device="DEP1", location=loc, start=start)
+    places.deploy_device(db, device="DEP1", location=loc, start=start)
     run_all(db)
     hours = fetch(db, "SELECT time, location FROM local_hourly ORDER BY time")
     assert [h["time"].minute for h in hours] == [15] * 7  # Kathmandu hours start at :15 UTC

@@ -12,7 +12,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
 from tests.support.apps import close_app, make_app
 from tests.support.delivery import SEAL_KEY, Org, make_org
 

@@ -139,7 +139,7 @@ def test_alert_arrives_on_the_orgs_topic_and_not_on_anothers(
 
 
 def test_reserved_alert_account_names() -> None:
-    from shared.accounts import RESERVED_ALERT_NAMES
+    from shared.places import RESERVED_ALERT_NAMES
 
     assert RESERVED_ALERT_NAMES.match("alerts-publisher")
     assert RESERVED_ALERT_NAMES.match("alerts-0b1c2d3e-0000-4000-8000-000000000000")

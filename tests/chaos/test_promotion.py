@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared import accounts
+from people import accounts
 from shared.config import Settings
 from testbed.services import MosquittoBroker, PostgresServer
 from tests.support.apps import close_app

@@ -16,7 +16,7 @@ import pytest
 from sds_client import ApiError, Client
 from sds_client.cli import main as cli_main
 
-from shared import accounts
+from people import accounts
 from tests.support.data_world import D4_ROWS, PASSWORD_A1, T0, World, tair_at
 
 REPO = Path(__file__).resolve().parents[2]

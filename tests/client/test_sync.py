@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from sds_client import ApiError, Client, Sync
 
-from shared import accounts
+from people import accounts
+from shared import places
 from testbed.apiserver import gunicorn_api
 from tests.support.figures import Figures
 from tests.support.rollups import insert_readings, run_all, series
@@ -33,10 +34,10 @@ def farm(database_url: str, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     with psycopg.connect(database_url) as conn:
         org = accounts.create_org(conn, name="Sync Farm")
         user = accounts.create_user(conn, org=org, email="s@farm.example", password="farm-pw-1")
-        loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+        loc = places.create_location(conn, org=org, loc=places.LocationInput(
             name="Field", tz_name="America/Chicago", lat=41.9, lon=-87.6, elev=180.0, kc=1.0))
-        accounts.register_device(conn, org=org, name="L1")
-        accounts.deploy_device(conn, device="L1", location=loc, start=START - timedelta(days=1))
+        places.register_device(conn, org=org, name="L1")
+        places.deploy_device(conn, device="L1", location=loc, start=START - timedelta(days=1))
         readings = series(START, START + timedelta(days=DAYS),
                           tair=lambda i, t: 15.0 + (i % 144) / 12, rh=lambda i, t: 0.6,
                           wind_speed=lambda i, t: 2.0, swdw=lambda i, t: 250.0)

@@ -28,7 +28,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared import accounts
+from people import accounts
 from shared.config import Settings
 from testbed.apiserver import edge_api_env, gunicorn_api
 from testbed.services import REPO, MosquittoBroker, free_port, port_open

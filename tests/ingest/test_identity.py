@@ -22,7 +22,8 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.config import Settings
 from shared.errors import BadParameter
 from testbed.services import MosquittoBroker
@@ -95,7 +96,7 @@ def test_device_cannot_take_the_ingesters_session(
     the broker hands the device the ingester's session (the ingester is knocked off)."""
     broker, shipped = identity_broker
     make_site(conn, device=VICTIM)
-    accounts.register_device(conn, org=accounts.org_id(conn, "Ingest Org"), name=THIEF)
+    places.register_device(conn, org=accounts.org_id(conn, "Ingest Org"), name=THIEF)
     conn.commit()
     run = RunningIngester(_settings(settings, broker)).start()
     ledger = Ledger("127.0.0.1", broker.port, client_id=VICTIM, username=VICTIM,
@@ -169,8 +170,8 @@ def test_ingester_names_cannot_be_device_names(conn: psycopg.Connection) -> None
     org = accounts.create_org(conn, name="Reserved Org")
     for name in ("ingester", "ingester-1", "ingester-12"):
         with pytest.raises(BadParameter, match="reserved"):
-            accounts.register_device(conn, org=org, name=name)
-    accounts.register_device(conn, org=org, name="ingester-x")  # only the exact forms
+            places.register_device(conn, org=org, name=name)
+    places.register_device(conn, org=org, name="ingester-x")  # only the exact forms
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from ingest import derive
 from ingest.client import Ingester
 from ingest.committer import Delivery
-from shared import accounts
+from shared import places
 from shared.columns import TABLES
 from shared.config import Settings
 from shared.units import stored_decimals
@@ -204,7 +204,7 @@ def test_device_registered_after_start_and_undeployed_device(
     assert publisher.publish(topic(mqtt_settings, device="NEW7"), body)
     wait_for(lambda: count(conn, "SELECT count(*) FROM quarantine WHERE reason ="
                            " 'unknown_device'"), what="unknown device quarantined")
-    accounts.register_device(conn, org=site.org, name="NEW7")
+    places.register_device(conn, org=site.org, name="NEW7")
     conn.commit()
     assert publisher.publish(topic(mqtt_settings, device="NEW7"), body)
     wait_for(lambda: count(conn, "SELECT count(*) FROM calibrated WHERE device = 'NEW7'"),

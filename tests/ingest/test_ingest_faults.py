@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from ingest.committer import retry_later
-from shared import accounts
+from shared import places
 from shared.config import Settings
 from testbed.services import MosquittoBroker, free_port
 from tests.support.ingesting import (
@@ -119,9 +119,9 @@ def test_move_while_ingesting_labels_readings_with_the_new_location(
     t0 = now_slot(30)
     assert publisher.publish(topic, json.dumps({"time": iso(t0), "tair": 1.0}).encode())
     wait_for(lambda: count(conn, "SELECT count(*) FROM calibrated"), what="first row")
-    new_loc = accounts.create_location(conn, org=site.org, loc=accounts.LocationInput(
+    new_loc = places.create_location(conn, org=site.org, loc=places.LocationInput(
         name="moved", tz_name="Asia/Kolkata", lat=28.6, lon=77.2, elev=216.0))
-    accounts.deploy_device(conn, device="A1", location=new_loc, start=t0 + timedelta(minutes=5))
+    places.deploy_device(conn, device="A1", location=new_loc, start=t0 + timedelta(minutes=5))
     conn.commit()
     assert publisher.publish(topic, json.dumps(
         {"time": iso(t0 + timedelta(minutes=10)), "tair": 2.0}).encode())

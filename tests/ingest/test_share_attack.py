@@ -40,8 +40,8 @@ from admin.cli import main
 from ingest import groupwatch, shards
 from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
-from shared.accounts import RESERVED_DEVICE_NAMES
 from shared.config import Settings
+from shared.places import RESERVED_DEVICE_NAMES
 from testbed.services import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import (
@@ -238,7 +238,7 @@ def _no_foreign(ingesters: list[RunningIngester]) -> float:
 @pytest.mark.usefixtures("processes")
 def test_only_the_ingester_accounts_may_subscribe(tmp_path: Path) -> None:
     """The plugin's account rule on a real broker, edges included: `ingester` and
-    `ingester-<digits>` (shared/accounts.py RESERVED_DEVICE_NAMES) may subscribe; look-alike
+    `ingester-<digits>` (shared/places.py RESERVED_DEVICE_NAMES) may subscribe; look-alike
     names, which a device could have, may not."""
     allowed = ["ingester", "ingester-7", "ingester-16"]
     refused = ["ingester-", "ingesterx", "ingester-7a", "xingester", "ingester-1-2", "A1"]

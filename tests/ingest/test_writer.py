@@ -17,7 +17,7 @@ from psycopg import sql
 
 from ingest import derive, writer
 from ingest.handler import Message, handle
-from shared import accounts
+from shared import places
 from shared.columns import READING_INPUTS, TABLES
 from shared.units import stored_decimals
 from tests.support.ingesting import ELEV, Site, iso, make_site, now_slot, wait_for
@@ -143,7 +143,7 @@ def _expect_in(fragment: str, statement: str) -> None:
 
 def _moved_to(conn: psycopg.Connection, site: Site) -> UUID:
     """A second location of the site's organisation (a +05:30 zone), committed."""
-    loc = accounts.create_location(conn, org=site.org, loc=accounts.LocationInput(
+    loc = places.create_location(conn, org=site.org, loc=places.LocationInput(
         name="moved", tz_name="Asia/Kolkata", lat=28.6, lon=77.2, elev=216.0))
     conn.commit()
     return loc
@@ -194,7 +194,7 @@ def test_a_deployment_change_waits_for_an_open_batch_and_relabels_its_rows(
         new_loc = _moved_to(mover, site)
 
         def move() -> None:
-            accounts.deploy_device(mover, device="A1", location=new_loc, start=t)
+            places.deploy_device(mover, device="A1", location=new_loc, start=t)
             mover.commit()
 
         _waits_until_commit(conn, mover, move, watch,
@@ -210,7 +210,7 @@ def test_a_batch_after_an_open_deployment_change_sees_the_new_location(
     site = make_site(conn)
     t = now_slot(30)
     new_loc = _moved_to(conn, site)
-    accounts.deploy_device(conn, device="A1", location=new_loc, start=t - timedelta(hours=1))
+    places.deploy_device(conn, device="A1", location=new_loc, start=t - timedelta(hours=1))
     with psycopg.connect(database_url) as ingest, psycopg.connect(database_url,
                                                                  autocommit=True) as watch:
         writer.prepare(ingest)

@@ -1,7 +1,7 @@
 """detect-secrets plugin for this service's own credentials (reliability plan S17).
 
 API keys and bearer tokens are `sdsk_` / `sdst_` + 43 URL-safe characters + an 8-hex-digit
-CRC32 of the body (shared/credentials.py). Only values whose check suffix is valid are
+CRC32 of the body (people/credentials.py). Only values whose check suffix is valid are
 reported, so test fixtures can hold look-alikes with a deliberately wrong check.
 
 Use: `detect-secrets scan --plugin tests/security/secret_plugin.py` (tests/security/
@@ -15,7 +15,7 @@ from collections.abc import Generator
 
 from detect_secrets.plugins.base import RegexBasedDetector
 
-from shared import credentials
+from people import credentials
 
 
 class SdsCredentialDetector(RegexBasedDetector):

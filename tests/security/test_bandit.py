@@ -1,6 +1,7 @@
 """Static security analysis of the service code with bandit (reliability plan S21).
 
-`bandit -c pyproject.toml -r shared ingest aggregate serve admin`: no High and no Medium finding.
+`bandit -c pyproject.toml -r shared people ingest aggregate serve admin`: no High and no
+Medium finding.
 Skips are in pyproject's `[tool.bandit]`, each with its reason; a per-line `# nosec` must name
 the test it silences and say why (a bare `# nosec` hides every future finding on the line).
 Low findings are recorded as a figure and listed in docs/security.md.
@@ -20,7 +21,7 @@ import pytest
 from tests.support.figures import Figures
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ["shared", "ingest", "aggregate", "serve", "alerts", "admin"]
+PACKAGES = ["shared", "people", "ingest", "aggregate", "serve", "alerts", "admin"]
 NOSEC = re.compile(r"#\s*nosec\b(.*)$")
 NOSEC_WITH_REASON = re.compile(r"^\s+B\d{3}(\s*,\s*B\d{3})*\s+\S.{5,}")
 

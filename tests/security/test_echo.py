@@ -20,7 +20,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from shared import credentials
+from people import credentials
 from tests.support.access_world import World, apikey, basic, bearer
 from tests.support.apps import close_app, make_app
 from tests.support.figures import Figures

@@ -22,7 +22,7 @@ import pytest
 from psycopg import errors
 
 from aggregate import jobs
-from serve import links
+from people import links
 from shared import audit, db
 from shared.config import Settings
 from tests.support.access_world import World

@@ -1,9 +1,9 @@
 """Static checks on the source (reliability plan S11, S17).
 
-- S11: secrets are compared in constant time. Every `==`/`!=` in serve/, shared/credentials.py
-  and shared/accounts.py is parsed (AST, not grep) and refused when an operand names a digest,
+- S11: secrets are compared in constant time. Every `==`/`!=` in serve/ and people/ is
+  parsed (AST, not grep) and refused when an operand names a digest,
   hash, token, key, secret or password value; `hmac.compare_digest` must be what compares them.
-  (tests/access/test_secrets_at_rest.py greps serve/auth.py and shared/credentials.py; this one
+  (tests/access/test_secrets_at_rest.py greps serve/auth.py and people/credentials.py; this one
   covers every module that handles credentials, and proves it can fail.)
 - S17: no live-looking secret is committed. detect-secrets scans every tracked file with its
   vendor detectors plus tests/security/secret_plugin.py, which knows the service's own key and
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from shared import credentials
+from people import credentials
 from tests.support.figures import Figures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,8 +31,7 @@ SECRET_NAME = re.compile(
 # Names that contain a secret-ish word but hold no secret (identifiers, kinds, counts).
 NOT_SECRET = re.compile(r"(_id|_ids|_kind|_type|_name|_ttl|_count|_prefix|_scheme|_len)$|"
                         r"^(token_id|key_id|TOKEN_PREFIX|API_KEY_PREFIX)$", re.IGNORECASE)
-SOURCES = [*sorted((ROOT / "serve").rglob("*.py")), ROOT / "shared" / "credentials.py",
-           ROOT / "shared" / "accounts.py"]
+SOURCES = [*sorted((ROOT / "serve").rglob("*.py")), *sorted((ROOT / "people").rglob("*.py"))]
 
 
 def _name(node: ast.AST) -> str | None:

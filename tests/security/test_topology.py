@@ -15,7 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared import accounts, db, teams
+from people import accounts, teams
+from shared import db, places
 from testbed import database
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,8 +69,8 @@ def team_world(conn: psycopg.Connection) -> dict[str, object]:
     org = accounts.create_org(conn, name="Topology Org")
     uid = accounts.create_user(conn, org=org, email="t@example.org",
                                password="topology-password-1", role="member")
-    accounts.register_device(conn, org=org, name="T1")
-    accounts.register_device(conn, org=org, name="T2")
+    places.register_device(conn, org=org, name="T1")
+    places.register_device(conn, org=org, name="T2")
     team = teams.create_team(conn, org, "North field")["id"]
     teams.add_link(conn, org, team, "member", uid)
     teams.add_link(conn, org, team, "device", teams.device_of_org(conn, org, "T1"))

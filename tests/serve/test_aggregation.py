@@ -22,7 +22,8 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.columns import TABLES
 from shared.timeutil import zone
 from tests.support.data_world import csv_rows, error, rows
@@ -87,11 +88,11 @@ def seed(url: str) -> AggWorld:
         locations: dict[str, UUID] = {}
         world = AggWorld(url, locations, {})
         for device, tz in ZONES.items():
-            loc = accounts.create_location(conn, org=org_a, loc=accounts.LocationInput(
+            loc = places.create_location(conn, org=org_a, loc=places.LocationInput(
                 name=f"at {device}", tz_name=tz))
             locations[device] = loc
-            accounts.register_device(conn, org=org_a, name=device)
-            accounts.deploy_device(conn, device=device, location=loc,
+            places.register_device(conn, org=org_a, name=device)
+            places.deploy_device(conn, device=device, location=loc,
                                    start=datetime(2024, 1, 1, tzinfo=UTC))
             got = []
             i = 0
@@ -104,10 +105,10 @@ def seed(url: str) -> AggWorld:
                     i += 1
             insert_readings(conn, device, loc, got)
             world.readings[device] = got
-        accounts.register_device(conn, org=org_b, name="X1")
-        loc_b = accounts.create_location(conn, org=org_b, loc=accounts.LocationInput(
+        places.register_device(conn, org=org_b, name="X1")
+        loc_b = places.create_location(conn, org=org_b, loc=places.LocationInput(
             name="B", tz_name="Europe/Berlin"))
-        accounts.deploy_device(conn, device="X1", location=loc_b,
+        places.deploy_device(conn, device="X1", location=loc_b,
                                start=datetime(2024, 1, 1, tzinfo=UTC))
         insert_readings(conn, "X1", loc_b, [reading(i, _utc("2024-07-01T00:00") + i * FIVE)
                                             for i in range(24)])

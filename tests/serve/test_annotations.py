@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
 from tests.support.data_world import T0, World
 
 URL = "/api/v2/annotations"

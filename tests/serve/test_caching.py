@@ -9,7 +9,7 @@ import psycopg
 from flask.testing import FlaskClient
 
 from serve import caching
-from shared import accounts
+from shared import places
 from tests.support.data_world import World
 
 SETTLED = {"device": "D1", "start_time": "2024-07-01", "end_time": "2024-07-01T12:00:00Z",
@@ -72,7 +72,7 @@ def test_changed_rows_change_the_etag(client: FlaskClient, world: World) -> None
     """The ETag is of the bytes: rows removed (a retention run) or recomputed (a backfill)
     behind a settled page give a new one, never a stale 304."""
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name="D7")
+        places.register_device(conn, org=world.org_a, name="D7")
         conn.execute("INSERT INTO calibrated (time, device, tair) SELECT"
                      " '2024-07-01'::timestamptz + g * interval '5 minutes', 'D7', 10"
                      " FROM generate_series(0, 9) g")

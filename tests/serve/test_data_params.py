@@ -14,7 +14,8 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
+from shared import places
 from tests.support.apps import close_app, make_app
 from tests.support.data_world import T0, World, csv_rows, error, get, rows
 from tests.support.databases import as_role
@@ -203,7 +204,7 @@ def stamped(database_url: str):  # type: ignore[no-untyped-def]
     with psycopg.connect(database_url) as conn:
         org = accounts.create_org(conn, name="Org S")
         user = accounts.create_user(conn, org=org, email="s@s.example", password="s-password")
-        accounts.register_device(conn, org=org, name="D1")
+        places.register_device(conn, org=org, name="D1")
         with conn.cursor() as cur:
             cur.executemany(
                 "INSERT INTO hourly (time, device, tair, create_time, update_time)"

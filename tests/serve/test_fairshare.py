@@ -21,7 +21,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.columns import TABLES
 from testbed.services import GunicornServer, NginxEdge
 from tests.support.data_world import World
@@ -43,7 +44,7 @@ def keys(world: World) -> list[str]:
     with psycopg.connect(world.url) as conn:
         user = accounts.create_user(conn, org=world.org_a, email="fair@a.example",
                                     password="fair-share-password")
-        accounts.register_device(conn, org=world.org_a, name="F1")
+        places.register_device(conn, org=world.org_a, name="F1")
         conn.execute(
             f"INSERT INTO calibrated (time, device, {', '.join(columns)})"
             " SELECT '2024-07-01'::timestamptz + g * interval '5 minutes', 'F1', "
@@ -191,7 +192,7 @@ def test_aggregates_of_a_year_are_heavy_pages_whatever_their_limit(
     year of day buckets reads the year's 105,120 readings: heavy, one at a time."""
     columns = [c.name for c in TABLES["calibrated"].columns if c.dtype == "real"]
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name="Y1")
+        places.register_device(conn, org=world.org_a, name="Y1")
         conn.execute(
             f"INSERT INTO calibrated (time, device, {', '.join(columns)})"
             " SELECT '2024-01-01'::timestamptz + g * interval '5 minutes', 'Y1', "

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from shared import accounts
+from shared import places
 from shared.columns import TABLES
 from testbed.services import GunicornServer
 from tests.support.data_world import D4_ROWS, World
@@ -26,7 +26,7 @@ def big_device(world: World) -> str:
     socket buffers, so a client that stops reading leaves the server blocked mid-body)."""
     columns = [c.name for c in TABLES["calibrated"].columns if c.dtype == "real"]
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name="D5")
+        places.register_device(conn, org=world.org_a, name="D5")
         conn.execute(
             f"INSERT INTO calibrated (time, device, {', '.join(columns)})"
             " SELECT '2024-07-01'::timestamptz + g * interval '5 minutes', 'D5', "

@@ -77,11 +77,11 @@ def formula_device(world: World) -> str:
     """D6: health reports whose firmware text looks like formulas, with negative numbers."""
     import psycopg
 
-    from shared import accounts
+    from shared import places
     from tests.support.data_world import T0
 
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name="D6")
+        places.register_device(conn, org=world.org_a, name="D6")
         for i, fw in enumerate(FORMULAS):
             conn.execute("INSERT INTO health (time, device, batt_pct, fw) VALUES"
                          " (%s + %s * interval '5 minutes', 'D6', %s, %s)",

@@ -242,13 +242,13 @@ def test_foreign_device_deployed_at_a_location_stays_invisible(world: World,
     are still not ours: the listing keeps to the caller's devices."""
     import psycopg
 
-    from shared import accounts
+    from shared import places
     from tests.support.data_world import T0
 
     params = dict(location=str(world.la), select="device", start_time="2024-07-02", limit=10000)
     before = listing(client, world, "calibrated", **params)
     with psycopg.connect(world.url) as conn:
-        accounts.deploy_device(conn, device="B1", location=world.la, start=T0.replace(year=2030))
+        places.deploy_device(conn, device="B1", location=world.la, start=T0.replace(year=2030))
         conn.execute("UPDATE calibrated SET location = %s WHERE device = 'B1'"
                      " AND time = '2024-07-02T00:00:00Z'", (world.la,))
         conn.commit()

@@ -14,8 +14,9 @@ import psycopg
 import pytest
 from flask import Flask
 
+from people import accounts
 from serve.pool import CHECK_EVERY, ReadRouter, read_router
-from shared import accounts
+from shared import places
 from shared.config import Settings
 from testbed.services import PostgresServer
 from tests.support.apps import close_app
@@ -39,7 +40,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory, processes: None,
             uid = accounts.create_user(c, org=org, email="r@example.org",
                                        password="replica-password-1")
             key = accounts.create_api_key(c, user=uid, scopes=["data:read"])["apikey"]
-            accounts.register_device(c, org=org, name="R1")
+            places.register_device(c, org=org, name="R1")
             c.commit()
         standby.start_standby(primary, base / "standby")
         with psycopg.connect(url) as c:  # replayed by the standby

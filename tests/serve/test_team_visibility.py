@@ -20,7 +20,8 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts, db
+from people import accounts
+from shared import db
 from tests.support.data_world import T0, World, get, rows
 from tests.support.figures import Figures
 

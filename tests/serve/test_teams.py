@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
 from tests.support.data_world import World
 
 URL = "/api/v2/teams"
@@ -114,7 +114,7 @@ def test_writes_are_for_administrators(client: FlaskClient, keys: dict[str, Any]
                                        world: World) -> None:
     team = _ok(client.post(URL, json={"name": "Admins only"}, headers=_h(keys)), 201)
     who = "a2_basic"
-    # A member's role does not allow teams:write (shared.credentials.ROLE_SCOPES).
+    # A member's role does not allow teams:write (people.roles.ROLE_SCOPES).
     assert "teams:write" in _error(client.post(URL, json={"name": "x"},
                                                headers=_h(keys, who)), 403)
     _error(client.patch(f"{URL}/{team['id']}", json={"name": "y"}, headers=_h(keys, who)), 403)

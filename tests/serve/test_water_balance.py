@@ -15,7 +15,8 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
+from shared import places
 from tests.aggregate.weather import Place, day_readings
 from tests.support.rollups import insert_readings, run_all
 
@@ -42,9 +43,9 @@ def world(module_db: str) -> World:
                                      password="water-admin-pw-1", role="admin")
         member = accounts.create_user(conn, org=org, email="member@w.example",
                                       password="water-member-pw-1")
-        loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+        loc = places.create_location(conn, org=org, loc=places.LocationInput(
             name="Valencia", tz_name="Europe/Madrid", lat=39.47, lon=-0.38, elev=15.0, kc=1.1))
-        accounts.register_device(conn, org=org, name="WB1")
+        places.register_device(conn, org=org, name="WB1")
         rows = []
         for d in DAYS:
             place = Place("valencia", 39.47, -0.38, "Europe/Madrid", 15.0, d, 0.9, tmean=26.0,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from shared import credentials
+from people import credentials
 
 
 def test_password_hash_is_argon2id_with_owasp_minimum() -> None:

@@ -1,12 +1,13 @@
 """Device names: a name of dots only ('.', '..', '...') cannot be reached by path, so it is
-refused, by shared.accounts and by the database's own constraint (migration 0085)."""
+refused, by people.accounts and by the database's own constraint (migration 0085)."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.errors import BadParameter
 
 
@@ -14,7 +15,7 @@ from shared.errors import BadParameter
 def test_dots_only_names_are_refused_with_the_rule(conn: psycopg.Connection, name: str) -> None:
     org = accounts.create_org(conn, name=f"Dots {len(name)}")
     with pytest.raises(BadParameter, match="not dots only"):
-        accounts.register_device(conn, org=org, name=name)
+        places.register_device(conn, org=org, name=name)
 
 
 def test_the_database_refuses_them_too(conn: psycopg.Connection) -> None:
@@ -27,5 +28,5 @@ def test_the_database_refuses_them_too(conn: psycopg.Connection) -> None:
 @pytest.mark.parametrize("name", [".a", "a.", "a..b", "v1.2", "_", "-"])
 def test_names_with_dots_and_more_are_kept(conn: psycopg.Connection, name: str) -> None:
     org = accounts.create_org(conn, name=f"Dotted {name}")
-    accounts.register_device(conn, org=org, name=name)
-    assert accounts.DEVICE_NAME.match(name)
+    places.register_device(conn, org=org, name=name)
+    assert places.DEVICE_NAME.match(name)

@@ -18,7 +18,8 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from shared import accounts, credentials
+from people import accounts, credentials
+from shared import places
 
 PASSWORDS = {"a1@a.example": "a1-correct-horse", "a2@a.example": "a2-battery-staple",
              "b1@b.example": "b1-tr0ub4dor-and"}
@@ -142,17 +143,17 @@ def seed(url: str) -> World:
                                   password=PASSWORDS["a2@a.example"])
         b1 = accounts.create_user(conn, org=org_b, email="b1@b.example",
                                   password=PASSWORDS["b1@b.example"])
-        loc_a = accounts.create_location(conn, org=org_a, loc=accounts.LocationInput(
+        loc_a = places.create_location(conn, org=org_a, loc=places.LocationInput(
             name="North field", tz_name="America/Chicago", lat=41.9, lon=-93.6, elev=290))
-        loc_b = accounts.create_location(conn, org=org_b, loc=accounts.LocationInput(
+        loc_b = places.create_location(conn, org=org_b, loc=places.LocationInput(
             name="South vineyard", tz_name="Australia/Sydney", lat=-33.9, lon=151.2))
         world = World(url, org_a, org_b, a1, a2, b1, loc_a, loc_b)
-        accounts.register_device(conn, org=org_a, name=world.dev_a, model="Mark 3")
-        accounts.register_device(conn, org=org_a, name=world.dev_a_idle)
-        accounts.register_device(conn, org=org_b, name=world.dev_b)
+        places.register_device(conn, org=org_a, name=world.dev_a, model="Mark 3")
+        places.register_device(conn, org=org_a, name=world.dev_a_idle)
+        places.register_device(conn, org=org_b, name=world.dev_b)
         since = datetime.now(UTC) - timedelta(days=2)
-        accounts.deploy_device(conn, device=world.dev_a, location=loc_a, start=since)
-        accounts.deploy_device(conn, device=world.dev_b, location=loc_b, start=since)
+        places.deploy_device(conn, device=world.dev_a, location=loc_a, start=since)
+        places.deploy_device(conn, device=world.dev_b, location=loc_b, start=since)
         _readings(conn, world.dev_a, loc_a, 6)
         _readings(conn, world.dev_b, loc_b, 6)
         for name, scopes in KEY_SCOPES.items():

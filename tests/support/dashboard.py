@@ -22,7 +22,8 @@ from uuid import UUID
 import psycopg
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
+from shared import places
 
 END = datetime(2026, 3, 8, tzinfo=UTC)  # newest 5-minute reading
 STEPS = 7 * 24 * 12  # a week of 5-minute readings
@@ -74,18 +75,18 @@ def seed(url: str) -> World:
         # An administrator in B: A's payloads must be out of reach even for B's admins.
         accounts.create_user(conn, org=org_b, email="user@b.example",
                              password=PASSWORDS["user@b.example"], role="owner")
-        north = accounts.create_location(conn, org=org_a, loc=accounts.LocationInput(
+        north = places.create_location(conn, org=org_a, loc=places.LocationInput(
             name="North field", tz_name="America/Chicago", lat=41.9, lon=-93.6, elev=300))
-        b_field = accounts.create_location(
-            conn, org=org_b, loc=accounts.LocationInput(name="B field", tz_name="Europe/Berlin"))
+        b_field = places.create_location(
+            conn, org=org_b, loc=places.LocationInput(name="B field", tz_name="Europe/Berlin"))
         for name in ("A1", "A2", "A3"):
-            accounts.register_device(conn, org=org_a, name=name)
-        accounts.register_device(conn, org=org_b, name="B1")
+            places.register_device(conn, org=org_a, name=name)
+        places.register_device(conn, org=org_b, name="B1")
         deployed = END - timedelta(days=60)
-        accounts.deploy_device(conn, device="A1", location=north, start=deployed)
-        accounts.deploy_device(conn, device="A2", location=north, start=deployed)
-        accounts.deploy_device(conn, device="A3", location=north, start=deployed)
-        accounts.deploy_device(conn, device="B1", location=b_field, start=deployed)
+        places.deploy_device(conn, device="A1", location=north, start=deployed)
+        places.deploy_device(conn, device="A2", location=north, start=deployed)
+        places.deploy_device(conn, device="A3", location=north, start=deployed)
+        places.deploy_device(conn, device="B1", location=b_field, start=deployed)
         conn.execute("UPDATE devices SET last_seen = now(), batt_pct = 80, batt_volt = 3.9,"
                      " signal_strength = -71, state = 'Active' WHERE name = 'A1'")
         conn.execute("UPDATE devices SET last_seen = now() - interval '2 days', batt_pct = 12,"

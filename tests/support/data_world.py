@@ -7,7 +7,7 @@ days with the same timestamps (shared timestamps across devices at one location)
 hourly rows, hourly rows across the New York fall-back night, and daily rows starting at New
 York local midnight. D4 has 2500 readings and no location. Org B: device B1 at location BL,
 with readings at the same times.
-Callers authenticate with API keys made by shared.accounts.create_api_key.
+Callers authenticate with API keys made by people.accounts.create_api_key.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import pytest
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.timeutil import local_day_start
 
 T0 = datetime(2024, 7, 1, tzinfo=UTC)
@@ -80,22 +81,22 @@ def seed(url: str) -> World:
         org_b = accounts.create_org(conn, name="Org B")
         a1 = accounts.create_user(conn, org=org_a, email=PASSWORD_A1[0], password=PASSWORD_A1[1])
         b1 = accounts.create_user(conn, org=org_b, email="b1@b.example", password="b1-password")
-        ny = accounts.create_location(
+        ny = places.create_location(
             conn, org=org_a,
-            loc=accounts.LocationInput(name="NY field", tz_name="America/New_York"))
-        la = accounts.create_location(
+            loc=places.LocationInput(name="NY field", tz_name="America/New_York"))
+        la = places.create_location(
             conn, org=org_a,
-            loc=accounts.LocationInput(name="LA field", tz_name="America/Los_Angeles"))
-        bl = accounts.create_location(
-            conn, org=org_b, loc=accounts.LocationInput(name="B field", tz_name="Europe/Berlin"))
+            loc=places.LocationInput(name="LA field", tz_name="America/Los_Angeles"))
+        bl = places.create_location(
+            conn, org=org_b, loc=places.LocationInput(name="B field", tz_name="Europe/Berlin"))
         for name in ("D1", "D2", "D3", "D4"):
-            accounts.register_device(conn, org=org_a, name=name)
-        accounts.register_device(conn, org=org_b, name="B1")
-        accounts.deploy_device(conn, device="D1", location=ny, start=T0 - timedelta(days=1),
+            places.register_device(conn, org=org_a, name=name)
+        places.register_device(conn, org=org_b, name="B1")
+        places.deploy_device(conn, device="D1", location=ny, start=T0 - timedelta(days=1),
                                end=T0 + timedelta(days=1))
-        accounts.deploy_device(conn, device="D1", location=la, start=T0 + timedelta(days=1))
-        accounts.deploy_device(conn, device="D2", location=ny, start=T0 - timedelta(days=1))
-        accounts.deploy_device(conn, device="B1", location=bl, start=T0 - timedelta(days=1))
+        places.deploy_device(conn, device="D1", location=la, start=T0 + timedelta(days=1))
+        places.deploy_device(conn, device="D2", location=ny, start=T0 - timedelta(days=1))
+        places.deploy_device(conn, device="B1", location=bl, start=T0 - timedelta(days=1))
         moved = T0 + timedelta(days=1)
         _readings(conn, "D1", lambda t: ny if t < moved else la)
         _readings(conn, "D2", lambda t: ny)

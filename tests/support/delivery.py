@@ -17,7 +17,8 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from shared import accounts, sealing
+from people import accounts
+from shared import sealing
 from shared.config import PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]

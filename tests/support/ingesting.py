@@ -26,7 +26,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from ingest.client import Ingester
-from shared import accounts
+from people import accounts
+from shared import places
 from shared.config import PREFIX, Settings
 from tests.support.figures import Figures
 
@@ -95,11 +96,11 @@ def make_site(conn: psycopg.Connection, *, device: str = DEVICE, deploy: bool = 
     """An organisation with one location (elevation 300 m) and a device deployed 30 days ago."""
     row = conn.execute("SELECT id FROM organisations WHERE name = %s", (org_name,)).fetchone()
     org = row[0] if row else accounts.create_org(conn, name=org_name)
-    loc = accounts.create_location(conn, org=org, loc=accounts.LocationInput(
+    loc = places.create_location(conn, org=org, loc=places.LocationInput(
         name=f"field-{device}", tz_name=tz, lat=41.0, lon=-93.0, elev=ELEV))
-    accounts.register_device(conn, org=org, name=device)
+    places.register_device(conn, org=org, name=device)
     if deploy:
-        accounts.deploy_device(conn, device=device, location=loc,
+        places.deploy_device(conn, device=device, location=loc,
                                start=now_slot() - timedelta(days=30))
     conn.commit()
     return Site(org, loc, device, tz)

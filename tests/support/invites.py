@@ -1,4 +1,4 @@
-"""Invitation and reset links in tests (serve/links.py): an app whose links point at
+"""Invitation and reset links in tests (people/links.py): an app whose links point at
 http://sds.example (with a real SMTP sink when given), the secret in a shown link or a received
 email, and a JSON answer of an expected status."""
 

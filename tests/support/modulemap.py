@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "architecture.md"
-PACKAGES = ("shared", "ingest", "aggregate", "serve", "alerts", "admin")
+PACKAGES = ("shared", "people", "ingest", "aggregate", "serve", "alerts", "admin")
 START, END = "<!-- module-map:start -->", "<!-- module-map:end -->"
 
 

@@ -14,7 +14,8 @@ import psycopg
 import pytest
 
 from aggregate import rollups, water
-from shared import accounts, dirty
+from people import accounts
+from shared import dirty, places
 from shared.timeutil import zone
 
 FIVE = timedelta(minutes=5)
@@ -25,8 +26,8 @@ def make_location(conn: psycopg.Connection, tz: str, **fields: Any) -> UUID:
     """A location in zone `tz` (organisation created on first use)."""
     row = conn.execute("SELECT id FROM organisations WHERE name = 'Aggregate Tests'").fetchone()
     org = row[0] if row else accounts.create_org(conn, name="Aggregate Tests")
-    loc = accounts.LocationInput(name=f"loc{next(_names)}", tz_name=tz, **fields)
-    return accounts.create_location(conn, org=org, loc=loc)
+    loc = places.LocationInput(name=f"loc{next(_names)}", tz_name=tz, **fields)
+    return places.create_location(conn, org=org, loc=loc)
 
 
 def insert_readings(

@@ -13,7 +13,7 @@ import requests
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from serve import links
+from people import links
 from testbed.browser import console_errors, wait_for
 from tests.support.browsing import sign_in, snap
 from tests.support.dashboard import PASSWORDS, World

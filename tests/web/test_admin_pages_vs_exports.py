@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from flask import Flask
 
-from serve import links
+from people import links
 from serve.fairshare import HEAVY, Slots
 from shared.config import Settings
 from tests.support.apps import close_app, make_app

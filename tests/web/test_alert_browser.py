@@ -21,7 +21,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from shared import accounts
+from people import accounts
 from shared.config import Settings
 from testbed.apiserver import gunicorn_api
 from testbed.browser import wait_for

@@ -14,7 +14,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from shared import accounts
+from shared import places
 from testbed.browser import console_errors
 from tests.support.browsing import assert_series_drawn, chart_drawn, sign_in
 from tests.support.dashboard import END, STEPS, World
@@ -43,8 +43,8 @@ def three(world: World) -> World:
     """Devices C1 and C2 at North field beside A1, with a week of readings each."""
     with psycopg.connect(world.url) as conn:
         for name, warmer in (("C1", 2), ("C2", -3)):
-            accounts.register_device(conn, org=world.org_a, name=name)
-            accounts.deploy_device(conn, device=name, location=world.north,
+            places.register_device(conn, org=world.org_a, name=name)
+            places.deploy_device(conn, device=name, location=world.north,
                                    start=END - timedelta(days=60))
             conn.execute(
                 "INSERT INTO calibrated (time, device, location, tair, rh)"

@@ -25,7 +25,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from serve.args import MAX_LIMIT
-from shared import accounts
+from shared import places
 from testbed.browser import console_errors, wait_for
 from tests.support.browsing import chart_drawn, sign_in
 from tests.support.dashboard import END, World
@@ -38,8 +38,8 @@ ROWS = DAYS * 288 + 1
 def long(world: World) -> str:
     """Device E1 at North field with 60 days of 5-minute readings up to END."""
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name="E1")
-        accounts.deploy_device(conn, device="E1", location=world.north,
+        places.register_device(conn, org=world.org_a, name="E1")
+        places.deploy_device(conn, device="E1", location=world.north,
                                start=END - timedelta(days=100))
         conn.execute(
             "INSERT INTO calibrated (time, device, location, tair, rh)"
@@ -89,8 +89,8 @@ def gappy(world: World) -> str:
     (all in Central Standard Time), some of them missing a value: tair every 7th row, rh every
     11th (never both, so no row is all nulls)."""
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name="E2")
-        accounts.deploy_device(conn, device="E2", location=world.north,
+        places.register_device(conn, org=world.org_a, name="E2")
+        places.deploy_device(conn, device="E2", location=world.north,
                                start=END - timedelta(days=100))
         conn.execute(
             "INSERT INTO calibrated (time, device, location, tair, rh)"

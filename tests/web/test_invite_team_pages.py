@@ -15,9 +15,8 @@ from typing import Any
 import psycopg
 from flask.testing import FlaskClient
 
-from serve import links
+from people import accounts, links
 from serve.web.peoplepages import invite_body
-from shared import accounts
 from testbed.receivers import smtp_sink
 from tests.support.apps import close_app, make_app
 from tests.support.dashboard import World, csrf_of, shows, sign_in

@@ -13,7 +13,7 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from shared import accounts
+from shared import places
 from testbed.browser import console_errors, wait_for
 from tests.support.browsing import sign_in
 from tests.support.dashboard import END, World
@@ -23,10 +23,10 @@ from tests.support.dashboard import END, World
 def south(world: World) -> str:
     """A second located place of org A, South field near Sydney, with device D1 (never seen)."""
     with psycopg.connect(world.url) as conn:
-        loc = accounts.create_location(conn, org=world.org_a, loc=accounts.LocationInput(
+        loc = places.create_location(conn, org=world.org_a, loc=places.LocationInput(
             name="South field", tz_name="Australia/Sydney", lat=-33.9, lon=151.2))
-        accounts.register_device(conn, org=world.org_a, name="D1")
-        accounts.deploy_device(conn, device="D1", location=loc, start=END)
+        places.register_device(conn, org=world.org_a, name="D1")
+        places.deploy_device(conn, device="D1", location=loc, start=END)
         conn.commit()
     return str(loc)
 

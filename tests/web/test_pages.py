@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from markupsafe import escape
 
-from serve.logins import change_password
+from people.logins import change_password
 from serve.web import charts, model
 from shared import units
 from shared.config import Settings

@@ -17,7 +17,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from shared import accounts
+from people import accounts
 from testbed.browser import console_errors, wait_for
 from tests.support.browsing import sign_in, snap
 from tests.support.dashboard import PASSWORDS, World

@@ -15,9 +15,9 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
+from people import accounts
 from serve.web.peoplepages import account_body, masked, roles_in
 from serve.web.placepages import audit_query, location_body, parse_schedule, schedule_text
-from shared import accounts
 from shared.errors import BadRequest
 from tests.support.dashboard import World, csrf_of, sign_in
 

@@ -17,7 +17,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from serve.web import preferences
+from serve import preferences
 from shared.errors import BadRequest
 from testbed.browser import chromium, console_errors, wait_for
 from tests.support.browsing import chart_drawn

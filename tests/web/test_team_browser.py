@@ -21,7 +21,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from serve import links
+from people import links
 from testbed.browser import console_errors, wait_for
 from tests.support.browsing import chart_drawn, fetch, sign_in, snap
 from tests.support.dashboard import World

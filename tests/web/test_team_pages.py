@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from shared import accounts
+from people import accounts
 from tests.support.dashboard import World, sign_in
 
 EMAIL, PASSWORD = "team@a.example", "team-a-password"

@@ -15,7 +15,7 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from shared import accounts
+from shared import places
 from testbed.browser import wait_for
 from tests.support.browsing import chart_drawn, colour_counts, sign_in
 from tests.support.dashboard import END, STEPS, World
@@ -44,8 +44,8 @@ return n;
 def gapped(world: World) -> str:
     """Device G1 at North field: 5-minute readings with a 41-hour outage, daily rows."""
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name="G1")
-        accounts.deploy_device(conn, device="G1", location=world.north,
+        places.register_device(conn, org=world.org_a, name="G1")
+        places.deploy_device(conn, device="G1", location=world.north,
                                start=END - timedelta(days=60))
         conn.execute(
             "INSERT INTO calibrated (time, device, location, tair, rh)"
@@ -114,8 +114,8 @@ def test_daily_chart_labels_from_the_registry_axis_in_days_partial_day_marked(
 def year(world: World) -> str:
     """Device Y1 at North field: a year of 5-minute readings (105,121 rows) up to END."""
     with psycopg.connect(world.url) as conn:
-        accounts.register_device(conn, org=world.org_a, name="Y1")
-        accounts.deploy_device(conn, device="Y1", location=world.north,
+        places.register_device(conn, org=world.org_a, name="Y1")
+        places.deploy_device(conn, device="Y1", location=world.north,
                                start=END - timedelta(days=400))
         conn.execute(
             "INSERT INTO calibrated (time, device, location, tair, rh)"
@@ -171,10 +171,10 @@ def et_field(world: World) -> str:
     ET of the hours measured 0.47 mm) and hourly ET summing to 1.05 mm over the day's hours
     (the other figure the dashboard showed before there was one home)."""
     with psycopg.connect(world.url) as conn:
-        loc = accounts.create_location(conn, org=world.org_a, loc=accounts.LocationInput(
+        loc = places.create_location(conn, org=world.org_a, loc=places.LocationInput(
             name="ET field", tz_name="UTC", lat=10.0, lon=10.0))
-        accounts.register_device(conn, org=world.org_a, name="T1")
-        accounts.deploy_device(conn, device="T1", location=loc, start=END)
+        places.register_device(conn, org=world.org_a, name="T1")
+        places.deploy_device(conn, device="T1", location=loc, start=END)
         conn.execute(
             "INSERT INTO daily (time, device, location, et, sample_pct, low_quality)"
             " VALUES (date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', 'T1', %s,"

@@ -4,8 +4,8 @@
   users:write, teams:write) may be put on a key only by an owner or administrator of the
   organisation (the key's organisation: memberships, migration 0150); anyone else asking for
   one gets 403 naming it. A scope the user's role does not allow
-  (shared.credentials.ROLE_SCOPES) is refused alike. Whatever a key holds, every request caps
-  it by its user's role read at that request (serve.principal), so demoting a user demotes
+  (people.roles.ROLE_SCOPES) is refused alike. Whatever a key holds, every request caps
+  it by its user's role read at that request (people.principal), so demoting a user demotes
   their keys at once.
 - A user holds at most SDS_API_MAX_KEYS_PER_USER keys (deactivated ones count: they can be
   reactivated); the next POST /apikeys is 409 saying so. The count is taken under a transaction
@@ -18,8 +18,8 @@ from collections.abc import Iterable
 
 import psycopg
 
-from serve.principal import Principal
-from shared import credentials
+from people import roles
+from people.principal import Principal
 from shared.errors import Conflict, Forbidden
 from shared.locks import lock_key
 
@@ -40,7 +40,7 @@ def check_scopes(conn: psycopg.Connection, principal: Principal, scopes: Iterabl
     admins = sorted(ADMIN_ONLY_SCOPES & wanted)
     if admins and not is_admin(conn, principal):
         raise Forbidden(f"only an administrator of the organisation may grant {', '.join(admins)}")
-    beyond = sorted(s for s in wanted if not credentials.role_allows(principal.role, s))
+    beyond = sorted(s for s in wanted if not roles.role_allows(principal.role, s))
     if beyond:
         raise Forbidden(f"your role in this organisation ({principal.role}) does not allow "
                         f"{', '.join(beyond)}")

@@ -5,7 +5,7 @@ An account whose email was never proven (its invitation link was shown to the in
 mailed) must not join a second organisation: whoever made it may not own the address. An
 existing account joins only by its own consent, signed in: `accept_mine` takes one of its
 pending invitations (`my_invitations`), and only when its email is proven
-(users.email_verified_at), or the link mailed to it is presented. serve/links.py makes the
+(users.email_verified_at), or the link mailed to it is presented. people/links.py makes the
 invitations and proves emails on a mailed link's use.
 """
 
@@ -17,11 +17,12 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from serve.records import stamp
-from shared import accounts, audit, credentials
+from people import accounts, credentials
+from shared import audit
 from shared.config import Settings
 from shared.db import ROLE_API, role_for
 from shared.errors import Conflict, UnknownObject
+from shared.timeutil import stamp
 
 UNPROVEN = ("the email of this account is not proven, so it cannot join another organisation: "
             "accept with the link that was mailed to it (\"token\"), reset the password through "

@@ -2,20 +2,24 @@
 
 Stored in `users.preferences` (migration 0130, one JSON object; keys in docs/dashboard.md
 "Preferences"), read when a page is made and written by the device page's script through
-`PUT /dashboard/preferences` (serve.web.views). Everything written is checked here first: an
-unknown key, unit code, zone, table or column is a BadRequest naming it, never stored.
+`PUT /dashboard/preferences` (serve.web.views) and by `PATCH /api/v2/users/me`
+(serve/api/users.py): it sits outside serve/web/ so that the API never imports the dashboard.
+The tables the dashboard charts and their plottable columns are here too, as what a preference
+may name. Everything written is checked here first: an unknown key, unit code, zone, table or
+column is a BadRequest naming it, never stored.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from serve.web.charts import CHART_TABLES, plottable
 from shared import units
+from shared.columns import TABLES, Column
 from shared.errors import BadParameter, BadRequest
 from shared.timeutil import parse_local_time
 
@@ -23,6 +27,20 @@ from shared.timeutil import parse_local_time
 ZONE_WORDS = ("device", "browser")
 KEYS = ("units", "zone", "columns")
 _ZONE_MAX = 64
+
+# The tables the device page charts, in menu order, with a short title, default range and
+# the time between two rows (a longer distance between rows is an outage, drawn as a gap).
+CHART_TABLES = {
+    "calibrated": ("5-minute readings", timedelta(days=7), timedelta(minutes=5)),
+    "hourly": ("Hourly (UTC hours)", timedelta(days=30), timedelta(hours=1)),
+    "local_hourly": ("Hourly (local hours)", timedelta(days=30), timedelta(hours=1)),
+    "daily": ("Daily (local days)", timedelta(days=365), timedelta(days=1)),
+}
+
+
+def plottable(table: str) -> list[Column]:
+    """Numeric columns of `table` (keys, text, flags and timestamps cannot be drawn)."""
+    return [c for c in TABLES[table].columns if c.is_numeric]
 
 
 def check(raw: Any) -> dict[str, Any]:

@@ -6,13 +6,13 @@ Request authentication is `serve.auth`; this module only changes what it checks 
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
 from uuid import UUID
 
 import psycopg
 
-from serve.authenticator import clear_account_failures
-from shared import credentials
+from people import credentials
 from shared.errors import BadRequest, UnknownObject
 
 
@@ -31,6 +31,20 @@ def change_password(conn: psycopg.Connection, *, user: UUID, password: str) -> N
     conn.execute("UPDATE auth_tokens SET revoked_at = now() WHERE user_id = %s"
                  " AND revoked_at IS NULL", (user,))
     unlock(conn, email=row[0])
+
+
+def failure_subject(text: str) -> bytes:
+    """How a failed login's subject (an account's email, an address, a link) is stored: its
+    SHA-256 digest (login_failures.subject)."""
+    return hashlib.sha256(text.encode()).digest()
+
+
+def clear_account_failures(conn: psycopg.Connection, email: str) -> int:
+    """Forget the failed logins counted against an account (its lockout ends; the address's
+    count stays); the number of rows removed."""
+    cur = conn.execute("DELETE FROM login_failures WHERE kind = 'account' AND subject = %s",
+                       (failure_subject(email.strip().lower()),))
+    return cur.rowcount
 
 
 def unlock(conn: psycopg.Connection, *, email: str) -> int:

@@ -3,7 +3,7 @@ their roles, and the membership changes an owner or administrator makes (role, r
 
 A user belongs to one or many organisations, each through a row of `memberships` (migration
 0150) holding the role there: `owner`, `admin`, `member` or `viewer` (what each may do is
-shared.credentials.ROLE_SCOPES; docs/auth.md "Roles"), and `teams_only` for a member or viewer
+people.roles.ROLE_SCOPES; docs/auth.md "Roles"), and `teams_only` for a member or viewer
 who sees only their teams' devices and locations. The role is read at every request, so a
 demotion takes effect on the next request of each of the user's tokens and keys.
 
@@ -23,11 +23,11 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
-from serve.records import stamp
-from shared.credentials import MANAGER_ROLES, ROLES
-from shared.errors import BadParameter, Conflict, Forbidden, UnknownObject
+from people import roles
+from shared.errors import Conflict, UnknownObject
+from shared.timeutil import stamp
 
-__all__ = ["ROLES", "fetch_org", "fetch_user", "my_orgs", "org_of", "org_record", "orgs_of",
+__all__ = ["fetch_org", "fetch_user", "my_orgs", "org_of", "org_record", "orgs_of",
            "remove_member", "set_role", "user_page", "user_record"]
 
 # A user as a member of one organisation: the membership's org, role and teams_only.
@@ -132,14 +132,14 @@ def _check_leaves_managers(conn: psycopg.Connection, org: UUID, user: UUID,
     managers are locked first, so two concurrent changes cannot both pass."""
     rows = conn.execute("SELECT m.user_id, m.role FROM memberships m JOIN users u"
                         " ON u.id = m.user_id WHERE m.org_id = %s AND u.active"
-                        " AND m.role IN ('owner', 'admin') ORDER BY m.user_id FOR UPDATE OF m",
-                        (org,)).fetchall()
+                        " AND m.role = ANY(%s) ORDER BY m.user_id FOR UPDATE OF m",
+                        (org, sorted(roles.MANAGER_ROLES))).fetchall()
     before = {uid: role for uid, role in rows}
     after = dict(before)
     after.pop(user, None)
-    if role_after in MANAGER_ROLES:
+    if roles.manages(role_after):
         after[user] = role_after
-    if "owner" in before.values() and "owner" not in after.values():
+    if roles.OWNER in before.values() and roles.OWNER not in after.values():
         raise Conflict("the organisation's last owner cannot be demoted or removed; make "
                        "someone else an owner first")
     if before and not after:
@@ -153,15 +153,15 @@ def set_role(conn: psycopg.Connection, *, org: UUID, user: UUID, role: str,
     role allows it). Only an owner (`by_owner`; the operator counts as one) makes or unmakes
     an owner: Forbidden otherwise. Conflict for the last owner or administrator. Returns the
     member's row after the change."""
-    if role not in ROLES:
-        raise BadParameter(f"role: one of {', '.join(ROLES)}")
+    roles.check_role(role)
     row = fetch_user(conn, user, org)
-    if "owner" in (role, row["role"]) and role != row["role"] and not by_owner:
-        raise Forbidden("only an owner of the organisation makes or unmakes an owner")
+    if role != row["role"]:
+        roles.check_owner_rule(by_owner=by_owner, roles=(role, row["role"]),
+                               action="makes or unmakes an owner")
     if teams_only is None:
-        teams_only = row["teams_only"] and role in ("member", "viewer")
-    elif teams_only and role not in ("member", "viewer"):
-        raise BadParameter("teams_only: only for the roles member and viewer")
+        teams_only = roles.keeps_teams_only(role, row["teams_only"])
+    else:
+        roles.check_teams_only(role, teams_only)
     if role != row["role"]:
         _check_leaves_managers(conn, org, user, role)
     conn.execute("UPDATE memberships SET role = %s, teams_only = %s WHERE user_id = %s"
@@ -175,8 +175,7 @@ def remove_member(conn: psycopg.Connection, *, org: UUID, user: UUID,
     at once. Forbidden for an owner unless `by_owner`; Conflict for the last owner or
     administrator. The account is deactivated when it was their last membership."""
     row = fetch_user(conn, user, org)
-    if row["role"] == "owner" and not by_owner:
-        raise Forbidden("only an owner of the organisation removes an owner")
+    roles.check_owner_rule(by_owner=by_owner, roles=(row["role"],), action="removes an owner")
     _check_leaves_managers(conn, org, user, None)
     # Credentials first: once the membership is gone the API role no longer sees the user.
     tokens = conn.execute("UPDATE auth_tokens SET revoked_at = now() WHERE user_id = %s"

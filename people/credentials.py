@@ -22,7 +22,7 @@ HASHER = PasswordHasher(time_cost=2, memory_cost=19456, parallelism=1)
 
 API_KEY_PREFIX = "sdsk_"
 TOKEN_PREFIX = "sdst_"  # nosec B105  a public prefix, not a password
-LINK_PREFIX = "sdsl_"  # one-time links: invitations and password resets (serve/links.py)
+LINK_PREFIX = "sdsl_"  # one-time links: invitations and password resets (people/links.py)
 _BODY_BYTES = 32  # 256 bits of entropy
 
 # A fixed hash to verify against when the email is unknown, so both failures cost the same.
@@ -47,29 +47,7 @@ SCOPES: dict[str, str] = {
 }
 
 
-ROLES = ("owner", "admin", "member", "viewer")
-"""Roles of a membership in an organisation, strongest first (docs/auth.md "Roles")."""
-
-MANAGER_ROLES = frozenset({"owner", "admin"})
-"""Roles that manage the organisation: its people, locations, the audit log, raw payloads."""
-
-_READ = frozenset(s for s in SCOPES if s.endswith(":read"))
-# The one home of what each role may do (docs/auth.md "Roles"). Every request's caller is
-# capped by it: an API key acts with its own scopes intersected with its user's role's, a
-# password or token caller with the role's, so a demotion demotes every key at the next
-# request. users:write is everyone's: it is one's own name and preferences (PATCH /users/me);
-# the views keep other people's records to the managers.
-ROLE_SCOPES: dict[str, frozenset[str]] = {
-    "owner": frozenset(SCOPES),
-    "admin": frozenset(SCOPES),
-    "member": _READ | {"users:write", "annotations:write", "notifications:write"},
-    "viewer": _READ | {"users:write"},
-}
-
-
-def role_allows(role: str | None, scope: str) -> bool:
-    """Whether `role` (None: no membership) may act under `scope`."""
-    return role is not None and scope in ROLE_SCOPES.get(role, frozenset())
+# Roles and what each may do: people/roles.py.
 
 
 # The one password rule, for every way a password is set (user creation, change, reset).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from shared import credentials
+from people import credentials, roles
 
 # The "scope" of actions no API key may take (key and token management): basic or bearer only.
 USER_ONLY = "user"
@@ -19,7 +19,7 @@ USER_ONLY = "user"
 class Principal:
     """Who is calling: the user, the organisation the request acts in, their role there (and
     whether they see only their teams), how they authenticated and, for an API key, its
-    scopes. Every scope is capped by the role (shared.credentials.ROLE_SCOPES)."""
+    scopes. Every scope is capped by the role (people.roles.ROLE_SCOPES)."""
 
     user_id: UUID
     org_id: UUID
@@ -34,13 +34,18 @@ class Principal:
     @property
     def manages(self) -> bool:
         """True for an owner or admin of the request's organisation."""
-        return self.role in credentials.MANAGER_ROLES
+        return roles.manages(self.role)
+
+    @property
+    def owns(self) -> bool:
+        """True for an owner of the request's organisation (who alone acts on owners)."""
+        return roles.is_owner(self.role)
 
     def allows(self, scope: str) -> bool:
         """True when this caller may act under `scope`: their role allows it and, for an API
         key, the key holds it (USER_ONLY: any role, but not with an API key)."""
         if scope == USER_ONLY:
             return self.kind != "apikey"
-        if not credentials.role_allows(self.role, scope):
+        if not roles.role_allows(self.role, scope):
             return False
         return self.kind != "apikey" or scope in self.scopes

@@ -12,7 +12,7 @@ Proven emails (issue 30, migration 0165, docs/auth.md "Proven emails and joining
 organisation"): a link whose secret went only to the email's inbox (`mailed_only`: a mailed
 invitation, a reset asked for by email) proves the email when used; a link shown to its maker
 proves nothing. An existing account is never joined to an organisation by a link alone: the
-invitation waits until that account, signed in, accepts it (serve/consent.py), and only an
+invitation waits until that account, signed in, accepts it (people/consent.py), and only an
 account whose email is proven may.
 """
 
@@ -23,18 +23,17 @@ import queue
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
 from psycopg.rows import dict_row
 
-from serve import consent, logins, members
-from serve.authenticator import Authenticator
-from serve.records import stamp
-from shared import accounts, audit, credentials, mail
+from people import accounts, consent, credentials, logins, members, roles
+from shared import audit, mail
 from shared.config import Settings
 from shared.errors import BadParameter, BadRequest, Conflict, Forbidden, UnknownObject
+from shared.timeutil import stamp
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +101,8 @@ def invite(conn: psycopg.Connection, settings: Settings, *, org: UUID, email: st
     pending invitation of that email is revoked). Only an owner (`by_owner`; the operator
     counts as one) invites an owner; Conflict when the email already is an active member."""
     email = _email(email)
-    if role not in credentials.ROLES:
-        raise BadParameter(f"role: one of {', '.join(credentials.ROLES)}")
-    if teams_only and role not in TEAMS_ONLY_ROLES:
-        raise BadParameter(f"teams_only: only for the roles {' and '.join(TEAMS_ONLY_ROLES)}")
-    if role == "owner" and not by_owner:
-        raise Forbidden("only an owner of the organisation invites an owner")
+    roles.check_teams_only(roles.check_role(role), teams_only)
+    roles.check_owner_rule(by_owner=by_owner, roles=(role,), action="invites an owner")
     if _is_member(conn, org=org, email=email):
         raise Conflict(f"{email} is already a member of the organisation")
     issued = _insert(conn, settings, purpose="invite", org=org, email=email, actor=actor,
@@ -206,10 +201,6 @@ def request_reset(conn: psycopg.Connection, settings: Settings, *, email: str,
 # ---- the membership step: what joining an organisation writes ----------------------------
 
 
-TEAMS_ONLY_ROLES = ("member", "viewer")
-"""Roles that may be limited to the member's teams (memberships, migration 0150)."""
-
-
 def _is_member(conn: psycopg.Connection, *, org: UUID, email: str) -> bool:
     """Whether `email` is an active member of `org`."""
     try:
@@ -235,8 +226,8 @@ def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
     """A reset link taken by a manager opens the whole account: refused (403) for an owner
     unless the maker is one, and for a user who also belongs to another organisation, whose
     data this organisation's managers must not reach (they ask for a reset by email)."""
-    if role == "owner" and not by_owner:
-        raise Forbidden("only an owner of the organisation makes a reset link for an owner")
+    roles.check_owner_rule(by_owner=by_owner, roles=(role,),
+                           action="makes a reset link for an owner")
     row = conn.execute("SELECT sds_link_other_orgs(%s)", (user,)).fetchone()
     if row and row[0]:
         raise Forbidden("this user belongs to other organisations too: they reset their "
@@ -244,13 +235,26 @@ def _check_reset_allowed(conn: psycopg.Connection, *, user: UUID, role: str,
                         "operator makes the link (sds user reset-link)")
 
 
+class Throttle(Protocol):
+    """What accepting a link needs of the sign-in throttle (serve.authenticator.Authenticator):
+    its settings, and the failure count per subject and address."""
+
+    settings: Settings
+
+    def check_throttle(self, conn: psycopg.Connection, email: str, address: str) -> None:
+        """Raise when the subject or the address is locked out."""
+
+    def record_failure(self, conn: psycopg.Connection, email: str, address: str) -> None:
+        """Count one failure against the subject and the address."""
+
+
 # ---- acceptance ----------------------------------------------------------------------------
 
 
-def accept(conn: psycopg.Connection, auth: Authenticator, *, secret: str, password: str | None,
+def accept(conn: psycopg.Connection, auth: Throttle, *, secret: str, password: str | None,
            name: str | None, address: str, everywhere: bool = False) -> dict[str, Any]:
     """Accept a link: an invitation makes the account (Conflict for an email that has an
-    active one: it accepts signed in, serve.consent.accept_mine), a reset sets its password
+    active one: it accepts signed in, people.consent.accept_mine), a reset sets its password
     and revokes its bearer tokens (`everywhere`: and every API key, in every organisation).
     Throttled per link and per address like a sign-in; the caller commits (a failure rolls
     the link's use back, so a refused password keeps it)."""
