@@ -16,6 +16,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 
 from shared import timeutil
 from shared import waterbalance as wb
@@ -142,12 +143,15 @@ def recompute(conn: psycopg.Connection, device: str, location: UUID, from_day: d
     names = ("time", "device", "location", "et", "kc", "etc", "precip", "irrigation",
              "root_depth", "taw", "p", "raw", "ks", "etc_adj", "deep_percolation", "depletion",
              "days_to_raw", "sample_pct", "low_quality")
-    sets = ", ".join(f"{n} = EXCLUDED.{n}" for n in names if n not in ("time", "device"))
+    cols = [sql.Identifier(n) for n in names]
+    sets = sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=sql.Identifier(n))
+                              for n in names if n not in ("time", "device"))
     with conn.cursor() as cur:
-        cur.executemany(
-            f"INSERT INTO water_balance ({', '.join(names)}) VALUES"  # noqa: S608 (fixed names)
-            f" ({', '.join(['%s'] * len(names))}) ON CONFLICT (device, time) DO UPDATE SET"
-            f" {sets}, update_time = now()", rows)
+        cur.executemany(sql.SQL(
+            "INSERT INTO water_balance ({cols}) VALUES ({marks})"
+            " ON CONFLICT (device, time) DO UPDATE SET {sets}, update_time = now()").format(
+            cols=sql.SQL(", ").join(cols),
+            marks=sql.SQL(", ").join([sql.Placeholder()] * len(cols)), sets=sets), rows)
         end: datetime = timeutil.local_day_start(last_day + timedelta(days=1), tz)
         cur.execute("DELETE FROM water_balance WHERE device = %s AND location = %s"
                     " AND time >= %s", (device, location, end))

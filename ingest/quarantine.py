@@ -73,8 +73,11 @@ def purge(conn: psycopg.Connection, *, before: datetime, device: str | None = No
         # Purging a device's rows (or everyone's) gives back the budget of the hours that began
         # before `before` (a partly purged hour included), so a repaired device's bad data is
         # kept again at once; the counts of rows not kept stay in quarantine_unkept.
-        conn.execute("DELETE FROM quarantine_budget WHERE hour < %(before)s"
-                     + (" AND device = %(device)s" if device is not None else ""), params)
+        if device is None:
+            conn.execute("DELETE FROM quarantine_budget WHERE hour < %(before)s", params)
+        else:
+            conn.execute("DELETE FROM quarantine_budget WHERE hour < %(before)s"
+                         " AND device = %(device)s", params)
     return total
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from shared import waterbalance as wb
@@ -85,10 +86,12 @@ def put_settings(conn: psycopg.Connection, location: UUID, values: dict[str, Any
     """Set the location's settings (replacing them) and mark its balance; the stored row."""
     row = resolve_settings(values)
     names = list(row)
-    conn.execute(
-        f"INSERT INTO water_settings (location_id, {', '.join(names)}) VALUES"  # noqa: S608
-        f" (%s, {', '.join(['%s'] * len(names))}) ON CONFLICT (location_id) DO UPDATE SET"
-        f" {', '.join(f'{n} = EXCLUDED.{n}' for n in names)}, updated_at = now()",
+    cols = [sql.Identifier(n) for n in names]
+    conn.execute(sql.SQL(
+        "INSERT INTO water_settings (location_id, {cols}) VALUES (%s, {marks})"
+        " ON CONFLICT (location_id) DO UPDATE SET {sets}, updated_at = now()").format(
+        cols=sql.SQL(", ").join(cols), marks=sql.SQL(", ").join([sql.Placeholder()] * len(cols)),
+        sets=sql.SQL(", ").join(sql.SQL("{c} = EXCLUDED.{c}").format(c=c) for c in cols)),
         (location, *row.values()))
     conn.execute("SELECT sds_mark_location_water(%s, %s)", (location, EARLIEST))
     stored = get_settings(conn, location)

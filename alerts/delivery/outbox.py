@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -59,7 +60,7 @@ WHERE d.state = 'pending' AND d.next_attempt_at <= now()
   AND (d.channel_id IS NULL OR e.kind = 'test' OR (c.active AND c.disabled_at IS NULL))
 """
 
-_CLAIM_SQL = """
+_CLAIM_SQL = sql.SQL("""
 SELECT d.id AS delivery_id, d.attempts, d.channel_id, c.kind AS channel_kind,
        c.name AS channel_name, c.url, c.secret_sealed, c.recipients,
        e.id, e.org_id, e.kind, e.rule_id, e.device, e.location_id, e.column_name, e.value,
@@ -67,20 +68,20 @@ SELECT d.id AS delivery_id, d.attempts, d.channel_id, c.kind AS channel_kind,
 FROM alert_deliveries d
 JOIN alert_events e ON e.id = d.event_id
 LEFT JOIN alert_channels c ON c.id = d.channel_id
-""" + _CLAIMABLE + """
+{claimable}
   AND NOT d.org_id = ANY (%(busy)s)
 ORDER BY d.next_attempt_at
 LIMIT 1
 FOR UPDATE OF d SKIP LOCKED
-"""
+""").format(claimable=sql.SQL(_CLAIMABLE))
 
-_BACKLOG_SQL = """
+_BACKLOG_SQL = sql.SQL("""
 SELECT count(*) AS due,
        coalesce(extract(epoch FROM now() - min(d.next_attempt_at)), 0)::float8 AS oldest
 FROM alert_deliveries d
 JOIN alert_events e ON e.id = d.event_id
 LEFT JOIN alert_channels c ON c.id = d.channel_id
-""" + _CLAIMABLE
+{claimable}""").format(claimable=sql.SQL(_CLAIMABLE))
 
 
 def fanout(conn: psycopg.Connection, *, email: bool) -> tuple[int, int]:

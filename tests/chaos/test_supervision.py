@@ -86,7 +86,7 @@ class Stack:
             "SDS_HTTP_BIND": f"127.0.0.1:{api}", "SDS_API_INSTANCES": "2",
             "SDS_INGEST_SHARDS": "2", "SDS_METRICS_PORT": "0",
             "SDS_AGGREGATE_METRICS_PORT": "0", "SDS_API_METRICS_PORT": "0",
-            "SDS_ALERTS_METRICS_PORT": "0",
+            "SDS_ALERTS_METRICS_PORT": "0", "SDS_DELIVERY_METRICS_PORT": "0",
         })
 
     def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

@@ -46,6 +46,7 @@ class Tree:
             "SDS_METRICS_PORT": str(free_port()), "SDS_AGGREGATE_METRICS_PORT": str(free_port()),
             "SDS_API_METRICS_PORT": str(free_port()), "SDS_PROMETHEUS_PORT": str(self.prom_port),
             "SDS_ALERTS_METRICS_PORT": str(free_port()),
+            "SDS_DELIVERY_METRICS_PORT": str(free_port()),
             "SDS_ALERTMANAGER_PORT": str(free_port()),
             "SDS_NODE_EXPORTER_PORT": str(free_port()), "SDS_ALERT_WEBHOOK_URL": hook.url,
         })

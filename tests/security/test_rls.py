@@ -114,6 +114,9 @@ SERVICE_TABLES = {
     "quarantine_unkept": "rejections counted, not kept, over a device's budget (0163); read by "
                          "the operator's `sds quarantine stats`, not granted to the API",
     "rollup_dirty": "per-device bucket marks; written by the ingester, claimed by the rollups",
+    "recovery_files": "the recovery kit (0177): .state's files sealed with SDS_RECOVERY_KEY, "
+                      "which the database never holds; written and read by the operator's "
+                      "`sds`/run.sh as the owner, granted to no process role",
     "aggregate_runs": "the rollup jobs' progress; not granted to the API",
     "job_runs": "the scheduler's run log; not granted to the API",
     "service_secrets": "the cursor HMAC secret, one row for the whole service",

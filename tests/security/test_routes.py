@@ -55,6 +55,9 @@ DASHBOARD_RULES = {
     ("/dashboard/teams/<team_id>/delete", "POST"),
     ("/dashboard/teams/<team_id>/<kind>/add", "POST"),
     ("/dashboard/teams/<team_id>/<kind>/<target>/remove", "POST"),
+    # The water balance page (issue 35; serve/web/waterpages.py): through the API, CSRF checked.
+    ("/dashboard/locations/<location_id>/water", "GET"),
+    ("/dashboard/locations/<location_id>/water", "POST"),
 }
 # Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).
 IMPLICIT = {"HEAD", "OPTIONS"}

@@ -72,7 +72,8 @@ class Tree:
             "SDS_INGEST_SHARDS": "1", "SDS_METRICS_PORT": "0",
             "SDS_AGGREGATE_METRICS_PORT": str(free_port()),
             # Off or free: the defaults may be taken by other runs on a shared machine.
-            "SDS_ALERTS_METRICS_PORT": "0", "SDS_API_METRICS_PORT": str(free_port()),
+            "SDS_ALERTS_METRICS_PORT": "0", "SDS_DELIVERY_METRICS_PORT": "0",
+            "SDS_API_METRICS_PORT": str(free_port()),
         })
 
     def sh(self, command: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
