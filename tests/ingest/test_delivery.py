@@ -21,7 +21,7 @@ import pytest
 from ingest.client import Ingester
 from shared.config import Settings
 from testbed.services import MosquittoBroker, PostgresServer
-from tests.support.databases import own_postgres
+from tests.support.databases import as_role, own_postgres
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     IngesterProcess,
@@ -438,7 +438,9 @@ def test_ingester_session_is_durable_synchronous(
     """R19: the ingester's own session commits synchronously even when the server default is
     off, so a batch it acked survives a server crash (the crash itself: the test above)."""
     _server, url = own_pg
-    with psycopg.connect(url, autocommit=True) as c:
+    # The server default is the operator's (the superuser's ALTER SYSTEM); the ingester
+    # connects as the deployment's login role.
+    with psycopg.connect(as_role(url, "postgres"), autocommit=True) as c:
         c.execute("ALTER SYSTEM SET synchronous_commit = off")
         c.execute("SELECT pg_reload_conf()")
 
