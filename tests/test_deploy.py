@@ -17,6 +17,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -598,12 +599,25 @@ def test_services_sh_start_is_idempotent_and_stops(tmp_path: Path) -> None:
     assert run("status").returncode == 3
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A scratch directory with a short path: PostgreSQL's unix socket path holds at most 107
+    bytes, and the standby's (.state/pg-standby/run/.s.PGSQL.<port>) under pytest's tmp_path on
+    an xdist worker (/tmp/pytest-of-root/pytest-N/popen-gwK/<test name>0/) came to 107-109."""
+    path = Path(tempfile.mkdtemp(prefix="sds-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.mark.usefixtures("processes")
 @pytest.mark.skipif(os.geteuid() != 0, reason="services.sh runs PostgreSQL and mosquitto as root")
-def test_services_sh_standby_streams_synchronously_and_promotes(tmp_path: Path) -> None:
+def test_services_sh_standby_streams_synchronously_and_promotes(short_tmp: Path) -> None:
     """standby-init makes a synchronous hot standby through a replication slot; the URLs in
     secrets.env reach the primary (writes) and the standby (reads); promote makes it the
     primary behind the same SDS_DATABASE_URL and retires the old one for good."""
+    tmp_path = short_tmp
     shutil.copytree(REPO / "deploy", tmp_path / "deploy")
     env = {**os.environ, "SDS_PG_PORT": str(free_port()),
            "SDS_PG_STANDBY_PORT": str(free_port()), "SDS_MQTT_PORT": str(free_port())}
