@@ -246,7 +246,10 @@ def test_oversized_publish_is_refused_by_the_broker(
             dev.close()
         reason = dev.disconnects[0]
         assert not refused.is_published()  # no PUBACK: the device knows it was not taken
-        assert reason == 0x95  # Packet too large
+        # Packet too large (0x95); or, when the broker closes the socket while the client is
+        # still writing the 1.5 MiB, the client sees the connection drop before it reads the
+        # DISCONNECT (paho's 0x80; seen once on a loaded machine). Refused either way.
+        assert reason in (0x95, 0x80)
         assert announced == limit
         assert f"as {JUNK}" in shipped.log_text()
 

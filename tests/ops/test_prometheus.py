@@ -106,7 +106,11 @@ def test_broker_stop_fires_and_delivers_broker_down(stack: Stack, figures: Figur
     assert prom.query("node_filesystem_avail_bytes"), "no filesystem metrics from node_exporter"
     time.sleep(3)  # longer than the shortened `for:`: nothing fires while all is well
     assert prom.firing("SdsBrokerDown") == []
-    assert [a["labels"]["alertname"] for a in prom.alerts() if a["state"] == "firing"] == []
+    # The host's own alerts (node_exporter's filesystems) judge the machine the test runs on,
+    # not the stack: a shared machine's disk below 40 % free and growing fires SdsDiskFilling.
+    host = {"SdsDiskFull", "SdsDiskFilling"}
+    assert [a["labels"]["alertname"] for a in prom.alerts()
+            if a["state"] == "firing" and a["labels"]["alertname"] not in host] == []
 
     stopped = time.monotonic()
     stack.broker.stop()
