@@ -43,7 +43,12 @@ function start() {
   }
   // A choice the user makes is remembered once the API took it (a zone it refuses is not);
   // opening a page, even from a bookmark, changes no preference.
-  controls.onChange(async () => { if (await load() !== null) prefs.remember(controls.asPreferences()); });
+  // The choices are read before the load: by the time it answers the user may have typed a
+  // zone the API will refuse, which must not be remembered under this load's success.
+  controls.onChange(async () => {
+    const chosen = controls.asPreferences();
+    if (await load() !== null) prefs.remember(chosen);
+  });
   window.addEventListener("pagehide", () => prefs.flush());
   $("pan-left").addEventListener("click", () => readings.pan(-0.5));
   $("pan-right").addEventListener("click", () => readings.pan(0.5));
