@@ -159,7 +159,7 @@ proc_argv() {
     ingest-*) ARGV=(env "SDS_INGEST_SHARDS=$INGEST_SHARDS" "SDS_INGEST_SHARD=${1#ingest-}"
         "$VENV/bin/python" -m ingest) ;;
     aggregate) ARGV=("$VENV/bin/python" -m aggregate) ;;
-    alerts-evaluate) ARGV=("$VENV/bin/python" -m alerts.evaluate) ;;
+    alerts-evaluate) ARGV=("$VENV/bin/python" -m alerts.evaluator) ;;
     # The alert deliverer (docs/alerts.md): webhooks, email, the MQTT alerts topic.
     alerts-deliver) ARGV=("$VENV/bin/python" -m alerts.delivery) ;;
     # env execs gunicorn, so the pid is gunicorn's master. Behind the edge, the API trusts one

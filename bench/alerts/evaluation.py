@@ -5,7 +5,7 @@ as a ratio to what ingesting the same number of readings costs, measured in one 
 2. Baseline (evaluator off): `per_device` readings of every device are queued on the broker,
    the ingester (`python -m ingest`) drains them; timed from its metrics endpoint coming up to
    the last row committed. Its CPU seconds are read from /proc.
-3. Evaluation live: the evaluator (`python -m alerts.evaluate`, rules watching every device,
+3. Evaluation live: the evaluator (`python -m alerts.evaluator`, rules watching every device,
    sweep off) starts and catches up with the baseline's readings in its first sweep (one
    pass: a figure of its own). Then as many new readings are queued and drained by the
    ingester with the evaluator following its NOTIFYs, pass by pass, until it has evaluated

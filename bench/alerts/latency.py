@@ -4,7 +4,7 @@ signed webhook's receipt.
 The demo's shape: the five demo devices (admin/demo.py) each with a frost rule (`tair < 0`,
 clear `>= 1`, no pending time) and one webhook channel; the real processes on loopback: a
 mosquitto with the shipped durable settings, the ingester (`python -m ingest`), the evaluator
-(`python -m alerts.evaluate`), the deliverer (`python -m alerts.delivery`) and a webhook
+(`python -m alerts.evaluator`), the deliverer (`python -m alerts.delivery`) and a webhook
 receiver (testbed.webhook_receiver), each its own process. Probes go round-robin over the
 devices at PROBE_RATE a second, each reading flipping its device's rule (fire, clear, fire...),
 so each is one event and one webhook: the demo's five devices publish one reading per 5 minutes,
@@ -126,7 +126,7 @@ def measure(url: str, workdir: Path, broker: MosquittoBroker, *, probes: int
         _world(url, hook.url, seal)
         env = _env(url, broker.port, seal)
         logs = open(workdir / "processes.log", "ab")  # noqa: SIM115 (closed below)
-        for module in ("ingest", "alerts.evaluate", "alerts.delivery"):
+        for module in ("ingest", "alerts.evaluator", "alerts.delivery"):
             procs.append(subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env=env,
                                           stdout=logs, stderr=subprocess.STDOUT))
 

@@ -1,6 +1,6 @@
 """The servers and processes of the alerts benchmark: a throwaway PostgreSQL (durable
 defaults) and mosquitto (shipped durable settings) on free loopback ports, one organisation
-with N deployed devices, and `python -m ingest` / `python -m alerts.evaluate` started as
+with N deployed devices, and `python -m ingest` / `python -m alerts.evaluator` started as
 subprocesses. Each part of bench.alerts (bench/alerts/evaluation.py, and the delivery latency
 part) builds on one `Stack`."""
 
@@ -210,8 +210,8 @@ class Stack:
         return Process("ingest", self.settings(), self.base / f"{name}.log")
 
     def evaluator(self, name: str, **changes: Any) -> Process:
-        """`python -m alerts.evaluate`."""
-        return Process("alerts.evaluate", self.settings(**changes), self.base / f"{name}.log")
+        """`python -m alerts.evaluator`."""
+        return Process("alerts.evaluator", self.settings(**changes), self.base / f"{name}.log")
 
     def publish(self, messages: list[tuple[str, bytes]]) -> float:
         """Publish (topic, payload) pairs at QoS 1 with one client; seconds until every

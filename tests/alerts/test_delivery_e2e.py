@@ -53,7 +53,7 @@ def test_reading_fires_a_signed_webhook_and_the_clear_sends_the_all_clear(
         ingester = RunningIngester(mqtt_settings).start()
         # Metrics off: the default port is one per host (another test may hold it).
         procs.append(DelivererProcess(settings_env(mqtt_settings.replace(alerts_metrics_port=0)),
-                                      tmp_path / "evaluator.log", "alerts.evaluate").start())
+                                      tmp_path / "evaluator.log", "alerts.evaluator").start())
         procs.append(DelivererProcess(deliverer_env(database_url),
                                       tmp_path / "deliverer.log").start())
         wait_for(lambda: "lock taken" in procs[0].log(), 30, what="the evaluator's lock")

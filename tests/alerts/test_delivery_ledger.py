@@ -1,5 +1,5 @@
 """The SIGKILL ledger of alert delivery (issue 24): a burst of MQTT readings makes a rule fire
-and clear at every reading; the evaluator (`python -m alerts.evaluate`) and the deliverer
+and clear at every reading; the evaluator (`python -m alerts.evaluator`) and the deliverer
 (`python -m alerts.delivery`) are SIGKILLed twice mid-burst and restarted. Every event the
 evaluator wrote reaches the webhook receiver (a separate process, answering slowly so that
 kills land mid-attempt), none is lost, and a duplicate delivery always carries the event's own
@@ -78,7 +78,7 @@ def test_sigkill_evaluator_and_deliverer_mid_burst_loses_no_event(
         # Metrics off: the default port is one per host (another test run may hold it).
         eval_env = settings_env(mqtt_settings.replace(alert_sweep_interval=1.0,
                                                       alerts_metrics_port=0))
-        evaluator = DelivererProcess(eval_env, tmp_path / "evaluator.log", "alerts.evaluate")
+        evaluator = DelivererProcess(eval_env, tmp_path / "evaluator.log", "alerts.evaluator")
         deliverer = DelivererProcess(deliverer_env(database_url, delivery_workers=4),
                                      tmp_path / "deliverer.log")
         procs += [evaluator.start(), deliverer.start()]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import psycopg
 
-from alerts.evaluate_pass import Evaluator
+from alerts.evaluator.passes import Evaluator
 from shared import alertrules, db
 from shared.config import Settings
 from shared.errors import BadRequest
@@ -42,11 +42,11 @@ def test_depletion_rule_fires_within_n_days_and_resolves(
         assert ev.run(work, None, rollups=True).events == []
         balance(1.0)  # the same day recomputed drier (a late reading)
         out = ev.run(work, None, rollups=True)
-        assert [(e["device"], e["kind"], e["column_name"], e["value"]) for e in out.events] \
+        assert [(e.device, e.kind, e.column_name, e.value) for e in out.events] \
             == [("W1", "firing", "days_to_raw", 1.0)]
         balance(6.0)  # irrigated: the forecast moves away
         out = ev.run(work, None, rollups=True)
-        assert [e["kind"] for e in out.events] == ["resolved"]
+        assert [e.kind for e in out.events] == ["resolved"]
 
 
 def test_depletion_rule_takes_no_table() -> None:

@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from alerts import machine
+from alerts.evaluator import machine
 from shared import alertrules
 from shared.config import Settings
 from testbed.services import free_port

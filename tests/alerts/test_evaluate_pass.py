@@ -12,7 +12,7 @@ import psycopg
 from click.testing import CliRunner
 
 from admin.cli import main
-from alerts.evaluate_pass import Evaluator
+from alerts.evaluator.passes import Evaluator
 from shared import db
 from shared.config import Settings
 from tests.support.alerting import add_rule, events
@@ -36,13 +36,13 @@ def test_silent_device_fires_and_a_new_reading_resolves(
     with evaluator_conn(settings) as work:
         ev.reload(work)
         out = ev.run(work, None, rollups=False)
-        assert [(e["device"], e["kind"]) for e in out.events] == [("S1", "firing")]
-        assert 31 <= out.events[0]["value"] < 32 and out.events[0]["unit"] == "min"
+        assert [(e.device, e.kind) for e in out.events] == [("S1", "firing")]
+        assert 31 <= out.events[0].value < 32 and out.events[0].unit == "min"
         assert ev.run(work, None, rollups=False).events == []  # still silent: nothing new
         conn.execute("UPDATE devices SET last_post = now() WHERE name = 'S1'")
         conn.commit()
         out = ev.run(work, {"S1"}, rollups=False)
-        assert [(e["device"], e["kind"]) for e in out.events] == [("S1", "resolved")]
+        assert [(e.device, e.kind) for e in out.events] == [("S1", "resolved")]
     assert [e[0] for e in events(database_url)] == ["S1", "S1"]
     assert other.device not in {e[0] for e in events(database_url)}
 
@@ -80,7 +80,7 @@ def test_hourly_and_daily_rules_follow_rewritten_buckets(
         bucket("hourly", "H2", hour, other_loc, tair=-9.0)  # another organisation's device
         bucket("daily", "H1", day, site.location, precip=30.0)  # 30 mm > 1 in (25.4 mm)
         out = ev.run(work, None, rollups=True)
-        assert sorted((e["device"], e["kind"], e["column_name"], e["value"])
+        assert sorted((e.device, e.kind, e.column_name, e.value)
                       for e in out.events) == [("H1", "firing", "precip", 30.0),
                                                ("H1", "firing", "tair", -2.0)]
         assert ev.run(work, None, rollups=True).events == []  # read again: nothing repeated
@@ -89,7 +89,7 @@ def test_hourly_and_daily_rules_follow_rewritten_buckets(
         # A rewritten bucket older than the newest one applied is not evaluated.
         bucket("hourly", "H1", hour - timedelta(hours=1), site.location, tair=-5.0)
         out = ev.run(work, None, rollups=True)
-        assert [(e["kind"], e["at"]) for e in out.events] == [("resolved", hour)]
+        assert [(e.kind, e.at) for e in out.events] == [("resolved", hour)]
     # A new evaluator (a restart) starts from the stored cursors: nothing is repeated.
     again = Evaluator(settings)
     with evaluator_conn(settings) as work:

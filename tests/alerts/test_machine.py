@@ -1,11 +1,11 @@
-"""The rule state machine alone (alerts/machine.py): pending, firing, hysteresis, clearing,
-flapping input, re-applied and out-of-order samples."""
+"""The rule state machine alone (alerts/evaluator/machine.py): pending, firing, hysteresis,
+clearing, flapping input, re-applied and out-of-order samples."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from alerts.machine import FIRING, OK, PENDING, State, run, step
+from alerts.evaluator.machine import FIRING, OK, PENDING, State, run, step
 from shared import alertrules
 
 T0 = datetime(2026, 1, 10, 3, 0, tzinfo=UTC)
@@ -101,7 +101,7 @@ def test_advance_equals_step_by_step_on_random_input() -> None:
     # gaps, repeats, out-of-order times and values around both thresholds.
     import random
 
-    from alerts.machine import advance
+    from alerts.evaluator.machine import advance
 
     rng = random.Random(7)
     for case in range(300):

@@ -1,4 +1,4 @@
-"""Alerts test support: the evaluator `python -m alerts.evaluate` as a subprocess (so SIGKILL
+"""Alerts test support: the evaluator `python -m alerts.evaluator` as a subprocess (so SIGKILL
 is real), rules written straight into a test database, and the events as the database holds
 them. Used by tests/alerts, the delivery helper's ledger and bench/alerts."""
 
@@ -19,7 +19,7 @@ from tests.support.ingesting import ROOT, settings_env, wait_for
 
 
 class EvaluatorProcess:
-    """`python -m alerts.evaluate` on the settings' database, logging to `log_path`."""
+    """`python -m alerts.evaluator` on the settings' database, logging to `log_path`."""
 
     def __init__(self, settings: Settings, log_path: Path) -> None:
         self.settings = settings
@@ -31,7 +31,7 @@ class EvaluatorProcess:
         """Start it and wait until it holds the evaluator lock and listens."""
         s = self.settings.replace(**({"alerts_metrics_port": 0} | changes))
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "alerts.evaluate"], cwd=ROOT,
+            self.proc = subprocess.Popen([sys.executable, "-m", "alerts.evaluator"], cwd=ROOT,
                                          env=settings_env(s), stdout=log, stderr=log)
         self.starts += 1
         wait_for(lambda: self.log().count("evaluator lock taken") >= self.starts, 90,

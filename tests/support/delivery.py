@@ -78,7 +78,7 @@ def deliverer_env(database_url: str, **settings: Any) -> dict[str, str]:
 
 
 class DelivererProcess:
-    """`python -m alerts.delivery` (or another `module`: alerts.evaluate) as a child process,
+    """`python -m alerts.delivery` (or another `module`: alerts.evaluator) as a child process,
     its log in `log_path`."""
 
     def __init__(self, env: dict[str, str], log_path: Path, module: str = "alerts.delivery"

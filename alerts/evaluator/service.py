@@ -1,4 +1,4 @@
-"""`python -m alerts.evaluate`: the alert evaluator, one active instance per database.
+"""The alert evaluator (`python -m alerts.evaluator`): the process, one active per database.
 
 The process waits for the lock `sds-alerts-evaluator` (shared.locks; a second instance is a
 standby that takes over within LOCK_POLL seconds of the holder's end), then LISTENs on the
@@ -12,7 +12,7 @@ Notifications arriving together are folded into one pass (BURST seconds). Every
 SDS_ALERT_SWEEP_INTERVAL seconds a sweep passes over every watched device and table: it drives
 the `silent` kind, catches anything a missed NOTIFY would have missed, and reloads the rules.
 Each pass commits in one transaction after checking the lock is still this process's
-(alerts/evaluate_pass.py). Metrics (alerts/metrics.py) on SDS_METRICS_BIND:
+(alerts/evaluator/passes.py). Metrics (alerts/evaluator/metrics.py) on SDS_METRICS_BIND:
 SDS_ALERTS_METRICS_PORT.
 """
 
@@ -28,15 +28,15 @@ from types import FrameType
 
 import psycopg
 
-from alerts import evaluate_store as store
-from alerts.evaluate_pass import Evaluator
-from alerts.metrics import Metrics
+from alerts.evaluator import store
+from alerts.evaluator.metrics import Metrics
+from alerts.evaluator.passes import Evaluator
 from shared import db
 from shared.config import Settings
 from shared.locks import SessionLock
 from shared.logs import configure_logging
 
-log = logging.getLogger("alerts.evaluate")
+log = logging.getLogger("alerts.evaluator")
 
 LOCK_NAME = "sds-alerts-evaluator"
 LOCK_POLL = 2.0  # seconds between a standby's attempts at the lock
@@ -96,7 +96,7 @@ class Process:
             # synchronous_commit off: a pass commits without waiting for its WAL flush (on a
             # busy disk most of a pass's time). A database crash can lose the last passes;
             # their cursors go with them, so the readings are evaluated again and the events
-            # written again with the same ids (evaluate_pass.event_id_of), never twice.
+            # written again with the same ids (passes.event_id_of), never twice.
             work = db.connect(self.settings, name="sds-alerts", role=db.ROLE_ALERTS,
                               keepalive_probes=3,
                               server={"statement_timeout": 60000, "synchronous_commit": "off"})
@@ -155,7 +155,7 @@ class Process:
         m.steps.inc(outcome.steps)
         m.last_pass.set_to_current_time()
         for event in outcome.events:
-            m.events.labels(event["kind"]).inc()
+            m.events.labels(event.kind).inc()
         self.passes += 1
         if outcome.events:
             log.info("pass over %s: %d samples, %d events (%.3f s)",
@@ -212,7 +212,3 @@ def main() -> None:
     metrics.serve(settings.alerts_metrics_port, settings.metrics_bind)
     Process(settings, stop, metrics).run()
     log.info("evaluator stopped")
-
-
-if __name__ == "__main__":
-    main()

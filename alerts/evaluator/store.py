@@ -2,7 +2,7 @@
 contact, quarantine counts), and the states, cursors and events it writes.
 
 Every write of one evaluation pass happens in the caller's one transaction
-(alerts/evaluate_pass.py), so an event, the state change it records and the cursor past its
+(alerts/evaluator/passes.py), so an event, the state change it records and the cursor past its
 sample commit together.
 """
 
@@ -15,9 +15,11 @@ from uuid import UUID
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from alerts.machine import State
+from alerts.evaluator.machine import State
+from alerts.evaluator.rows import Cursor, NewEvent, StateChange, StoredState
 from shared.alertrules import QUARANTINE_WINDOW_S
 
 # Rows of the readings-like sources newer than each device's cursor, in (device, time) order.
@@ -84,24 +86,27 @@ def quarantined_last_hour(conn: psycopg.Connection, devices: list[str]) -> dict[
 
 def load_states(conn: psycopg.Connection) -> dict[tuple[UUID, str], State]:
     """Every stored (rule, device) state."""
-    rows = conn.execute("SELECT rule_id, device, status, since, clearing_since, at, value"
-                        " FROM alert_states")
-    return {(r[0], r[1]): State(r[2], r[3], r[4], r[5], r[6]) for r in rows}
+    with conn.cursor(row_factory=class_row(StoredState)) as cur:
+        rows = cur.execute("SELECT rule_id, device, status, since, clearing_since, at, value"
+                           " FROM alert_states").fetchall()
+    return {(r.rule_id, r.device): r.state() for r in rows}
 
 
 def load_cursors(conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
     """Every cursor: (source, device) -> time ('' device: a rollup table's watermark)."""
-    return {(s, d): at for s, d, at in conn.execute("SELECT source, device, at FROM alert_cursors")}
+    with conn.cursor(row_factory=class_row(Cursor)) as cur:
+        rows = cur.execute("SELECT source, device, at FROM alert_cursors").fetchall()
+    return {(c.source, c.device): c.at for c in rows}
 
 
-def save_states(conn: psycopg.Connection,
-                rows: Iterable[tuple[UUID, str, UUID, State, UUID | None]]) -> None:
-    """Upsert (rule, device, org, state, firing event id) rows, in one statement."""
+def save_states(conn: psycopg.Connection, rows: Iterable[StateChange]) -> None:
+    """Upsert changed states (with their firing event ids), in one statement."""
     found = list(rows)
     if not found:
         return
-    columns = list(zip(*[(rule, device, org, s.status, s.since, s.clearing_since, s.value,
-                          s.at, event) for rule, device, org, s, event in found], strict=True))
+    columns = list(zip(*[(c.rule_id, c.device, c.org_id, c.state.status, c.state.since,
+                          c.state.clearing_since, c.state.value, c.state.at, c.event_id)
+                         for c in found], strict=True))
     conn.execute(
         "INSERT INTO alert_states (rule_id, device, org_id, status, since, clearing_since,"
         " value, at, event_id) SELECT * FROM unnest(%s::uuid[], %s::text[], %s::uuid[],"
@@ -126,18 +131,13 @@ def save_cursors(conn: psycopg.Connection, cursors: dict[tuple[str, str], dateti
         ([k[0] for k in keys], [k[1] for k in keys], [cursors[k] for k in keys]))
 
 
-def insert_events(conn: psycopg.Connection, events: list[dict[str, Any]]) -> None:
+def insert_events(conn: psycopg.Connection, events: list[NewEvent]) -> None:
     """Insert event rows (each with its id already chosen), in one statement: the rows go as
     one JSON array (COPY is refused on a table with row-level security). An id already there
-    is the same event written again (alerts/evaluate_pass.event_id_of): kept once."""
+    is the same event written again (alerts/passes.event_id_of): kept once."""
     if not events:
         return
-    rows = [{**e, "id": str(e["id"]), "org_id": str(e["org_id"]),
-             "rule_id": str(e["rule_id"]) if e["rule_id"] else None,
-             "location_id": str(e["location_id"]) if e["location_id"] else None,
-             "at": e["at"].isoformat(),
-             "channels": [str(c) for c in e["channels"]] if e["channels"] is not None else None}
-            for e in events]
+    rows = [e.json() for e in events]
     conn.execute(
         "INSERT INTO alert_events (id, org_id, kind, rule_id, device, location_id, column_name,"
         " value, unit, at, title, body, channels)"

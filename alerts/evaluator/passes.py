@@ -28,9 +28,10 @@ from uuid import UUID
 
 import psycopg
 
-from alerts import evaluate_store as store
-from alerts.machine import FIRING, OK, State, Transition, advance
-from alerts.rules import Catalogue
+from alerts.evaluator import store
+from alerts.evaluator.machine import FIRING, OK, State, Transition, advance
+from alerts.evaluator.rows import NewEvent, StateChange
+from alerts.evaluator.rules import Catalogue
 from shared import alertrules
 from shared.alertrules import Rule
 from shared.config import Settings
@@ -50,7 +51,7 @@ class Outcome:
 
     samples: int = 0
     steps: int = 0
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[NewEvent] = field(default_factory=list)
     # Seconds spent reading and stepping, writing (and checking the lock), committing.
     seconds: dict[str, float] = field(default_factory=dict)
 
@@ -153,7 +154,7 @@ class _Work:
         self.cat = ev.catalogue
         self.max_age = timedelta(seconds=ev.settings.alert_max_age)
         self.states: dict[tuple[UUID, str], State] = {}
-        self.dirty: dict[tuple[UUID, str], tuple[UUID, str, UUID, State, UUID | None]] = {}
+        self.dirty: dict[tuple[UUID, str], StateChange] = {}
         self.cursors: dict[tuple[str, str], datetime] = {}
         self.records: dict[UUID, dict[str, Any]] = {}  # each rule's record, made once a pass
         self.outcome = Outcome()
@@ -183,7 +184,7 @@ class _Work:
             # The firing event's id is kept with the state (None after a resolve: the
             # store keeps the last firing's id).
             fired = event_id if after.status == FIRING else None
-            self.dirty[key] = (rule.id, device, rule.org_id, after, fired)
+            self.dirty[key] = StateChange(rule.id, device, rule.org_id, after, fired)
 
     def _group(self, source: str,
                rows: Iterator[tuple[str, datetime, UUID | None, dict[str, float | None]]]
@@ -227,23 +228,23 @@ class _Work:
             self.apply(rule, device, location, [(at, values[column]) for at, values in run])
 
     def _event(self, rule: Rule, device: str, location: UUID | None, t: Transition) -> UUID:
-        assert rule.id is not None
+        assert rule.id is not None and rule.org_id is not None
         event_id = event_id_of(rule.id, self.cat.versions.get(rule.id), device, t)
         record = self.records.get(rule.id)
         if record is None:
             record = self.records[rule.id] = alertrules.record(rule) | {"id": str(rule.id)}
-        self.outcome.events.append({
-            "id": event_id, "org_id": rule.org_id, "kind": t.kind, "rule_id": rule.id,
-            "device": device, "location_id": rule.location_id, "column_name": rule.column,
-            "value": t.value, "unit": alertrules.canonical_unit(rule), "at": t.at,
-            "title": alertrules.title(rule, t.kind, device),
-            "body": {"rule": record, "state": FIRING if t.kind == "firing" else "ok",
-                     "device": device,
-                     "location": str(location) if location is not None else None,
-                     "value_shown": alertrules.shown(rule, t.value),
-                     "unit_shown": alertrules.unit_label(rule),
-                     "threshold": rule.threshold if t.kind == "firing" else rule.clear_threshold},
-            "channels": list(rule.channels) if rule.channels is not None else None})
+        self.outcome.events.append(NewEvent(
+            id=event_id, org_id=rule.org_id, kind=t.kind, rule_id=rule.id, device=device,
+            location_id=rule.location_id, column_name=rule.column, value=t.value,
+            unit=alertrules.canonical_unit(rule), at=t.at,
+            title=alertrules.title(rule, t.kind, device),
+            body={"rule": record, "state": FIRING if t.kind == "firing" else "ok",
+                  "device": device,
+                  "location": str(location) if location is not None else None,
+                  "value_shown": alertrules.shown(rule, t.value),
+                  "unit_shown": alertrules.unit_label(rule),
+                  "threshold": rule.threshold if t.kind == "firing" else rule.clear_threshold},
+            channels=list(rule.channels) if rule.channels is not None else None))
         return event_id
 
     def _cursor(self, source: str, device: str, floor: datetime) -> datetime:
