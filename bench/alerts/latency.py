@@ -30,6 +30,7 @@ from typing import Any
 
 import paho.mqtt.client as mqtt
 
+from bench.alerts.stack import LISTEN_PORTS
 from people import accounts
 from shared import alertrules, alertstore, db, places, sealing
 from shared.config import PREFIX
@@ -57,8 +58,10 @@ def _env(url: str, port: int, seal: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     env.update({"SDS_DATABASE_URL": url, "SDS_MQTT_HOST": "127.0.0.1",
                 "SDS_MQTT_PORT": str(port), "SDS_MQTT_USERNAME": "", "SDS_MQTT_PASSWORD": "",
-                "SDS_MQTT_CLIENT_ID": "bench-alerts-ingester", "SDS_METRICS_PORT": "0",
-                "SDS_ALERTS_METRICS_PORT": "0", "SDS_DELIVERY_METRICS_PORT": "0",
+                "SDS_MQTT_CLIENT_ID": "bench-alerts-ingester",
+                # No metrics endpoint (none is scraped here): the defaults are a running
+                # stack's ports on this host.
+                **{PREFIX + name.upper(): "0" for name in LISTEN_PORTS},
                 "SDS_APIKEY_SEAL_KEYS": seal, "SDS_WEBHOOK_ALLOW_PRIVATE": "true",
                 "SDS_LOG_LEVEL": "WARNING", **extra})
     return env

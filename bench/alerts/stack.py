@@ -6,6 +6,7 @@ part) builds on one `Stack`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -72,18 +73,34 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# Every port setting a service process listens on (its metrics endpoints): the benchmark's
+# processes get a free port for the one they are scraped on and 0 (off) for the others, never
+# a default, which a running deploy/run.sh stack on the same host already holds.
+LISTEN_PORTS = tuple(f.name for f in dataclasses.fields(Settings)
+                     if f.name.endswith("metrics_port"))
+SCRAPED = {"ingest": "metrics_port", "alerts.evaluator": "alerts_metrics_port",
+           "alerts.delivery": "delivery_metrics_port"}
+
+
+def process_env(module: str, settings: Settings) -> tuple[dict[str, str], int]:
+    """The environment of `python -m <module>` on `settings` (none of the caller's SDS_
+    variables), and the port its metrics are scraped on (free, from `settings`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+    for name in ("database_url", "mqtt_host", "mqtt_port", "mqtt_client_id", "topic_prefix",
+                 "log_level", "alert_sweep_interval", "ingest_share_group"):
+        env[PREFIX + name.upper()] = str(getattr(settings, name))
+    env[PREFIX + "MQTT_USERNAME"] = ""
+    scraped = SCRAPED[module]
+    for name in LISTEN_PORTS:
+        env[PREFIX + name.upper()] = str(getattr(settings, name)) if name == scraped else "0"
+    return env, int(getattr(settings, scraped))
+
+
 class Process:
     """A service process (`python -m <module>`) on the stack's settings."""
 
     def __init__(self, module: str, settings: Settings, log_path: Path) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
-        for name in ("database_url", "mqtt_host", "mqtt_port", "mqtt_client_id", "topic_prefix",
-                     "metrics_port", "alerts_metrics_port", "log_level",
-                     "alert_sweep_interval", "ingest_share_group"):
-            env[PREFIX + name.upper()] = str(getattr(settings, name))
-        env[PREFIX + "MQTT_USERNAME"] = ""
-        self.port = (settings.alerts_metrics_port if module.startswith("alerts")
-                     else settings.metrics_port)
+        env, self.port = process_env(module, settings)
         self.url = settings.database_url
         # Its database sessions' application_name starts with this (shared.db.connect name=).
         self.sessions = "sds-alerts" if module.startswith("alerts") else "sds-ingest"
@@ -163,7 +180,8 @@ class Stack:
         return Settings(database_url=self.url, mqtt_host="127.0.0.1", mqtt_port=self.broker.port,
                         mqtt_username=None, mqtt_client_id=self.client_id,
                         topic_prefix=self.prefix, metrics_port=free_port(),
-                        alerts_metrics_port=free_port(), log_level="WARNING",
+                        alerts_metrics_port=free_port(), delivery_metrics_port=free_port(),
+                        log_level="WARNING",
                         ingest_share_group="bench-share-group-0000").replace(**changes)
 
     def add_rules(self, bodies: list[dict[str, Any]]) -> list[UUID]:
