@@ -62,7 +62,9 @@ class Evaluator:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.catalogue = Catalogue()
-        self.states: dict[tuple[UUID, str], State] = {}
+        # (rule id's int, device) -> state: an int hashes in C, a UUID's hash is a Python call
+        # (a pass looks states up for every rule of every device it reads).
+        self.states: dict[tuple[int, str], State] = {}
         self.cursors: dict[tuple[str, str], datetime] = {}
 
     def reload(self, conn: psycopg.Connection) -> None:
@@ -75,7 +77,8 @@ class Evaluator:
             changed = [rid for rid, version in cat.versions.items()
                        if rid in old and old[rid] != version]
             store.forget_rules(conn, changed)
-            self.states = store.load_states(conn)
+            self.states = {(rule.int, device): state for (rule, device), state
+                           in store.load_states(conn).items()}
             self.cursors = store.load_cursors(conn)
         self.catalogue = cat
 
@@ -153,15 +156,16 @@ class _Work:
         self.conn = conn
         self.cat = ev.catalogue
         self.max_age = timedelta(seconds=ev.settings.alert_max_age)
-        self.states: dict[tuple[UUID, str], State] = {}
-        self.dirty: dict[tuple[UUID, str], StateChange] = {}
+        self.states: dict[tuple[int, str], State] = {}
+        self.dirty: dict[tuple[int, str], StateChange] = {}
         self.cursors: dict[tuple[str, str], datetime] = {}
-        self.records: dict[UUID, dict[str, Any]] = {}  # each rule's record, made once a pass
+        # Each rule's record and units, made once a pass: (record, canonical unit, unit label).
+        self.records: dict[int, tuple[dict[str, Any], str | None, str | None]] = {}
         self.outcome = Outcome()
 
     def _state(self, rule: Rule, device: str) -> State:
         assert rule.id is not None
-        key = (rule.id, device)
+        key = (rule.id.int, device)
         return self.states.get(key) or self.ev.states.get(key) or State()
 
     def apply(self, rule: Rule, device: str, location: UUID | None,
@@ -169,7 +173,7 @@ class _Work:
         """Step one (rule, device) through samples in time order; queue its events and its
         state change."""
         assert rule.id is not None and rule.org_id is not None
-        key = (rule.id, device)
+        key = (rule.id.int, device)
         before = self._state(rule, device)
         after, transitions = advance(rule, before, samples)
         self.outcome.steps += len(samples)
@@ -210,12 +214,13 @@ class _Work:
         for rule in self.cat.rules_for(source, device, location):
             column = rule.column
             assert rule.id is not None
-            state = self.states.get((rule.id, device)) or self.ev.states.get((rule.id, device))
+            skey = (rule.id.int, device)
+            state = self.states.get(skey) or self.ev.states.get(skey)
             if state is None or state.status == OK:
                 # The common case, made cheap: a rule that is ok stays ok, and nothing is
                 # written, unless some value meets its condition. (The time and value an ok
                 # state holds are not kept up to date: the cursors order the input.)
-                compare, threshold = self.cat.firing[rule.id]
+                compare, threshold = self.cat.firing[skey[0]]
                 if len(run) == 1:  # a live pass: mostly one reading per device
                     v = run[0][1][column]
                     quiet = v is None or not compare(v, threshold)
@@ -230,19 +235,22 @@ class _Work:
     def _event(self, rule: Rule, device: str, location: UUID | None, t: Transition) -> UUID:
         assert rule.id is not None and rule.org_id is not None
         event_id = event_id_of(rule.id, self.cat.versions.get(rule.id), device, t)
-        record = self.records.get(rule.id)
-        if record is None:
-            record = self.records[rule.id] = alertrules.record(rule) | {"id": str(rule.id)}
+        made = self.records.get(rule.id.int)
+        if made is None:
+            made = self.records[rule.id.int] = (
+                alertrules.record(rule) | {"id": str(rule.id)}, alertrules.canonical_unit(rule),
+                alertrules.unit_label(rule))
+        record, unit, label = made
         self.outcome.events.append(NewEvent(
             id=event_id, org_id=rule.org_id, kind=t.kind, rule_id=rule.id, device=device,
             location_id=rule.location_id, column_name=rule.column, value=t.value,
-            unit=alertrules.canonical_unit(rule), at=t.at,
+            unit=unit, at=t.at,
             title=alertrules.title(rule, t.kind, device),
             body={"rule": record, "state": FIRING if t.kind == "firing" else "ok",
                   "device": device,
                   "location": str(location) if location is not None else None,
                   "value_shown": alertrules.shown(rule, t.value),
-                  "unit_shown": alertrules.unit_label(rule),
+                  "unit_shown": label,
                   "threshold": rule.threshold if t.kind == "firing" else rule.clear_threshold},
             channels=list(rule.channels) if rule.channels is not None else None))
         return event_id

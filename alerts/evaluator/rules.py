@@ -39,8 +39,9 @@ class Catalogue:
 
     rules: dict[UUID, Rule] = field(default_factory=dict)
     versions: dict[UUID, object] = field(default_factory=dict)  # rule id -> updated_at
-    # rule id -> (comparison, threshold) of its firing condition, for the evaluator's loop
-    firing: dict[UUID, tuple[Callable[[float, float], bool], float]] = field(
+    # rule id's int -> (comparison, threshold) of its firing condition, for the evaluator's
+    # loop (keyed by the int: a UUID's hash is a Python call, an int's is not)
+    firing: dict[int, tuple[Callable[[float, float], bool], float]] = field(
         default_factory=dict)
     by_source: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
     device_org: dict[str, UUID] = field(default_factory=dict)
@@ -59,7 +60,7 @@ class Catalogue:
             assert rule.id is not None
             cat.rules[rule.id] = rule
             cat.versions[rule.id] = updated
-            cat.firing[rule.id] = (COMPARISONS[rule.op], rule.threshold)
+            cat.firing[rule.id.int] = (COMPARISONS[rule.op], rule.threshold)
             cat.by_source[rule.source].append(rule)
         cat.load_devices(conn)
         return cat

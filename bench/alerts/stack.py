@@ -104,9 +104,12 @@ class Process:
         self.url = settings.database_url
         # Its database sessions' application_name starts with this (shared.db.connect name=).
         self.sessions = "sds-alerts" if module.startswith("alerts") else "sds-ingest"
+        argv = [sys.executable, "-m", module]
+        profile = os.environ.get("BENCH_ALERTS_PROFILE")  # a directory: cProfile each process
+        if profile:
+            argv[1:1] = ["-m", "cProfile", "-o", str(Path(profile) / f"{log_path.stem}.prof")]
         with open(log_path, "ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", module], cwd=ROOT, env=env,
-                                         stdout=out, stderr=out)
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=out)
         wait_until(lambda: scrape(self.port) or self.proc.poll() is not None, 60,
                    what=f"{module} metrics endpoint")
         if self.proc.poll() is not None:
