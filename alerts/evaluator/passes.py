@@ -211,18 +211,20 @@ class _Work:
     def _feed(self, source: str, key: tuple[str, UUID | None],
               run: list[tuple[datetime, dict[str, float | None]]]) -> None:
         device, location = key
+        # Locals: this loop runs for every rule of every device a pass reads.
+        mine, theirs, firing = self.states.get, self.ev.states.get, self.cat.firing
+        single = run[0][1] if len(run) == 1 else None  # a live pass: mostly one reading
         for rule in self.cat.rules_for(source, device, location):
             column = rule.column
-            assert rule.id is not None
-            skey = (rule.id.int, device)
-            state = self.states.get(skey) or self.ev.states.get(skey)
+            rid = rule.id.int  # type: ignore[union-attr]  # loaded rules have ids
+            state = mine((rid, device)) or theirs((rid, device))
             if state is None or state.status == OK:
                 # The common case, made cheap: a rule that is ok stays ok, and nothing is
                 # written, unless some value meets its condition. (The time and value an ok
                 # state holds are not kept up to date: the cursors order the input.)
-                compare, threshold = self.cat.firing[skey[0]]
-                if len(run) == 1:  # a live pass: mostly one reading per device
-                    v = run[0][1][column]
+                compare, threshold = firing[rid]
+                if single is not None:
+                    v = single[column]
                     quiet = v is None or not compare(v, threshold)
                 else:
                     quiet = not any(v is not None and compare(v, threshold)

@@ -46,7 +46,8 @@ class Catalogue:
     by_source: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
     device_org: dict[str, UUID] = field(default_factory=dict)
     device_location: dict[str, UUID | None] = field(default_factory=dict)
-    _watching: dict[tuple[str, str, UUID | None], list[Rule]] = field(default_factory=dict)
+    # (source, device, location id's int): a UUID's hash is a Python call, an int's is not
+    _watching: dict[tuple[str, str, int | None], list[Rule]] = field(default_factory=dict)
     # Device names heard of (in NOTIFYs) but not registered when the devices were last read:
     # not read again for them before the next sweep's reload.
     unknown: set[str] = field(default_factory=set)
@@ -91,7 +92,7 @@ class Catalogue:
     def rules_for(self, source: str, device: str, location: UUID | None) -> list[Rule]:
         """The rules of `source` that watch this device's value at `location` (remembered
         until the devices are read again)."""
-        key = (source, device, location)
+        key = (source, device, None if location is None else location.int)
         found = self._watching.get(key)
         if found is None:
             found = self._watching[key] = [r for r in self.by_source.get(source, ())
