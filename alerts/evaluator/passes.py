@@ -212,17 +212,25 @@ class _Work:
               run: list[tuple[datetime, dict[str, float | None]]]) -> None:
         device, location = key
         # Locals: this loop runs for every rule of every device a pass reads.
-        mine, theirs, firing = self.states.get, self.ev.states.get, self.cat.firing
+        mine, theirs = self.states.get, self.ev.states.get
+        firing, clearing = self.cat.firing, self.cat.clearing
         single = run[0][1] if len(run) == 1 else None  # a live pass: mostly one reading
         for rule in self.cat.rules_for(source, device, location):
             column = rule.column
             rid = rule.id.int  # type: ignore[union-attr]  # loaded rules have ids
             state = mine((rid, device)) or theirs((rid, device))
+            # The common cases, made cheap: a rule that is ok stays ok unless some value
+            # meets its condition, and a firing rule not clearing stays firing unless some
+            # value meets its clear condition; then nothing changes and nothing is written.
+            # (The time and value such a state holds are not brought up to date: the cursors
+            # order the input, so no older sample can follow.)
             if state is None or state.status == OK:
-                # The common case, made cheap: a rule that is ok stays ok, and nothing is
-                # written, unless some value meets its condition. (The time and value an ok
-                # state holds are not kept up to date: the cursors order the input.)
                 compare, threshold = firing[rid]
+            elif state.status == FIRING and state.clearing_since is None:
+                compare, threshold = clearing[rid]
+            else:
+                compare = None
+            if compare is not None:
                 if single is not None:
                     v = single[column]
                     quiet = v is None or not compare(v, threshold)

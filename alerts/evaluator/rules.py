@@ -43,6 +43,9 @@ class Catalogue:
     # loop (keyed by the int: a UUID's hash is a Python call, an int's is not)
     firing: dict[int, tuple[Callable[[float, float], bool], float]] = field(
         default_factory=dict)
+    # rule id's int -> (comparison, threshold) of its clear condition
+    clearing: dict[int, tuple[Callable[[float, float], bool], float]] = field(
+        default_factory=dict)
     by_source: dict[str, list[Rule]] = field(default_factory=lambda: defaultdict(list))
     device_org: dict[str, UUID] = field(default_factory=dict)
     device_location: dict[str, UUID | None] = field(default_factory=dict)
@@ -62,6 +65,7 @@ class Catalogue:
             cat.rules[rule.id] = rule
             cat.versions[rule.id] = updated
             cat.firing[rule.id.int] = (COMPARISONS[rule.op], rule.threshold)
+            cat.clearing[rule.id.int] = (COMPARISONS[rule.clear_op], rule.clear_threshold)
             cat.by_source[rule.source].append(rule)
         cat.load_devices(conn)
         return cat

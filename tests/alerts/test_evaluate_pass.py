@@ -12,8 +12,9 @@ import psycopg
 from click.testing import CliRunner
 
 from admin.cli import main
+from alerts.evaluator import machine
 from alerts.evaluator.passes import Evaluator
-from shared import db
+from shared import alertrules, db
 from shared.config import Settings
 from tests.support.alerting import add_rule, events
 from tests.support.ingesting import make_site, now_slot
@@ -183,3 +184,29 @@ def test_the_rollup_jobs_notify_the_evaluator(conn: psycopg.Connection,
             pool.close()
         heard = [n.payload for n in listener.notifies(timeout=2.0, stop_after=2)]
     assert heard == ["hourly"]  # once: the empty second run sends nothing
+
+
+def test_passes_of_one_reading_equal_the_state_machine(
+        conn: psycopg.Connection, settings: Settings, database_url: str) -> None:
+    """A pass per reading (the live shape) skips the rules that cannot change: ok without a
+    value meeting the condition, firing without one meeting the clear condition. The events
+    over a plan that dwells in the hysteresis band while firing, and clears for shorter and
+    longer than `clear_for`, are the pure state machine's."""
+    site = make_site(conn, device="P1")
+    body = {"name": "Cold", "table": "calibrated", "column": "tair", "scope": {"device": "P1"},
+            "condition": {"op": "<", "threshold": 0}, "clear": {"op": ">=", "threshold": 1},
+            "for": 600, "clear_for": 900}
+    add_rule(database_url, site.org, body)
+    plan = [-1, -2, -1, 0.5, 0.5, 2, 0.5, -1, 2, 2, 2, 2, 0.5, 2, -1, -1, -1, 0.5, 2, 2, 2, 2]
+    times = [now_slot(5 * (len(plan) - i)) for i in range(len(plan))]
+    ev = Evaluator(settings)
+    with evaluator_conn(settings) as work:
+        ev.reload(work)
+        for at, tair in zip(times, plan, strict=True):
+            conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES"
+                         " (%s, 'P1', %s, %s)", (at, site.location, tair))
+            conn.commit()
+            ev.run(work, {"P1"}, rollups=False)
+    _state, want = machine.run(alertrules.parse(body), list(zip(times, plan, strict=True)))
+    assert len(want) >= 4
+    assert [(e[1], e[2]) for e in events(database_url)] == [(t.kind, t.at) for t in want]
