@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from serve.aggregation import LADDER
 from serve.args import MAX_LIMIT
 from serve.preferences import CHART_TABLES, plottable
 from shared import units
@@ -33,6 +34,17 @@ FETCH_ROWS = 50_000
 RAW_ROWS = 5000
 # The one table whose answers the API aggregates on request (serve/aggregation.py).
 AGGREGATED = "calibrated"
+# The bucket widths the page asks for (`interval=`): the API's ladder without 4, 6, 8 and 12
+# hours. A day of 2 to 6 buckets alternates day and night: a year of 8-hour buckets drew a
+# sawtooth of night lows and afternoon highs. A span too long for 3-hour buckets is drawn in
+# days (a mean line in a band from the day's lowest to its highest reading), or weeks.
+SAWTOOTH = frozenset({"4h", "6h", "8h", "12h"})
+READABLE = tuple({"label": i.label, "seconds": int(i.width.total_seconds())}
+                 for i in LADDER if i.label not in SAWTOOTH)
+# At least this many pixels per bucket, and at most this many buckets whatever the width: a
+# year of days (366) on any screen, a phone's included.
+BUCKET_PX = 2
+DAYS_ALWAYS = 370
 
 # Series colours, in order (d3's category10): the charts' scripts take them from here.
 # Annotations: a colour no series has (lines for instants, a translucent band for ranges), and
@@ -112,6 +124,9 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
         "max_limit": MAX_LIMIT,  # the API's largest page: what one CSV download holds
         "fetch_rows": FETCH_ROWS,
         "raw_rows": RAW_ROWS,
+        "intervals": list(READABLE),  # static/js/spans.js picks one for the span shown
+        "bucket_px": BUCKET_PX,
+        "days_always": DAYS_ALWAYS,
         "note_colour": NOTE_COLOUR,  # annotations on the chart (static/js/annotations.js)
         "notes_page": NOTES_PAGE,
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],

@@ -3,6 +3,7 @@
 import {dataUrl, fetchRows, iso} from "./api.js";
 import {DAY, colour, unitText} from "./facts.js";
 import {shape} from "./shape.js";
+import {readableInterval} from "./spans.js";
 import {dateMaker} from "./zones.js";
 
 const $ = (id) => document.getElementById(id);
@@ -69,7 +70,10 @@ export class Readings {
   make(shaped, axes, z) {
     const el = this.el;
     const opts = {
-      width: this.width(), height: 380, tzDate: dateMaker(z),
+      width: this.width(), height: this.height(), tzDate: dateMaker(z),
+      // A time label is centred on its tick: with no axis on the right, the last one was cut
+      // at the canvas's edge ("2026-11-2"). Room for half a date on the right.
+      padding: [null, axes.length > 2 ? null : 40, null, null],
       series: [{label: "time (" + z + ")"}].concat(shaped.series), axes, bands: shaped.bands,
       scales: {x: {time: true}},
       cursor: {drag: {x: true, y: false, setScale: true}},
@@ -80,6 +84,8 @@ export class Readings {
           this.markIncomplete(u);
           if (this.firstDraw) { this.firstDraw = false; performance.mark("sds-chart-drawn"); }
           this.probe.lastDraw = performance.now();
+          // What the canvas shows (tests compare it with what was fetched and downloaded).
+          this.probe.drawn = {data: u.data, interval: this.aggregation ? this.aggregation.interval : null};
           el.dataset.state = "drawn";
         }],
         setScale: [(u, key) => {
@@ -99,6 +105,12 @@ export class Readings {
   }
 
   width() { return Math.max(this.el.clientWidth, 300); }
+
+  /** 380 px; on a narrow screen (a phone) half the screen's height (the legend below
+   *  adds to it), so the chart fits the first screen under the header. */
+  height() {
+    return window.innerWidth <= 760 ? Math.max(260, Math.round(window.innerHeight * 0.5)) : 380;
+  }
 
   /** Show [min, max] of the loaded range (kept inside it, at least 5 minutes wide). */
   zoomTo(min, max) {
@@ -133,20 +145,37 @@ export class Readings {
     return [Math.floor(u.scales.x.min), Math.ceil(u.scales.x.max)];
   }
 
+  /** The "Download CSV" link: what the chart draws in view. Buckets: the API asked with the
+   *  drawn interval over the view (the buckets starting in it, as drawn). Rows: the API's rows
+   *  over the view, up to its largest page; beyond that the link ends where that page ends, so
+   *  its range (and the file's name) is what the file holds, and it says so. */
   updateCsv(u) {
     const cols = this.controls.columns();
     const link = $("csv");
     if (!u || !cols.length) { link.removeAttribute("href"); return; }
-    const [a, b] = this.shown();
+    let [a, b] = this.shown();
     const cap = this.cfg.max_limit;  // the API's largest page: what one download holds
+    const inView = this.times.filter((t) => t >= a && t <= b);
+    const agg = this.aggregation;
+    const extra = agg ? {interval: agg.interval} : {limit: String(cap)};
+    let text;
+    if (agg) {
+      text = inView.length + " buckets of " + agg.interval + ", as drawn";
+    } else if (inView.length > cap) {
+      b = inView[cap - 1];
+      const wall = dateMaker(this.el.dataset.zone), day = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
+      text = "raw rows: the first " + cap + " of " + inView.length + " in view, " + day(wall(a)) +
+        " to " + day(wall(b)) + " (zoom in, or export the whole range)";
+    } else {
+      text = inView.length + " rows, as shown";
+    }
+    extra.format = "csv";
     link.href = dataUrl({table: this.controls.tableName(), device: this.cfg.device, cols,
                          start: a, end: b, zone: this.controls.zone(),
-                         units: this.controls.units(),
-                         extra: {limit: String(cap), format: "csv"}});
-    const inView = this.times.filter((t) => t >= a && t <= b).length;
-    link.title = inView > cap
-      ? "The download holds the first " + cap + " of " + inView + " rows: zoom in for the rest"
-      : inView + " rows, as shown";
+                         units: this.controls.units(), extra});
+    link.title = text;
+    link.dataset.rows = String(agg || inView.length <= cap ? inView.length : cap);
+    $("csv-what").textContent = text;
     this.el.dataset.viewMin = String(a);
     this.el.dataset.viewMax = String(b);
   }
@@ -190,10 +219,10 @@ export class Readings {
     const [start, end] = this.controls.range();
     const z = this.controls.zone(), units = this.controls.units();
     const table = this.controls.table(), done = table.completeness;
-    // A range of more rows than raw_rows is asked for in buckets, about one per pixel column.
+    // A range of more rows than raw_rows is asked for in buckets of a readable width.
     const aggregated = table.aggregates && (end - start) / table.step > this.cfg.raw_rows;
     const asked = done && !cols.includes(done) ? cols.concat([done]) : cols;
-    const extra = aggregated ? {points: String(Math.min(Math.max(this.width(), 200), 2000))} : {};
+    const extra = aggregated ? {interval: readableInterval(this.cfg, end - start, this.width()).label} : {};
     const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
                          cols: asked, start, end, zone: z, units, extra});
     $("status").textContent = "Loading…";
@@ -268,7 +297,7 @@ export class Readings {
     const q = this.query;
     const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
                          cols: q.asked, start, end, zone: q.zone, units: q.units,
-                         extra: {points: String(Math.min(Math.max(this.width(), 200), 2000))}});
+                         extra: {interval: readableInterval(this.cfg, max - min, this.width()).label}});
     let got;
     try {
       got = await fetchRows(url, this.cfg.fetch_rows);
@@ -288,9 +317,16 @@ export class Readings {
     this.aggregation.interval = interval;
     this.el.dataset.aggregated = interval || "";
     this.el.dataset.points = String(this.rows);
+    // setData(…, false) keeps the view but neither redraws nor re-indexes the view's window
+    // of the new data: the canvas kept the coarse buckets after a drag-zoom. Setting the same
+    // x range again does both (and y follows the new data); refine() then finds the view
+    // already covered by what it fetched.
+    const {min, max} = this.chart.scales.x;
     this.chart.setData(shaped.data, false);
+    this.chart.setScale("x", {min, max});
     this.describe();
+    this.updateCsv(this.chart);  // the same range fires no setScale hook: the new buckets
   }
 
-  resize() { if (this.chart) this.chart.setSize({width: this.width(), height: 380}); }
+  resize() { if (this.chart) this.chart.setSize({width: this.width(), height: this.height()}); }
 }
