@@ -368,11 +368,14 @@ def locations(principal: Principal) -> Response:
             at.setdefault(d["current_location"]["id"], []).append(d)
     text = {p: charts.UNIT_TEXT[p][chosen_codes[p]] for p in ("temp", "ratio", "size")}
     map_data = {"unit_text": text,
-                "basemap": url_for("web.static", filename="vendor/countries-110m.json"),
+                "basemap": {k: url_for("web.static", filename=f"vendor/{f}")
+                            for k, f in assets.BASEMAPS.items()},
                 "locations": [{"id": i["id"], "name": i["name"], "gps": i["gps"],
+                               "url": url_for("web.location", location_id=i["id"]),
                                "conditions": i["conditions"], "today": i["today"],
                                "devices": [{"name": d["name"], "badges": [
-                                   {"label": b.label, "level": b.level} for b in d["badges"]]}
+                                   {"label": b.label, "level": b.level} for b in d["badges"]],
+                                   "url": url_for("web.device", name=d["name"])}
                                    for d in at.get(i["id"], [])]} for i in items]}
     return _html(render_template("web/locations.html", items=items, at=at, unit_text=text,
                                  map_data=map_data,
