@@ -395,10 +395,10 @@ def compare(principal: Principal) -> Response:
     config = charts.config(device="", zone=None, end=format_utc_z_exact(end),
                            chosen=charts.chosen_units(preferences.chosen_units(
                                request.args.to_dict(), prefs)))
-    config["devices"] = [{"name": d["name"], "location": (d["current_location"] or {}).get("id")}
-                         for d in found]
-    locations = {d["current_location"]["id"]: d["current_location"]["name"]
-                 for d in found if d["current_location"]}
+    here = [d["current_location"] or {} for d in found]
+    config["devices"] = [{"name": d["name"], "location": h.get("id"), "zone": h.get("tz_name")}
+                         for d, h in zip(found, here, strict=True)]
+    locations = {h["id"]: h["name"] for h in here if h}
     config["locations"] = [{"id": k, "name": v} for k, v in sorted(locations.items(),
                                                                    key=lambda kv: kv[1])]
     return _html(render_template("web/compare.html", config=config, nav="compare",
