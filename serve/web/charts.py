@@ -15,7 +15,7 @@ from serve.aggregation import LADDER
 from serve.args import MAX_LIMIT
 from serve.preferences import CHART_TABLES, plottable
 from shared import units
-from shared.columns import TABLES, Column, Measure
+from shared.columns import TABLES, Column, Measure, Rollup
 
 # Columns ticked when a table is first shown.
 DEFAULT_COLUMNS = {
@@ -73,6 +73,19 @@ INCOMPLETE_COLOUR = "#bf8700"
 COMPLETENESS = TABLES["daily"].column("sample_pct")
 
 
+# How the page joins a long span of hourly rows into its readable buckets (static/js/buckets.js;
+# the API aggregates calibrated only): by the rule that made each hourly value from the readings.
+_REBUCKET = {Rollup.MEAN: "mean", Rollup.MIN: "min", Rollup.MAX: "max", Rollup.SUM: "sum",
+             Rollup.MAX_RATE: "max", Rollup.CIRCULAR_MEAN: "circular_mean"}
+_REBUCKET_NAMES = {"et": "sum", "etc": "sum", "sample_pct": "mean"}
+
+
+def rebucket_rule(col: Column) -> str:
+    """The rule that joins rows of `col` into a longer bucket: mean, min, max, sum or
+    circular_mean (a value with no such rule, such as a count, is averaged)."""
+    return _REBUCKET.get(col.rollup) or _REBUCKET_NAMES.get(col.name, "mean")
+
+
 def label(col: Column) -> str:
     """What a chart calls a column: its registry description without the stored unit."""
     return _STORED_UNIT.sub("", col.description)
@@ -89,6 +102,7 @@ def column_info(col: Column) -> dict[str, Any]:
         "param": param,
         "delta": col.measure is Measure.TEMP_DELTA,  # degree days: 'C day' / 'F day'
         "unit": None if param is not None else col.unit,
+        "rule": rebucket_rule(col),
     }
 
 

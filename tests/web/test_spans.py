@@ -240,3 +240,50 @@ def test_the_device_page_at_360_px_shows_the_chart_first(
         assert "2 (" in summary.text
         assert phone.execute_script(
             "return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
+
+
+@pytest.fixture(scope="module")
+def hourly_year(world: World) -> str:
+    """Device H1 at North field: a year of hourly rows (8,760) up to END, no readings."""
+    with psycopg.connect(world.url) as conn:
+        places.register_device(conn, org=world.org_a, name="H1")
+        places.deploy_device(conn, device="H1", location=world.north,
+                             start=END - timedelta(days=400))
+        conn.execute(
+            "INSERT INTO hourly (time, device, location, tair, maxt, precip, sample_pct)"
+            " SELECT t, 'H1', %(loc)s, 10 + 6 * sin(extract(epoch FROM t) / 13751.0),"
+            "  12 + 6 * sin(extract(epoch FROM t) / 13751.0), 0.5, 1"
+            " FROM generate_series(%(end)s - interval '365 days', %(end)s - interval '1 hour',"
+            "   interval '1 hour') t", {"loc": world.north, "end": END})
+        conn.commit()
+    return "H1"
+
+
+def test_a_year_of_hourly_rows_is_drawn_in_days_and_its_csv_says_raw(
+        server: str, browser: WebDriver, hourly_year: str) -> None:
+    """A year of `hourly` was 8,760 rows drawn as they were, a solid block of daily cycles."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/devices/{hourly_year}?table=hourly&span=365"
+                f"&end={END.date().isoformat()}&cols=tair,maxt,precip&tz=UTC")
+    chart_drawn(browser, "chart", loads=1)
+    chart = browser.find_element(By.ID, "chart")
+    assert chart.get_attribute("data-aggregated") == "1d"
+    found = browser.execute_script(
+        "const u = window.sdsDashboard.main, d = u.data;"
+        " const i = d[0].findIndex((t, k) => d[1][k] !== null && k > 10);"
+        " return {n: d[0].filter((t, k) => d[1][k] !== null).length,"
+        " labels: u.series.slice(1).map(s => s.label), bands: (u.bands || []).length,"
+        " row: d.map(s => s[i])}")
+    assert 364 <= found["n"] <= 366, found["n"]
+    assert found["bands"] == 1  # the mean (tair) in its band; maxt and precip are not means
+    assert [label.split(" (")[0] for label in found["labels"]][1:3] == ["lowest", "highest"]
+    t, mean, lo, hi, maxt, precip = found["row"]
+    assert mean == pytest.approx(10, abs=0.5) and lo == pytest.approx(4, abs=0.2)
+    assert hi == pytest.approx(16, abs=0.2) and maxt == pytest.approx(18, abs=0.2)
+    assert precip == pytest.approx(24 * 0.5)  # a day's rain is the sum of its hours
+    what = browser.find_element(By.ID, "csv-what").text
+    assert "raw rows" in what and "buckets of 1d" in what, what
+    href = browser.find_element(By.ID, "csv").get_attribute("href")
+    assert "interval=" not in href and "/data/hourly?" in href
+    status = browser.find_element(By.ID, "status").text
+    assert "buckets of 1d" in status, status

@@ -2,6 +2,7 @@
 // API in the chosen units and zone; drag, wheel and button zoom; the CSV link of what is shown.
 import {dataUrl, fetchRows, iso} from "./api.js";
 import {DAY, colour, unitText} from "./facts.js";
+import {rebucket} from "./buckets.js";
 import {shape} from "./shape.js";
 import {readableInterval} from "./spans.js";
 import {dateMaker} from "./zones.js";
@@ -155,20 +156,25 @@ export class Readings {
     if (!u || !cols.length) { link.removeAttribute("href"); return; }
     let [a, b] = this.shown();
     const cap = this.cfg.max_limit;  // the API's largest page: what one download holds
-    const inView = this.times.filter((t) => t >= a && t <= b);
-    const agg = this.aggregation;
+    // Buckets the API made are downloaded as drawn; rows joined in this browser (hourly
+    // tables) are downloaded raw, and the text says so.
+    const agg = this.aggregation && !this.aggregation.client ? this.aggregation : null;
+    const joined = this.aggregation && this.aggregation.client ? this.aggregation : null;
+    const inView = (joined ? this.rawTimes : this.times).filter((t) => t >= a && t <= b);
     const extra = agg ? {interval: agg.interval} : {limit: String(cap)};
+    const wall = dateMaker(this.el.dataset.zone), day = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
     let text;
     if (agg) {
       text = inView.length + " buckets of " + agg.interval + ", as drawn";
     } else if (inView.length > cap) {
       b = inView[cap - 1];
-      const wall = dateMaker(this.el.dataset.zone), day = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
       text = "raw rows: the first " + cap + " of " + inView.length + " in view, " + day(wall(a)) +
         " to " + day(wall(b)) + " (zoom in, or export the whole range)";
     } else {
-      text = inView.length + " rows, as shown";
+      text = inView.length + (joined ? " raw rows, " + day(wall(a)) + " to " + day(wall(b))
+        : " rows, as shown");
     }
+    if (joined) text += " (the chart joins them into buckets of " + joined.interval + ")";
     extra.format = "csv";
     link.href = dataUrl({table: this.controls.tableName(), device: this.cfg.device, cols,
                          start: a, end: b, zone: this.controls.zone(),
@@ -188,7 +194,7 @@ export class Readings {
     const fmt = (ts) => format(wall(ts));
     const cap = this.cfg.fetch_rows;
     const agg = this.aggregation;
-    $("status").textContent = (agg
+    $("status").textContent = (agg && agg.interval !== "rows"
       ? this.rows + " buckets of " + agg.interval + " (mean line, lowest to highest band; from " +
         agg.from + ")"
       : this.rows + " rows" + (this.rows >= cap ? " (first " + cap + ")" : "")) +
@@ -240,27 +246,38 @@ export class Readings {
     if (!this.current(mine)) return null;
     const fetched = performance.now() - t0;
     const whole = this.cfg.complete[units.ratio];
-    const complete = aggregated ? (r) => r.complete
-      : (r) => (done && r[done] !== null && r[done] !== undefined ? r[done] >= whole : null);
+    const rawComplete = (r) => (done && r[done] !== null && r[done] !== undefined ? r[done] >= whole : null);
+    // A long span of a table the API does not aggregate (hourly): joined here, as readable.
+    let rows = got.rows, interval = got.interval, from = got.from, client = false;
+    const want = readableInterval(this.cfg, end - start, this.width());
+    if (!aggregated && table.step < DAY && (end - start) / table.step > this.cfg.raw_rows &&
+        want.seconds > table.step) {
+      rows = this.joined(got.rows, want, asked, z);
+      [interval, from, client] = [want.label, table.title + " rows, joined in this browser", true];
+    }
+    this.raw = got.rows;
+    this.rawTimes = got.rows.map((r) => Date.parse(r.time) / 1000);
+    const bucketed = aggregated || client;
+    const complete = bucketed ? (r) => r.complete : rawComplete;
     el.dataset.zone = z;  // the axes' zone, before they are made
     const {look, axes} = this.looks(cols);
-    const shaped = shape(got.rows, cols, {look, step: table.step, aggregated, complete});
+    const shaped = shape(rows, cols, {look, step: table.step, aggregated: bucketed, complete});
     this.shaped = shaped;
     this.times = shaped.times;
     this.gaps = shaped.gaps;
     this.incomplete = shaped.incomplete;
-    this.aggregation = aggregated ? {interval: got.interval, from: got.from} : null;
-    this.query = {cols, asked, zone: z, units, look, step: table.step};
-    this.whole = {shaped, interval: got.interval};
+    this.aggregation = bucketed ? {interval, from, client} : null;
+    this.query = {cols, asked, zone: z, units, look, step: table.step, rawComplete};
+    this.whole = {shaped, interval};
     this.fine = null;
     this.loaded = [start, end];
-    this.rows = got.rows.length;
+    this.rows = rows.length;
     const t1 = performance.now();
     if (this.chart) this.chart.destroy();
     el.dataset.units = got.units || "";
     el.dataset.gaps = String(this.gaps.length);
     el.dataset.incomplete = String(this.incomplete.length);
-    el.dataset.aggregated = aggregated ? got.interval || "" : "";
+    el.dataset.aggregated = bucketed ? interval || "" : "";
     this.chart = this.probe.main = this.make(shaped, axes, z);
     this.chart.setScale("x", {min: start, max: end});
     el.dataset.series = cols.join(",");
@@ -295,6 +312,19 @@ export class Readings {
     const start = Math.max(a, Math.floor(min - pad)), end = Math.min(b, Math.ceil(max + pad));
     const mine = this.generation, ask = this.refineAsk = (this.refineAsk || 0) + 1;
     const q = this.query;
+    if (this.aggregation.client) {  // the rows are here: joined again for the view, or raw
+      this.fine = {start, end, width: max - min};
+      const want = readableInterval(this.cfg, max - min, this.width());
+      const rows = this.raw.filter((r, i) => this.rawTimes[i] >= start && this.rawTimes[i] <= end);
+      if (want.seconds > q.step) {
+        this.show(shape(this.joined(rows, want, q.asked, q.zone), q.cols, {look: q.look,
+          step: q.step, aggregated: true, complete: (r) => r.complete}), want.label);
+      } else {
+        this.show(shape(rows, q.cols, {look: q.look, step: q.step, aggregated: false,
+                                       complete: q.rawComplete}), "rows");
+      }
+      return;
+    }
     const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
                          cols: q.asked, start, end, zone: q.zone, units: q.units,
                          extra: {interval: readableInterval(this.cfg, max - min, this.width()).label}});
@@ -308,6 +338,14 @@ export class Readings {
     this.fine = {start, end, width: max - min};
     this.show(shape(got.rows, q.cols, {look: q.look, step: q.step, aggregated: true,
                                        complete: (r) => r.complete}), got.interval);
+  }
+
+  /** `rows` of the chosen table joined into buckets of `want` ({label, seconds}) in zone `z`
+   *  (js/buckets.js), each column by its rule. */
+  joined(rows, want, cols, z) {
+    const rules = Object.fromEntries(this.controls.table().columns.map((c) => [c.name, c.rule]));
+    return rebucket(rows, cols, rules, {seconds: want.seconds, step: this.controls.table().step,
+                                        zone: z});
   }
 
   /** Put `shaped` (buckets of `interval`) into the chart, keeping the view. */
