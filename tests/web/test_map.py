@@ -101,7 +101,8 @@ def test_the_map_zooms_to_a_region_with_borders_and_markers_link_to_their_pages(
     browser.find_element(By.CSS_SELECTOR, f"path.map-marker[data-location='{world.north}']").click()
     wait_for(browser, "document.querySelector('.leaflet-popup a.map-location') !== null")
     place = browser.find_element(By.CSS_SELECTOR, ".leaflet-popup a.map-location")
-    devices = [a.text for a in browser.find_elements(By.CSS_SELECTOR, ".leaflet-popup a.map-device")]
+    devices = [a.text for a in
+               browser.find_elements(By.CSS_SELECTOR, ".leaflet-popup a.map-device")]
     assert "A2" in devices, devices
     href = place.get_attribute("href")
     assert href.endswith(f"/dashboard/locations/{world.north}"), href
