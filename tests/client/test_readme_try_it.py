@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -115,3 +116,18 @@ def test_readme_try_it_shell_block_runs_as_written(demo: tuple[str, str, datetim
     assert done.returncode == 0, done.stderr
     assert [p.name for p in saved.iterdir()] == [named]
     assert len((saved / named).read_text().splitlines()) == 25
+
+
+def test_readme_operating_command_runs_as_written(database_url: str, tmp_path: Path) -> None:
+    """"Operating it"'s command line, run by bash as written from a directory laid out as a
+    deployment (`.state/secrets.env`, `.venv`), against a migrated database."""
+    ops = README[README.index("## Operating it"):README.index("## Configuration")]
+    line = re.search(r"`(set -a; \. \.state/secrets\.env; set \+a; [^`]+)`", ops)
+    assert line, "the README's operating command moved"
+    (tmp_path / ".state").mkdir()
+    (tmp_path / ".state" / "secrets.env").write_text(f"SDS_DATABASE_URL='{database_url}'\n")
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))  # the virtual environment running this
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", line.group(1)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), done.stderr
