@@ -45,7 +45,7 @@ def main(ctx: click.Context) -> None:
 
 
 @main.command("config")
-@click.option("--markdown", is_flag=True, help="Print the README's Markdown table.")
+@click.option("--markdown", is_flag=True, help="Print the Markdown table of docs/settings.md.")
 def show_config(markdown: bool) -> None:
     """List every SDS_* setting with its default and meaning."""
     if markdown:

@@ -15,12 +15,14 @@ SDS_SCRIPT=web_assets.sh
 WEB=$REPO/serve/web
 VENDOR=$WEB/static/vendor
 # The files the dashboard's pages load, from the packages' own dist folders: uPlot (charts),
-# Leaflet and topojson-client (the locations map) and world-atlas's 1:110m countries (the map's
-# basemap, drawn with no tile server). Licences go in as <package>.LICENSE.
+# Leaflet and topojson-client (the locations map) and its basemaps, drawn with no tile server:
+# world-atlas's countries at 1:110m and 1:10m, us-atlas's states and counties (1:10m). Licences
+# go in as <package>.LICENSE.
 ASSETS=(uplot/dist/uPlot.iife.min.js uplot/dist/uPlot.min.css uplot/LICENSE
         leaflet/dist/leaflet.js leaflet/dist/leaflet.css leaflet/LICENSE
         topojson-client/dist/topojson-client.min.js topojson-client/LICENSE
-        world-atlas/countries-110m.json world-atlas/LICENSE)
+        world-atlas/countries-110m.json world-atlas/countries-10m.json world-atlas/LICENSE
+        us-atlas/counties-10m.json us-atlas/LICENSE)
 
 mode=runtime
 [[ ${1:-} == --with-candidates ]] && mode=candidates
@@ -78,4 +80,4 @@ if grep -En "^(import|export|\}).* from '[^.]" "$VENDOR"/hyparquet*/*.js; then
     die "a vendored Parquet module still imports a package by name (see above)"
 fi
 uplot_version=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$WEB/node_modules/uplot/package.json" | head -n 1)
-say "dashboard assets: npm $npm_step; uPlot $uplot_version, Leaflet, world-atlas, hyparquet-writer in serve/web/static/vendor"
+say "dashboard assets: npm $npm_step; uPlot $uplot_version, Leaflet, world-atlas, us-atlas, hyparquet-writer in serve/web/static/vendor"

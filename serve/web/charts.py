@@ -11,10 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from serve.aggregation import LADDER
 from serve.args import MAX_LIMIT
 from serve.preferences import CHART_TABLES, plottable
 from shared import units
-from shared.columns import TABLES, Column, Measure
+from shared.columns import TABLES, Column, Measure, Rollup
 
 # Columns ticked when a table is first shown.
 DEFAULT_COLUMNS = {
@@ -33,6 +34,17 @@ FETCH_ROWS = 50_000
 RAW_ROWS = 5000
 # The one table whose answers the API aggregates on request (serve/aggregation.py).
 AGGREGATED = "calibrated"
+# The bucket widths the page asks for (`interval=`): the API's ladder without 4, 6, 8 and 12
+# hours. A day of 2 to 6 buckets alternates day and night: a year of 8-hour buckets drew a
+# sawtooth of night lows and afternoon highs. A span too long for 3-hour buckets is drawn in
+# days (a mean line in a band from the day's lowest to its highest reading), or weeks.
+SAWTOOTH = frozenset({"4h", "6h", "8h", "12h"})
+READABLE = tuple({"label": i.label, "seconds": int(i.width.total_seconds())}
+                 for i in LADDER if i.label not in SAWTOOTH)
+# At least this many pixels per bucket, and at most this many buckets whatever the width: a
+# year of days (366) on any screen, a phone's included.
+BUCKET_PX = 2
+DAYS_ALWAYS = 370
 
 # Series colours, in order (d3's category10): the charts' scripts take them from here.
 # Annotations: a colour no series has (lines for instants, a translucent band for ranges), and
@@ -61,6 +73,19 @@ INCOMPLETE_COLOUR = "#bf8700"
 COMPLETENESS = TABLES["daily"].column("sample_pct")
 
 
+# How the page joins a long span of hourly rows into its readable buckets (static/js/buckets.js;
+# the API aggregates calibrated only): by the rule that made each hourly value from the readings.
+_REBUCKET = {Rollup.MEAN: "mean", Rollup.MIN: "min", Rollup.MAX: "max", Rollup.SUM: "sum",
+             Rollup.MAX_RATE: "max", Rollup.CIRCULAR_MEAN: "circular_mean"}
+_REBUCKET_NAMES = {"et": "sum", "etc": "sum", "sample_pct": "mean"}
+
+
+def rebucket_rule(col: Column) -> str:
+    """The rule that joins rows of `col` into a longer bucket: mean, min, max, sum or
+    circular_mean (a value with no such rule, such as a count, is averaged)."""
+    return _REBUCKET.get(col.rollup) or _REBUCKET_NAMES.get(col.name, "mean")
+
+
 def label(col: Column) -> str:
     """What a chart calls a column: its registry description without the stored unit."""
     return _STORED_UNIT.sub("", col.description)
@@ -77,6 +102,7 @@ def column_info(col: Column) -> dict[str, Any]:
         "param": param,
         "delta": col.measure is Measure.TEMP_DELTA,  # degree days: 'C day' / 'F day'
         "unit": None if param is not None else col.unit,
+        "rule": rebucket_rule(col),
     }
 
 
@@ -112,6 +138,9 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
         "max_limit": MAX_LIMIT,  # the API's largest page: what one CSV download holds
         "fetch_rows": FETCH_ROWS,
         "raw_rows": RAW_ROWS,
+        "intervals": list(READABLE),  # static/js/spans.js picks one for the span shown
+        "bucket_px": BUCKET_PX,
+        "days_always": DAYS_ALWAYS,
         "note_colour": NOTE_COLOUR,  # annotations on the chart (static/js/annotations.js)
         "notes_page": NOTES_PAGE,
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],

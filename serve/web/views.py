@@ -368,11 +368,14 @@ def locations(principal: Principal) -> Response:
             at.setdefault(d["current_location"]["id"], []).append(d)
     text = {p: charts.UNIT_TEXT[p][chosen_codes[p]] for p in ("temp", "ratio", "size")}
     map_data = {"unit_text": text,
-                "basemap": url_for("web.static", filename="vendor/countries-110m.json"),
+                "basemap": {k: url_for("web.static", filename=f"vendor/{f}")
+                            for k, f in assets.BASEMAPS.items()},
                 "locations": [{"id": i["id"], "name": i["name"], "gps": i["gps"],
+                               "url": url_for("web.location", location_id=i["id"]),
                                "conditions": i["conditions"], "today": i["today"],
                                "devices": [{"name": d["name"], "badges": [
-                                   {"label": b.label, "level": b.level} for b in d["badges"]]}
+                                   {"label": b.label, "level": b.level} for b in d["badges"]],
+                                   "url": url_for("web.device", name=d["name"])}
                                    for d in at.get(i["id"], [])]} for i in items]}
     return _html(render_template("web/locations.html", items=items, at=at, unit_text=text,
                                  map_data=map_data,
@@ -392,10 +395,10 @@ def compare(principal: Principal) -> Response:
     config = charts.config(device="", zone=None, end=format_utc_z_exact(end),
                            chosen=charts.chosen_units(preferences.chosen_units(
                                request.args.to_dict(), prefs)))
-    config["devices"] = [{"name": d["name"], "location": (d["current_location"] or {}).get("id")}
-                         for d in found]
-    locations = {d["current_location"]["id"]: d["current_location"]["name"]
-                 for d in found if d["current_location"]}
+    here = [d["current_location"] or {} for d in found]
+    config["devices"] = [{"name": d["name"], "location": h.get("id"), "zone": h.get("tz_name")}
+                         for d, h in zip(found, here, strict=True)]
+    locations = {h["id"]: h["name"] for h in here if h}
     config["locations"] = [{"id": k, "name": v} for k, v in sorted(locations.items(),
                                                                    key=lambda kv: kv[1])]
     return _html(render_template("web/compare.html", config=config, nav="compare",

@@ -5,7 +5,10 @@ DataFrame of the last 24 hours."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -81,3 +84,50 @@ def test_readme_python_snippet(demo: tuple[str, str, datetime]) -> None:
     assert len(frame) == 24 and frame.index[0] == newest  # type: ignore[arg-type, attr-defined]
     assert frame.attrs["units"]["temp"] == "F"  # type: ignore[attr-defined]
     assert str(frame["local_time"].dt.tz) == "America/Chicago"  # type: ignore[index]
+
+
+def test_readme_try_it_shell_block_runs_as_written(demo: tuple[str, str, datetime],
+                                                   tmp_path: Path) -> None:
+    """The "Try it" shell block, run by bash from a directory holding `sds demo`'s output where
+    deploy/run.sh keeps it, with only the host and port replaced; then the second command with
+    `-OJ`, which saves the file under the name the README says (it said
+    `hourly_A000101_<from>_<to>.csv` after the API stopped naming files of no window so)."""
+    base, key, newest = demo
+    block = re.search(r"```sh\n(.*?)```", TRY_IT, re.S).group(1)  # type: ignore[union-attr]
+    (tmp_path / ".state").mkdir()
+    (tmp_path / ".state" / "demo-credentials.txt").write_text(f"api key:      {key}  (scopes x)\n")
+    script = block.replace(LOCAL, base)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    first = out[:out.index("]") + 1]
+    assert [r["time"] for r in json.loads(first)][0] == newest.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert "time,tair,maxt,mint,rh,precip,local_time" in out[len(first):]
+
+    commands = [c for c in re.split(r"\n(?=curl )", block) if c.startswith("curl ")]
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    named = re.search(r"`(hourly_A000101[^`]*\.csv)`", TRY_IT).group(1)  # type: ignore[union-attr]
+    with_oj = (f"KEY={key}\n" + commands[1].strip().replace(LOCAL, base)
+               .replace("curl -s", "curl -s -OJ"))
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", with_oj], cwd=saved,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in saved.iterdir()] == [named]
+    assert len((saved / named).read_text().splitlines()) == 25
+
+
+def test_readme_operating_command_runs_as_written(database_url: str, tmp_path: Path) -> None:
+    """"Operating it"'s command line, run by bash as written from a directory laid out as a
+    deployment (`.state/secrets.env`, `.venv`), against a migrated database."""
+    ops = README[README.index("## Operating it"):README.index("## Configuration")]
+    line = re.search(r"`(set -a; \. \.state/secrets\.env; set \+a; [^`]+)`", ops)
+    assert line, "the README's operating command moved"
+    (tmp_path / ".state").mkdir()
+    (tmp_path / ".state" / "secrets.env").write_text(f"SDS_DATABASE_URL='{database_url}'\n")
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))  # the virtual environment running this
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", line.group(1)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip(), done.stderr

@@ -5,7 +5,7 @@ the chosen units; choosing a location ticks the devices standing there."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -15,7 +15,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from shared import places
-from testbed.browser import console_errors
+from testbed.browser import console_errors, wait_for
 from tests.support.browsing import assert_series_drawn, chart_drawn, sign_in
 from tests.support.dashboard import END, STEPS, World
 
@@ -89,4 +89,54 @@ def test_three_devices_on_one_chart(server: str, browser: WebDriver, three: Worl
     chart_drawn(browser, "chart", loads=2)
     assert chart.get_attribute("data-series") == "A1,A2,A3,C1,C2"
     assert "location=" in browser.current_url
+    assert console_errors(browser) == []
+
+
+def test_compare_has_bands_zoom_csv_of_what_is_drawn_and_the_device_zone(
+        server: str, browser: WebDriver, three: World, tmp_path: Path) -> None:
+    """Compare had no zoom, no CSV, no bands and no device zone. Over 90 days (bucketed): each
+    device a mean line in its band; Zoom in fetches finer buckets and draws them; the CSV holds
+    what is drawn in view; "first device's local zone" is North field's."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/compare?devices=C1,C2&table=calibrated&col=tair"
+                f"&span=90&end={END.date().isoformat()}&tz=device")
+    chart_drawn(browser, "chart", loads=1)
+    chart = browser.find_element(By.ID, "chart")
+    assert chart.get_attribute("data-aggregated") == "1d"
+    found = browser.execute_script(
+        "const u = window.sdsDashboard.main;"
+        " return {labels: u.series.slice(1).map(s => s.label), bands: (u.bands || []).length,"
+        " zone: u.series[0].label}")
+    assert found["labels"] == ["C1", "C1 lowest", "C1 highest", "C2", "C2 lowest", "C2 highest"]
+    assert found["bands"] == 2
+    assert found["zone"] == "time (America/Chicago)"
+    before = browser.execute_script("const s = window.sdsDashboard.main.scales.x;"
+                                    " return s.max - s.min")
+    browser.find_element(By.ID, "zoom-in").click()
+    wait_for(browser, "window.sdsDashboard.main.scales.x.max"
+                      f" - window.sdsDashboard.main.scales.x.min < {before * 0.6}")
+    # To the last 4 days (the devices' readings are the last week), as a drag does.
+    browser.execute_script("window.sdsDashboard.main.setScale('x', {min: arguments[0],"
+                           " max: arguments[1]})", (END - timedelta(days=4)).timestamp(),
+                           END.timestamp())
+    wait_for(browser, "document.getElementById('chart').dataset.aggregated !== '1d'"
+                      " && window.sdsDashboard.drawn.interval !== '1d'")
+    fine = chart.get_attribute("data-aggregated")
+    assert fine.endswith(("m", "h")), fine
+    browser.find_element(By.ID, "csv").click()
+    wait_for(browser, "window.sdsDashboard.csv !== undefined")
+    file = browser.execute_script("return window.sdsDashboard.csv")
+    lines = file["text"].splitlines()
+    assert lines[0] == "time,C1,C1_min,C1_max,C2,C2_min,C2_max"
+    drawn = browser.execute_script(
+        "const u = window.sdsDashboard.main, d = window.sdsDashboard.drawn.data;"
+        " const a = Math.floor(u.scales.x.min), b = Math.ceil(u.scales.x.max);"
+        " return d[0].map((t, i) => [t, d.slice(1).map(s => s[i] == null ? null : s[i])])"
+        "  .filter(([t, v]) => t >= a && t <= b && v.some(x => x !== null))")
+    assert len(lines) - 1 == len(drawn) > 24, (len(lines), len(drawn))
+    for line, (t, values) in zip(lines[1:], drawn, strict=True):
+        cells = line.split(",")
+        assert datetime.strptime(cells[0], "%Y-%m-%dT%H:%M:%S%z").timestamp() == t
+        assert [float(c) if c else None for c in cells[1:]] == values
+    assert fine in file["name"] and file["name"].endswith(".csv")
     assert console_errors(browser) == []

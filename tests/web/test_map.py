@@ -64,3 +64,51 @@ def test_the_map_draws_offline_with_health_and_conditions(
     assert "North field" in tip and "21.5 °C" in tip and "A2: silent" in tip, tip
     browser.save_screenshot(str(shots / "16-locations-map.png"))
     assert console_errors(browser) == []
+
+
+def test_the_map_zooms_to_a_region_with_borders_and_markers_link_to_their_pages(
+        server: str, browser: WebDriver, world: World, south: str, shots: Path) -> None:
+    """The 1:110m world was the only basemap (useless at farm scale) and a marker led nowhere:
+    zoomed to North field the 1:10m countries and the US states and counties draw, all from
+    this server, and a click on the marker offers its location's page and its devices'."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/locations")
+    wait_for(browser, "document.getElementById('map').dataset.state === 'drawn'", timeout=30)
+    browser.execute_script(
+        "const loc = JSON.parse(document.getElementById('sds-map').textContent).locations"
+        "  .find(l => l.id === arguments[0]);"
+        " window.sdsDashboard.map.setView([loc.gps[1], loc.gps[0]], 8);", str(world.north))
+    wait_for(browser, "(document.getElementById('map').dataset.basemap || '')"
+                      ".split(',').includes('counties')", timeout=60)
+    found = browser.execute_script(
+        "const m = document.getElementById('map');"
+        " return {counties: m.querySelectorAll('path.county').length,"
+        " states: m.querySelectorAll('path.state').length,"
+        " fine: m.querySelectorAll('path.land.fine').length,"
+        " coarse: m.querySelectorAll('path.land:not(.fine)').length,"
+        " urls: performance.getEntriesByType('resource').map(r => r.name)}")
+    assert found["counties"] > 100 and found["states"] > 10 and found["fine"] > 100, found
+    assert found["coarse"] == 0, found  # the 1:110m coasts are not drawn under the 1:10m ones
+    assert all(u.startswith(server + "/") for u in found["urls"]), found["urls"]
+    assert any(u.endswith("/vendor/countries-10m.json") for u in found["urls"])
+    # The markers lie over the basemaps loaded after them (the 1:10m land covered them).
+    panes = browser.execute_script(
+        "const z = (sel) => Number(getComputedStyle(document.querySelector(sel)"
+        "  .closest('.leaflet-pane')).zIndex);"
+        " return [z('path.map-marker'), z('path.land.fine'), z('path.county')]")
+    assert panes[0] > max(panes[1:]), panes
+    browser.save_screenshot(str(shots / "34-map-region.png"))
+    browser.find_element(By.CSS_SELECTOR, f"path.map-marker[data-location='{world.north}']").click()
+    wait_for(browser, "document.querySelector('.leaflet-popup a.map-location') !== null")
+    place = browser.find_element(By.CSS_SELECTOR, ".leaflet-popup a.map-location")
+    devices = [a.text for a in
+               browser.find_elements(By.CSS_SELECTOR, ".leaflet-popup a.map-device")]
+    assert "A2" in devices, devices
+    href = place.get_attribute("href")
+    assert href.endswith(f"/dashboard/locations/{world.north}"), href
+    device = browser.find_element(By.XPATH, "//div[contains(@class,'leaflet-popup')]"
+                                            "//a[@class='map-device' and text()='A2']")
+    assert device.get_attribute("href").endswith("/dashboard/devices/A2")
+    place.click()
+    wait_for(browser, f"location.pathname === '/dashboard/locations/{world.north}'")
+    assert console_errors(browser) == []

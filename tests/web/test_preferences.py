@@ -113,6 +113,7 @@ def test_preferences_follow_the_user_across_devices_reloads_and_browsers(
     chart_drawn(browser, "chart", loads=2)
     Select(browser.find_element(By.ID, "tz")).select_by_value("UTC")
     chart_drawn(browser, "chart", loads=3)
+    browser.find_element(By.CSS_SELECTOR, "#columns-choice summary").click()  # unfold
     browser.find_element(By.CSS_SELECTOR, "#columns input[value='p']").click()
     chart_drawn(browser, "chart", loads=4)
     wait_for(browser, "window.sdsDashboard.preferences.saved >= 1 &&"

@@ -92,7 +92,7 @@ def test_daily_chart_labels_from_the_registry_axis_in_days_partial_day_marked(
     labels = browser.execute_script(
         "return window.sdsDashboard.main.series.slice(1).map(s => s.label)")
     assert labels == ["Air temperature, maximum (°F)", "Air temperature, minimum (°F)"]
-    boxes = {e.get_attribute("value"): e.find_element(By.XPATH, "..").text
+    boxes = {e.get_attribute("value"): e.find_element(By.XPATH, "..").get_attribute("textContent")
              for e in browser.find_elements(By.CSS_SELECTOR, "#columns input")}
     assert boxes["maxt"].strip() == "Air temperature, maximum"
     ticks = browser.execute_script("return window.sdsDashboard.main.axes[0]._values")

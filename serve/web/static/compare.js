@@ -21,6 +21,22 @@ function start() {
   });
   $("controls").addEventListener("submit", (e) => { e.preventDefault(); load(); });
   window.addEventListener("resize", () => view.resize());
+  $("zoom-in").addEventListener("click", () => view.zoom(0.5));
+  $("zoom-out").addEventListener("click", () => view.zoom(2));
+  $("zoom-reset").addEventListener("click", () => view.reset());
+  $("csv").addEventListener("click", () => {
+    const file = view.csv();
+    if (!file) return;
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(new Blob([file.text], {type: "text/csv"}));
+    link.download = file.name;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+    probe.csv = file;
+    $("csv-what").textContent = file.rows + " rows as drawn, in " + file.name;
+  });
   load();
 }
 

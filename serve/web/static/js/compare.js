@@ -1,10 +1,13 @@
 // The compare page's view: one column of several devices on one chart, each device a line in
 // its own colour, fetched side by side from the API in the same units and zone; long spans of
-// calibrated readings in buckets (points=), outages as gaps, as on the device page.
+// calibrated readings in readable buckets (js/spans.js) with each device's min-max band, outages
+// as gaps, drag, wheel and button zoom that fetches finer buckets, and the CSV of what is
+// drawn, as on the device page.
 import {dataUrl, fetchRows} from "./api.js";
 import {DAY, colour, unitText} from "./facts.js";
 import {withGaps} from "./gaps.js";
 import {rowStep} from "./shape.js";
+import {readableInterval} from "./spans.js";
 import {browserZone, dateMaker} from "./zones.js";
 
 const $ = (id) => document.getElementById(id);
@@ -41,7 +44,14 @@ export class Compare {
     return Object.fromEntries(Array.from(document.querySelectorAll("select.unit"))
       .map((s) => [s.dataset.param, s.value]));
   }
-  zone() { return $("tz").value === "browser" ? browserZone() : $("tz").value; }
+  /** The zone of the axis: "device" is the first ticked device's own (its location's). */
+  zone() {
+    const tz = $("tz").value;
+    if (tz === "browser") return browserZone();
+    if (tz !== "device") return tz;
+    const first = this.cfg.devices.find((d) => d.name === this.devices()[0]);
+    return (first && first.zone) || "UTC";
+  }
 
   /** The column menu of the chosen table, labelled from the registry. */
   fillColumns(wanted) {
@@ -75,6 +85,46 @@ export class Compare {
 
   width() { return Math.max(this.el.clientWidth, 300); }
 
+  /** Every chosen device's rows of `col` over [start, end]: buckets of `interval` or rows. */
+  async fetchAll(devices, col, start, end, z, units, interval) {
+    const extra = interval ? {interval} : {};
+    const one = (device) => fetchRows(dataUrl({
+      table: $("table").value, device, cols: [col], start, end, zone: z, units, extra}),
+      this.cfg.fetch_rows);
+    if (!interval) return Promise.all(devices.map(one));
+    // Buckets over a long window are a heavy page each (serve/fairshare.py): the API serves a
+    // client's heavy pages one at a time and refuses the others (503), so they go in turn.
+    const answers = [];
+    for (const device of devices) answers.push(await one(device));
+    return answers;
+  }
+
+  /** One shared time axis over the devices' answers: [data, series, bands]. A bucketed
+   *  answer's `<col>_min` and `<col>_max` become a band around the device's line. Each
+   *  device's outages are null gaps; uPlot's join leaves a device `undefined` (joined over) at
+   *  the others' times; NULL_EXPAND (2) widens each gap's null over those, or the line would
+   *  cross the outage between the other devices' readings. */
+  shaped(answers, devices, col, aggregated) {
+    const t = this.table(), series = [], bands = [];
+    const tables = answers.map((got, i) => {
+      const times = got.rows.map((r) => Date.parse(r.time) / 1000);
+      const step = aggregated ? rowStep(times, t.step) : t.step;
+      const value = (key) => got.rows.map((r) => (r[key] === undefined ? null : r[key]));
+      const c = colour(this.cfg, i), line = {spanGaps: false, points: {show: false}};
+      series.push(Object.assign({label: devices[i], stroke: c, width: 2}, line));
+      const cols = [times, value(col)];
+      if (aggregated && got.rows.length && (col + "_min") in got.rows[0]) {
+        cols.push(value(col + "_min"), value(col + "_max"));
+        series.push(Object.assign({label: devices[i] + " lowest", stroke: c + "66", width: 1}, line),
+                    Object.assign({label: devices[i] + " highest", stroke: c + "66", width: 1}, line));
+        bands.push({series: [series.length, series.length - 1], fill: c + "33"});
+      }
+      return withGaps(cols, step).data;
+    });
+    const data = uPlot.join(tables, tables.map((d) => d.map((_, k) => (k ? 2 : 0))));
+    return {data, series, bands};
+  }
+
   /** Fetch every chosen device's series and draw them on one chart. */
   async load() {
     this.save();
@@ -89,13 +139,11 @@ export class Compare {
     const [start, end] = this.range();
     const z = this.zone(), units = this.units();
     const aggregated = t.aggregates && (end - start) / t.step > this.cfg.raw_rows;
-    const extra = aggregated ? {points: String(Math.min(this.width(), 2000))} : {};
+    const interval = aggregated ? readableInterval(this.cfg, end - start, this.width()).label : null;
     $("status").textContent = "Loading…";
     let answers;
     try {
-      answers = await Promise.all(devices.map((device) => fetchRows(dataUrl({
-        table: $("table").value, device, cols: [col], start, end, zone: z, units, extra}),
-        this.cfg.fetch_rows)));
+      answers = await this.fetchAll(devices, col, start, end, z, units, interval);
     } catch (err) {
       if (mine !== this.generation) return;
       el.dataset.state = "error";
@@ -103,40 +151,135 @@ export class Compare {
       return;
     }
     if (mine !== this.generation) return;
-    // Each device's rows with its outages as null gaps, then one shared time axis. uPlot's
-    // join leaves a device `undefined` (joined over) at the others' times; NULL_EXPAND (2)
-    // widens each gap's null over those, or the line would cross the outage between the
-    // other devices' readings (uPlot clips a gap only to its neighbouring x values).
-    const tables = answers.map((got) => {
-      const times = got.rows.map((r) => Date.parse(r.time) / 1000);
-      const step = aggregated ? rowStep(times, t.step) : t.step;
-      return withGaps([times, got.rows.map((r) => (r[col] === undefined ? null : r[col]))], step).data;
-    });
-    const data = uPlot.join(tables, tables.map(() => [0, 2]));  // [x, series]: expand
+    const {data, series, bands} = this.shaped(answers, devices, col, aggregated);
     const info = t.columns.find((c) => c.name === col);
     const unit = unitText(this.cfg, info, units);
+    this.view = {devices, col, z, units, aggregated, interval, start, end, info, unit,
+                 whole: {data, answers}, fine: null};
     const opts = {
-      width: this.width(), height: 380, tzDate: dateMaker(z),
-      series: [{label: "time (" + z + ")"}].concat(devices.map((d, i) => ({
-        label: d, stroke: colour(this.cfg, i), width: 2, spanGaps: false, points: {show: false}}))),
+      width: this.width(), height: this.height(), tzDate: dateMaker(z),
+      series: [{label: "time (" + z + ")"}].concat(series), bands,
       axes: [{}, {label: info.label + (unit ? " (" + unit + ")" : ""), size: 60}],
+      padding: [null, 40, null, null],  // room for the last time label
       scales: {x: {time: true}},
       cursor: {drag: {x: true, y: false, setScale: true}},
-      hooks: {draw: [() => { el.dataset.state = "drawn"; }]},
+      hooks: {
+        draw: [(u) => { el.dataset.state = "drawn"; this.probe.drawn = {data: u.data, interval: this.view.interval}; }],
+        setScale: [(u, key) => { if (key === "x") { this.describe(); this.refine(); } }],
+      },
     };
     if (this.chart) this.chart.destroy();
     el.replaceChildren();
     this.chart = this.probe.main = new uPlot(opts, data, el);
+    this.chart.over.addEventListener("wheel", (e) => {  // zoom around the pointer
+      e.preventDefault();
+      const x = this.chart.posToVal(e.offsetX, "x"), {min, max} = this.chart.scales.x;
+      const f = e.deltaY < 0 ? 0.75 : 1 / 0.75;
+      this.zoomTo(x - (x - min) * f, x + (max - x) * f);
+    }, {passive: false});
     this.chart.setScale("x", {min: start, max: end});
+    this.answers = answers;
     el.dataset.series = devices.join(",");
     el.dataset.column = col;
     el.dataset.units = answers[0].units || "";
-    const counts = answers.map((a, i) => devices[i] + " " + a.rows.length);
-    $("status").textContent = info.label + (unit ? " in " + unit : "") + " · times in " + z +
-      " · " + (aggregated ? "buckets of " + (answers[0].interval || "?") + ": " : "rows: ") +
-      counts.join(", ");
+    this.describe();
     this.probe.loads += 1;
   }
 
-  resize() { if (this.chart) this.chart.setSize({width: this.width(), height: 380}); }
+  /** The status line and the data attributes of what is drawn. */
+  describe() {
+    const v = this.view;
+    if (!v || !this.chart) return;
+    const counts = this.answers.map((a, i) => v.devices[i] + " " + a.rows.length);
+    this.el.dataset.aggregated = v.aggregated ? v.interval : "";
+    $("status").textContent = v.info.label + (v.unit ? " in " + v.unit : "") + " · times in " +
+      v.z + " · " + (v.aggregated ? "buckets of " + v.interval +
+      " (mean line, lowest to highest band): " : "rows: ") + counts.join(", ");
+  }
+
+  /** Show [min, max] of the loaded range (at least 5 minutes wide). */
+  zoomTo(min, max) {
+    if (!this.chart || !this.view) return;
+    const {start, end} = this.view, width = Math.min(max - min, end - start);
+    min = Math.max(start, Math.min(min, end - width));
+    this.chart.setScale("x", {min, max: min + Math.max(width, 300)});
+  }
+
+  /** Zoom by `f` around the middle (below 1: in). */
+  zoom(f) {
+    if (!this.chart) return;
+    const {min, max} = this.chart.scales.x, mid = (min + max) / 2, half = (max - min) * f / 2;
+    this.zoomTo(mid - half, mid + half);
+  }
+
+  reset() { if (this.view) this.zoomTo(this.view.start, this.view.end); }
+
+  /** After a zoom into a bucketed chart: finer buckets for the view, shortly; the whole
+   *  range's again when zoomed back out (as the device page, js/readings.js). */
+  refine() {
+    if (!this.view || !this.view.aggregated) return;
+    clearTimeout(this.refineTimer);
+    this.refineTimer = setTimeout(() => this.refineNow(), 250);
+  }
+
+  async refineNow() {
+    const v = this.view, {min, max} = this.chart.scales.x;
+    let answers, interval, fine = null;
+    if (max - min >= 0.5 * (v.end - v.start)) {
+      if (!v.fine) return;
+      answers = v.whole.answers;
+      interval = readableInterval(this.cfg, v.end - v.start, this.width()).label;
+    } else {
+      if (v.fine && v.fine.start <= min && v.fine.end >= max && v.fine.width <= 2 * (max - min)) return;
+      const pad = (max - min) / 4, mine = this.generation;
+      const start = Math.max(v.start, Math.floor(min - pad)), end = Math.min(v.end, Math.ceil(max + pad));
+      interval = readableInterval(this.cfg, max - min, this.width()).label;
+      try {
+        answers = await this.fetchAll(v.devices, v.col, start, end, v.z, v.units, interval);
+      } catch (err) {
+        return;  // the coarser buckets stay; the next zoom asks again
+      }
+      if (mine !== this.generation || this.view !== v) return;
+      fine = {start, end, width: max - min};
+    }
+    const {data} = this.shaped(answers, v.devices, v.col, true);
+    Object.assign(v, {fine, interval});
+    this.answers = answers;
+    const view = this.chart.scales.x;
+    // setData(…, false) neither redraws nor re-reads the view's window: set the range again.
+    const keep = {min: view.min, max: view.max};
+    this.chart.setData(data, false);
+    this.chart.setScale("x", keep);
+    this.describe();
+  }
+
+  /** The drawn series in view as CSV: time, then each device's value (and its band's
+   *  lowest and highest for buckets), one row per time drawn; the name says the range. */
+  csv() {
+    const u = this.chart, v = this.view;
+    if (!u || !v) return null;
+    const a = Math.floor(u.scales.x.min), b = Math.ceil(u.scales.x.max);
+    const iso = (t) => new Date(t * 1000).toISOString().replace(".000Z", "Z");
+    const names = u.series.slice(1).map((s) => s.label.replace(/ lowest$/, "_min")
+      .replace(/ highest$/, "_max"));
+    const lines = [["time"].concat(names).join(",")];
+    let rows = 0;
+    u.data[0].forEach((t, i) => {
+      if (t < a || t > b) return;
+      const values = u.data.slice(1).map((d) => (d[i] === null || d[i] === undefined ? "" : d[i]));
+      if (values.every((x) => x === "")) return;  // a gap's null row, not drawn
+      lines.push([iso(t)].concat(values).join(","));
+      rows += 1;
+    });
+    const name = ["compare", v.col, v.aggregated ? v.interval : "rows", iso(a).slice(0, 10),
+                  iso(b).slice(0, 10)].join("_") + ".csv";
+    return {text: lines.join("\n") + "\n", name, rows};
+  }
+
+  /** 380 px; on a narrow screen half the screen's height. */
+  height() {
+    return window.innerWidth <= 760 ? Math.max(260, Math.round(window.innerHeight * 0.5)) : 380;
+  }
+
+  resize() { if (this.chart) this.chart.setSize({width: this.width(), height: this.height()}); }
 }

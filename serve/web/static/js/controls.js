@@ -84,6 +84,15 @@ export class Controls {
       label.append(input, " " + c.label);
       box.append(label);
     });
+    this.summarise();
+  }
+
+  /** The folded column choice's one line: how many columns are ticked, and which. */
+  summarise() {
+    const names = new Set(this.columns());
+    const labels = this.table().columns.filter((c) => names.has(c.name)).map((c) => c.label);
+    $("columns-summary").textContent = labels.length
+      ? labels.length + " (" + labels.join(", ") + ")" : "none ticked";
   }
 
   /** The ticked columns, in registry order. */
@@ -139,5 +148,8 @@ export class Controls {
     $("controls").addEventListener("submit", (e) => { e.preventDefault(); this.changed(); });
   }
 
-  changed() { if (this.listener) this.listener(); }
+  changed() {
+    this.summarise();
+    if (this.listener) this.listener();
+  }
 }

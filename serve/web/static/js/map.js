@@ -1,7 +1,12 @@
 // The locations map: every location with coordinates as a marker coloured by the worst
-// health badge of the devices standing there, with its latest conditions in a tooltip, over
-// a basemap of the world's countries (world-atlas 1:110m, vendored from npm). No tile server:
-// the machines this runs on may have no internet, so nothing is fetched from another site.
+// health badge of the devices standing there, with its latest conditions in a tooltip and
+// links to the location and its devices on a click, over basemaps vendored from npm: the
+// world's countries at 1:110m, at 1:10m from zoom COUNTRY_ZOOM, and the United States' states
+// and counties from zoom REGION_ZOOM (serve/web/assets.py). No tile server: the machines this
+// runs on may have no internet, so nothing is fetched from another site.
+
+const COUNTRY_ZOOM = 4;  // a country fills the map: its 1:10m borders and coasts
+const REGION_ZOOM = 6;   // a region: US states and counties (the world's admin-1 is not shipped)
 
 const LEVELS = ["ok", "warn", "bad"];  // badge levels (serve/web/model.py), mildest first
 
@@ -39,30 +44,91 @@ function tooltip(loc, text) {
   return box;
 }
 
-/** Draw the map into `el` from the page's JSON `data` ({locations, unit_text, basemap}). */
+/** A link `text` to `href` in `parent`, on a line of its own. */
+function link(parent, text, href, className) {
+  const div = document.createElement("div"), a = document.createElement("a");
+  a.href = href;
+  a.textContent = text;
+  a.className = className;
+  div.append(a);
+  parent.append(div);
+}
+
+/** The popup of a clicked marker: the location's page and each device's. */
+function popup(loc) {
+  const box = document.createElement("div");
+  link(box, loc.name, loc.url, "map-location");
+  loc.devices.forEach((d) => link(box, d.name, d.url, "map-device"));
+  return box;
+}
+
+/** A TopoJSON file of the vendored basemaps, parsed. */
+async function topology(url) {
+  const answer = await fetch(url, {credentials: "same-origin"});
+  if (!answer.ok) throw new Error("basemap: " + answer.status);
+  return answer.json();
+}
+
+/** Geometry of `object` in `topo` as a non-interactive layer drawn with CSS class `cls`. */
+function outline(topo, object, cls) {
+  return L.geoJSON(topojson.feature(topo, topo.objects[object]),
+                   {interactive: false, pane: "basemap", style: () => ({className: cls})});
+}
+
+/** The finer basemaps, each loaded once on the first zoom that needs it; the 1:110m world is
+ *  hidden while the 1:10m countries show (their coasts would draw twice). */
+function detail(map, urls, world) {
+  const layers = {}, loading = {};
+  const load = (name, make) => {
+    if (!loading[name]) loading[name] = topology(urls[name]).then((topo) => { layers[name] = make(topo); });
+    return loading[name];
+  };
+  const update = async () => {
+    const z = map.getZoom();
+    if (z >= COUNTRY_ZOOM) await load("countries", (t) => outline(t, "countries", "land fine"));
+    if (z >= REGION_ZOOM) {
+      await load("counties", (t) => L.layerGroup([outline(t, "counties", "county"),
+                                                  outline(t, "states", "state")]));
+    }
+    const z2 = map.getZoom();  // the zoom now, after the loads
+    const want = {world: z2 < COUNTRY_ZOOM, countries: z2 >= COUNTRY_ZOOM, counties: z2 >= REGION_ZOOM};
+    Object.entries(want).forEach(([name, on]) => {
+      const layer = name === "world" ? world : layers[name];
+      if (!layer) return;
+      if (on && !map.hasLayer(layer)) layer.addTo(map);
+      if (!on && map.hasLayer(layer)) map.removeLayer(layer);
+    });
+    map.getContainer().dataset.basemap = Object.keys(want).filter((k) => want[k] && (k === "world" || layers[k])).join(",");
+  };
+  map.on("zoomend", () => { update().catch(() => { /* the coarser basemap stays */ }); });
+  return update();
+}
+
+/** Draw the map into `el` from the page's JSON `data` ({locations, unit_text, basemap: {world,
+ *  countries, counties}}). */
 export async function drawMap(el, data) {
-  const map = L.map(el, {worldCopyJump: true, attributionControl: true});
+  const map = L.map(el, {worldCopyJump: true, attributionControl: true, maxZoom: 14});
+  // Basemaps in a pane under the markers' (400): a finer one loaded later would cover them.
+  map.createPane("basemap").style.zIndex = 350;
   // The view first (layers draw once the map has one): around the located places.
   const placed = data.locations.filter((loc) => loc.gps);
   if (placed.length) {
     map.fitBounds(L.latLngBounds(placed.map((loc) => [loc.gps[1], loc.gps[0]])).pad(0.5),
-                  {maxZoom: 6});
+                  {maxZoom: 8});
   } else {
     map.setView([20, 0], 1);
   }
   map.attributionControl.setPrefix(false);
-  map.attributionControl.addAttribution("Basemap: Natural Earth via world-atlas");
-  const answer = await fetch(data.basemap, {credentials: "same-origin"});
-  if (!answer.ok) throw new Error("basemap: " + answer.status);
-  const world = await answer.json();
-  L.geoJSON(topojson.feature(world, world.objects.countries),
-            {interactive: false, className: "land", style: () => ({className: "land"})}).addTo(map);
+  map.attributionControl.addAttribution("Basemap: Natural Earth via world-atlas; US Census via us-atlas");
+  const world = outline(await topology(data.basemap.world), "countries", "land").addTo(map);
+  await detail(map, data.basemap, world);
   const markers = [];
   placed.forEach((loc) => {
     const level = worst(loc.devices);
     const [lon, lat] = loc.gps;
     const m = L.circleMarker([lat, lon], {radius: 8, className: "map-marker " + level})
       .bindTooltip(tooltip(loc, data.unit_text), {direction: "top"})
+      .bindPopup(popup(loc))
       .addTo(map);
     m.locationId = loc.id;
     markers.push(m);

@@ -2,7 +2,9 @@
 // API in the chosen units and zone; drag, wheel and button zoom; the CSV link of what is shown.
 import {dataUrl, fetchRows, iso} from "./api.js";
 import {DAY, colour, unitText} from "./facts.js";
+import {rebucket} from "./buckets.js";
 import {shape} from "./shape.js";
+import {readableInterval} from "./spans.js";
 import {dateMaker} from "./zones.js";
 
 const $ = (id) => document.getElementById(id);
@@ -69,7 +71,10 @@ export class Readings {
   make(shaped, axes, z) {
     const el = this.el;
     const opts = {
-      width: this.width(), height: 380, tzDate: dateMaker(z),
+      width: this.width(), height: this.height(), tzDate: dateMaker(z),
+      // A time label is centred on its tick: with no axis on the right, the last one was cut
+      // at the canvas's edge ("2026-11-2"). Room for half a date on the right.
+      padding: [null, axes.length > 2 ? null : 40, null, null],
       series: [{label: "time (" + z + ")"}].concat(shaped.series), axes, bands: shaped.bands,
       scales: {x: {time: true}},
       cursor: {drag: {x: true, y: false, setScale: true}},
@@ -80,6 +85,8 @@ export class Readings {
           this.markIncomplete(u);
           if (this.firstDraw) { this.firstDraw = false; performance.mark("sds-chart-drawn"); }
           this.probe.lastDraw = performance.now();
+          // What the canvas shows (tests compare it with what was fetched and downloaded).
+          this.probe.drawn = {data: u.data, interval: this.aggregation ? this.aggregation.interval : null};
           el.dataset.state = "drawn";
         }],
         setScale: [(u, key) => {
@@ -99,6 +106,12 @@ export class Readings {
   }
 
   width() { return Math.max(this.el.clientWidth, 300); }
+
+  /** 380 px; on a narrow screen (a phone) half the screen's height (the legend below
+   *  adds to it), so the chart fits the first screen under the header. */
+  height() {
+    return window.innerWidth <= 760 ? Math.max(260, Math.round(window.innerHeight * 0.5)) : 380;
+  }
 
   /** Show [min, max] of the loaded range (kept inside it, at least 5 minutes wide). */
   zoomTo(min, max) {
@@ -133,20 +146,42 @@ export class Readings {
     return [Math.floor(u.scales.x.min), Math.ceil(u.scales.x.max)];
   }
 
+  /** The "Download CSV" link: what the chart draws in view. Buckets: the API asked with the
+   *  drawn interval over the view (the buckets starting in it, as drawn). Rows: the API's rows
+   *  over the view, up to its largest page; beyond that the link ends where that page ends, so
+   *  its range (and the file's name) is what the file holds, and it says so. */
   updateCsv(u) {
     const cols = this.controls.columns();
     const link = $("csv");
     if (!u || !cols.length) { link.removeAttribute("href"); return; }
-    const [a, b] = this.shown();
+    let [a, b] = this.shown();
     const cap = this.cfg.max_limit;  // the API's largest page: what one download holds
+    // Buckets the API made are downloaded as drawn; rows joined in this browser (hourly
+    // tables) are downloaded raw, and the text says so.
+    const agg = this.aggregation && !this.aggregation.client ? this.aggregation : null;
+    const joined = this.aggregation && this.aggregation.client ? this.aggregation : null;
+    const inView = (joined ? this.rawTimes : this.times).filter((t) => t >= a && t <= b);
+    const extra = agg ? {interval: agg.interval} : {limit: String(cap)};
+    const wall = dateMaker(this.el.dataset.zone), day = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
+    let text;
+    if (agg) {
+      text = inView.length + " buckets of " + agg.interval + ", as drawn";
+    } else if (inView.length > cap) {
+      b = inView[cap - 1];
+      text = "raw rows: the first " + cap + " of " + inView.length + " in view, " + day(wall(a)) +
+        " to " + day(wall(b)) + " (zoom in, or export the whole range)";
+    } else {
+      text = inView.length + (joined ? " raw rows, " + day(wall(a)) + " to " + day(wall(b))
+        : " rows, as shown");
+    }
+    if (joined) text += " (the chart joins them into buckets of " + joined.interval + ")";
+    extra.format = "csv";
     link.href = dataUrl({table: this.controls.tableName(), device: this.cfg.device, cols,
                          start: a, end: b, zone: this.controls.zone(),
-                         units: this.controls.units(),
-                         extra: {limit: String(cap), format: "csv"}});
-    const inView = this.times.filter((t) => t >= a && t <= b).length;
-    link.title = inView > cap
-      ? "The download holds the first " + cap + " of " + inView + " rows: zoom in for the rest"
-      : inView + " rows, as shown";
+                         units: this.controls.units(), extra});
+    link.title = text;
+    link.dataset.rows = String(agg || inView.length <= cap ? inView.length : cap);
+    $("csv-what").textContent = text;
     this.el.dataset.viewMin = String(a);
     this.el.dataset.viewMax = String(b);
   }
@@ -159,7 +194,7 @@ export class Readings {
     const fmt = (ts) => format(wall(ts));
     const cap = this.cfg.fetch_rows;
     const agg = this.aggregation;
-    $("status").textContent = (agg
+    $("status").textContent = (agg && agg.interval !== "rows"
       ? this.rows + " buckets of " + agg.interval + " (mean line, lowest to highest band; from " +
         agg.from + ")"
       : this.rows + " rows" + (this.rows >= cap ? " (first " + cap + ")" : "")) +
@@ -190,10 +225,10 @@ export class Readings {
     const [start, end] = this.controls.range();
     const z = this.controls.zone(), units = this.controls.units();
     const table = this.controls.table(), done = table.completeness;
-    // A range of more rows than raw_rows is asked for in buckets, about one per pixel column.
+    // A range of more rows than raw_rows is asked for in buckets of a readable width.
     const aggregated = table.aggregates && (end - start) / table.step > this.cfg.raw_rows;
     const asked = done && !cols.includes(done) ? cols.concat([done]) : cols;
-    const extra = aggregated ? {points: String(Math.min(Math.max(this.width(), 200), 2000))} : {};
+    const extra = aggregated ? {interval: readableInterval(this.cfg, end - start, this.width()).label} : {};
     const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
                          cols: asked, start, end, zone: z, units, extra});
     $("status").textContent = "Loading…";
@@ -211,27 +246,38 @@ export class Readings {
     if (!this.current(mine)) return null;
     const fetched = performance.now() - t0;
     const whole = this.cfg.complete[units.ratio];
-    const complete = aggregated ? (r) => r.complete
-      : (r) => (done && r[done] !== null && r[done] !== undefined ? r[done] >= whole : null);
+    const rawComplete = (r) => (done && r[done] !== null && r[done] !== undefined ? r[done] >= whole : null);
+    // A long span of a table the API does not aggregate (hourly): joined here, as readable.
+    let rows = got.rows, interval = got.interval, from = got.from, client = false;
+    const want = readableInterval(this.cfg, end - start, this.width());
+    if (!aggregated && table.step < DAY && (end - start) / table.step > this.cfg.raw_rows &&
+        want.seconds > table.step) {
+      rows = this.joined(got.rows, want, asked, z);
+      [interval, from, client] = [want.label, table.title + " rows, joined in this browser", true];
+    }
+    this.raw = got.rows;
+    this.rawTimes = got.rows.map((r) => Date.parse(r.time) / 1000);
+    const bucketed = aggregated || client;
+    const complete = bucketed ? (r) => r.complete : rawComplete;
     el.dataset.zone = z;  // the axes' zone, before they are made
     const {look, axes} = this.looks(cols);
-    const shaped = shape(got.rows, cols, {look, step: table.step, aggregated, complete});
+    const shaped = shape(rows, cols, {look, step: table.step, aggregated: bucketed, complete});
     this.shaped = shaped;
     this.times = shaped.times;
     this.gaps = shaped.gaps;
     this.incomplete = shaped.incomplete;
-    this.aggregation = aggregated ? {interval: got.interval, from: got.from} : null;
-    this.query = {cols, asked, zone: z, units, look, step: table.step};
-    this.whole = {shaped, interval: got.interval};
+    this.aggregation = bucketed ? {interval, from, client} : null;
+    this.query = {cols, asked, zone: z, units, look, step: table.step, rawComplete};
+    this.whole = {shaped, interval};
     this.fine = null;
     this.loaded = [start, end];
-    this.rows = got.rows.length;
+    this.rows = rows.length;
     const t1 = performance.now();
     if (this.chart) this.chart.destroy();
     el.dataset.units = got.units || "";
     el.dataset.gaps = String(this.gaps.length);
     el.dataset.incomplete = String(this.incomplete.length);
-    el.dataset.aggregated = aggregated ? got.interval || "" : "";
+    el.dataset.aggregated = bucketed ? interval || "" : "";
     this.chart = this.probe.main = this.make(shaped, axes, z);
     this.chart.setScale("x", {min: start, max: end});
     el.dataset.series = cols.join(",");
@@ -266,9 +312,22 @@ export class Readings {
     const start = Math.max(a, Math.floor(min - pad)), end = Math.min(b, Math.ceil(max + pad));
     const mine = this.generation, ask = this.refineAsk = (this.refineAsk || 0) + 1;
     const q = this.query;
+    if (this.aggregation.client) {  // the rows are here: joined again for the view, or raw
+      this.fine = {start, end, width: max - min};
+      const want = readableInterval(this.cfg, max - min, this.width());
+      const rows = this.raw.filter((r, i) => this.rawTimes[i] >= start && this.rawTimes[i] <= end);
+      if (want.seconds > q.step) {
+        this.show(shape(this.joined(rows, want, q.asked, q.zone), q.cols, {look: q.look,
+          step: q.step, aggregated: true, complete: (r) => r.complete}), want.label);
+      } else {
+        this.show(shape(rows, q.cols, {look: q.look, step: q.step, aggregated: false,
+                                       complete: q.rawComplete}), "rows");
+      }
+      return;
+    }
     const url = dataUrl({table: this.controls.tableName(), device: this.cfg.device,
                          cols: q.asked, start, end, zone: q.zone, units: q.units,
-                         extra: {points: String(Math.min(Math.max(this.width(), 200), 2000))}});
+                         extra: {interval: readableInterval(this.cfg, max - min, this.width()).label}});
     let got;
     try {
       got = await fetchRows(url, this.cfg.fetch_rows);
@@ -281,6 +340,14 @@ export class Readings {
                                        complete: (r) => r.complete}), got.interval);
   }
 
+  /** `rows` of the chosen table joined into buckets of `want` ({label, seconds}) in zone `z`
+   *  (js/buckets.js), each column by its rule. */
+  joined(rows, want, cols, z) {
+    const rules = Object.fromEntries(this.controls.table().columns.map((c) => [c.name, c.rule]));
+    return rebucket(rows, cols, rules, {seconds: want.seconds, step: this.controls.table().step,
+                                        zone: z});
+  }
+
   /** Put `shaped` (buckets of `interval`) into the chart, keeping the view. */
   show(shaped, interval) {
     Object.assign(this, {shaped, times: shaped.times, gaps: shaped.gaps,
@@ -288,9 +355,16 @@ export class Readings {
     this.aggregation.interval = interval;
     this.el.dataset.aggregated = interval || "";
     this.el.dataset.points = String(this.rows);
+    // setData(…, false) keeps the view but neither redraws nor re-indexes the view's window
+    // of the new data: the canvas kept the coarse buckets after a drag-zoom. Setting the same
+    // x range again does both (and y follows the new data); refine() then finds the view
+    // already covered by what it fetched.
+    const {min, max} = this.chart.scales.x;
     this.chart.setData(shaped.data, false);
+    this.chart.setScale("x", {min, max});
     this.describe();
+    this.updateCsv(this.chart);  // the same range fires no setScale hook: the new buckets
   }
 
-  resize() { if (this.chart) this.chart.setSize({width: this.width(), height: 380}); }
+  resize() { if (this.chart) this.chart.setSize({width: this.width(), height: this.height()}); }
 }
