@@ -199,20 +199,6 @@ def logout() -> Response:
 # ---- signed-in pages ---------------------------------------------------------------------
 
 
-@blp.route(f"{PREFIX}/")
-@signed_in
-def devices(principal: Principal) -> Response:
-    """The organisation's devices with state, location and zone, last seen, battery, signal
-    and health badges."""
-    teams = None  # a teams-only member's teams, to say why the list is empty
-    with pool().connection() as conn:
-        found = model.device_list(conn, org=principal.org_id, settings=_settings())
-        if not found and principal.teams_only:
-            teams = model.visible_teams(conn, org=principal.org_id)
-    return _html(render_template("web/devices.html", devices=found, nav="devices",
-                                 settings=_settings(), teams=teams))
-
-
 def _latest_time(conn: psycopg.Connection, device: str) -> datetime | None:
     """Time of the device's newest 5-minute reading (where the charts' default range ends)."""
     row = conn.execute("SELECT time FROM calibrated WHERE device = %s ORDER BY time DESC"

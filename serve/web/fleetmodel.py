@@ -1,0 +1,113 @@
+"""What the device list shows as a fleet view (issue 34): each device's latest air temperature
+and humidity, a 24-hour sparkline of its air temperature, and how long ago it was heard from.
+
+Two queries for the whole list, whatever its length (never one per device): the newest reading
+of each device, and its 30-minute means of the last 24 hours. Values are converted into the
+user's units with the API's own conversion (shared/units.py); the sparkline is drawn on the
+server as the points of an inline SVG polyline (no script, no image request), broken where a
+bucket has no reading, as the charts break at outages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from shared import units
+from shared.columns import TABLES, Column
+
+TAIR: Column = TABLES["calibrated"].column("tair")
+RH: Column = TABLES["calibrated"].column("rh")
+SPAN = timedelta(hours=24)  # the sparkline's span, ending now
+BUCKET = timedelta(minutes=30)  # one sparkline point: 48 in a day
+WIDTH, HEIGHT = 120, 28  # the sparkline's viewBox, in its own units (CSS scales it)
+
+
+@dataclass(frozen=True, slots=True)
+class Spark:
+    """A sparkline: polyline point lists (one per unbroken run), its lowest and highest value
+    in the user's unit, and how many buckets had readings."""
+
+    lines: list[str]
+    low: float | None
+    high: float | None
+    points: int
+
+
+def ago(then: datetime | None, now: datetime) -> str:
+    """'just now', '3 min ago', '5 h ago', '2 d ago', or 'never'."""
+    if then is None:
+        return "never"
+    seconds = int((now - then).total_seconds())
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 86400:
+        return f"{seconds // 3600} h ago"
+    return f"{seconds // 86400} d ago"
+
+
+def spark(values: list[tuple[datetime, float]], start: datetime, *, span: timedelta = SPAN,
+          bucket: timedelta = BUCKET) -> Spark:
+    """The sparkline of bucket means `values` (bucket start, value; oldest first) over
+    [start, start + span): x from the bucket's place in the span, y scaled to the values'
+    range (a flat line in the middle when they are all equal); a missing bucket breaks it."""
+    if not values:
+        return Spark([], None, None, 0)
+    low = min(v for _, v in values)
+    high = max(v for _, v in values)
+    slots = max(int(span / bucket) - 1, 1)
+    lines: list[list[str]] = []
+    previous: int | None = None
+    for time, value in values:
+        slot = int((time - start) / bucket)
+        x = WIDTH * min(max(slot, 0), slots) / slots
+        y = HEIGHT / 2 if high == low else 2 + (HEIGHT - 4) * (high - value) / (high - low)
+        if previous is None or slot != previous + 1:
+            lines.append([])
+        lines[-1].append(f"{x:.1f},{y:.1f}")
+        previous = slot
+    # A run of one point is drawn as a short dash, so a single reading still shows.
+    drawn = [" ".join(run if len(run) > 1 else [run[0], _nudged(run[0])]) for run in lines]
+    return Spark(drawn, low, high, len(values))
+
+
+def _nudged(point: str) -> str:
+    x, y = (float(p) for p in point.split(","))
+    return f"{min(x + 2.5, WIDTH):.1f},{y:.1f}"
+
+
+def fleet(conn: psycopg.Connection, names: list[str], now: datetime,
+          chosen: dict[str, units.Unit]) -> dict[str, dict[str, Any]]:
+    """Per device name: `time` of its newest reading, `tair` and `rh` there (in the `chosen`
+    temp and ratio units) and `spark`, its air temperature over the last 24 hours."""
+    if not names:
+        return {}
+    temp, ratio = chosen["temp"], chosen["ratio"]
+    latest = conn.execute(
+        "SELECT n.name, last.time, last.tair, last.rh FROM unnest(%s::text[]) AS n(name)"
+        " JOIN LATERAL (SELECT time, tair, rh FROM calibrated WHERE device = n.name"
+        "   ORDER BY time DESC LIMIT 1) last ON true", (names,)).fetchall()
+    start = now - SPAN
+    buckets = conn.execute(
+        "SELECT device, time_bucket(%s, time, %s::timestamptz) AS b, avg(tair)"
+        " FROM calibrated WHERE device = ANY(%s) AND time >= %s AND time < %s"
+        " AND tair IS NOT NULL GROUP BY 1, 2 ORDER BY 1, 2",
+        (BUCKET, start, names, start, now)).fetchall()
+    series: dict[str, list[tuple[datetime, float]]] = {}
+    for device, at, mean in buckets:
+        value = units.convert(float(mean), TAIR, temp)
+        if value is not None:
+            series.setdefault(device, []).append((at, value))
+    out: dict[str, dict[str, Any]] = {
+        name: {"time": time, "tair": units.convert(tair, TAIR, temp),
+               "rh": units.convert(rh, RH, ratio)}
+        for name, time, tair, rh in latest}
+    for name in names:
+        out.setdefault(name, {"time": None, "tair": None, "rh": None})
+        out[name]["spark"] = spark(series.get(name, []), start)
+    return out
