@@ -28,10 +28,12 @@ WIDTH, HEIGHT = 120, 28  # the sparkline's viewBox, in its own units (CSS scales
 
 @dataclass(frozen=True, slots=True)
 class Spark:
-    """A sparkline: polyline point lists (one per unbroken run), its lowest and highest value
-    in the user's unit, and how many buckets had readings."""
+    """A sparkline: polyline point lists (one per unbroken run of two or more buckets), dots
+    (x, y) for buckets alone between gaps, its lowest and highest value in the user's unit, and
+    how many buckets had readings."""
 
     lines: list[str]
+    dots: list[tuple[float, float]]
     low: float | None
     high: float | None
     points: int
@@ -57,28 +59,24 @@ def spark(values: list[tuple[datetime, float]], start: datetime, *, span: timede
     [start, start + span): x from the bucket's place in the span, y scaled to the values'
     range (a flat line in the middle when they are all equal); a missing bucket breaks it."""
     if not values:
-        return Spark([], None, None, 0)
+        return Spark([], [], None, None, 0)
     low = min(v for _, v in values)
     high = max(v for _, v in values)
     slots = max(int(span / bucket) - 1, 1)
-    lines: list[list[str]] = []
+    runs: list[list[tuple[float, float]]] = []
     previous: int | None = None
     for time, value in values:
         slot = int((time - start) / bucket)
         x = WIDTH * min(max(slot, 0), slots) / slots
         y = HEIGHT / 2 if high == low else 2 + (HEIGHT - 4) * (high - value) / (high - low)
         if previous is None or slot != previous + 1:
-            lines.append([])
-        lines[-1].append(f"{x:.1f},{y:.1f}")
+            runs.append([])
+        runs[-1].append((round(x, 1), round(y, 1)))
         previous = slot
-    # A run of one point is drawn as a short dash, so a single reading still shows.
-    drawn = [" ".join(run if len(run) > 1 else [run[0], _nudged(run[0])]) for run in lines]
-    return Spark(drawn, low, high, len(values))
-
-
-def _nudged(point: str) -> str:
-    x, y = (float(p) for p in point.split(","))
-    return f"{min(x + 2.5, WIDTH):.1f},{y:.1f}"
+    # A bucket alone (one reading, or one between outages) is a dot: a line needs two.
+    lines = [" ".join(f"{x:.1f},{y:.1f}" for x, y in run) for run in runs if len(run) > 1]
+    dots = [run[0] for run in runs if len(run) == 1]
+    return Spark(lines, dots, low, high, len(values))
 
 
 def fleet(conn: psycopg.Connection, names: list[str], now: datetime,

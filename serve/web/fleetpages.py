@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from datetime import UTC, datetime
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from flask import Response, redirect, render_template, request, url_for
 
@@ -105,6 +106,10 @@ def snippet(mqtt: dict[str, Any]) -> str:
 
 def _secret_page(device: str, answer: dict[str, Any], what: str) -> Response:
     mqtt = answer["mqtt"]
+    if not _settings().device_mqtt_address:
+        # The API was called in-process (its host is a placeholder): the host the admin
+        # reached the dashboard at is the broker's, as the API's rule says for a client.
+        mqtt = {**mqtt, "host": urlsplit(request.host_url).hostname or mqtt["host"]}
     return _html(render_template("web/fleet_secret.html", device=device, mqtt=mqtt, what=what,
                                  snippet=snippet(mqtt), broker=answer.get("broker"),
                                  nav="devices"))

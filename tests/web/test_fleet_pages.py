@@ -9,6 +9,7 @@ parts (sparkline, "ago", the form bodies, the configuration line) are tested alo
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import base64
 from flask.testing import FlaskClient
 
 from people import accounts
@@ -102,11 +102,11 @@ def test_the_sparkline_spans_the_day_and_breaks_where_buckets_are_missing() -> N
               (start + 47 * half, 10.0)]
     drawn = spark(values, start)
     assert (drawn.low, drawn.high, drawn.points) == (10.0, 20.0, 4)
-    # Three runs: the first two buckets, one alone (drawn as a dash), the last alone.
-    assert len(drawn.lines) == 3
+    # A line of the first two buckets, then two buckets alone between gaps: dots.
+    assert len(drawn.lines) == 1
     first = [tuple(float(c) for c in p.split(",")) for p in drawn.lines[0].split()]
     assert first == [(0.0, 26.0), (2.6, 2.0)]  # x at the bucket's place, y high at the top
-    assert drawn.lines[2].startswith("120.0,26.0")  # the last bucket at the right edge
+    assert drawn.dots == [(10.2, 14.0), (120.0, 26.0)]  # the last bucket at the right edge
     assert spark([], start).lines == [] and spark([], start).points == 0
     flat = spark([(start, 5.0), (start + half, 5.0)], start)
     assert flat.lines == ["0.0,14.0 2.6,14.0"]  # equal values: a flat line in the middle

@@ -23,6 +23,8 @@ function sortBy(index, kind, direction) {
   for (const th of table.tHead.rows[0].cells) th.removeAttribute("aria-sort");
   table.tHead.rows[0].cells[index].setAttribute("aria-sort", direction);
   table.dataset.sorted = index + " " + direction;
+  const select = document.getElementById("sort-by");
+  if (select) select.value = index + " " + direction;  // the narrow screen's choice agrees
 }
 
 if (table) {
