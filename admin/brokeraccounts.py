@@ -1,6 +1,7 @@
-"""Device accounts on the broker, for the `sds device` and `sds demo` commands: mosquitto
-password-file entries (hashed by mosquitto_passwd, never on a command line), RabbitMQ
-definitions (the cluster profile, admin/rabbit.py) and reloading the broker that reads them."""
+"""Device accounts on the broker, for the `sds device` and `sds demo` commands: the options
+naming them, RabbitMQ definitions (the cluster profile, admin/rabbit.py), and the mosquitto
+password file and broker reload of shared/brokeraccounts.py (which the API's device writes use
+too), with the commands' words around them."""
 
 from __future__ import annotations
 
