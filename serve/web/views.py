@@ -1,4 +1,5 @@
-"""The dashboard's pages: landing page, sign-in/out, devices, device, bad data, locations.
+"""The dashboard's pages: landing page, sign-in/out, device, bad data, locations (the
+device list is serve/web/fleetpages.py's).
 
 Server-rendered Jinja pages; the device and bad-data pages draw their charts with uPlot from
 the API's own JSON (the session cookie authenticates those GETs, serve.web.session). Every
