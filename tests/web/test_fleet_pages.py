@@ -300,6 +300,30 @@ def test_rotate_move_and_retire_through_the_forms(
     assert again_retired.status_code == 409 and "already retired" in _said(again_retired)
 
 
+@pytest.mark.parametrize("path", ["/dashboard/fleet/A3/password", "/dashboard/fleet/A3/move",
+                                  "/dashboard/fleet/A3/retire", "/dashboard/locations/new"])
+def test_every_fleet_form_needs_the_sessions_csrf_value(
+        client: FlaskClient, world: World, broker_dir: Path, path: str) -> None:
+    _admin(client)
+    before = (broker_dir / PASSWD_FILE).read_text() if (broker_dir / PASSWD_FILE).exists() \
+        else ""
+    for csrf in (None, "forged-value"):
+        data = {"confirm": "yes", "location": str(world.north), "name": "Forged",
+                "tz_name": "UTC", **({"csrf": csrf} if csrf else {})}
+        answer = client.post(path, data=data)
+        assert answer.status_code == 400 and "CSRF" in _text(answer), path
+    with psycopg.connect(world.url) as conn:
+        assert conn.execute("SELECT state FROM devices WHERE name = 'A3'").fetchone() != (
+            "Retired",)
+        assert conn.execute("SELECT count(*) FROM deployments dp JOIN devices d ON"
+                            " d.id = dp.device_id WHERE d.name = 'A3'").fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM locations WHERE name = 'Forged'"
+                            ).fetchone() == (0,)
+    after = (broker_dir / PASSWD_FILE).read_text() if (broker_dir / PASSWD_FILE).exists() \
+        else ""
+    assert after == before
+
+
 def test_another_organisations_device_is_a_404(client: FlaskClient, world: World) -> None:
     sign_in(client, "user@b.example")
     csrf = csrf_of(_text(client.get("/dashboard/")))
