@@ -36,8 +36,13 @@ def new_password() -> str:
 @contextmanager
 def _locked(passwd_file: Path) -> Iterator[None]:
     """The password file's lock: each change reads, edits and rewrites the whole file, so two
-    at once (two API workers, the CLI beside them) would lose one's line without it."""
-    fd = os.open(passwd_file, os.O_RDWR | os.O_CREAT, 0o600)
+    at once (two API workers, the CLI beside them) would lose one's line without it. A file
+    this process may not write is a BrokerAccountError naming it (not a bare OSError)."""
+    try:
+        fd = os.open(passwd_file, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise BrokerAccountError(
+            f"cannot write the broker's password file {passwd_file}: {exc.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
