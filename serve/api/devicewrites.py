@@ -141,12 +141,12 @@ def add_device() -> Any:
         location = UUID(body["location"])
     except ValueError:
         raise UnknownLocation(f"unknown location {body['location']!r}") from None
-    passwd = _passwd_file()
     principal = current_principal()
     password = brokeraccounts.new_password()
     name = body["name"]
     with pool().connection() as conn:
         _admin(conn, "adding a device")
+        passwd = _passwd_file()
         did, dep = places.add_device(conn, org=principal.org_id, name=name, location=location,
                                      start=start, type=body.get("type"), model=body.get("model"))
         audit.record(conn, org=principal.org_id, actor=audit_actor(conn), action="device.add",
@@ -167,12 +167,12 @@ def add_device() -> Any:
 def rotate_password(name: str) -> Any:
     """A new broker password for the device (in `mqtt`, this answer only); the old one stops
     at the broker's reload, and the device's broker session is ended."""
-    passwd = _passwd_file()
     principal = current_principal()
     password = brokeraccounts.new_password()
     with pool().connection() as conn:
-        row = _device(conn, name)
+        row = _device(conn, name)  # first: another organisation's device is a 404
         _admin(conn, "a new device password")
+        passwd = _passwd_file()
         if row["state"] == "Retired":
             raise Conflict(f"device {name!r} is retired")
         audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
@@ -193,12 +193,12 @@ def retire_device(name: str) -> Any:
     body = load(RetireSchema(), request_body(form=False)) if request.content_length else {}
     # Not rounded down: a device moved or added a moment ago can be retired now.
     at = parse_instant(body["at"], name="at") if body.get("at") else datetime.now(UTC)
-    passwd = _passwd_file()
     principal = current_principal()
     throwaway = brokeraccounts.new_password()
     with pool().connection() as conn:
         _device(conn, name)  # first: another organisation's device is a 404
         _admin(conn, "retiring a device")
+        passwd = _passwd_file()
         did, ended = places.retire_device(conn, name=name, at=at, org=principal.org_id)
         audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
                      action="device.retire", target_type="device", target_id=did,
