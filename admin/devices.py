@@ -3,7 +3,6 @@ password rotation) and the test publish (admin/publish.py)."""
 
 from __future__ import annotations
 
-import secrets
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from admin.context import Context, audit_operator, pass_ctx
 from admin.publish import publish_test
 from people import accounts
 from shared import places
+from shared.brokeraccounts import new_password
 from shared.errors import ServiceError
 from shared.timeutil import parse_instant
 
@@ -51,7 +51,7 @@ def device_register(obj: Context, name: str, org_name: str, dev_type: str | None
                     model: str | None, mqtt_passwd_file: Path | None,
                     rabbitmq_definitions: Path | None) -> None:
     """Register device NAME (state New until its first reading)."""
-    password = secrets.token_urlsafe(18)
+    password = new_password()
     with obj.conn() as conn:
         did = places.register_device(conn, org=accounts.org_id(conn, org_name), name=name,
                                        type=dev_type, model=model)
@@ -124,12 +124,12 @@ def device_add(obj: Context, name: str, org_name: str, loc: str, start: str,
     password and reload the broker. Prints the password (shown only this once)."""
     one_account_file(mqtt_passwd_file, rabbitmq_definitions)
     t0 = _instant_or_now(start, "--from")
-    password = secrets.token_urlsafe(18)
+    password = new_password()
     with obj.conn() as conn:
         org_id = accounts.org_id(conn, org_name)
-        did = places.register_device(conn, org=org_id, name=name, type=dev_type, model=model)
         location = places.location_id(conn, loc, org=org_id)
-        dep = places.deploy_device(conn, device=name, location=location, start=t0)
+        did, dep = places.add_device(conn, org=org_id, name=name, location=location, start=t0,
+                                     type=dev_type, model=model)
         audit_operator(conn, of="devices", row=did, action="device.add", target_type="device",
                        details={"name": name, "type": dev_type, "model": model,
                                 "deployment": dep, "location": location, "from": t0})
@@ -239,28 +239,12 @@ def device_retire(obj: Context, name: str, at: str, mqtt_passwd_file: Path | Non
     --mqtt-passwd-file) its broker login removed. Its data stays."""
     t_end = _instant_or_now(at, "--at")
     with obj.conn() as conn:
-        dev = conn.execute("SELECT id, state FROM devices WHERE name = %s", (name,)).fetchone()
-        if dev is None:
-            raise click.ClickException(f"unknown device {name!r}")
-        if dev[1] == "Retired":
-            raise click.ClickException(f"device {name!r} is already retired")
-        later = conn.execute(
-            "SELECT lower(during) FROM deployments WHERE device_id = %s AND lower(during) >= %s",
-            (dev[0], t_end)).fetchone()
-        if later:
-            raise click.ClickException(
-                f"--at {t_end.isoformat()} is not after the start of a deployment "
-                f"({later[0].isoformat()}); choose a later instant")
-        ended = conn.execute(
-            "UPDATE deployments SET during = tstzrange(lower(during), %s, '[)')"
-            " WHERE device_id = %s AND (upper_inf(during) OR upper(during) > %s)",
-            (t_end, dev[0], t_end)).rowcount
-        conn.execute("UPDATE devices SET state = 'Retired' WHERE id = %s", (dev[0],))
-        audit_operator(conn, of="devices", row=dev[0], action="device.retire",
+        did, ended = places.retire_device(conn, name=name, at=t_end)
+        audit_operator(conn, of="devices", row=did, action="device.retire",
                        target_type="device", details={"name": name, "at": t_end,
-                                                      "deployment_ended": bool(ended)})
+                                                      "deployment_ended": ended})
         # A throwaway password first: the session is ended with it, then the login removed.
-        throwaway = secrets.token_urlsafe(18)
+        throwaway = new_password()
         removed = mqtt_passwd_file is not None and has_mqtt_user(mqtt_passwd_file, name)
         if mqtt_passwd_file is not None and removed:
             set_mqtt_passwords(mqtt_passwd_file, {name: throwaway})
@@ -304,7 +288,7 @@ def device_rotate_password(obj: Context, name: str, mqtt_passwd_file: Path | Non
             raise click.ClickException(f"unknown device {name!r}")
         if dev[0] == "Retired":
             raise click.ClickException(f"device {name!r} is retired")
-        password = secrets.token_urlsafe(18)
+        password = new_password()
         # Inside the transaction: a failing password file leaves no entry (the password is
         # never in it).
         if rabbitmq_definitions:

@@ -81,6 +81,14 @@ default_shards() {
     echo $((cores > 16 ? 16 : cores))
 }
 
+# The password file the API writes device logins into (the dashboard's fleet forms): the
+# mosquitto profile's; empty with the RabbitMQ cluster, whose accounts stay with sds device.
+api_passwd_file() {
+    local broker
+    broker=${SDS_BROKER:-$(cat "$STATE/broker-profile" 2>/dev/null || echo mosquitto)}
+    [[ $broker == rabbitmq-cluster ]] || echo "$MQ_PASSWD"
+}
+
 ingest_layout() {
     INGEST_SHARDS=${SDS_INGEST_SHARDS:-$(default_shards)}
     [[ $INGEST_SHARDS =~ ^[1-9][0-9]*$ ]] && ((INGEST_SHARDS <= 16)) \
@@ -168,6 +176,7 @@ proc_argv() {
         "SDS_TRUSTED_PROXY_HOPS=${SDS_TRUSTED_PROXY_HOPS:-1}"
         "SDS_API_METRICS_PORT=$(metrics_port_of "$1")"
         "PROMETHEUS_MULTIPROC_DIR=$STATE/api-metrics/$1"
+        "SDS_BROKER_PASSWD_FILE=${SDS_BROKER_PASSWD_FILE-$(api_passwd_file)}"
         "$VENV/bin/gunicorn" -c deploy/gunicorn.conf.py serve.wsgi:app) ;;
     edge) ARGV=(nginx -c "$EDGE_CONF" -e "$EDGE_DIR/error.log") ;;
     # The demo devices only (demo-devices.json has their passwords; devices added later are

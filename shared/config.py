@@ -62,6 +62,16 @@ class Settings:
     mqtt_session_expiry: int = _f(
         7 * 24 * 3600, "MQTT 5 session expiry (s): how long the broker queues for the ingester")
     topic_prefix: str = _f("sensors", "First topic level: {prefix}/{device}/readings|health")
+    broker_passwd_file: str | None = _f(
+        None, "mosquitto password file the API writes device logins into (the dashboard's "
+        "fleet forms and POST /api/v2/devices; deploy/run.sh: .state/mosquitto/passwd). Unset: "
+        "the API adds no device and changes no password (sds device does)")
+    broker_pid_file: str | None = _f(
+        None, "pid file of the mosquitto the API reloads after a login change (unset: "
+        "mosquitto.pid beside SDS_BROKER_PASSWD_FILE)")
+    device_mqtt_address: str | None = _f(
+        None, "host:port devices connect to, shown in a new device's configuration line "
+        "(unset: the host name the dashboard was reached at, and SDS_MQTT_PORT)")
 
     # --- ingest ---
     ingest_batch_size: int = _f(500, "Most messages per database transaction")

@@ -17,6 +17,7 @@ from psycopg.types.range import Range
 from shared import dirty, locations
 from shared.errors import (
     BadParameter,
+    Conflict,
     DuplicateName,
     OverlappingDeployment,
     UnknownDevice,
@@ -183,3 +184,46 @@ def move_device(
     return Move(deployment=cast(int, row[0]), marked=marked)
 
 
+
+
+def add_device(
+    conn: psycopg.Connection, *, org: UUID, name: str, location: UUID, start: datetime,
+    type: str | None = None, model: str | None = None,
+) -> tuple[UUID, int]:
+    """Register `name` in `org` and deploy it at `location` (of the same organisation) from
+    `start`, in one transaction: (device id, deployment id). Nothing is left when either
+    step is refused (`sds device add` and `POST /api/v2/devices`)."""
+    with conn.transaction():
+        did = register_device(conn, org=org, name=name, type=type, model=model)
+        found = conn.execute("SELECT 1 FROM locations WHERE id = %s AND org_id = %s",
+                             (location, org)).fetchone()
+        if found is None:
+            raise UnknownLocation(f"unknown location {location}")
+        return did, deploy_device(conn, device=name, location=location, start=start)
+
+
+def retire_device(conn: psycopg.Connection, *, name: str, at: datetime,
+                  org: UUID | None = None) -> tuple[UUID, bool]:
+    """State Retired and the open deployment ended at `at`; (device id, whether a deployment
+    was ended). UnknownDevice, Conflict when already retired, BadParameter when `at` is not
+    after the start of a deployment (`sds device retire`, `POST .../devices/{name}/retire`)."""
+    dev = conn.execute("SELECT id, state FROM devices WHERE name = %s"
+                       " AND (%s::uuid IS NULL OR org_id = %s::uuid)",
+                       (name, org, org)).fetchone()
+    if dev is None:
+        raise UnknownDevice(f"unknown device {name!r}")
+    if dev[1] == "Retired":
+        raise Conflict(f"device {name!r} is already retired")
+    later = conn.execute(
+        "SELECT lower(during) FROM deployments WHERE device_id = %s AND lower(during) >= %s",
+        (dev[0], at)).fetchone()
+    if later:
+        raise BadParameter(
+            f"at: {at.isoformat()} is not after the start of a deployment "
+            f"({later[0].isoformat()}); choose a later instant", errors={"at": ["too early"]})
+    ended = conn.execute(
+        "UPDATE deployments SET during = tstzrange(lower(during), %s, '[)')"
+        " WHERE device_id = %s AND (upper_inf(during) OR upper(during) > %s)",
+        (at, dev[0], at)).rowcount
+    conn.execute("UPDATE devices SET state = 'Retired' WHERE id = %s", (dev[0],))
+    return cast(UUID, dev[0]), bool(ended)

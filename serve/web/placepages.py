@@ -24,6 +24,7 @@ from serve.web.peoplepages import answered, status_of
 from serve.web.views import PREFIX, _html, blp, signed_in
 from shared.errors import BadRequest
 
+BASEMAP = "vendor/countries-110m.json"  # the map pick's basemap (the Locations map's)
 TEXT_MAX = 2000  # the longest value the location form sends (notes; the API bounds each field)
 AUDIT_PAGE = 50
 AUDIT_FILTERS = ("action", "target_type", "since", "until", "page")
@@ -94,7 +95,8 @@ def _location_page(principal: Principal, location: dict[str, Any], *, error: str
     return _html(render_template(
         "web/location.html", location=location, shown={**shown, **(form or {})},
         manage=web_session.is_admin(principal), error=error,
-        marked=marked, saved=saved, nav="locations"), status)
+        marked=marked, saved=saved, nav="locations",
+        basemap=url_for("web.static", filename=BASEMAP)), status)
 
 
 @blp.route(f"{PREFIX}/locations/<location_id>", methods=["GET"])

@@ -1,4 +1,5 @@
-"""The dashboard's pages: landing page, sign-in/out, devices, device, bad data, locations.
+"""The dashboard's pages: landing page, sign-in/out, device, bad data, locations (the
+device list is serve/web/fleetpages.py's).
 
 Server-rendered Jinja pages; the device and bad-data pages draw their charts with uPlot from
 the API's own JSON (the session cookie authenticates those GETs, serve.web.session). Every
@@ -197,20 +198,6 @@ def logout() -> Response:
 
 
 # ---- signed-in pages ---------------------------------------------------------------------
-
-
-@blp.route(f"{PREFIX}/")
-@signed_in
-def devices(principal: Principal) -> Response:
-    """The organisation's devices with state, location and zone, last seen, battery, signal
-    and health badges."""
-    teams = None  # a teams-only member's teams, to say why the list is empty
-    with pool().connection() as conn:
-        found = model.device_list(conn, org=principal.org_id, settings=_settings())
-        if not found and principal.teams_only:
-            teams = model.visible_teams(conn, org=principal.org_id)
-    return _html(render_template("web/devices.html", devices=found, nav="devices",
-                                 settings=_settings(), teams=teams))
 
 
 def _latest_time(conn: psycopg.Connection, device: str) -> datetime | None:

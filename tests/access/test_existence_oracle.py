@@ -127,6 +127,13 @@ PROBES = [
     Probe("device-move", "POST", lambda w: f"/api/v2/devices/{w.dev_a}/deployments",
           f"/api/v2/devices/{MISSING_DEVICE}/deployments", lambda w: w.dev_a, MISSING_DEVICE,
           body={"location": MISSING_UUID}, key_allowed=False),
+    # Issue 34: a new password and retiring (org B's administrator, A's device vs none).
+    Probe("device-password", "POST", lambda w: f"/api/v2/devices/{w.dev_a}/password",
+          f"/api/v2/devices/{MISSING_DEVICE}/password", lambda w: w.dev_a, MISSING_DEVICE,
+          key_allowed=False),
+    Probe("device-retire", "POST", lambda w: f"/api/v2/devices/{w.dev_a}/retire",
+          f"/api/v2/devices/{MISSING_DEVICE}/retire", lambda w: w.dev_a, MISSING_DEVICE,
+          body={}, key_allowed=False),
     Probe("location", "GET", lambda w: f"/api/v2/locations/{w.loc_a}",
           f"/api/v2/locations/{MISSING_UUID}", lambda w: str(w.loc_a), MISSING_UUID),
     # The water balance of a location (issue 35): settings, forecast and irrigation events.

@@ -70,6 +70,22 @@ def _a_rule(world: World, conn: psycopg.Connection) -> str:
     return str(rid)
 
 
+def _a_device(world: World, conn: psycopg.Connection) -> str:
+    """A new device of org A (one per cell: retiring it is once only)."""
+    name = f"mx-{uuid4().hex[:12]}"
+    conn.execute("INSERT INTO devices (org_id, name) VALUES (%s, %s)", (world.org_a, name))
+    conn.commit()
+    return name
+
+
+@pytest.fixture(scope="module")
+def app_overrides(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The access world's settings, and a scratch broker password file for the fleet's
+    device writes (no broker runs: the reload is skipped)."""
+    return {"login_max_failures": 10_000, "login_address_max_failures": 10_000,
+            "broker_passwd_file": str(tmp_path_factory.mktemp("matrix-broker") / "passwd")}
+
+
 def _a_event(world: World, conn: psycopg.Connection) -> str:
     """A new event of org A."""
     row = conn.execute("INSERT INTO alert_events (org_id, kind, device, at, title) VALUES"
@@ -230,6 +246,20 @@ ROUTES = [
           lambda w, c: f"/api/v2/devices/{w.dev_a}/deployments", "locations:write",
           ok=201, body=lambda w: {"location": str(w.loc_a)}, a_object=True,
           admin_only=True),  # moves A's device to where it is, from now: a new deployment
+    # The fleet (issue 34): each cell adds a device or location of its own, or re-keys and
+    # retires a device made for it (the module's app writes logins into a scratch file).
+    Route("device-add", "POST", "/api/v2/devices", lambda w, c: "/api/v2/devices",
+          "locations:write", ok=201, admin_only=True,
+          body=lambda w: {"name": f"mx-{uuid4().hex[:12]}", "location": str(w.loc_a)}),
+    Route("device-password", "POST", "/api/v2/devices/<name>/password",
+          lambda w, c: f"/api/v2/devices/{_a_device(w, c)}/password", "locations:write",
+          a_object=True, admin_only=True),
+    Route("device-retire", "POST", "/api/v2/devices/<name>/retire",
+          lambda w, c: f"/api/v2/devices/{_a_device(w, c)}/retire", "locations:write",
+          body={}, a_object=True, admin_only=True),
+    Route("location-create", "POST", "/api/v2/locations", lambda w, c: "/api/v2/locations",
+          "locations:write", ok=201, admin_only=True,
+          body=lambda w: {"name": f"mx-{uuid4().hex[:12]}", "tz_name": "UTC"}),
     Route("locations", "GET", "/api/v2/locations", lambda w, c: "/api/v2/locations",
           "locations:read"),
     Route("location", "GET", "/api/v2/locations/<location_id>",

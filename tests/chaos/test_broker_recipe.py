@@ -196,7 +196,7 @@ def device_world(database_url: str, tmp_path: Path) -> Iterator[tuple[MosquittoB
 
 
 def _sds(database_url: str, broker: MosquittoBroker, *args: str) -> Result:
-    # rotate-password logs in as the device to end its old session (admin/brokersession.py).
+    # rotate-password logs in as the device to end its old session (shared/brokersession.py).
     env = {"SDS_DATABASE_URL": database_url, "SDS_MQTT_HOST": "127.0.0.1",
            "SDS_MQTT_PORT": str(broker.port)}
     return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)

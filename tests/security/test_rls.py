@@ -292,6 +292,28 @@ def test_api_role_cannot_write_into_another_organisation(rls_world: World) -> No
                      (rls_world.org_b, rls_world.key_ids["a2_all"]))
 
 
+def test_api_role_adds_devices_and_locations_to_its_own_organisation_only(
+        rls_world: World) -> None:
+    """Migration 0200 lets the API role insert devices and locations (issue 34's fleet
+    forms): api_tenant's WITH CHECK refuses a row of another organisation, and the role may
+    set no column beyond the granted ones (a device's owner, a location's archived flag)."""
+    for stmt, args in (
+            ("INSERT INTO devices (org_id, name) VALUES (%s, 'rls-intruder')",
+             (rls_world.org_b,)),
+            ("INSERT INTO locations (org_id, name, tz_name) VALUES (%s, 'rls-intruder', 'UTC')",
+             (rls_world.org_b,)),
+            ("INSERT INTO devices (org_id, name, owner_id) VALUES (%s, 'rls-owned', %s)",
+             (rls_world.org_a, rls_world.b1)),
+            ("INSERT INTO locations (org_id, name, tz_name, archived) VALUES"
+             " (%s, 'rls-archived', 'UTC', true)", (rls_world.org_a,))):
+        with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn, \
+                pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(stmt, args)
+    with as_role(rls_world.url, db.ROLE_API, rls_world.org_a) as conn:
+        conn.execute("INSERT INTO devices (org_id, name) VALUES (%s, 'rls-own-device')",
+                     (rls_world.org_a,))  # allowed (rolled back by as_role)
+
+
 def test_annotation_cannot_name_another_organisations_device_or_location(
         rls_world: World) -> None:
     """Migration 0110's WITH CHECK: an annotation of org A on org B's device or location is

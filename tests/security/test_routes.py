@@ -58,6 +58,12 @@ DASHBOARD_RULES = {
     # The water balance page (issue 35; serve/web/waterpages.py): through the API, CSRF checked.
     ("/dashboard/locations/<location_id>/water", "GET"),
     ("/dashboard/locations/<location_id>/water", "POST"),
+    # The fleet pages (issue 34; serve/web/fleetpages.py): through the API, CSRF checked.
+    ("/dashboard/fleet/add", "GET"), ("/dashboard/fleet/add", "POST"),
+    ("/dashboard/fleet/<name>", "GET"), ("/dashboard/fleet/<name>/password", "POST"),
+    ("/dashboard/fleet/<name>/move", "POST"), ("/dashboard/fleet/<name>/retire", "POST"),
+    ("/dashboard/locations/new", "GET"), ("/dashboard/locations/new", "POST"),
+    ("/dashboard/zone", "GET"),
 }
 # Methods Flask adds to every rule by itself (HEAD answers as GET; OPTIONS is the CORS preflight).
 IMPLICIT = {"HEAD", "OPTIONS"}

@@ -1,5 +1,6 @@
 """Ending a device's broker session (issue 20): what `sds device rotate-password` and
-`sds device retire` do after the broker has the account change.
+`sds device retire` (and their API routes, serve/api/devicewrites.py) do after the broker has
+the account change.
 
 A password change alone leaves the device's MQTT session on the broker: a persistent session
 (with its subscriptions, such as a `$share` group membership) outlives the password, online or
@@ -65,7 +66,7 @@ def _clean_connect(settings: Settings, name: str, password: str) -> str | None:
         answered.set()
 
     client.on_connect = on_connect
-    props = Properties(PacketTypes.CONNECT)
+    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho
     props.SessionExpiryInterval = 0
     try:
         client.connect(settings.mqtt_host, settings.mqtt_port, keepalive=30, clean_start=True,
