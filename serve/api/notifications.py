@@ -162,7 +162,8 @@ def _bulk_target(body: Any) -> tuple[list[UUID] | None, UUID | None]:
                          errors={"json": {"_schema": ["exactly one of ids, rule"]}})
     if "rule" in body:
         try:
-            return None, UUID(str(body["rule"])) if isinstance(body["rule"], str) else None
+            if isinstance(body["rule"], str):
+                return None, UUID(body["rule"])
         except ValueError:
             pass
         raise BadRequest("rule: must be an alert rule id (uuid)",

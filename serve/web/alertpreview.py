@@ -28,7 +28,8 @@ from serve.web.views import PREFIX, blp, signed_in
 from shared import alertrules
 from shared.alertmachine import State, advance
 from shared.alertrules import Rule
-from shared.errors import BadRequest
+from shared.errors import BadParameter, BadRequest
+from shared.timeutil import parse_instant
 
 PREVIEW_DAYS = 7
 # The unit codes whose conversion is the identity: /data answers in the stored units.
@@ -73,6 +74,17 @@ def _iso(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _end(raw: str) -> datetime:
+    """The end of the previewed days: `preview_end` (an ISO time or date, to look at a past
+    season), else now."""
+    if not raw.strip():
+        return datetime.now(UTC).replace(microsecond=0)
+    try:
+        return parse_instant(raw.strip()[:64], name="preview_end")
+    except BadParameter as exc:
+        raise BadRequest(exc.message, errors={"form": {"preview_end": [exc.message]}}) from None
+
+
 def _device(form: dict[str, str], rule: Rule) -> str:
     device = rule.device or form.get("preview_device", "").strip()
     if not device:
@@ -90,14 +102,13 @@ def alert_rule_preview(principal: Principal) -> Response:
     form = request.form.to_dict()
     try:
         rule = alertrules.parse(rule_body(form))
+        device, end = _device(form, rule), _end(form.get("preview_end", ""))
     except BadRequest as exc:
         return _json({"code": 400, "message": exc.message, "errors": exc.errors}, 400)
     if rule.kind != "threshold":
         return _json({"code": 400, "message": f"kind: the preview covers rules on measured "
                       f"values; a {rule.kind!r} rule watches the device's state",
                       "errors": {"form": {"kind": ["threshold only"]}}}, 400)
-    device = _device(form, rule)
-    end = datetime.now(UTC).replace(microsecond=0)
     query = {"device": device, "select": f"time,{rule.column}", "limit": MAX_LIMIT,
              "start_time": _iso(end - timedelta(days=PREVIEW_DAYS)), "end_time": _iso(end),
              **STORED_UNITS}

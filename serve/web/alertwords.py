@@ -104,8 +104,7 @@ def _threshold(record: dict[str, Any], value: float) -> str:
     if record.get("kind") == "silent":  # reporting intervals of 5 minutes
         return duration(value * alertrules.REPORTING_INTERVAL_MIN * 60)
     unit = rule_unit(record)
-    sep = "" if unit in ("°C", "°F", "%") else " "
-    return number(value, 4) + (sep + unit if unit else "")
+    return number(value, 4) + (" " + unit if unit else "")
 
 
 def condition_words(record: dict[str, Any], *, clear: bool = False) -> str:
@@ -241,7 +240,7 @@ def chart_query(event: dict[str, Any], chosen: dict[str, str]) -> dict[str, str]
         return None
     table = rule.get("table") or "calibrated"
     query = {"table": table, "cols": col.name, "span": "1" if table != "daily" else "7",
-             "end": at[:10], "at": at}
+             "end": at[:10], "at": at[:19] + "Z"}  # the API's stamps are UTC
     param = param_of(col)
     if param:
         query[param] = chosen.get(param) or units.DEFAULTS[param]
