@@ -116,6 +116,7 @@ def _rules_page(principal: Principal, *, error: str | None = None,
         total=rules["total"], error=error, form=form, editing=editing, kinds=KINDS,
         kind_words=KIND_WORDS, ops=OPS, tables=alertrules.THRESHOLD_TABLES,
         columns=column_choices(), unit_choices=charts.unit_choices(),
+        builtins=list(alertrules.BUILTINS), colours=charts.ALERT_COLOURS,
         devices=[d["name"] for d in devices["items"]],
         locations=sorted(names.items(), key=lambda kv: kv[1].lower()), templates=TEMPLATES,
         can_write=principal.allows("notifications:write"), nav="alerts"), status)

@@ -29,7 +29,7 @@ from shared import alertrules
 from shared.alertmachine import State, advance
 from shared.alertrules import Rule
 from shared.errors import BadParameter, BadRequest
-from shared.timeutil import parse_instant
+from shared.timeutil import format_utc_z, parse_instant
 
 PREVIEW_DAYS = 7
 # The unit codes whose conversion is the identity: /data answers in the stored units.
@@ -70,10 +70,6 @@ def preview(rule: Rule, samples: list[tuple[datetime, float | None]]) -> dict[st
     }
 
 
-def _iso(at: datetime) -> str:
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _end(raw: str) -> datetime:
     """The end of the previewed days: `preview_end` (an ISO time or date, to look at a past
     season), else now."""
@@ -110,8 +106,8 @@ def alert_rule_preview(principal: Principal) -> Response:
                       f"values; a {rule.kind!r} rule watches the device's state",
                       "errors": {"form": {"kind": ["threshold only"]}}}, 400)
     query = {"device": device, "select": f"time,{rule.column}", "limit": MAX_LIMIT,
-             "start_time": _iso(end - timedelta(days=PREVIEW_DAYS)), "end_time": _iso(end),
-             **STORED_UNITS}
+             "start_time": format_utc_z(end - timedelta(days=PREVIEW_DAYS)),
+             "end_time": format_utc_z(end), **STORED_UNITS}
     answer = apicall.call("GET", f"/api/v2/data/{rule.source}", query=query)
     if not answer.ok:
         return _json({"code": answer.status, "message": answer.message,

@@ -149,7 +149,8 @@ def form_of(record: dict[str, Any]) -> dict[str, str]:
             "scope": "device" if scope.get("device") else
             ("location" if scope.get("location") else "organisation"),
             "device": scope.get("device", ""), "location": scope.get("location", ""),
-            "op": record["condition"]["op"], "threshold": number(record["condition"]["threshold"], 6),
+            "op": record["condition"]["op"],
+            "threshold": number(record["condition"]["threshold"], 6),
             "unit": unit, "for_minutes": number((record.get("for") or 0) / 60, 4),
             "clear_for_minutes": number((record.get("clear_for") or 0) / 60, 4)}
     clear = record.get("clear") or {}

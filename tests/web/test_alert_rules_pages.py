@@ -208,8 +208,8 @@ def test_preview_equals_the_evaluators_state_machine(client: FlaskClient, world:
                        data={**form, "csrf": ""}).status_code == 400
     bad = client.post("/dashboard/alerts/preview", data={**form, "column": "temperature"})
     assert bad.status_code == 400 and "did you mean" in bad.get_json()["message"]
-    builtin = client.post("/dashboard/alerts/preview", data={**form, "kind": "silent", "threshold": "6",
-                                                                "clear_threshold": ""})
+    builtin = client.post("/dashboard/alerts/preview",
+                          data={**form, "kind": "silent", "threshold": "6", "clear_threshold": ""})
     assert builtin.status_code == 400 and "kind" in builtin.get_json()["message"]
     theirs = client.post("/dashboard/alerts/preview", data={**form, "device": "B1"})
     assert 400 <= theirs.status_code < 500

@@ -32,7 +32,7 @@ function start() {
   const notes = new Annotations(cfg, readings, probe);
   readings.plugins.push(notes.plugin());
   // An alert's moment and threshold, when the inbox linked here (js/marker.js).
-  readings.plugins.push(new Marker(controls, $("chart")).plugin());
+  readings.plugins.push(new Marker(cfg, controls, $("chart")).plugin());
   notes.wire();
 
   async function load() {

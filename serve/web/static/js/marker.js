@@ -2,10 +2,9 @@
 // time), `cols` (its column), its unit and `threshold` (the rule's, in that unit). The moment is
 // a vertical line, the threshold a dashed horizontal one on the column's axis; the threshold is
 // drawn only while that column is shown in the link's unit (another unit would misplace it).
-const COLOUR = "#d62728";
-
 export class Marker {
-  constructor(controls, el) {
+  constructor(cfg, controls, el) {
+    this.colour = cfg.alert_colours.fire;
     const p = new URLSearchParams(location.search);
     this.controls = controls;
     this.el = el;
@@ -33,7 +32,7 @@ export class Marker {
   draw(u) {
     const {ctx, bbox} = u;
     ctx.save();
-    ctx.strokeStyle = COLOUR;
+    ctx.strokeStyle = this.colour;
     ctx.lineWidth = 2 * devicePixelRatio;
     this.el.dataset.markAt = "no";
     this.el.dataset.markThreshold = "no";

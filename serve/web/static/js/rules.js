@@ -115,13 +115,14 @@ class RuleForm {
       return p.times.map((t, i) => (at.has(t) ? p.values[i] : null));
     };
     const unit = p.unit ? " (" + p.unit + ")" : "";
+    const c = this.cfg.colours;
     const opts = {
       width: Math.max(el.clientWidth, 280), height: 260, scales: {x: {time: true}},
-      series: [{}, {label: p.column + unit, stroke: "#1f77b4", width: 1.5},
-               {label: "threshold", stroke: "#d62728", dash: [6, 4], width: 1.5, points: {show: false}},
-               {label: "clears at", stroke: "#2ca02c", dash: [2, 4], width: 1.5, points: {show: false}},
-               {label: "would fire", stroke: "#d62728", width: 0, points: {show: true, size: 10, fill: "#d62728"}},
-               {label: "would clear", stroke: "#2ca02c", width: 0, points: {show: true, size: 10, fill: "#2ca02c"}}],
+      series: [{}, {label: p.column + unit, stroke: c.value, width: 1.5},
+               {label: "threshold", stroke: c.fire, dash: [6, 4], width: 1.5, points: {show: false}},
+               {label: "clears at", stroke: c.clear, dash: [2, 4], width: 1.5, points: {show: false}},
+               {label: "would fire", stroke: c.fire, width: 0, points: {show: true, size: 10, fill: c.fire}},
+               {label: "would clear", stroke: c.clear, width: 0, points: {show: true, size: 10, fill: c.clear}}],
       axes: [{}, {label: p.unit || ""}],
     };
     this.chart = new uPlot(opts, [p.times, p.values, line(p.threshold), line(p.clear_threshold),
