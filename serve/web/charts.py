@@ -40,7 +40,7 @@ AGGREGATED = "calibrated"
 NOTE_COLOUR = "#8250df"
 # Alert thresholds and transitions: the rule preview (static/js/rules.js) and an inbox event's
 # moment on the device chart (static/js/marker.js).
-ALERT_COLOURS = {"value": "#1f77b4", "fire": "#d62728", "clear": "#2ca02c"}
+ALERT_COLOURS = {"value": "#1f77b4", "fire": "#d62728", "clear": "#2ca02c", "moment": "#57606a"}
 NOTES_PAGE = 1000
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
            "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")

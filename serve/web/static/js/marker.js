@@ -4,7 +4,7 @@
 // drawn only while that column is shown in the link's unit (another unit would misplace it).
 export class Marker {
   constructor(cfg, controls, el) {
-    this.colour = cfg.alert_colours.fire;
+    this.colours = cfg.alert_colours;
     const p = new URLSearchParams(location.search);
     this.controls = controls;
     this.el = el;
@@ -32,7 +32,7 @@ export class Marker {
   draw(u) {
     const {ctx, bbox} = u;
     ctx.save();
-    ctx.strokeStyle = this.colour;
+    ctx.strokeStyle = this.colours.moment;
     ctx.lineWidth = 2 * devicePixelRatio;
     this.el.dataset.markAt = "no";
     this.el.dataset.markThreshold = "no";
@@ -45,6 +45,7 @@ export class Marker {
     if (scale !== null) {
       const y = u.valToPos(this.threshold, scale, true);
       if (y >= bbox.top && y <= bbox.top + bbox.height) {
+        ctx.strokeStyle = this.colours.fire;
         ctx.setLineDash([8 * devicePixelRatio, 5 * devicePixelRatio]);
         ctx.beginPath(); ctx.moveTo(bbox.left, y); ctx.lineTo(bbox.left + bbox.width, y); ctx.stroke();
         this.el.dataset.markThreshold = "drawn";
