@@ -25,6 +25,10 @@ from shared.columns import TABLES
 from shared.errors import BadRequest, NotFound
 
 KINDS = alertrules.KINDS
+# Kinds the preview (serve/web/alertpreview.py) runs: their values are rows of a table the
+# API serves (threshold: the rule's table; battery: health; depletion: water_balance);
+# `silent` and `quarantine` watch the device's state now.
+PREVIEWABLE = ("threshold", "battery", "depletion")
 OPS = alertrules.OPS
 FIELD_MAX = 200  # longer form values are cut before they reach the API (which bounds them too)
 KIND_WORDS = {"threshold": "a measured value crosses a threshold", "silent": "a device stops "
@@ -116,7 +120,8 @@ def _rules_page(principal: Principal, *, error: str | None = None,
         total=rules["total"], error=error, form=form, editing=editing, kinds=KINDS,
         kind_words=KIND_WORDS, ops=OPS, tables=alertrules.THRESHOLD_TABLES,
         columns=column_choices(), unit_choices=charts.unit_choices(),
-        builtins=list(alertrules.BUILTINS), colours=charts.ALERT_COLOURS,
+        builtins=list(alertrules.BUILTINS), previewable=PREVIEWABLE,
+        colours=charts.ALERT_COLOURS,
         devices=[d["name"] for d in devices["items"]],
         locations=sorted(names.items(), key=lambda kv: kv[1].lower()), templates=TEMPLATES,
         can_write=principal.allows("notifications:write"), nav="alerts"), status)

@@ -6,8 +6,9 @@ the same values (docs/alerts.md "In the dashboard").
 The rule is validated by shared/alertrules.parse like the API does, and the data is read
 through `/api/v2/data` as the signed-in user (the API's tenancy decides which devices may be
 previewed). Values are read in the stored units (the rule's thresholds are canonical) and shown
-in the rule's own. Threshold kinds only: the built-in kinds watch device state the data
-tables do not hold (last contact, quarantine counts).
+in the rule's own. Threshold, battery (the health reports) and depletion (the water balance)
+rules; `silent` and `quarantine` watch device state the data tables do not hold (last
+contact, quarantine counts).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from people.principal import Principal
 from serve.args import MAX_LIMIT
 from serve.web import apicall
 from serve.web import session as web_session
-from serve.web.alertpages import rule_body
+from serve.web.alertpages import PREVIEWABLE, rule_body
 from serve.web.alertwords import rule_unit
 from serve.web.views import PREFIX, blp, signed_in
 from shared import alertrules
@@ -101,10 +102,11 @@ def alert_rule_preview(principal: Principal) -> Response:
         device, end = _device(form, rule), _end(form.get("preview_end", ""))
     except BadRequest as exc:
         return _json({"code": 400, "message": exc.message, "errors": exc.errors}, 400)
-    if rule.kind != "threshold":
-        return _json({"code": 400, "message": f"kind: the preview covers rules on measured "
-                      f"values; a {rule.kind!r} rule watches the device's state",
-                      "errors": {"form": {"kind": ["threshold only"]}}}, 400)
+    if rule.kind not in PREVIEWABLE:
+        return _json({"code": 400, "message": f"kind: the preview covers rules on stored "
+                      f"values ({', '.join(PREVIEWABLE)}); a {rule.kind!r} rule watches the "
+                      "device's state now", "errors": {"form": {"kind": list(PREVIEWABLE)}}},
+                     400)
     query = {"device": device, "select": f"time,{rule.column}", "limit": MAX_LIMIT,
              "start_time": format_utc_z(end - timedelta(days=PREVIEW_DAYS)),
              "end_time": format_utc_z(end), **STORED_UNITS}

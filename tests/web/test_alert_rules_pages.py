@@ -215,3 +215,32 @@ def test_preview_equals_the_evaluators_state_machine(client: FlaskClient, world:
     assert 400 <= theirs.status_code < 500
     when = client.post("/dashboard/alerts/preview", data={**form, "preview_end": "soon"})
     assert when.status_code == 400 and "preview_end" in when.get_json()["message"]
+
+
+def test_battery_preview_reads_the_health_reports(client: FlaskClient, world: World) -> None:
+    # A day of hourly health reports of A3: 40 % down to 10 % and back up to 50 %.
+    levels = [40 - 2 * i for i in range(16)] + [12 + 5 * i for i in range(8)]
+    start = END - timedelta(days=2)
+    with psycopg.connect(world.url) as conn:
+        conn.execute("DELETE FROM health WHERE device = 'A3'")
+        for i, level in enumerate(levels):
+            conn.execute("INSERT INTO health (time, device, location, batt_pct) VALUES"
+                         " (%s, 'A3', %s, %s)", (start + timedelta(hours=i), world.north, level))
+        series = conn.execute("SELECT time, batt_pct FROM health WHERE device = 'A3'"
+                              " AND time >= %s ORDER BY time", (END - timedelta(days=7),)
+                              ).fetchall()
+    sign_in(client, "user@a.example")
+    csrf = csrf_of(_text(client.get("/dashboard/alerts")))
+    form = {**TEMPLATES["battery"]["form"], "scope": "device", "device": "A3", "csrf": csrf,
+            "preview_end": END.isoformat()}
+    answer = client.post("/dashboard/alerts/preview", data=form)
+    assert answer.status_code == 200, _text(answer)
+    got = answer.get_json()
+    rule = alertrules.parse({"name": "b", "kind": "battery", "scope": {"device": "A3"},
+                             "condition": {"threshold": 20},
+                             "clear": {"op": ">=", "threshold": 30}})
+    _state, expected = machine.run(rule, [(t, v) for t, v in series])
+    assert [(e["kind"], e["at"]) for e in got["events"]] == \
+        [(t.kind, int(t.at.timestamp())) for t in expected]
+    assert [t.kind for t in expected] == ["firing", "resolved"]
+    assert got["summary"] == "would have fired once in the last 7 days" and got["unit"] == "%"

@@ -39,7 +39,7 @@ class RuleForm {
     show("#rule-form .scope-device", scope === "device");
     show("#rule-form .scope-location", scope === "location");
     show("#rule-form .preview-on", scope !== "device");
-    $("rule-preview").hidden = builtin;
+    $("rule-preview").hidden = !this.cfg.previewable.includes($("rule-kind").value);
     const words = {silent: "Reporting intervals (5 min each) without a reading",
                    battery: "Battery below (%)", quarantine: "Bad messages in an hour",
                    depletion: "Days until the root zone reaches RAW"};
