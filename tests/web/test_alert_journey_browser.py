@@ -98,6 +98,19 @@ def test_a_grower_sets_up_frost_and_works_the_inbox(
         _sign_in(browser, base)
         # The template fills the form; the grower keeps it and previews the past week.
         browser.get(f"{base}/dashboard/alerts")
+        # The form shows what the kind uses; the clear comparison follows the condition's.
+        Select(browser.find_element(By.ID, "rule-op")).select_by_value(">")
+        assert browser.execute_script(
+            "return Array.from(document.getElementById('rule-clear-op').options)"
+            ".filter(o => !o.disabled).map(o => o.value).join()") == ",<,<="
+        Select(browser.find_element(By.ID, "rule-column")).select_by_value("wind_speed")
+        assert browser.execute_script(
+            "return Array.from(document.getElementById('rule-unit').options)"
+            ".filter(o => !o.disabled).map(o => o.textContent).join()") == "m/s,km/h,mph"
+        Select(browser.find_element(By.ID, "rule-kind")).select_by_value("silent")
+        assert not browser.find_element(By.ID, "rule-column").is_displayed()
+        assert not browser.find_element(By.ID, "rule-op").is_displayed()
+        assert "Reporting intervals" in browser.find_element(By.ID, "threshold-label").text
         browser.find_element(By.CSS_SELECTOR, "a.template[data-template=frost]").click()
         wait_for(browser, "document.getElementById('rule-name').value === 'Frost'")
         assert Select(browser.find_element(By.ID, "rule-column")).first_selected_option.text \
