@@ -115,6 +115,13 @@ def _rules_page(principal: Principal, *, error: str | None = None,
     if form is None:
         form = dict(TEMPLATES["frost"]["form"])
         form["name"] = ""
+    device_names = [d["name"] for d in devices["items"]]
+    # A rule's device or location missing from the lists the user is given (a teams-only
+    # member's view) stays chosen: saving the form must not move the rule to the first listed.
+    if form.get("device") and form["device"] not in device_names:
+        device_names.insert(0, form["device"])
+    if form.get("location") and form["location"] not in names:
+        names[form["location"]] = form["location"]
     return _html(render_template(
         "web/alerts.html", rules=[rule_view(r, names) for r in rules["items"]],
         total=rules["total"], error=error, form=form, editing=editing, kinds=KINDS,
@@ -122,7 +129,7 @@ def _rules_page(principal: Principal, *, error: str | None = None,
         columns=column_choices(), unit_choices=charts.unit_choices(),
         builtins=list(alertrules.BUILTINS), previewable=PREVIEWABLE,
         colours=charts.ALERT_COLOURS,
-        devices=[d["name"] for d in devices["items"]],
+        devices=device_names,
         locations=sorted(names.items(), key=lambda kv: kv[1].lower()), templates=TEMPLATES,
         can_write=principal.allows("notifications:write"), nav="alerts"), status)
 
