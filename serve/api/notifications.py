@@ -12,7 +12,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from marshmallow import EXCLUDE, ValidationError, fields, validate, validates_schema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
 
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import request_body
@@ -155,6 +155,14 @@ def acknowledge(event_id: str) -> Any:
 BULK_MAX = 500  # events one request acknowledges; a bigger backlog takes a few requests
 
 
+class BulkAckSchema(Schema):
+    """The body of POST /notifications/ack, for the OpenAPI document: exactly one of `ids` or
+    `rule` (_bulk_target validates it, naming the bad field)."""
+
+    ids = fields.List(fields.UUID(), metadata={"maxItems": BULK_MAX})
+    rule = fields.UUID()
+
+
 def _bulk_target(body: Any) -> tuple[list[UUID] | None, UUID | None]:
     """(ids, rule) of a bulk body: exactly one of {"ids": [...]} or {"rule": id}."""
     if not isinstance(body, dict) or len(body) != 1 or not set(body) <= {"ids", "rule"}:
@@ -181,6 +189,8 @@ def _bulk_target(body: Any) -> tuple[list[UUID] | None, UUID | None]:
 
 
 @blp.route("/ack", methods=["POST"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": BulkAckSchema}}})
 @blp.response(200)
 @requires("notifications:write")
 def acknowledge_many() -> Any:
