@@ -9,6 +9,7 @@ the unit parameters the rule was created with (`temp=f` and the others, shared/u
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -301,9 +302,25 @@ def _target(body: dict[str, Any], base: Rule | None, errs: _Errors) -> tuple[str
         return kind, "", ""
     numeric = [c.name for c in columns.table(table).columns if c.is_numeric]
     if column not in numeric:
-        errs.add("column", f"must be a numeric column of {table}: {', '.join(numeric)}")
+        hint = did_you_mean(table, column)
+        errs.add("column", (f"did you mean {' or '.join(repr(h) for h in hint)}? " if hint
+                            else "") + f"must be a numeric column of {table}: "
+                 + ", ".join(numeric))
         return kind, table, ""
     return kind, table, column
+
+
+def did_you_mean(table: str, word: Any, most: int = 3) -> list[str]:
+    """Numeric columns of `table` a mistyped `word` may mean: close spellings of a name
+    ("tiar"), or columns whose registry description holds the word ("temperature": tair,
+    tdew, ...), nearest first."""
+    if not isinstance(word, str) or not word.strip():
+        return []
+    wanted = word.strip().lower()
+    cols = [c for c in columns.table(table).columns if c.is_numeric]
+    close = difflib.get_close_matches(wanted, [c.name for c in cols], n=most, cutoff=0.6)
+    described = [c.name for c in cols if len(wanted) >= 3 and wanted in c.description.lower()]
+    return list(dict.fromkeys(close + described))[:most]
 
 
 def parse(body: dict[str, Any], *, base: Rule | None = None,

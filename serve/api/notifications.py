@@ -12,15 +12,16 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from marshmallow import EXCLUDE, ValidationError, fields, validate, validates_schema
+from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
 
 from serve.auth import audit_actor, current_principal, requires
+from serve.body import request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
 from shared import audit
-from shared.errors import BadParameter, UnknownObject
+from shared.errors import BadParameter, BadRequest, UnknownObject
 from shared.timeutil import parse_instant
 
 blp = Blueprint("notifications", __name__, url_prefix="/api/v2/notifications",
@@ -149,3 +150,77 @@ def acknowledge(event_id: str) -> Any:
             audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
                          action="alert.acknowledge", target_type="alert_event", target_id=eid)
         return _fetch(conn, principal.org_id, eid)
+
+
+BULK_MAX = 500  # events one request acknowledges; a bigger backlog takes a few requests
+
+
+class BulkAckSchema(Schema):
+    """The body of POST /notifications/ack, for the OpenAPI document: exactly one of `ids` or
+    `rule` (_bulk_target validates it, naming the bad field)."""
+
+    ids = fields.List(fields.UUID(), metadata={"maxItems": BULK_MAX})
+    rule = fields.UUID()
+
+
+def _bulk_target(body: Any) -> tuple[list[UUID] | None, UUID | None]:
+    """(ids, rule) of a bulk body: exactly one of {"ids": [...]} or {"rule": id}."""
+    if not isinstance(body, dict) or len(body) != 1 or not set(body) <= {"ids", "rule"}:
+        raise BadRequest("send exactly one of {\"ids\": [event ids]} or {\"rule\": rule id}",
+                         errors={"json": {"_schema": ["exactly one of ids, rule"]}})
+    if "rule" in body:
+        try:
+            if isinstance(body["rule"], str):
+                return None, UUID(body["rule"])
+        except ValueError:
+            pass
+        raise BadRequest("rule: must be an alert rule id (uuid)",
+                         errors={"json": {"rule": ["must be a uuid"]}})
+    raw = body["ids"]
+    if not isinstance(raw, list) or not 0 < len(raw) <= BULK_MAX \
+            or not all(isinstance(i, str) for i in raw):
+        raise BadRequest(f"ids: a list of 1 to {BULK_MAX} event ids",
+                         errors={"json": {"ids": [f"1 to {BULK_MAX} event ids"]}})
+    try:
+        return list(dict.fromkeys(UUID(i) for i in raw)), None
+    except ValueError:
+        raise BadRequest("ids: every item must be an event id (uuid)",
+                         errors={"json": {"ids": ["every item must be a uuid"]}}) from None
+
+
+@blp.route("/ack", methods=["POST"])
+@blp.doc(requestBody={"required": True,
+                      "content": {"application/json": {"schema": BulkAckSchema}}})
+@blp.response(200)
+@requires("notifications:write")
+def acknowledge_many() -> Any:
+    """Acknowledge several events at once: `{"ids": [...]}` (at most BULK_MAX; ids of other
+    organisations or already acknowledged are passed over) or `{"rule": id}` (the rule's
+    unacknowledged events, BULK_MAX at a time, oldest first). Each acknowledgement is
+    audited like a single one. Answers the count acknowledged and how many of the rule's
+    remain."""
+    ids, rule = _bulk_target(request_body(form=False))
+    principal = current_principal()
+    with pool().connection() as conn, conn.transaction():
+        if ids is not None:
+            rows = conn.execute(
+                "UPDATE alert_events SET acknowledged_at = now(), acknowledged_by = %s"
+                " WHERE org_id = %s AND id = ANY(%s) AND acknowledged_at IS NULL RETURNING id",
+                (principal.user_id, principal.org_id, ids)).fetchall()
+        else:
+            rows = conn.execute(
+                "UPDATE alert_events SET acknowledged_at = now(), acknowledged_by = %s"
+                " WHERE id IN (SELECT id FROM alert_events WHERE org_id = %s AND rule_id = %s"
+                " AND acknowledged_at IS NULL ORDER BY created_at, id LIMIT %s"
+                " FOR UPDATE) RETURNING id",
+                (principal.user_id, principal.org_id, rule, BULK_MAX)).fetchall()
+        actor = audit_actor(conn)
+        for (eid,) in rows:
+            audit.record(conn, org=principal.org_id, actor=actor, action="alert.acknowledge",
+                         target_type="alert_event", target_id=eid,
+                         details={"bulk": "rule" if rule else "ids"})
+        left = conn.execute(
+            "SELECT count(*) FROM alert_events WHERE org_id = %s AND rule_id = %s"
+            " AND acknowledged_at IS NULL", (principal.org_id, rule)).fetchone() if rule else None
+    return {"acknowledged": len(rows), "ids": [str(r[0]) for r in rows],
+            "remaining": left[0] if left else 0}

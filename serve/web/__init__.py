@@ -13,7 +13,10 @@ from flask import Flask
 from serve.web import (
     acceptpage,
     alertpages,
+    alertpreview,
     fleetpages,
+    inboxpages,
+    notepages,
     peoplepages,
     placepages,
     session,
@@ -24,8 +27,8 @@ from serve.web import (
 from shared.config import Settings
 
 # Modules whose routes are on `views.blp`: imported before it is registered.
-PAGE_MODULES = (views, alertpages, peoplepages, placepages, acceptpage, teampages, waterpages,
-                fleetpages)
+PAGE_MODULES = (views, alertpages, alertpreview, inboxpages, notepages, peoplepages, placepages,
+                acceptpage, teampages, waterpages, fleetpages)
 
 
 def init_app(app: Flask, settings: Settings) -> None:

@@ -1,91 +1,160 @@
-"""The dashboard's alert pages: rules (list, create, delete), the notifications inbox (filter,
-acknowledge), and the dashboard's way to add an annotation from a chart.
+"""The dashboard's alert rules page: the rules in words, a form that creates one (from a
+template, or a copy of a rule), edits, pauses, resumes and deletes one (docs/alerts.md "In
+the dashboard"). The inbox is serve/web/inboxpages.py, the preview serve/web/alertpreview.py.
 
-Every read and write goes through the API (`/api/v2/alerts`, `/api/v2/notifications`,
-`/api/v2/annotations`) as the signed-in user, in-process (serve/web/apicall.py): the API's
-validation, scopes and tenancy decide, and a refused form shows the API's own message. Forms are
-POSTs carrying the session's CSRF value. The disabled-channel banner is a script on every page
-(static/js/banner.js) reading `/api/v2/channels` with the cookie.
+Every read and write goes through the API (`/api/v2/alerts`) as the signed-in user, in-process
+(serve/web/apicall.py): the API's validation, scopes and tenancy decide, and a refused form
+shows the API's own message. Forms are POSTs carrying the session's CSRF value; a viewer (no
+`notifications:write`) is shown the rules without the forms.
 """
 
 from __future__ import annotations
 
 from typing import Any, cast
-from urllib.parse import urlencode
 
-import orjson
 from flask import Response, redirect, render_template, request, url_for
 
 from people.principal import Principal
-from serve.web import apicall
+from serve.args import MAX_LIMIT
+from serve.web import apicall, charts
 from serve.web import session as web_session
+from serve.web.alertwords import TEMPLATES, column_choices, form_of, rule_view
 from serve.web.views import PREFIX, _html, blp, signed_in
-from shared import alertrules
+from shared import alertrules, units
 from shared.columns import TABLES
 from shared.errors import BadRequest, NotFound
 
-RULE_TABLES = ("calibrated", "hourly", "daily")  # the tables rules may watch (docs/alerts.md)
 KINDS = alertrules.KINDS
-OPS = ("<", "<=", ">", ">=")
-EVENT_KINDS = ("firing", "resolved", "test", "channel_disabled")
-INBOX_PAGE = 50
+# Kinds the preview (serve/web/alertpreview.py) runs: their values are rows of a table the
+# API serves (threshold: the rule's table; battery: health; depletion: water_balance);
+# `silent` and `quarantine` watch the device's state now.
+PREVIEWABLE = ("threshold", "battery", "depletion")
+OPS = alertrules.OPS
 FIELD_MAX = 200  # longer form values are cut before they reach the API (which bounds them too)
+KIND_WORDS = {"threshold": "a measured value crosses a threshold", "silent": "a device stops "
+              "reporting", "battery": "a battery runs low", "quarantine": "a device sends bad "
+              "data", "depletion": "the root zone dries out (water balance)"}
 
 
-def numeric_columns() -> dict[str, list[str]]:
-    """The numeric columns a threshold rule may watch, per table."""
-    return {t: [c.name for c in TABLES[t].columns if c.is_numeric] for t in RULE_TABLES}
+def _text(form: dict[str, str], name: str) -> str:
+    return form.get(name, "").strip()[:FIELD_MAX]
 
 
-def rule_body(form: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The API body of a rule from the form's fields, and the unit parameters for the query
-    string. Values are passed on as typed; the API judges them (a number field that is not a
-    number is sent as text, and the API's 400 names it)."""
-    def text(name: str) -> str:
-        return form.get(name, "").strip()[:FIELD_MAX]
+def _number(form: dict[str, str], name: str) -> Any:
+    """A typed number as a float; text that is not one is passed on as typed, so the API's
+    400 names the field."""
+    raw = _text(form, name)
+    try:
+        return float(raw) if raw else None
+    except ValueError:
+        return raw
 
-    def number(name: str) -> Any:
-        raw = text(name)
-        try:
-            return float(raw) if raw else None
-        except ValueError:
-            return raw
 
-    kind = text("kind") or "threshold"
-    scope_kind = text("scope") or "device"
+def _seconds(form: dict[str, str], name: str) -> Any:
+    minutes = _number(form, name)
+    return round(minutes * 60) if isinstance(minutes, float) else (minutes or 0)
+
+
+def rule_body(form: dict[str, str]) -> dict[str, Any]:
+    """The API body of a rule from the form's fields. A built-in kind sends no comparison (its
+    own is fixed); the clear comparison defaults to the opposite of the firing one, and one
+    pointing the same way as the firing one is turned round (the form offers only those), so
+    the defaults are always a valid rule. Thresholds are in the unit chosen for the column."""
+    kind = _text(form, "kind") or "threshold"
+    scope_kind = _text(form, "scope") or "device"
     scope: dict[str, Any] = ({"organisation": True} if scope_kind == "organisation"
-                             else {scope_kind: text("target")})
-    body: dict[str, Any] = {"name": text("name"), "kind": kind, "scope": scope,
-                            "condition": {"op": text("op") or "<",
-                                          "threshold": number("threshold")}}
+                             else {scope_kind: _text(form, scope_kind)})
+    fixed = alertrules.BUILTINS[kind].op if kind in alertrules.BUILTINS else None
+    op = fixed or _text(form, "op") or "<"
+    condition: dict[str, Any] = {"threshold": _number(form, "threshold")}
+    if fixed is None:
+        condition["op"] = op
+    body: dict[str, Any] = {"name": _text(form, "name"), "kind": kind, "scope": scope,
+                            "condition": condition, "for": _seconds(form, "for_minutes"),
+                            "clear_for": _seconds(form, "clear_for_minutes"), "clear": None}
     if kind == "threshold":
-        body["table"] = text("table") or "calibrated"
-        body["column"] = text("column")
-    minutes = number("for_minutes")
-    if minutes is not None:
-        body["for"] = round(minutes * 60) if isinstance(minutes, float) else minutes
-    if text("clear_threshold"):
-        body["clear"] = {"op": text("clear_op") or ">=", "threshold": number("clear_threshold")}
-    units = {p: text(p) for p in ("temp", "pres", "size", "ratio", "speed") if text(p)}
-    return body, units
+        body["table"] = _text(form, "table") or "calibrated"
+        body["column"] = _text(form, "column")
+        body["units"] = _units(body["table"], body["column"], _text(form, "unit"))
+    if _text(form, "clear_threshold") and op in alertrules.NEGATION:
+        clear_op = _text(form, "clear_op")
+        if clear_op not in OPS or (clear_op in alertrules.BELOW) == (op in alertrules.BELOW):
+            clear_op = alertrules.NEGATION[op]
+        body["clear"] = {"op": clear_op, "threshold": _number(form, "clear_threshold")}
+    return body
 
 
-def _rules_page(error: str | None = None, form: dict[str, str] | None = None,
-                status: int = 200) -> Response:
-    answer = apicall.call("GET", "/api/v2/alerts", query={"limit": 1000})
+def _units(table: str, column: str, code: str) -> dict[str, str]:
+    """The unit parameter of the column with the chosen code (none for an unknown column or
+    code: the API names the column, the defaults apply)."""
+    try:
+        col = TABLES[table].column(column)
+    except (KeyError, ValueError):
+        return {}
+    if col.measure is None or not code:
+        return {}
+    param = units.param_for(col.measure)
+    return {param: code} if code in units.UNITS[param] else {}
+
+
+def _answered(answer: apicall.Answer) -> Any:
+    if answer.status == 404:
+        raise NotFound(answer.message)
     if not answer.ok:
         raise BadRequest(answer.message)
+    return answer.body
+
+
+def _rules_page(principal: Principal, *, error: str | None = None,
+                form: dict[str, str] | None = None, editing: str | None = None,
+                status: int = 200) -> Response:
+    rules = _answered(apicall.call("GET", "/api/v2/alerts", query={"limit": 1000}))
+    devices = _answered(apicall.call("GET", "/api/v2/devices", query={"limit": MAX_LIMIT}))
+    places = _answered(apicall.call("GET", "/api/v2/locations", query={"limit": MAX_LIMIT}))
+    names = {str(p["id"]): p["name"] for p in places["items"]}
+    if form is None:
+        form = dict(TEMPLATES["frost"]["form"])
+        form["name"] = ""
+    device_names = [d["name"] for d in devices["items"]]
+    # A rule's device or location missing from the lists the user is given (a teams-only
+    # member's view) stays chosen: saving the form must not move the rule to the first listed.
+    if form.get("device") and form["device"] not in device_names:
+        device_names.insert(0, form["device"])
+    if form.get("location") and form["location"] not in names:
+        names[form["location"]] = form["location"]
     return _html(render_template(
-        "web/alerts.html", rules=answer.body["items"], total=answer.body["total"],
-        error=error, form=form or {}, kinds=KINDS, ops=OPS, tables=RULE_TABLES,
-        columns=numeric_columns(), nav="alerts"), status)
+        "web/alerts.html", rules=[rule_view(r, names) for r in rules["items"]],
+        total=rules["total"], error=error, form=form, editing=editing, kinds=KINDS,
+        kind_words=KIND_WORDS, ops=OPS, tables=alertrules.THRESHOLD_TABLES,
+        columns=column_choices(), unit_choices=charts.unit_choices(),
+        builtins=list(alertrules.BUILTINS), previewable=PREVIEWABLE,
+        colours=charts.ALERT_COLOURS,
+        devices=device_names,
+        locations=sorted(names.items(), key=lambda kv: kv[1].lower()), templates=TEMPLATES,
+        can_write=principal.allows("notifications:write"), nav="alerts"), status)
+
+
+def _refused(principal: Principal, answer: apicall.Answer, form: dict[str, str],
+             editing: str | None = None) -> Response:
+    return _rules_page(principal, error=answer.message, form=form, editing=editing,
+                       status=answer.status if 400 <= answer.status < 500 else 502)
 
 
 @blp.route(f"{PREFIX}/alerts", methods=["GET"])
 @signed_in
 def alert_rules(principal: Principal) -> Response:
-    """The organisation's alert rules and the form to add one."""
-    return _rules_page()
+    """The organisation's alert rules in words and the form to add one: empty, from a template
+    (`?template=frost`) or holding a copy of a rule (`?copy=<id>`)."""
+    form = None
+    template = request.args.get("template", "")
+    if template:
+        if template not in TEMPLATES:
+            raise BadRequest(f"template: one of {', '.join(TEMPLATES)}")
+        form = dict(TEMPLATES[template]["form"])
+    elif request.args.get("copy"):
+        record = _answered(apicall.call("GET", f"/api/v2/alerts/{request.args['copy']}"))
+        form = form_of(record) | {"name": f"Copy of {record['name']}"[:alertrules.NAME_MAX]}
+    return _rules_page(principal, form=form)
 
 
 @blp.route(f"{PREFIX}/alerts", methods=["POST"])
@@ -94,86 +163,62 @@ def alert_rule_create(principal: Principal) -> Response:
     """Create a rule from the form (through POST /api/v2/alerts); the API's 400 is shown."""
     web_session.check_csrf()
     form = request.form.to_dict()
-    body, units = rule_body(form)
-    answer = apicall.call("POST", "/api/v2/alerts", json=body, query=units)
+    answer = apicall.call("POST", "/api/v2/alerts", json=rule_body(form))
     if not answer.ok:
-        return _rules_page(error=answer.message, form=form,
-                           status=answer.status if 400 <= answer.status < 500 else 502)
-    target = url_for("web.alert_rules", created=answer.body.get("id"))
-    return cast(Response, redirect(target, code=303))
+        return _refused(principal, answer, form)
+    return cast(Response, redirect(url_for("web.alert_rules", created=answer.body.get("id")),
+                                   code=303))
+
+
+@blp.route(f"{PREFIX}/alerts/<rule_id>/edit", methods=["GET"])
+@signed_in
+def alert_rule_edit(principal: Principal, rule_id: str) -> Response:
+    """The form holding one rule, to change it."""
+    record = _answered(apicall.call("GET", f"/api/v2/alerts/{rule_id}"))
+    return _rules_page(principal, form=form_of(record), editing=record["id"])
+
+
+@blp.route(f"{PREFIX}/alerts/<rule_id>", methods=["POST"])
+@signed_in
+def alert_rule_change(principal: Principal, rule_id: str) -> Response:
+    """Change a rule from the form (through PATCH /api/v2/alerts/{id})."""
+    web_session.check_csrf()
+    form = request.form.to_dict()
+    answer = apicall.call("PATCH", f"/api/v2/alerts/{rule_id}", json=rule_body(form))
+    if answer.status == 404:
+        raise NotFound(answer.message)
+    if not answer.ok:
+        return _refused(principal, answer, form, editing=rule_id)
+    return cast(Response, redirect(url_for("web.alert_rules"), code=303))
+
+
+@blp.route(f"{PREFIX}/alerts/<rule_id>/active", methods=["POST"])
+@signed_in
+def alert_rule_pause(principal: Principal, rule_id: str) -> Response:
+    """Pause (`active=0`) or resume (`active=1`) a rule; its states are kept."""
+    web_session.check_csrf()
+    active = request.form.get("active", "")
+    if active not in ("0", "1"):
+        raise BadRequest("active: 0 (pause) or 1 (resume)")
+    answer = apicall.call("PATCH", f"/api/v2/alerts/{rule_id}", json={"active": active == "1"})
+    if answer.status == 404:
+        raise NotFound(answer.message)
+    if not answer.ok:
+        return _rules_page(principal, error=answer.message, status=answer.status)
+    return cast(Response, redirect(url_for("web.alert_rules"), code=303))
 
 
 @blp.route(f"{PREFIX}/alerts/<rule_id>/delete", methods=["POST"])
 @signed_in
 def alert_rule_delete(principal: Principal, rule_id: str) -> Response:
-    """Delete a rule (through DELETE /api/v2/alerts/{id}); its events stay."""
+    """Delete a rule (through DELETE /api/v2/alerts/{id}) once the page's confirmation was
+    pressed; its events stay."""
     web_session.check_csrf()
+    if request.form.get("confirm") != "yes":
+        raise BadRequest("confirm: press \u201cYes, delete\u201d to delete the rule")
     answer = apicall.call("DELETE", f"/api/v2/alerts/{rule_id}")
     if answer.status == 404:
         raise NotFound(answer.message)
     if not answer.ok:
-        return _rules_page(error=answer.message, status=answer.status)
+        return _rules_page(principal, error=answer.message, status=answer.status)
     return cast(Response, redirect(url_for("web.alert_rules"), code=303))
-
-
-def _inbox_query() -> dict[str, str]:
-    """The inbox's filters from the page's URL, only those the API knows."""
-    query = {k: request.args.get(k, "").strip()[:FIELD_MAX]
-             for k in ("kind", "acknowledged", "device", "page")}
-    return {k: v for k, v in query.items() if v}
-
-
-@blp.route(f"{PREFIX}/notifications", methods=["GET"])
-@signed_in
-def notifications(principal: Principal) -> Response:
-    """The inbox: events newest first (firing, resolved, test, channel disabled), filtered by
-    kind, acknowledged and device, with an acknowledge button on each open one."""
-    query = _inbox_query()
-    answer = apicall.call("GET", "/api/v2/notifications",
-                          query={**query, "limit": INBOX_PAGE})
-    if answer.status in (400, 404):
-        raise BadRequest(answer.message) if answer.status == 400 else NotFound(answer.message)
-    if not answer.ok:
-        raise BadRequest(answer.message)
-    page = answer.body
-    base = {k: v for k, v in query.items() if k != "page"}
-    links = {n: f"{url_for('web.notifications')}?{urlencode({**base, 'page': n})}"
-             for n in (page["page"] - 1, page["page"] + 1) if 1 <= n <= page["pages"]}
-    return _html(render_template(
-        "web/notifications.html", events=page["items"], page=page, query=query,
-        kinds=EVENT_KINDS, links=links, here=request.full_path.rstrip("?"),
-        nav="notifications"))
-
-
-@blp.route(f"{PREFIX}/notifications/<event_id>/ack", methods=["POST"])
-@signed_in
-def notification_ack(principal: Principal, event_id: str) -> Response:
-    """Acknowledge an event (through POST /api/v2/notifications/{id}/ack)."""
-    web_session.check_csrf()
-    answer = apicall.call("POST", f"/api/v2/notifications/{event_id}/ack", json={})
-    if answer.status == 404:
-        raise NotFound(answer.message)
-    if not answer.ok:
-        raise BadRequest(answer.message)
-    back = request.form.get("back", "")
-    if not back.startswith(f"{PREFIX}/notifications") or "\\" in back or not back.isprintable():
-        back = url_for("web.notifications")
-    return cast(Response, redirect(back, code=303))
-
-
-@blp.route(f"{PREFIX}/annotations", methods=["POST"])
-@signed_in
-def annotation_create(principal: Principal) -> Response:
-    """Add an annotation from a chart (the page's script posts the form with the CSRF value):
-    passed to POST /api/v2/annotations; the API's answer (record or error) comes back as is."""
-    web_session.check_csrf()
-    form = request.form
-    body: dict[str, Any] = {
-        "device": form.get("device") or None, "start_time": form.get("start_time", ""),
-        "text": form.get("text", ""),
-        "tags": [t.strip() for t in form.get("tags", "").split(",") if t.strip()][:50]}
-    if form.get("end_time"):
-        body["end_time"] = form["end_time"]
-    answer = apicall.call("POST", "/api/v2/annotations", json=body)
-    return Response(response=orjson.dumps(answer.body), status=answer.status,
-                    mimetype="application/json")

@@ -50,6 +50,9 @@ DAYS_ALWAYS = 370
 # Annotations: a colour no series has (lines for instants, a translucent band for ranges), and
 # how many of the shown range's annotations the chart draws (one API page, not a heavy one).
 NOTE_COLOUR = "#8250df"
+# Alert thresholds and transitions: the rule preview (static/js/rules.js) and an inbox event's
+# moment on the device chart (static/js/marker.js).
+ALERT_COLOURS = {"value": "#1f77b4", "fire": "#d62728", "clear": "#2ca02c", "moment": "#57606a"}
 NOTES_PAGE = 1000
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
            "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
@@ -141,7 +144,8 @@ def config(*, device: str, zone: str | None, end: str, chosen: dict[str, str]) -
         "intervals": list(READABLE),  # static/js/spans.js picks one for the span shown
         "bucket_px": BUCKET_PX,
         "days_always": DAYS_ALWAYS,
-        "note_colour": NOTE_COLOUR,  # annotations on the chart (static/js/annotations.js)
+        "note_colour": NOTE_COLOUR,
+        "alert_colours": ALERT_COLOURS,  # annotations on the chart (static/js/annotations.js)
         "notes_page": NOTES_PAGE,
         "water": {"columns": [column_info(TABLES["daily"].column(c)) for c in WATER_COLUMNS],
                   "days": WATER_DAYS},

@@ -209,4 +209,19 @@ def is_admin(principal: Principal) -> bool:
 
 def template_globals() -> dict[str, Any]:
     """Names every dashboard template may use."""
-    return {"csrf_token": csrf_token, "csrf_field": CSRF_FIELD}
+    return {"csrf_token": csrf_token, "csrf_field": CSRF_FIELD, "may": may,
+            "manages": manages}
+
+
+def may(scope: str) -> bool:
+    """Whether the signed-in user's role allows `scope` (pages show no form the API would
+    refuse them: a viewer sees no rule form, note form or Audit link)."""
+    principal = g.get("principal")
+    return principal is not None and principal.allows(scope)
+
+
+def manages() -> bool:
+    """Whether the signed-in user manages the organisation (owner, admin): the audit log is
+    theirs."""
+    principal = g.get("principal")
+    return principal is not None and principal.manages

@@ -407,6 +407,10 @@ ROUTES = [
     Route("notification-ack", "POST", "/api/v2/notifications/<event_id>/ack",
           lambda w, c: f"/api/v2/notifications/{_a_event(w, c)}/ack", "notifications:write",
           a_object=True),
+    # Issue 33: bulk acknowledgement; ids of other organisations are passed over (200, 0).
+    Route("notifications-ack", "POST", "/api/v2/notifications/ack",
+          lambda w, c: "/api/v2/notifications/ack", "notifications:write",
+          body={"ids": ["00000000-0000-0000-0000-000000000000"]}),
     # Annotations (issue 24): another organisation cannot name org A's device in a body (400).
     Route("annotations", "GET", "/api/v2/annotations", lambda w, c: "/api/v2/annotations",
           "annotations:read"),

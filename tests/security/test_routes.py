@@ -35,6 +35,10 @@ DASHBOARD_RULES = {
     ("/dashboard/alerts", "GET"), ("/dashboard/alerts", "POST"),
     ("/dashboard/alerts/<rule_id>/delete", "POST"), ("/dashboard/notifications", "GET"),
     ("/dashboard/notifications/<event_id>/ack", "POST"), ("/dashboard/annotations", "POST"),
+    # Issue 33: edit, pause, the preview (alertpreview.py), bulk acknowledge (inboxpages.py).
+    ("/dashboard/alerts/<rule_id>/edit", "GET"), ("/dashboard/alerts/<rule_id>", "POST"),
+    ("/dashboard/alerts/<rule_id>/active", "POST"), ("/dashboard/alerts/preview", "POST"),
+    ("/dashboard/notifications/ack", "POST"),
     # The people pages (issue 23; serve/web/peoplepages.py, placepages.py): through the API.
     ("/dashboard/keys", "GET"), ("/dashboard/keys", "POST"),
     ("/dashboard/keys/<key_id>/active", "POST"), ("/dashboard/keys/<key_id>/delete", "POST"),

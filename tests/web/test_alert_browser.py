@@ -85,17 +85,17 @@ def _sign_in(driver: WebDriver, base: str) -> None:
 def _create_rule_in_the_form(driver: WebDriver, base: str) -> None:
     driver.get(f"{base}/dashboard/alerts")
     driver.find_element(By.ID, "rule-name").send_keys("Frost")
-    column = driver.find_element(By.ID, "rule-column")
-    column.clear()
-    column.send_keys("tair")
-    driver.find_element(By.ID, "rule-target").send_keys("A1")
+    Select(driver.find_element(By.ID, "rule-column")).select_by_value("tair")
+    Select(driver.find_element(By.ID, "rule-device")).select_by_value("A1")
     Select(driver.find_element(By.ID, "rule-op")).select_by_value("<")
-    driver.find_element(By.ID, "rule-threshold").send_keys("32")
-    driver.find_element(By.ID, "rule-clear").send_keys("34")
-    Select(driver.find_element(By.ID, "rule-temp")).select_by_value("f")
+    for field, value in (("rule-threshold", "32"), ("rule-for", "0"), ("rule-clear", "34")):
+        box = driver.find_element(By.ID, field)
+        box.clear()
+        box.send_keys(value)
+    Select(driver.find_element(By.ID, "rule-unit")).select_by_value("f")
     driver.find_element(By.ID, "rule-create").click()
     wait_for(driver, "document.querySelectorAll('#rules tr[data-id]').length === 1")
-    assert "calibrated.tair" in driver.find_element(By.ID, "rules").text
+    assert "below 32 °F" in driver.find_element(By.ID, "rules").text
 
 
 def _reload_until(driver: WebDriver, url: str, script: str, timeout: float = 30) -> None:

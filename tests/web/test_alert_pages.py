@@ -22,9 +22,9 @@ def _create_rule(client: FlaskClient, **fields: str) -> Any:
     page = client.get("/dashboard/alerts")
     assert page.status_code == 200, _text(page)
     form = {"csrf": csrf_of(_text(page)), "name": "Frost", "kind": "threshold",
-            "table": "calibrated", "column": "tair", "scope": "device", "target": "A1",
+            "table": "calibrated", "column": "tair", "scope": "device", "device": "A1",
             "op": "<", "threshold": "32", "for_minutes": "15", "clear_op": ">=",
-            "clear_threshold": "34", "temp": "f", **fields}
+            "clear_threshold": "34", "unit": "f", **fields}
     return client.post("/dashboard/alerts", data=form)
 
 
@@ -33,14 +33,15 @@ def test_rules_page_creates_lists_and_deletes(client: FlaskClient) -> None:
     made = _create_rule(client)
     assert made.status_code == 303, _text(made)
     page = _text(client.get("/dashboard/alerts"))
-    assert "Frost" in page and "calibrated.tair" in page and "device A1" in page
+    assert "Frost" in page and "Air temperature (each 5-minute reading)" in page \
+        and "device A1" in page
     rules = client.get("/api/v2/alerts").get_json()["items"]
     frost = next(r for r in rules if r["name"] == "Frost")
     # 32 F and 34 F stored canonical (0 C, 1.11 C); 15 minutes as 900 seconds.
     assert frost["for"] == 900 and frost["scope"] == {"device": "A1"}
     # The API's own 400 comes back on the form, which keeps what was typed.
     bad = _create_rule(client, name="Broken", column="no_such_column")
-    assert bad.status_code == 400 and "no_such_column" in _text(bad)
+    assert bad.status_code == 400 and "column: must be a numeric column" in _text(bad)
     assert 'value="Broken"' in _text(bad)
     # Delete needs the CSRF value; another organisation's rule is the same 404 as none.
     assert client.post(f"/dashboard/alerts/{frost['id']}/delete").status_code == 400
@@ -48,13 +49,18 @@ def test_rules_page_creates_lists_and_deletes(client: FlaskClient) -> None:
     other = client.application.test_client()
     sign_in(other, "user@b.example")
     other_csrf = csrf_of(_text(other.get("/dashboard/alerts")))
-    theirs = other.post(f"/dashboard/alerts/{frost['id']}/delete", data={"csrf": other_csrf})
+    theirs = other.post(f"/dashboard/alerts/{frost['id']}/delete",
+                        data={"csrf": other_csrf, "confirm": "yes"})
     missing = other.post("/dashboard/alerts/00000000-0000-0000-0000-000000000000/delete",
-                         data={"csrf": other_csrf})
+                         data={"csrf": other_csrf, "confirm": "yes"})
     assert theirs.status_code == missing.status_code == 404
-    gone = client.post(f"/dashboard/alerts/{frost['id']}/delete", data={"csrf": csrf})
+    # Without the confirmation's "yes" nothing is deleted.
+    kept = client.post(f"/dashboard/alerts/{frost['id']}/delete", data={"csrf": csrf})
+    assert kept.status_code == 400 and "confirm" in _text(kept)
+    gone = client.post(f"/dashboard/alerts/{frost['id']}/delete",
+                       data={"csrf": csrf, "confirm": "yes"})
     assert gone.status_code == 303
-    assert "Frost" not in _text(client.get("/dashboard/alerts"))
+    assert f'data-id="{frost["id"]}"' not in _text(client.get("/dashboard/alerts"))
 
 
 def test_inbox_lists_and_acknowledges_events(client: FlaskClient) -> None:

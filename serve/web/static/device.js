@@ -3,6 +3,7 @@
 // the server's JSON), the choices in js/controls.js, one module per view (js/readings.js,
 // js/water.js, js/annotations.js).
 import {Controls} from "./js/controls.js";
+import {Marker} from "./js/marker.js";
 import {Exporter} from "./js/export.js";
 import {Annotations} from "./js/annotations.js";
 import {embedded} from "./js/facts.js";
@@ -30,6 +31,8 @@ function start() {
                             zone: controls.zone(), units: controls.units()}), probe);
   const notes = new Annotations(cfg, readings, probe);
   readings.plugins.push(notes.plugin());
+  // An alert's moment and threshold, when the inbox linked here (js/marker.js).
+  readings.plugins.push(new Marker(cfg, controls, $("chart")).plugin());
   notes.wire();
 
   async function load() {

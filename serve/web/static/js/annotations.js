@@ -139,7 +139,8 @@ export class Annotations {
     u.over.addEventListener("click", (e) => {
       if (u.select.width > 0) return;  // the end of a drag-zoom, not a pick
       const t = iso(Math.round(u.posToVal(e.offsetX, "x")));
-      $(e.shiftKey ? "note-end" : "note-start").value = t;
+      const box = $(e.shiftKey ? "note-end" : "note-start");
+      if (box) box.value = t;
     });
   }
 
@@ -158,6 +159,7 @@ export class Annotations {
 
   /** The note form: "use the shown range" and submit (then reload the notes). */
   wire() {
+    if (!$("note-form")) return;  // a viewer may not add notes: the page has no form
     $("note-range").addEventListener("click", () => {
       if (!this.readings.chart) return;
       const [a, b] = this.readings.shown();

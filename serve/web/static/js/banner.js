@@ -39,3 +39,22 @@ async function show() {
 }
 
 show();
+
+// The unread count beside "Notifications": open (unacknowledged) events, from the API's
+// count of the inbox's "not yet" filter.
+async function unread() {
+  const badge = document.getElementById("unread");
+  if (!badge) return;
+  try {
+    const {body} = await get("/api/v2/notifications?acknowledged=false&limit=1");
+    badge.textContent = body.total > 99 ? "99+" : String(body.total);
+    badge.title = body.total + " not acknowledged";
+    badge.hidden = body.total === 0;
+    badge.dataset.count = String(body.total);
+  } catch (err) {
+    badge.hidden = true;
+    badge.dataset.count = "error";
+  }
+}
+
+unread();
