@@ -63,11 +63,11 @@ def api_get(tree: Tree, key: str, path: str) -> tuple[int, object]:
 
 
 def stream_flushed_past(tree: Tree, lsn: str) -> bool:
-    """The WAL stream has flushed the server's WAL up to `lsn`."""
-    with psycopg.connect(tree.url()) as c:
-        row = c.execute("SELECT flush_lsn >= %s::pg_lsn FROM pg_stat_replication "
-                        "WHERE application_name = 'sds_walstream'", (lsn,)).fetchone()
-    return bool(row and row[0])
+    """The WAL stream has flushed the server's WAL up to `lsn` (pg_stat_replication's
+    positions are the superuser's to read: deploy/services.sh psql)."""
+    out = tree.sh(f"deploy/services.sh psql -tA -c \"SELECT flush_lsn >= '{lsn}'::pg_lsn "
+                  "FROM pg_stat_replication WHERE application_name = 'sds_walstream'\"")
+    return out.stdout.strip() == "t"
 
 
 @pytest.mark.parametrize("loss", ["stopped", "killed"])
