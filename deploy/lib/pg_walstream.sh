@@ -27,7 +27,23 @@ ws_start() {
     ensure_traversable postgres "$REPO/deploy/lib"
     (cd "$PG_DIR" && supervise_start "$WS_NAME" "$WS_LOG" --user postgres --stop-timeout 20 -- \
         bash "$REPO/deploy/lib/walstream.sh" "$PG_BIN" "$dir" "$PG_RUN" "$(pg_live_port)" "$WS_SLOT")
-    say "walstream: streaming WAL into $dir (slot $WS_SLOT, log $WS_LOG)"
+    # Until it is connected, so that a status right after the start tells the truth.
+    local i
+    for ((i = 0; i < 150; i++)); do
+        if [[ -n $(ws_connected) ]]; then
+            say "walstream: streaming WAL into $dir (slot $WS_SLOT, log $WS_LOG)"
+            return 0
+        fi
+        ws_supervised || break
+        sleep 0.2
+    done
+    log_tail "$WS_LOG" 10
+    warn "WAL STREAM NOT CONNECTED (see $WS_LOG): until it is, a lost data directory loses up to the archive lag"
+}
+
+# How far behind the server's WAL the stream has flushed; nothing when it is not connected.
+ws_connected() {
+    psql_su -d postgres -tA -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_flush_lsn(), flush_lsn)) FROM pg_stat_replication WHERE application_name = '$WS_SLOT'" 2>/dev/null || true
 }
 
 ws_stop() {
@@ -46,7 +62,7 @@ ws_status() {
     fi
     local st behind
     st=$(supervised_status "$WS_NAME")
-    behind=$(psql_su -d postgres -tA -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_flush_lsn(), flush_lsn)) FROM pg_stat_replication WHERE application_name = '$WS_SLOT'" 2>/dev/null || true)
+    behind=$(ws_connected)
     if [[ -z $behind ]]; then
         say "walstream: ${st%%$'\t'*}, NOT CONNECTED (see $WS_LOG)$(sup_note "$WS_NAME")"
         return 3

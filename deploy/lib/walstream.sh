@@ -15,6 +15,13 @@ CONN="host=$SOCKET port=$PORT user=postgres dbname=postgres application_name=$SL
 
 sql() { "$PG_BIN/psql" -X -q -tA -v ON_ERROR_STOP=1 -d "$CONN" -c "$1"; }
 
+# Wait for the server (a restart of PostgreSQL, a restore's replay) rather than exit at once: the
+# supervisor's backoff would then grow, and the stream would reconnect seconds late.
+for ((i = 0; i < 240; i++)); do
+    "$PG_BIN/pg_isready" -q -h "$SOCKET" -p "$PORT" && break
+    sleep 0.5
+done
+
 # A slot PostgreSQL gave up on (the stream was away past max_slot_wal_keep_size) cannot stream
 # again: drop it and start from the server's current position (the archive has the gap).
 state=$(sql "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = '$SLOT'") \
@@ -24,6 +31,18 @@ if [[ $state == lost ]]; then
     sql "SELECT pg_drop_replication_slot('$SLOT')" >/dev/null || exit 1
 fi
 "$PG_BIN/pg_receivewal" -d "$CONN" --slot="$SLOT" --create-slot --if-not-exists || exit 1
+
+# After a restore to an earlier moment the server's WAL ends before the stream's newest files
+# (the abandoned timeline's): pg_receivewal would ask to start there and be refused. Those files
+# move to DIR/superseded (the archive has their complete segments; the rest is what the restore
+# left behind on purpose), and the stream starts where the server is.
+current=$(sql "SELECT pg_walfile_name(pg_current_wal_flush_lsn())") || exit 1
+for f in "$DIR"/*; do
+    name=${f##*/}
+    [[ $name =~ ^[0-9A-F]{24}(\.partial)?$ && ${name:8:16} > ${current:8:16} ]] || continue
+    mkdir -p "$DIR/superseded"
+    mv -f -- "$f" "$DIR/superseded/" && echo "walstream: $name is past the server's WAL ($current): moved to $DIR/superseded" >&2
+done
 
 # Remove the segments (and partial segments of old timelines) at or before the last one
 # PostgreSQL archived: the archive holds them. Nothing while the archive has archived nothing yet
