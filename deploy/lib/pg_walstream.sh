@@ -43,7 +43,7 @@ ws_start() {
 
 # How far behind the server's WAL the stream has flushed; nothing when it is not connected.
 ws_connected() {
-    psql_su -d postgres -tA -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_flush_lsn(), flush_lsn)) FROM pg_stat_replication WHERE application_name = '$WS_SLOT'" 2>/dev/null || true
+    psql_su -d postgres -tA -c "SELECT pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_flush_lsn(), flush_lsn)) FROM pg_stat_replication WHERE application_name = '$WS_SLOT' AND state = 'streaming'" 2>/dev/null || true
 }
 
 ws_stop() {

@@ -66,7 +66,8 @@ def stream_flushed_past(tree: Tree, lsn: str) -> bool:
     """The WAL stream has flushed the server's WAL up to `lsn` (pg_stat_replication's
     positions are the superuser's to read: deploy/services.sh psql)."""
     out = tree.sh(f"deploy/services.sh psql -tA -c \"SELECT flush_lsn >= '{lsn}'::pg_lsn "
-                  "FROM pg_stat_replication WHERE application_name = 'sds_walstream'\"")
+                  "FROM pg_stat_replication WHERE application_name = 'sds_walstream' "
+                  "AND state = 'streaming'\"")
     return out.stdout.strip() == "t"
 
 
