@@ -10,7 +10,7 @@ WS_NAME=walstream
 WS_SLOT=sds_walstream
 WS_LOG=$LOGS/walstream.log
 
-ws_dir() { cat "$BK_DIR/walstream.dir" 2>/dev/null; }
+ws_dir() { cat "$BK_DIR/walstream.dir" 2>/dev/null || true; }
 ws_supervised() { pid_alive "$PIDS/$WS_NAME.pid" deploy/lib/walstream.sh; }
 
 ws_start() {
