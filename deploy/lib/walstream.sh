@@ -60,14 +60,23 @@ prune() {
 
 "$PG_BIN/pg_receivewal" -D "$DIR" -d "$CONN" --slot="$SLOT" --synchronous --no-loop &
 child=$!
-trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
+nap=""
+trap 'kill ${nap:+"$nap"} 2>/dev/null; kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
 echo "walstream: streaming into $DIR through slot $SLOT (pg_receivewal pid $child)" >&2
-while kill -0 "$child" 2>/dev/null; do
+# Prune every PRUNE_EVERY seconds; wake at once when pg_receivewal exits (the server went away),
+# so the supervisor starts the stream again within a second, not at the next prune.
+rc=0
+while :; do
     prune
     sleep "$PRUNE_EVERY" &
-    wait $! || true
+    nap=$!
+    ended=""
+    wait -n -p ended "$child" "$nap"
+    rc=$?
+    if [[ $ended != "$nap" ]]; then
+        kill "$nap" 2>/dev/null
+        break
+    fi
 done
-wait "$child"
-rc=$?
 echo "walstream: pg_receivewal exited ($rc); the supervisor starts it again" >&2
 exit "$rc"

@@ -103,3 +103,35 @@ def test_stream_streams_prunes_and_moves_an_abandoned_timeline_aside(
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
     assert "streaming into" in out and "past the server's WAL" in out
+
+
+def start_stream(server: PostgresServer, tmp_path: Path) -> subprocess.Popen[str]:
+    """The script with its shipped prune interval (60 s), connected."""
+    stream = tmp_path / "stream"
+    stream.mkdir()
+    shutil.chown(stream, "postgres", "postgres")
+    script = tmp_path / "walstream.sh"
+    shutil.copy(ROOT / "deploy" / "lib" / "walstream.sh", script)
+    proc = subprocess.Popen(
+        ["bash", str(script), str(PG_BIN), str(stream), str(server.socket_dir),
+         str(server.port), SLOT], user="postgres", group="postgres", cwd="/",
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for(lambda: sql(server, "SELECT count(*) FROM pg_stat_replication WHERE "
+                                 f"application_name = '{SLOT}' AND state = 'streaming'") == 1,
+             60, what="the stream connected")
+    return proc
+
+
+def test_stream_exits_at_once_when_the_server_dies(server: PostgresServer,
+                                                   tmp_path: Path) -> None:
+    # Not at its next prune (60 s later): its supervisor starts it again as soon as the
+    # server is back (it failed in tests/chaos/test_supervision.py: 60 s not connected).
+    proc = start_stream(server, tmp_path)
+    try:
+        server.crash()
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "pg_receivewal exited" in out, out
