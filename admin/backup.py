@@ -90,6 +90,11 @@ def configure(config_path: str, base_dir: str, nodes: tuple[str, ...],
         moved = Path(settings.backup_repo_path)
         moved.mkdir(parents=True, exist_ok=True, mode=0o750)
         _chown_postgres(moved)
+    # The WAL stream's directory (deploy/lib/walstream.sh), named for the deploy and restores.
+    stream = Path(backup.walstream_dir(text, str(base.resolve())))
+    stream.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _chown_postgres(stream)
+    _write(base / backup.WALSTREAM_FILE, f"{stream}\n", 0o644)
     changed = _write(Path(config_path), text, 0o600)
     if pg_settings:
         lines = [f"{k} = '{v}'" for k, v in
@@ -315,6 +320,12 @@ def restore(to: str | None, target_dir: str | None, beside: bool, port: int | No
         data_dir.mkdir(parents=True, mode=0o700)
         _chown_postgres(data_dir)
     args = ["restore", f"--set={chosen.label}", f"--pg1-path={data_dir}"]
+    stream = backup.configured_walstream_dir(config)
+    if stream:
+        # The archive, then the WAL streamed since (deploy/lib/walstream.sh): the restore
+        # reaches the last commit the stream received, not the last archived segment.
+        args.append("--recovery-option=restore_command="
+                    + backup.restore_command(str(Path(config).resolve()), stream))
     if existing:
         args.append("--delta")
     if target is not None:
@@ -329,7 +340,9 @@ def restore(to: str | None, target_dir: str | None, beside: bool, port: int | No
     if beside and target is not None and port is not None:
         _start_beside(data_dir, port, target, took)
         return
-    until = f"{target:%Y-%m-%d %H:%M:%S}Z" if target else "the end of the archived WAL"
+    until = (f"{target:%Y-%m-%d %H:%M:%S}Z" if target else
+             "the end of the archived WAL" + (f", then the WAL streamed into {stream}"
+                                               if stream else ""))
     click.echo(f"3. restored in {took:.1f} s. On its next start PostgreSQL replays archived WAL "
                f"up to {until}, then promotes itself (a new timeline) and accepts writes.")
     click.echo("   Start it: deploy/run.sh (or deploy/services.sh start)")

@@ -24,6 +24,7 @@
 # listen on 127.0.0.1 only (defaults: deploy/lib/ports.sh). A database server keeps the port it was
 # last started on unless the variable is set (docs/operations.md "Ports").
 # SDS_PG_STANDBY_SYNC=off makes the standby asynchronous.
+# The WAL stream (deploy/lib/pg_walstream.sh) starts and stops with PostgreSQL (default profile).
 set -euo pipefail
 
 SDS_SCRIPT=services.sh
@@ -274,6 +275,9 @@ sync_line() {
 # ---- backups: deploy/lib/pg_backup.sh ----------------------------------------------------------
 # shellcheck source=deploy/lib/pg_backup.sh
 . "$REPO/deploy/lib/pg_backup.sh"
+# ---- the WAL stream into the backup side: deploy/lib/pg_walstream.sh ------------------------------
+# shellcheck source=deploy/lib/pg_walstream.sh
+. "$REPO/deploy/lib/pg_walstream.sh"
 # ---- the automatic failover profile (SDS_DB=patroni): deploy/lib/pg_patroni.sh -------------------
 # (after pg_backup.sh: under Patroni the backup configuration is the cluster's)
 # shellcheck source=deploy/lib/pg_patroni.sh
@@ -460,6 +464,7 @@ status() {
         say "postgresql: $(pg_supervised && echo restarting || echo stopped)$(pg_supervised && sup_note postgresql)"
         rc=3
     fi
+    ws_status || rc=3
     if sb_exists; then
         if sb_running; then
             say "postgresql standby: running$(sb_is_standby || echo ' (promoted: the primary)'), port $(sed -n 4p "$SB_DATA/postmaster.pid"), data $SB_DATA, log $SB_LOG$(sup_note postgresql-standby)"
@@ -491,6 +496,7 @@ start)
     db_start
     pg_bootstrap
     bk_setup
+    ws_start
     [[ $DB == patroni ]] || sb_start
     echo "$DB" >"$STATE/db-profile"
     echo "$BROKER" >"$PROFILE_FILE"
@@ -509,6 +515,8 @@ stop)
     [[ ! -d $STATE/rabbitmq ]] || "${RABBIT[@]}" stop
     pt_stop
     pg_stop
+    # After the server: the shutdown sends its last WAL (the shutdown checkpoint) to the stream.
+    ws_stop
     ;;
 status)
     rc=0

@@ -145,6 +145,46 @@ def configured_data_dir(config: str) -> str:
         raise BackupError(f"{config} names no pg1-path in [{STANZA}]") from None
 
 
+# The directory the WAL stream writes into (deploy/lib/walstream.sh), named in this file beside
+# the configuration by `sds backup configure` for deploy/lib/pg_walstream.sh.
+WALSTREAM_FILE = "walstream.dir"
+
+
+def walstream_dir(config_text: str, base_dir: str) -> str:
+    """Where PostgreSQL's WAL is streamed (pg_receivewal) for a configuration: beside the
+    repository when it is a plain posix directory (a second disk survives the machine with it),
+    else under `base_dir` (an S3 or encrypted repository: the stream is neither uploaded nor
+    encrypted, so it stays on this machine and covers a lost data directory only)."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read_string(config_text)
+    glob = parser["global"] if parser.has_section("global") else {}
+    if glob.get("repo1-type") == "posix" and not glob.get("repo1-cipher-type"):
+        return f"{glob.get('repo1-path')}/walstream"
+    return f"{base_dir}/walstream"
+
+
+def restore_command(config: str, stream_dir: str | None) -> str:
+    """PostgreSQL's restore_command for a restore: each WAL segment from the archive, else from
+    the stream (a complete segment, else the segment being written when the server was lost:
+    pg_receivewal's .partial file, full size and zero-padded, which recovery reads up to its
+    last record). Without a stream directory, pgBackRest's own."""
+    get = f'pgbackrest --config={config} --stanza={STANZA} archive-get %f "%p"'
+    if not stream_dir:
+        return get
+    d = stream_dir
+    return (f'{get} || {{ test -f {d}/%f && cp {d}/%f "%p"; }} '
+            f'|| {{ test -f {d}/%f.partial && cp {d}/%f.partial "%p"; }}')
+
+
+def configured_walstream_dir(config: str) -> str | None:
+    """The stream directory `sds backup configure` named beside `config`, if it exists."""
+    try:
+        path = (Path(config).parent / WALSTREAM_FILE).read_text().strip()
+    except OSError:
+        return None
+    return path if path and Path(path).is_dir() else None
+
+
 def archive_settings(config: str, settings: Settings) -> dict[str, str]:
     """The postgresql.conf settings that ship every finished WAL segment to the repository."""
     return {

@@ -213,7 +213,8 @@ class Settings:
         "0 1 * * 1-6", "When the scheduler takes a differential backup (crontab fields, UTC)")
     backup_archive_timeout: int = _f(
         60, "PostgreSQL's archive_timeout (s): a WAL segment is archived at the latest this "
-        "long after its first write, which bounds what a lost disk loses")
+        "long after its first write, which bounds what a lost disk loses while the WAL stream "
+        "is down (docs/operations.md)")
 
     # --- HTTP API ---
     edge_bind: str = _f(

@@ -80,7 +80,12 @@ bk_wait_recovery() {
     say "postgresql: recovering from the backup repository (replaying archived WAL; see $PG_LOG)"
     local i
     for ((i = 0; i < 36000; i++)); do
-        [[ -f $PGDATA/recovery.signal ]] || { say "postgresql: recovery done, accepting writes"; return 0; }
+        # recovery.signal goes before the end-of-recovery checkpoint: writes wait for that.
+        if [[ ! -f $PGDATA/recovery.signal ]] \
+            && [[ $(psql_su -d postgres -tA -c 'SELECT pg_is_in_recovery()' 2>/dev/null) == f ]]; then
+            say "postgresql: recovery done, accepting writes"
+            return 0
+        fi
         pg_supervised || pg_running || die "PostgreSQL stopped during recovery (see $PG_LOG)"
         sleep 0.1
     done

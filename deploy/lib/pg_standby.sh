@@ -87,6 +87,8 @@ sb_promote() {
         say "stopping the old primary (fast)"
         pg_halt postgresql "$PGDATA" || true
     fi
+    # The WAL stream followed the old primary (it does not move to the promoted standby).
+    ws_stop
     if [[ -f $PGDATA/PG_VERSION ]]; then
         echo "retired by deploy/services.sh promote at $(date -u +%FT%TZ)" >"$RETIRED"
         say "the old primary in $PGDATA is retired: it will not start again (see docs/operations.md)"

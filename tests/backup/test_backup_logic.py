@@ -4,7 +4,9 @@ parsing of `pgbackrest info` and `verify`, and the archiver's failing flag and l
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -176,3 +178,45 @@ def test_restore_times_are_utc() -> None:
     assert parse_time("2026-03-01 02:15") == datetime(2026, 3, 1, 2, 15, tzinfo=UTC)
     with pytest.raises(Exception, match="ISO 8601"):
         parse_time("yesterday")
+
+
+def test_the_stream_sits_beside_a_plain_posix_repository_only() -> None:
+    moved = Settings().replace(backup_repo_path="/mnt/disk2/sds")
+    text = backup.render_config(moved, [NODE], base_dir="/srv/.state/pgbackrest")
+    assert backup.walstream_dir(text, "/srv/.state/pgbackrest") == "/mnt/disk2/sds/walstream"
+    embedded = backup.render_config(Settings(), [NODE], base_dir="/b")
+    assert backup.walstream_dir(embedded, "/b") == "/b/repo/walstream"
+    # Encrypted or S3: the stream (not encrypted, not uploaded) stays on this machine.
+    secret = moved.replace(backup_cipher_pass="pass")
+    text = backup.render_config(secret, [NODE], base_dir="/b")
+    assert backup.walstream_dir(text, "/b") == "/b/walstream"
+    s3 = Settings().replace(backup_repo_type="s3", backup_s3_endpoint="h:9000",
+                            backup_s3_bucket="b", backup_s3_key="k", backup_s3_secret="s")
+    assert backup.walstream_dir(backup.render_config(s3, [NODE], base_dir="/b"), "/b") == \
+        "/b/walstream"
+
+
+def _restore(command: str, segment: str, into: str) -> int:
+    """PostgreSQL's restore_command as the server runs it (sh -c, %f and %p replaced)."""
+    line = command.replace("%f", segment).replace("%p", into)
+    return subprocess.run(["sh", "-c", line], capture_output=True, check=False).returncode
+
+
+@pytest.mark.usefixtures("processes")
+def test_restore_command_falls_back_to_the_stream(tmp_path: Path) -> None:
+    stream = tmp_path / "walstream"
+    stream.mkdir()
+    (stream / "000000010000000000000002").write_bytes(b"whole")
+    (stream / "000000010000000000000003.partial").write_bytes(b"partial")
+    # No repository at this configuration: archive-get fails, the stream answers.
+    cmd = backup.restore_command(str(tmp_path / "missing.conf"), str(stream))
+    out = tmp_path / "RECOVERYXLOG"
+    assert _restore(cmd, "000000010000000000000002", str(out)) == 0
+    assert out.read_bytes() == b"whole"
+    assert _restore(cmd, "000000010000000000000003", str(out)) == 0
+    assert out.read_bytes() == b"partial"
+    # A segment nobody has: recovery ends there.
+    assert _restore(cmd, "000000010000000000000004", str(tmp_path / "x")) != 0
+    assert not (tmp_path / "x").exists()
+    assert backup.restore_command("/c", None) == \
+        'pgbackrest --config=/c --stanza=sds archive-get %f "%p"'

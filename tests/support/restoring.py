@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -89,3 +90,54 @@ class Tree:
 
 
 SECRETS = "set -a; . .state/secrets.env; set +a; "
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        kids.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    return kids
+
+
+def descendants(roots: list[int]) -> list[int]:
+    """The processes under `roots` (and the roots), by parent pid, from /proc now."""
+    kids, found, todo = _children(), [], list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.append(pid)
+            todo.extend(kids.get(pid, []))
+    return found
+
+
+def kill9(roots: list[int]) -> int:
+    """The power cut: every process under `roots` stopped at once (SIGSTOP, so none reacts to
+    another's death: no supervisor restarts, no shutdown, no last WAL sent), then SIGKILLed.
+    The number of processes killed."""
+    stopped: list[int] = []
+    while new := [p for p in descendants(roots) if p not in stopped]:
+        # Again until no new process appears: one may have forked before it was stopped.
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        stopped += new
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
+    return len(stopped)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def supervisor_pids(state: Path, names: list[str] | None = None) -> list[int]:
+    """The supervisors' pids of a deploy/run.sh tree's processes (all, or `names`)."""
+    files = [state / "pids" / f"{n}.pid" for n in names] if names else \
+        sorted((state / "pids").glob("*.pid"))
+    return [int(f.read_text().strip()) for f in files if f.is_file() and f.read_text().strip()]
