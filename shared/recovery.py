@@ -96,6 +96,16 @@ def save(conn: psycopg.Connection, files: Mapping[str, bytes], key: str | None) 
     return len(files)
 
 
+BROKER_LOGINS = "mosquitto/passwd"
+
+
+def keep_broker_logins(conn: psycopg.Connection, passwd_file: Path, key: str | None) -> None:
+    """Seal the broker's password file into the kit now (after the API changed a device's
+    login), through the one kit file the API's role may replace (migration 0220)."""
+    sealed = _fernet(key).encrypt(passwd_file.read_bytes())
+    conn.execute("SELECT sds_recovery_keep_broker_logins(%s)", (sealed,))
+
+
 def open_all(rows: Mapping[str, bytes], key: str | None) -> dict[str, bytes]:
     """The files of sealed `rows` (name -> token); RecoveryError when the key opens none of
     them (the wrong key) or a name is not one of the kit's."""

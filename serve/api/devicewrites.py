@@ -15,6 +15,7 @@ otherwise), with `locations:write` (the scope that also moves a device); each wr
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -32,10 +33,12 @@ from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
 from serve.readmodels import device_by_name, device_record, location_by_id, location_record
-from shared import audit, brokeraccounts, brokersession, places
+from shared import audit, brokeraccounts, brokersession, places, recovery
 from shared.config import Settings
 from shared.errors import Conflict, Forbidden, UnknownDevice, UnknownLocation
 from shared.timeutil import parse_instant
+
+log = logging.getLogger(__name__)
 
 blp = Blueprint("devicewrites", __name__, url_prefix="/api/v2",
                 description="Adding, re-keying and retiring devices; creating locations.")
@@ -114,6 +117,23 @@ def _device(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     return row
 
 
+def _keep_logins(passwd: Path) -> str:
+    """Seal the changed password file into the recovery kit (shared/recovery.py), so a
+    whole-machine loss keeps this login; in words. Skipped where the deployment keeps no kit
+    (SDS_STATE_DIR or SDS_RECOVERY_KEY unset); a failure is said, not raised: the login
+    change is done and the next `deploy/run.sh` start saves the kit."""
+    settings = _settings()
+    if not (settings.state_dir and settings.recovery_key):
+        return "no recovery kit on this server"
+    try:
+        with pool().connection() as conn:
+            recovery.keep_broker_logins(conn, passwd, settings.recovery_key)
+    except (psycopg.Error, recovery.RecoveryError, OSError) as exc:
+        log.warning("the recovery kit was not saved after a login change: %s", exc)
+        return "the recovery kit was NOT saved (run: sds recovery save)"
+    return "recovery kit saved"
+
+
 def _end_session(name: str, password: str) -> str:
     """Reload the broker, then end the device's old session (as sds device does); in words."""
     words = brokeraccounts.reload_broker(_passwd_file(), _pid_file())
@@ -157,7 +177,7 @@ def add_device() -> Any:
         # Last in the transaction: a file that cannot be written leaves no device behind.
         brokeraccounts.set_mqtt_passwords(passwd, {name: password})
         record = device_record(_device(conn, name))
-    words = brokeraccounts.reload_broker(passwd, _pid_file())
+    words = brokeraccounts.reload_broker(passwd, _pid_file()) + "; " + _keep_logins(passwd)
     return {"device": record, "mqtt": mqtt_login(name, password), "broker": words}, 201
 
 
@@ -179,7 +199,8 @@ def rotate_password(name: str) -> Any:
                      action="device.rotate_password", target_type="device",
                      target_id=row["id"], details={"name": name})
         brokeraccounts.set_mqtt_passwords(passwd, {name: password})
-    return {"mqtt": mqtt_login(name, password), "broker": _end_session(name, password)}
+    words = _end_session(name, password) + "; " + _keep_logins(passwd)
+    return {"mqtt": mqtt_login(name, password), "broker": words}
 
 
 @blp.route("/devices/<name>/retire", methods=["POST"])
@@ -214,6 +235,7 @@ def retire_device(name: str) -> Any:
         finally:
             brokeraccounts.remove_mqtt_user(passwd, name)
         words += "; " + brokeraccounts.reload_broker(passwd, _pid_file())
+        words += "; " + _keep_logins(passwd)
     return {"device": record, "broker": words}
 
 

@@ -18,11 +18,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from cryptography.fernet import Fernet
 from flask.testing import FlaskClient
 
 from people import accounts
 from serve.web.fleetmodel import ago, spark
 from serve.web.fleetpages import _instant, location_body, snippet
+from shared import recovery
 from tests.support.apps import close_app, make_app
 from tests.support.dashboard import World, csrf_of, shows, sign_in
 
@@ -389,3 +391,44 @@ def test_without_a_password_file_the_api_adds_no_device(world: World) -> None:
         close_app(app)
     with psycopg.connect(world.url) as conn:
         assert conn.execute("SELECT count(*) FROM devices WHERE name = 'N1'").fetchone() == (0,)
+
+
+def test_a_login_change_through_the_api_is_sealed_into_the_recovery_kit(
+        world: World, tmp_path: Path) -> None:
+    """A device added, re-keyed or retired in the dashboard was missing from the recovery kit
+    until the next start (the API's role could not write it): a whole-machine loss in between
+    lost its login. Now each change seals the password file into the kit at once; the API's
+    role still cannot read the kit."""
+    key = Fernet.generate_key().decode()
+    passwd = tmp_path / "passwd"
+    app = make_app(world.url, broker_passwd_file=str(passwd), state_dir=str(tmp_path),
+                   recovery_key=key)
+
+    def kit() -> str:
+        with psycopg.connect(world.url) as conn:
+            row = conn.execute("SELECT sealed FROM recovery_files WHERE name ="
+                               " 'mosquitto/passwd'").fetchone()
+        assert row is not None
+        return recovery.open_all({"mosquitto/passwd": bytes(row[0])}, key)[
+            "mosquitto/passwd"].decode()
+
+    try:
+        with app.test_client() as api:
+            headers = _basic(ADMIN, "admin-a-password")
+            added = api.post("/api/v2/devices", headers=headers,
+                             json={"name": "K1", "location": str(world.north)})
+            assert added.status_code == 201, added.get_json()
+            assert "recovery kit saved" in added.get_json()["broker"]
+            assert re.search(r"^K1:\$7\$", kit(), re.M)
+            assert kit() == passwd.read_text()
+            rotated = api.post("/api/v2/devices/K1/password", headers=headers)
+            assert rotated.status_code == 200 and kit() == passwd.read_text()
+            retired = api.post("/api/v2/devices/K1/retire", headers=headers)
+            assert retired.status_code == 200, retired.get_json()
+            assert not re.search(r"^K1:", kit(), re.M)
+    finally:
+        close_app(app)
+    with psycopg.connect(world.url) as conn, conn.transaction():
+        conn.execute("SET LOCAL ROLE sds_api")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT name FROM recovery_files")
