@@ -13,6 +13,7 @@ from flask import Flask
 from serve.web import (
     acceptpage,
     alertpages,
+    channelpages,
     peoplepages,
     placepages,
     session,
@@ -23,7 +24,8 @@ from serve.web import (
 from shared.config import Settings
 
 # Modules whose routes are on `views.blp`: imported before it is registered.
-PAGE_MODULES = (views, alertpages, peoplepages, placepages, acceptpage, teampages, waterpages)
+PAGE_MODULES = (views, alertpages, channelpages, peoplepages, placepages, acceptpage, teampages,
+                waterpages)
 
 
 def init_app(app: Flask, settings: Settings) -> None:
