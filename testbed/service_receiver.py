@@ -2,15 +2,19 @@
 `format` talks to, on 127.0.0.1, checking each request against the shape that service's API
 documents and answering as it does (no traffic leaves the machine):
 
-| path | service | documented shape (alerts/delivery/formats.py cites the pages) |
-|---|---|---|
-| `/slack/...` | Slack / Mattermost / Rocket.Chat incoming webhook | JSON object, `text` a non-empty string; answers 200 `ok` |
-| `/teams/...` | Microsoft Teams incoming webhook / Workflows | `type` `message`, `attachments` of Adaptive Cards; answers 202 |
-| `/bot<token>/sendMessage` | Telegram Bot API | `chat_id` and `text` (1..4096 characters); answers 200 `{"ok": true, ...}` |
-| `/` | ntfy, publish as JSON | `topic` (ntfy's topic rule), `message`, optional `title`, `priority` 1..5, `tags`; answers 200 |
-| `/v2/enqueue` | PagerDuty Events API v2 | `routing_key` (32), `event_action`, `dedup_key`, `payload` for a trigger; answers 202 |
+- `/slack/...`: Slack / Mattermost / Rocket.Chat incoming webhook: a JSON object whose `text`
+  is a non-empty string; answers 200 `ok`.
+- `/teams/...`: Microsoft Teams incoming webhook / Workflows: `type` `message`, `attachments`
+  of Adaptive Cards; answers 202.
+- `/bot<token>/sendMessage`: Telegram Bot API: `chat_id` and `text` (1..4096 characters);
+  answers 200 `{"ok": true, ...}`.
+- `/`: ntfy, publish as JSON: `topic` (ntfy's topic rule), `message`, optional `title`,
+  `priority` 1..5, `tags`; answers 200.
+- `/v2/enqueue`: PagerDuty Events API v2: `routing_key` (32), `event_action`, `dedup_key`,
+  `payload` for a trigger; answers 202.
 
-A request that does not fit is answered 400 with the service's kind of error body. Every
+(alerts/delivery/formats.py cites each service's page.) A request that does not fit is
+answered 400 with the service's kind of error body. Every
 request is appended to OUT as one JSON line: `service`, `path`, `headers`, `body` (as text),
 `problems` (empty when it fits) and `received`.
 """

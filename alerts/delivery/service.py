@@ -113,17 +113,19 @@ class Deliverer:
             return mail.send(smtp, job, to)
         if job["channel_kind"] == "mqtt":
             return self.publisher.publish(job["org_id"], job["kind"], body, timeout=timeout)
-        limits = {"timeout": timeout, "max_response": self.settings.webhook_max_response,
-                  "allow_private": self.settings.webhook_allow_private}
+        cap = self.settings.webhook_max_response
+        private = self.settings.webhook_allow_private
         if job["channel_format"] != "standard":
             url, doc = formats.render(job["channel_format"], job["url"],
                                       dict(job["channel_options"] or {}), job)
-            return webhook.send(url, doc, {"Content-Type": "application/json"}, **limits)
+            return webhook.send(url, doc, {"Content-Type": "application/json"}, timeout=timeout,
+                                max_response=cap, allow_private=private)
         secret = self.sealer.open(job["secret_sealed"]) if self.sealer else None
         if secret is None:
             return Outcome(False, None, "the signing secret does not open with "
                            "SDS_APIKEY_SEAL_KEYS")
-        return webhook.post(job["url"], secret, str(job["id"]), body, **limits)
+        return webhook.post(job["url"], secret, str(job["id"]), body, timeout=timeout,
+                            max_response=cap, allow_private=private)
 
     def attempt(self, conn: psycopg.Connection, job: dict[str, Any]) -> tuple[Outcome, str]:
         """`send`, and the outcome's metrics label. Whatever the attempt raises (a URL that
@@ -153,7 +155,8 @@ class Deliverer:
         delay = payload.retry_delay(job["attempts"] + 1, base=s.delivery_retry_base,
                                     cap=s.delivery_retry_cap)
         return outbox.failed(conn, job, result.status, result.error or "failed",
-                             answer=result.answer, retry_in=delay, max_attempts=s.delivery_max_attempts,
+                             answer=result.answer, retry_in=delay,
+                             max_attempts=s.delivery_max_attempts,
                              max_failures=s.channel_max_failures)
 
     def record(self, conn: psycopg.Connection, job: dict[str, Any], result: Outcome) -> bool:

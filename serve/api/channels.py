@@ -35,8 +35,7 @@ from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
-from alerts.delivery import formats
-from shared import alerttopic, audit, netguard, sealing, smtpsettings
+from shared import alerttopic, audit, channelformats, netguard, sealing, smtpsettings
 from shared.errors import BadRequest, Conflict, UnknownObject
 
 blp = Blueprint("channels", __name__, url_prefix="/api/v2/channels",
@@ -58,7 +57,8 @@ _LAST = ("d.event_id AS ld_event_id, e.kind AS ld_kind, d.state AS ld_state,"
          " d.last_answer AS ld_answer, d.last_attempt_at AS ld_at, d.delivered_at AS ld_delivered")
 
 # Statements built from the constant column list above (values are always bound parameters).
-_SELECT = (f"SELECT {', '.join('c.' + c.strip() for c in _COLUMNS.split(','))}, {_LAST}"  # nosec B608
+_PREFIXED = ", ".join("c." + c.strip() for c in _COLUMNS.split(","))
+_SELECT = (f"SELECT {_PREFIXED}, {_LAST}"  # nosec B608  constant text of this module
            " FROM alert_channels c LEFT JOIN LATERAL (SELECT * FROM alert_deliveries x"
            " WHERE x.channel_id = c.id ORDER BY x.created_at DESC, x.id DESC LIMIT 1) d ON true"
            " LEFT JOIN alert_events e ON e.id = d.event_id")
@@ -123,7 +123,7 @@ class ChannelCreateSchema(Schema):
     url = WebhookUrl(validate=validate.Length(max=netguard.URL_MAX))
     recipients = _recipient_list()
     active = fields.Boolean(load_default=True)
-    fmt = fields.String(data_key="format", validate=validate.OneOf(formats.FORMATS))
+    fmt = fields.String(data_key="format", validate=validate.OneOf(channelformats.FORMATS))
     options = fields.Dict(keys=fields.String(validate=validate.Length(max=40)),
                           values=fields.String(validate=validate.Length(max=200)))
 
@@ -208,7 +208,7 @@ def _channel_id(raw: str) -> UUID:
 
 
 def _check_format(fmt: str, url: str, options: dict[str, Any]) -> None:
-    problems = formats.check(fmt, url, options)
+    problems = channelformats.check(fmt, url, options)
     if problems:
         text = "; ".join(f"{k}: {v}" for k, v in problems.items())
         raise BadRequest(f"invalid body: {text}",

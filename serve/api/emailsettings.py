@@ -15,13 +15,14 @@ from typing import Any
 from flask import current_app
 from marshmallow import Schema, fields, validate
 
+from people import roles
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
 from serve.records import stamp
 from shared import audit, sealing, smtpsettings
-from shared.errors import Conflict, Forbidden
+from shared.errors import Conflict
 
 blp = Blueprint("email_settings", __name__, url_prefix="/api/v2/email-settings",
                 description="The SMTP server of the organisation's alert email.")
@@ -46,8 +47,7 @@ class EmailSettingsSchema(Schema):
 
 
 def _owner() -> None:
-    if not current_principal().owns:
-        raise Forbidden("only an owner of the organisation changes its email settings")
+    roles.require_owner(current_principal().role, "changes its email settings")
 
 
 def _record(row: dict[str, Any] | None) -> dict[str, Any]:

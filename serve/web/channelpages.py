@@ -19,11 +19,11 @@ from typing import Any, cast
 
 from flask import Response, redirect, render_template, request, url_for
 
-from alerts.delivery.formats import FORMATS, OPTIONS
 from people.principal import Principal
 from serve.web import apicall
 from serve.web import session as web_session
 from serve.web.views import PREFIX, _html, blp, signed_in
+from shared.channelformats import FORMATS, OPTIONS
 from shared.errors import BadRequest, NotFound
 
 FIELD_MAX = 2000  # a URL may be long (netguard.URL_MAX); the API bounds every field too
@@ -127,9 +127,9 @@ def _channel_page(principal: Principal, channel_id: str, *, error: str | None = 
         nav="channels"), status)
 
 
-def _back(channel_id: str, **query: str) -> Response:
-    return cast(Response, redirect(url_for("web.channel", channel_id=channel_id, **query),
-                                   code=303))
+def _back(channel_id: str, test: str | None = None) -> Response:
+    target = url_for("web.channel", channel_id=channel_id)
+    return cast(Response, redirect(target + (f"?test={test}" if test else ""), code=303))
 
 
 @blp.route(f"{PREFIX}/channels", methods=["GET"])
