@@ -148,3 +148,30 @@ def test_a_viewer_sees_no_forms_and_another_org_gets_404(client: FlaskClient,
         == 404
     csrf = csrf_of(_text(other.get("/dashboard/channels")))
     assert other.post(f"{where}/delete", data={"csrf": csrf}).status_code == 404
+
+
+def test_form_to_api_bodies() -> None:
+    from serve.web.channelpages import channel_body, email_body, recipients, rules_using
+
+    assert recipients("a@x.example; b@x.example\nc@x.example,, ") == [
+        "a@x.example", "b@x.example", "c@x.example"]
+    assert channel_body({"name": " Chat ", "kind": "webhook", "format": "telegram",
+                         "url": "https://api.telegram.org/botX/sendMessage", "chat_id": "42",
+                         "recipients": "ignored@x.example"}) == {
+        "name": "Chat", "kind": "webhook", "format": "telegram",
+        "url": "https://api.telegram.org/botX/sendMessage", "options": {"chat_id": "42"}}
+    assert channel_body({"name": "Own", "kind": "webhook", "format": "standard",
+                         "url": "https://h/x"}) == {"name": "Own", "kind": "webhook",
+                                                    "url": "https://h/x"}
+    # A change keeps to the channel's kind: no kind, no format, only its own fields.
+    assert channel_body({"name": "M", "recipients": "a@x.example", "url": "https://h"},
+                        kind="email") == {"name": "M", "recipients": ["a@x.example"]}
+    assert channel_body({"name": "V"}, kind="mqtt") == {"name": "V"}
+    # Numbers as typed: a port that is not one goes to the API, whose 400 names it.
+    assert email_body({"host": "h", "port": "x25", "from": "a@x.example"})["port"] == "x25"
+    body = email_body({"host": "h", "port": "2525", "security": "none", "from": "a@x.example"})
+    assert body == {"host": "h", "port": 2525, "security": "none", "username": None,
+                    "from": "a@x.example"}  # no password: the stored one is kept
+    rules = [{"name": "all", "channels": None}, {"name": "mine", "channels": ["c1"]},
+             {"name": "other", "channels": ["c2"]}]
+    assert [r["name"] for r in rules_using(rules, "c1")] == ["all", "mine"]
