@@ -175,3 +175,18 @@ def test_form_to_api_bodies() -> None:
     rules = [{"name": "all", "channels": None}, {"name": "mine", "channels": ["c1"]},
              {"name": "other", "channels": ["c2"]}]
     assert [r["name"] for r in rules_using(rules, "c1")] == ["all", "mine"]
+
+
+def test_every_channel_form_needs_the_csrf_value(client: FlaskClient) -> None:
+    sign_in(client, "admin@a.example")
+    made = _create(client, name="Csrf valve", kind="mqtt")
+    where = made.headers["Location"]
+    for path, data in ((where, {"name": "x"}), (f"{where}/active", {"active": "false"}),
+                       (f"{where}/test", {}), (f"{where}/delete", {}),
+                       ("/dashboard/channels", {"name": "y", "kind": "mqtt"}),
+                       ("/dashboard/channels/email-settings", {"host": "h", "from": "a@b.c"}),
+                       ("/dashboard/channels/email-settings/delete", {})):
+        assert client.post(path, data=data).status_code == 400, path
+        assert client.post(path, data={**data, "csrf": "forged"}).status_code == 400, path
+    page = _text(client.get(where))
+    assert "Csrf valve" in page and 'data-state="active"' in page
