@@ -7,6 +7,7 @@ it back; then every channel page at 360 px without horizontal scrolling."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from tests.support.delivery import (
     deliverer_env,
     make_org,
 )
+from tests.support.figures import Figures
 
 WIDEST = ("return [...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect()"
           ".right > document.documentElement.clientWidth + 1).slice(-4).map(e => e.tagName + '#'"
@@ -64,18 +66,21 @@ def _create(driver: WebDriver, base: str, name: str, kind: str, **fields: str) -
     wait_for(driver, f"document.getElementById('channel-title')?.textContent === {name!r}")
 
 
-def _test_from_the_page(driver: WebDriver) -> str:
+def _test_from_the_page(driver: WebDriver) -> tuple[str, float]:
+    """Press Send a test; the answer shown and the seconds from the click to it."""
+    started = time.monotonic()
     driver.find_element(By.ID, "channel-test").click()
     wait_for(driver, "['delivered', 'failed'].includes("
                      "document.getElementById('test-result')?.dataset.state)", timeout=60)
+    took = time.monotonic() - started
     result = driver.find_element(By.ID, "test-result")
     assert result.get_attribute("data-state") == "delivered", result.text
-    return str(result.text)
+    return str(result.text), took
 
 
 def test_a_grower_sets_up_email_and_slack_and_tests_both(
         conn: psycopg.Connection, database_url: str, browser: WebDriver, shots: Path,
-        tmp_path: Path, receivers: tuple[Receiver, Receiver]) -> None:
+        tmp_path: Path, receivers: tuple[Receiver, Receiver], figures: Figures) -> None:
     mail, chat = receivers
     org = make_org(conn, "channel-farm")
     deliverer = DelivererProcess(deliverer_env(database_url, channel_max_failures=1),
@@ -105,7 +110,7 @@ def test_a_grower_sets_up_email_and_slack_and_tests_both(
 
             _create(browser, base, "Grower mail", "email",
                     **{"channel-recipients": "grower@channel-farm.example"})
-            answer = _test_from_the_page(browser)
+            answer, email_s = _test_from_the_page(browser)
             assert "250 " in answer, answer
             got = mail.received()
             assert got[0]["rcpt_tos"] == ["grower@channel-farm.example"]
@@ -114,8 +119,12 @@ def test_a_grower_sets_up_email_and_slack_and_tests_both(
 
             _create(browser, base, "Farm chat", "webhook", format="slack",
                     **{"channel-url": f"http://127.0.0.1:{chat.port}/slack/services/T0/B0/x"})
-            answer = _test_from_the_page(browser)
+            answer, slack_s = _test_from_the_page(browser)
             assert "HTTP 200 OK: ok" in answer, answer
+            figures.record("channels_test_answer_s", round(max(email_s, slack_s), 1),
+                           section="alerts", title="Send a test on a channel's page to the "
+                           "receiver's answer shown there (s; the slower of email and Slack)",
+                           target="<= 10", source="tests/web/test_channel_browser.py")
             assert [(x["service"], x["problems"]) for x in chat.received()] == [("slack", [])]
             snap(browser, shots, "channel-slack-tested")
 
