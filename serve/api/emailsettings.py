@@ -84,8 +84,9 @@ def get_email_settings() -> Any:
 def put_email_settings() -> Any:
     """Set the organisation's own SMTP settings (owners only; audited). Taken up by the
     deliverer at its next send."""
-    _owner()
+    # The body is judged first (a 400 names a bad field whoever sends it), then the role.
     args = load(EmailSettingsSchema(), request_body(form=False), read_only=READ_ONLY)
+    _owner()
     args["from"] = args.pop("sender")
     keep = "password" not in args
     sealed = None
