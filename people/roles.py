@@ -78,3 +78,10 @@ def check_owner_rule(*, by_owner: bool, roles: Iterable[str | None], action: str
     role held) is the owner's and the caller is not one."""
     if not by_owner and OWNER in roles:
         raise Forbidden(f"only an owner of the organisation {action}")
+
+
+def require_owner(role: str | None, action: str) -> None:
+    """Forbidden ("only an owner of the organisation <action>") unless `role` is the owner's
+    (the organisation's own SMTP settings: its email's sender and password)."""
+    if not is_owner(role):
+        raise Forbidden(f"only an owner of the organisation {action}")

@@ -63,3 +63,9 @@ def webhook_receiver(directory: Path, *, status: int = 200, delay: float = 0.0,
 def smtp_sink(directory: Path) -> Receiver:
     """An aiosmtpd SMTP server."""
     return Receiver("testbed.smtp_sink", directory)
+
+
+def service_receiver(directory: Path) -> Receiver:
+    """A stand-in for Slack, Teams, Telegram, ntfy and PagerDuty (testbed.service_receiver):
+    checks each request's documented shape and answers as the service does."""
+    return Receiver("testbed.service_receiver", directory)

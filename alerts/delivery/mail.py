@@ -33,6 +33,7 @@ def send(settings: Settings, event: dict[str, Any], recipients: Sequence[str]) -
     """Send the event's email; a refused recipient or any SMTP error is a failed attempt."""
     if not recipients:
         return Outcome(False, None, "no recipients") if mail.configured(settings) else Outcome(
-            False, None, "email is off: SDS_SMTP_HOST is not set")
-    problem = mail.send(settings, message(settings, event, recipients))
-    return Outcome(False, None, problem) if problem else Outcome(True, 250)
+            False, None, "email is off: no SMTP settings (SDS_SMTP_HOST or the organisation's)")
+    problem, reply = mail.send_with_reply(settings, message(settings, event, recipients))
+    return Outcome(False, None, problem, answer=reply) if problem else Outcome(
+        True, 250, answer=reply)

@@ -41,12 +41,13 @@ WITH todo AS (
     SELECT t.id, t.org_id, c.id FROM todo t JOIN alert_channels c ON c.org_id = t.org_id
     WHERE NOT t.admins_only
       AND (t.channels IS NULL OR c.id = ANY (t.channels))
-      -- "send test" reaches its channel even inactive or disabled (trying a repaired receiver)
-      AND (t.kind = 'test' OR (c.active AND c.disabled_at IS NULL))
+      -- a disabled or paused channel receives nothing, tests included (issue 33)
+      AND c.active AND c.disabled_at IS NULL
     ON CONFLICT DO NOTHING RETURNING 1
 ), to_admins AS (
     INSERT INTO alert_deliveries (event_id, org_id, channel_id)
-    SELECT t.id, t.org_id, NULL FROM todo t WHERE t.admins_only AND %(email)s
+    SELECT t.id, t.org_id, NULL FROM todo t WHERE t.admins_only
+      AND (%(email)s OR EXISTS (SELECT 1 FROM org_smtp_settings s WHERE s.org_id = t.org_id))
     ON CONFLICT DO NOTHING RETURNING 1
 )
 SELECT (SELECT count(*) FROM marked) AS events,
@@ -54,15 +55,17 @@ SELECT (SELECT count(*) FROM marked) AS events,
 """
 
 # The deliveries a worker may claim: due, pending, to an active channel (or the admins; a
-# test goes even to an inactive one). One condition for the claim and the backlog gauges.
+# test waits like any event while its channel is disabled). One condition for the claim and
+# the backlog gauges.
 _CLAIMABLE = """
 WHERE d.state = 'pending' AND d.next_attempt_at <= now()
-  AND (d.channel_id IS NULL OR e.kind = 'test' OR (c.active AND c.disabled_at IS NULL))
+  AND (d.channel_id IS NULL OR (c.active AND c.disabled_at IS NULL))
 """
 
 _CLAIM_SQL = sql.SQL("""
 SELECT d.id AS delivery_id, d.attempts, d.channel_id, c.kind AS channel_kind,
        c.name AS channel_name, c.url, c.secret_sealed, c.recipients,
+       c.format AS channel_format, c.options AS channel_options,
        e.id, e.org_id, e.kind, e.rule_id, e.device, e.location_id, e.column_name, e.value,
        e.unit, e.at, e.title, e.body, e.created_at
 FROM alert_deliveries d
@@ -124,27 +127,32 @@ def admin_emails(conn: psycopg.Connection, org: Any) -> list[str]:
     return [r[0] for r in rows]
 
 
-def delivered(conn: psycopg.Connection, job: dict[str, Any], status: int | None) -> None:
-    """Record a successful attempt; the channel's failure streak ends."""
+def delivered(conn: psycopg.Connection, job: dict[str, Any], status: int | None,
+              answer: str | None = None) -> None:
+    """Record a successful attempt (and what the receiver answered); the channel's failure
+    streak ends."""
     conn.execute("UPDATE alert_deliveries SET state = 'delivered', attempts = attempts + 1,"
                  " last_attempt_at = now(), last_status = %s, last_error = NULL,"
-                 " delivered_at = now() WHERE id = %s", (status, job["delivery_id"]))
+                 " last_answer = %s, delivered_at = now() WHERE id = %s",
+                 (status, stored_reason(answer) if answer else None, job["delivery_id"]))
     if job["channel_id"] is not None:
         conn.execute("UPDATE alert_channels SET consecutive_failures = 0"
                      " WHERE id = %s AND consecutive_failures <> 0", (job["channel_id"],))
 
 
 def failed(conn: psycopg.Connection, job: dict[str, Any], status: int | None, error: str,
-           *, retry_in: float, max_attempts: int, max_failures: int) -> bool:
+           *, retry_in: float, max_attempts: int, max_failures: int,
+           answer: str | None = None) -> bool:
     """Record a failed attempt: retried after `retry_in` seconds, or given up after
     `max_attempts`. True when this failure disabled the channel. `error` is stored through
     `stored_reason`."""
     attempts = job["attempts"] + 1
     conn.execute(
         "UPDATE alert_deliveries SET attempts = %s, last_attempt_at = now(), last_status = %s,"
-        " last_error = %s, state = CASE WHEN %s THEN 'failed' ELSE state END,"
+        " last_error = %s, last_answer = %s, state = CASE WHEN %s THEN 'failed' ELSE state END,"
         " next_attempt_at = now() + %s WHERE id = %s",
-        (attempts, status, stored_reason(error), attempts >= max_attempts,
+        (attempts, status, stored_reason(error), stored_reason(answer) if answer else None,
+         attempts >= max_attempts,
          timedelta(seconds=retry_in), job["delivery_id"]))
     if job["channel_id"] is None:
         return False

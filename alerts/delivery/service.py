@@ -31,11 +31,11 @@ from typing import Any
 
 import psycopg
 
-from alerts.delivery import mail, outbox, payload, webhook
+from alerts.delivery import formats, mail, outbox, payload, webhook
 from alerts.delivery.metrics import Metrics
 from alerts.delivery.mqttpub import Publisher
 from alerts.delivery.webhook import Outcome
-from shared import db, sealing
+from shared import db, sealing, smtpsettings
 from shared.config import Settings
 from shared.logs import configure_logging
 
@@ -102,22 +102,30 @@ class Deliverer:
     # ---- sending ---------------------------------------------------------------------------
 
     def send(self, conn: psycopg.Connection, job: dict[str, Any]) -> Outcome:
-        """One attempt of one claimed delivery, over its channel's kind."""
+        """One attempt of one claimed delivery, over its channel's kind (and format)."""
         body = payload.encode(job)
         timeout = self.settings.webhook_timeout
-        if job["channel_id"] is None:
-            return mail.send(self.settings, job, outbox.admin_emails(conn, job["org_id"]))
-        if job["channel_kind"] == "email":
-            return mail.send(self.settings, job, list(job["recipients"] or []))
+        if job["channel_id"] is None or job["channel_kind"] == "email":
+            # The organisation's own SMTP settings when an owner set them, read at each send.
+            smtp = smtpsettings.for_org(conn, self.settings, job["org_id"], self.sealer)
+            to = (outbox.admin_emails(conn, job["org_id"]) if job["channel_id"] is None
+                  else list(job["recipients"] or []))
+            return mail.send(smtp, job, to)
         if job["channel_kind"] == "mqtt":
             return self.publisher.publish(job["org_id"], job["kind"], body, timeout=timeout)
+        cap = self.settings.webhook_max_response
+        private = self.settings.webhook_allow_private
+        if job["channel_format"] != "standard":
+            url, doc = formats.render(job["channel_format"], job["url"],
+                                      dict(job["channel_options"] or {}), job)
+            return webhook.send(url, doc, {"Content-Type": "application/json"}, timeout=timeout,
+                                max_response=cap, allow_private=private)
         secret = self.sealer.open(job["secret_sealed"]) if self.sealer else None
         if secret is None:
             return Outcome(False, None, "the signing secret does not open with "
                            "SDS_APIKEY_SEAL_KEYS")
         return webhook.post(job["url"], secret, str(job["id"]), body, timeout=timeout,
-                            max_response=self.settings.webhook_max_response,
-                            allow_private=self.settings.webhook_allow_private)
+                            max_response=cap, allow_private=private)
 
     def attempt(self, conn: psycopg.Connection, job: dict[str, Any]) -> tuple[Outcome, str]:
         """`send`, and the outcome's metrics label. Whatever the attempt raises (a URL that
@@ -142,12 +150,13 @@ class Deliverer:
     def _store(self, conn: psycopg.Connection, job: dict[str, Any], result: Outcome) -> bool:
         s = self.settings
         if result.ok:
-            outbox.delivered(conn, job, result.status)
+            outbox.delivered(conn, job, result.status, result.answer)
             return False
         delay = payload.retry_delay(job["attempts"] + 1, base=s.delivery_retry_base,
                                     cap=s.delivery_retry_cap)
         return outbox.failed(conn, job, result.status, result.error or "failed",
-                             retry_in=delay, max_attempts=s.delivery_max_attempts,
+                             answer=result.answer, retry_in=delay,
+                             max_attempts=s.delivery_max_attempts,
                              max_failures=s.channel_max_failures)
 
     def record(self, conn: psycopg.Connection, job: dict[str, Any], result: Outcome) -> bool:

@@ -26,6 +26,7 @@ from standardwebhooks.webhooks import Webhook
 from shared import netguard
 
 USER_AGENT = "sds-alerts/1 (Standard Webhooks)"
+ANSWER_KEEP = 300  # bytes of a receiver's answer kept to show (the Test button's result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class Outcome:
     ok: bool
     status: int | None = None
     error: str | None = None
+    answer: str | None = None  # the receiver's status line and first bytes, or the SMTP reply
 
 
 def signed_headers(secret: str, msg_id: str, body: bytes, when: datetime) -> dict[str, str]:
@@ -84,21 +86,42 @@ class _PinnedConnection(http.client.HTTPConnection):
         super().close()
 
 
-def _read_capped(response: http.client.HTTPResponse, limit: int, deadline: float) -> None:
-    """Read up to `limit` bytes of the answer before `deadline` (the rest is left unread)."""
+def _read_capped(response: http.client.HTTPResponse, limit: int, deadline: float) -> bytes:
+    """Read up to `limit` bytes of the answer before `deadline` (the rest is left unread);
+    the first ANSWER_KEEP bytes of it."""
     left = limit
+    kept = b""
     while left > 0:
         if time.monotonic() > deadline:
             raise TimeoutError("answer not read within the attempt's deadline")
         chunk = response.read1(min(left, 16384))
         if not chunk:
-            return
+            break
+        if len(kept) < ANSWER_KEEP:
+            kept += chunk[:ANSWER_KEEP - len(kept)]
         left -= len(chunk)
+    return kept
+
+
+def answer_text(status: int, reason: str, body: bytes) -> str:
+    """What the receiver answered, as stored and shown: `HTTP 200 OK: <first bytes>`."""
+    text = body.decode("utf-8", "replace").strip()
+    return f"HTTP {status} {reason}" + (f": {text}" if text else "")
 
 
 def post(url: str, secret: str, msg_id: str, body: bytes, *, timeout: float,
          max_response: int, allow_private: bool) -> Outcome:
     """One signed POST of `body` to `url`; 2xx is success, anything else a failure."""
+    headers = signed_headers(secret, msg_id, body, datetime.now(UTC))
+    headers["Content-Type"] = "application/json"
+    return send(url, body, headers, timeout=timeout, max_response=max_response,
+                allow_private=allow_private)
+
+
+def send(url: str, body: bytes, headers: dict[str, str], *, timeout: float,
+         max_response: int, allow_private: bool) -> Outcome:
+    """One POST of `body` with `headers` to `url` over a checked address; 2xx is success,
+    anything else a failure. The answer's start is kept in the outcome."""
     deadline = time.monotonic() + timeout
     try:
         target = netguard.parse_url(url)
@@ -106,8 +129,7 @@ def post(url: str, secret: str, msg_id: str, body: bytes, *, timeout: float,
                                                allow_private=allow_private)
     except netguard.Refused as exc:
         return Outcome(False, None, f"refused: {exc}")
-    headers = signed_headers(secret, msg_id, body, datetime.now(UTC))
-    headers.update({"Content-Type": "application/json", "User-Agent": USER_AGENT})
+    headers = {**headers, "User-Agent": USER_AGENT}
     tls = ssl.create_default_context() if target.scheme == "https" else None
     last = "no address answered"
     for address in addresses:
@@ -118,7 +140,7 @@ def post(url: str, secret: str, msg_id: str, body: bytes, *, timeout: float,
         try:
             conn.request("POST", target.path, body=body, headers=headers)
             response = conn.getresponse()
-            _read_capped(response, max_response, deadline)
+            kept = _read_capped(response, max_response, deadline)
             status = response.status
         except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
             if conn.cut:
@@ -127,8 +149,9 @@ def post(url: str, secret: str, msg_id: str, body: bytes, *, timeout: float,
             continue
         finally:
             conn.close()
+        answer = answer_text(status, response.reason, kept)
         if 200 <= status < 300:
-            return Outcome(True, status)
+            return Outcome(True, status, answer=answer)
         # A redirect is not followed: its target would escape the check above.
-        return Outcome(False, status, f"HTTP {status} {response.reason}"[:500])
+        return Outcome(False, status, f"HTTP {status} {response.reason}"[:500], answer=answer)
     return Outcome(False, None, last)

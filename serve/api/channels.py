@@ -2,13 +2,18 @@
 
 Kinds: `webhook` (an http(s) URL; requests signed per Standard Webhooks with the channel's
 `whsec_` secret, shown once in the creation answer and kept sealed with SDS_APIKEY_SEAL_KEYS),
-`email` (recipients, sent through SDS_SMTP_*) and `mqtt` (the organisation's alerts topic).
+`email` (recipients, sent through the organisation's SMTP settings or SDS_SMTP_*; refused while
+there are none) and `mqtt` (the organisation's alerts topic). A webhook's `format` is `standard`
+or a service's own message shape (alerts.delivery.formats: Slack, Teams, Telegram, ntfy,
+PagerDuty), which carries no signature and so no secret.
 `notifications:read` lists and reads, `notifications:write` creates, changes, deletes and
 sends a test. Another organisation's channel is the same 404 as a missing one. A webhook URL
 given as an IRI is stored as its URI (`iri_to_uri`: what an HTTP request line can carry);
 URLs that resolve to non-public addresses are refused (shared.netguard) unless
 SDS_WEBHOOK_ALLOW_PRIVATE. The deliverer (alerts.delivery) sets `disabled_at` after
 SDS_CHANNEL_MAX_FAILURES failed attempts in a row; `PATCH {"active": true}` enables it again.
+A disabled or paused channel receives nothing, a test included (409). Each record carries its
+newest delivery (`last_delivery`: state, status, the receiver's answer, the error).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from serve.records import stamp
-from shared import alerttopic, audit, netguard, sealing
+from shared import alerttopic, audit, channelformats, netguard, sealing, smtpsettings
 from shared.errors import BadRequest, Conflict, UnknownObject
 
 blp = Blueprint("channels", __name__, url_prefix="/api/v2/channels",
@@ -38,17 +43,25 @@ blp = Blueprint("channels", __name__, url_prefix="/api/v2/channels",
 
 KINDS = ("webhook", "email", "mqtt")
 READ_ONLY = ("id", "secret", "secret_hint", "topic", "consecutive_failures", "disabled_at",
-             "disabled_reason", "created_at", "updated_at")
+             "disabled_reason", "created_at", "updated_at", "last_delivery")
 NAME_RULES = [validate.Length(min=1, max=120),
               validate.Regexp(r"^[^\x00-\x1f\x7f]*$", error="must not contain control characters")]
 MAX_RECIPIENTS = 20
 # Answers holding a secret: no cache along the way may keep them.
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _COLUMNS = ("id, org_id, name, kind, url, secret_last4, recipients, active, consecutive_failures,"
-            " disabled_at, disabled_reason, created_at, updated_at")
+            " disabled_at, disabled_reason, created_at, updated_at, format, options")
+# The channel's newest delivery, beside each row (the dashboard's status and Test result).
+_LAST = ("d.event_id AS ld_event_id, e.kind AS ld_kind, d.state AS ld_state,"
+         " d.attempts AS ld_attempts, d.last_status AS ld_status, d.last_error AS ld_error,"
+         " d.last_answer AS ld_answer, d.last_attempt_at AS ld_at, d.delivered_at AS ld_delivered")
 
 # Statements built from the constant column list above (values are always bound parameters).
-_SELECT = f"SELECT {_COLUMNS} FROM alert_channels"  # nosec B608  constant text of this module
+_PREFIXED = ", ".join("c." + c.strip() for c in _COLUMNS.split(","))
+_SELECT = (f"SELECT {_PREFIXED}, {_LAST}"  # nosec B608  constant text of this module
+           " FROM alert_channels c LEFT JOIN LATERAL (SELECT * FROM alert_deliveries x"
+           " WHERE x.channel_id = c.id ORDER BY x.created_at DESC, x.id DESC LIMIT 1) d ON true"
+           " LEFT JOIN alert_events e ON e.id = d.event_id")
 _RETURNING = f" RETURNING {_COLUMNS}"
 
 
@@ -110,10 +123,16 @@ class ChannelCreateSchema(Schema):
     url = WebhookUrl(validate=validate.Length(max=netguard.URL_MAX))
     recipients = _recipient_list()
     active = fields.Boolean(load_default=True)
+    fmt = fields.String(data_key="format", validate=validate.OneOf(channelformats.FORMATS))
+    options = fields.Dict(keys=fields.String(validate=validate.Length(max=40)),
+                          values=fields.String(validate=validate.Length(max=200)))
 
     @validates_schema
     def _by_kind(self, data: dict[str, Any], **_kwargs: Any) -> None:
         kind = data.get("kind")
+        for key, name in (("fmt", "format"), ("options", "options")):
+            if kind != "webhook" and key in data:
+                raise ValidationError(f"only a webhook channel has a {name}", name)
         if kind == "webhook" and "url" not in data:
             raise ValidationError("required for a webhook channel", "url")
         if kind == "email" and "recipients" not in data:
@@ -131,6 +150,8 @@ class ChannelUpdateSchema(Schema):
     url = WebhookUrl(validate=validate.Length(max=netguard.URL_MAX))
     recipients = _recipient_list()
     active = fields.Boolean()
+    options = fields.Dict(keys=fields.String(validate=validate.Length(max=40)),
+                          values=fields.String(validate=validate.Length(max=200)))
 
     @validates("url")
     def _url(self, value: str, **_kwargs: Any) -> None:
@@ -155,13 +176,22 @@ def channel_record(row: dict[str, Any], *, secret: str | None = None) -> dict[st
     }
     if row["kind"] == "webhook":
         record["url"] = row["url"]
-        record["secret_hint"] = f"whsec_...{row['secret_last4']}"
+        record["format"] = row["format"]
+        if row["format"] == "standard":
+            record["secret_hint"] = f"whsec_...{row['secret_last4']}"
+        else:
+            record["options"] = dict(row["options"] or {})
         if secret is not None:
             record["secret"] = secret
     elif row["kind"] == "email":
         record["recipients"] = list(row["recipients"] or [])
     else:
         record["topic"] = alerttopic.subscription(row["org_id"])
+    record["last_delivery"] = None if row.get("ld_state") is None else {
+        "event_id": str(row["ld_event_id"]), "event_kind": row["ld_kind"],
+        "state": row["ld_state"], "attempts": row["ld_attempts"], "status": row["ld_status"],
+        "answer": row["ld_answer"], "error": row["ld_error"],
+        "attempted_at": stamp(row["ld_at"]), "delivered_at": stamp(row["ld_delivered"])}
     return record
 
 
@@ -175,6 +205,25 @@ def _channel_id(raw: str) -> UUID:
         return UUID(raw)
     except ValueError:
         raise UnknownObject(f"unknown channel {raw!r}") from None  # ids do not leak
+
+
+def _check_format(fmt: str, url: str, options: dict[str, Any]) -> None:
+    problems = channelformats.check(fmt, url, options)
+    if problems:
+        text = "; ".join(f"{k}: {v}" for k, v in problems.items())
+        raise BadRequest(f"invalid body: {text}",
+                         errors={"json": {k: [v] for k, v in problems.items()}})
+
+
+def _check_email_on(conn: Any, org: Any) -> None:
+    """Conflict while neither the server nor the organisation has SMTP settings: an email
+    channel would only fail until the deliverer disables it."""
+    settings = current_app.extensions["settings"]
+    if smtpsettings.source(settings, smtpsettings.stored(conn, org)) == "none":
+        raise Conflict("email is off: this server has no SMTP settings (SDS_SMTP_HOST) and the "
+                       "organisation has none of its own; an owner sets them at "
+                       "PUT /api/v2/email-settings (the dashboard's Channels page)",
+                       errors={"json": {"kind": ["email needs SMTP settings"]}})
 
 
 def _sealer() -> sealing.Sealer:
@@ -197,28 +246,34 @@ def create_channel() -> Any:
     """Create a channel (201). A webhook's answer holds its `secret` (whsec_...): the only
     time it is shown; keep it to verify signatures."""
     args = load(ChannelCreateSchema(), request_body(form=False), read_only=READ_ONLY)
+    fmt = args.get("fmt", "standard")
     if args["kind"] == "webhook":
         try:
             _check_url(args["url"])
         except ValidationError as exc:
             raise BadRequest(f"invalid body: url: {' '.join(exc.messages)}",
                              errors={"json": {"url": exc.messages}}) from None
-    secret = new_secret() if args["kind"] == "webhook" else None
+        _check_format(fmt, args["url"], args.get("options") or {})
+    secret = new_secret() if args["kind"] == "webhook" and fmt == "standard" else None
     sealed = _sealer().seal(secret) if secret else None
     org = current_principal().org_id
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        if args["kind"] == "email":
+            _check_email_on(conn, org)
         row = cur.execute(
             "INSERT INTO alert_channels"  # nosec B608  constant text and columns; values bound
-            " (org_id, name, kind, url, secret_sealed, secret_last4, recipients, active)"
-            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+            " (org_id, name, kind, url, secret_sealed, secret_last4, recipients, active,"
+            " format, options) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
             " ON CONFLICT (org_id, name) DO NOTHING" + _RETURNING,
             (org, args["name"], args["kind"], args.get("url"), sealed,
-             secret[-4:] if secret else None, args.get("recipients"), args["active"])).fetchone()
-        if row is not None:  # the secret never goes into the log
+             secret[-4:] if secret else None, args.get("recipients"), args["active"], fmt,
+             Jsonb(args.get("options") or {}))).fetchone()
+        if row is not None:  # the secret never goes into the log (options may hold a key)
             audit.record(conn, org=org, actor=audit_actor(conn), action="channel.create",
                          target_type="channel", target_id=row["id"],
-                         details={k: args.get(k) for k in ("name", "kind", "url", "recipients",
-                                                           "active")})
+                         details={**{k: args.get(k) for k in ("name", "kind", "url",
+                                                              "recipients", "active")},
+                                  "format": fmt})
     if row is None:
         raise Conflict(f"a channel named {args['name']!r} exists already",
                        errors={"json": {"name": ["already used by another channel"]}})
@@ -238,14 +293,14 @@ def list_channels(limit: int, page: int) -> Any:
         total = found["n"] if found else 0
         pages = check_page(total, limit, page)
         rows = cur.execute(
-            _SELECT + " WHERE org_id = %s ORDER BY created_at, id LIMIT %s OFFSET %s",
+            _SELECT + " WHERE c.org_id = %s ORDER BY c.created_at, c.id LIMIT %s OFFSET %s",
             (org, limit, offset(limit, page))).fetchall()
     return envelope([channel_record(r) for r in rows], total=total, limit=limit, page=page,
                     pages=pages)
 
 
 def _fetch(cur: Any, wanted: UUID, raw: str) -> dict[str, Any]:
-    row = cur.execute(_SELECT + " WHERE id = %s AND org_id = %s",
+    row = cur.execute(_SELECT + " WHERE c.id = %s AND c.org_id = %s",
                       (wanted, current_principal().org_id)).fetchone()
     if row is None:
         raise UnknownObject(f"unknown channel {raw!r}")
@@ -274,15 +329,19 @@ def update_channel(channel_id: str) -> Any:
     changes = load(ChannelUpdateSchema(), request_body(form=False), read_only=READ_ONLY)
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = _fetch(cur, wanted, channel_id)
-        for key, only in (("url", "webhook"), ("recipients", "email")):
+        for key, only in (("url", "webhook"), ("recipients", "email"), ("options", "webhook")):
             if key in changes and row["kind"] != only:
                 raise BadRequest(f"invalid body: {key}: only a {only} channel has it",
                                  errors={"json": {key: [f"only a {only} channel has it"]}})
+        if row["kind"] == "webhook" and ("url" in changes or "options" in changes):
+            _check_format(row["format"], changes.get("url", row["url"]),
+                          changes.get("options", row["options"]) or {})
         enable = changes.get("active") is True
         updated = cur.execute(
             "UPDATE alert_channels"  # nosec B608  constant text and columns; values bound
             " SET name = coalesce(%(name)s, name),"
             " url = coalesce(%(url)s, url), recipients = coalesce(%(recipients)s, recipients),"
+            " options = coalesce(%(options)s, options),"
             " active = coalesce(%(active)s, active),"
             " disabled_at = CASE WHEN %(enable)s THEN NULL ELSE disabled_at END,"
             " disabled_reason = CASE WHEN %(enable)s THEN NULL ELSE disabled_reason END,"
@@ -293,15 +352,16 @@ def update_channel(channel_id: str) -> Any:
             "   AND o.name = %(name)s AND o.id <> %(id)s)" + _RETURNING,
             {"name": changes.get("name"), "url": changes.get("url"),
              "recipients": changes.get("recipients"), "active": changes.get("active"),
+             "options": Jsonb(changes["options"]) if "options" in changes else None,
              "enable": enable, "id": wanted, "org": row["org_id"]}).fetchone()
         if updated is not None and changes:
             audit.record(conn, org=row["org_id"], actor=audit_actor(conn),
                          action="channel.update", target_type="channel", target_id=wanted,
-                         details=changes)
-    if updated is None:
-        raise Conflict(f"a channel named {changes.get('name')!r} exists already",
-                       errors={"json": {"name": ["already used by another channel"]}})
-    return channel_record(updated)
+                         details={k: v for k, v in changes.items() if k != "options"})
+        if updated is None:
+            raise Conflict(f"a channel named {changes.get('name')!r} exists already",
+                           errors={"json": {"name": ["already used by another channel"]}})
+        return channel_record(_fetch(cur, wanted, channel_id))
 
 
 @blp.route("/<channel_id>", methods=["DELETE"])
@@ -324,12 +384,21 @@ def delete_channel(channel_id: str) -> Any:
 @blp.response(202)
 @requires("notifications:write")
 def send_test(channel_id: str) -> Any:
-    """Send a `test` event to this channel only (202, the event's id). It goes even to an
-    inactive or disabled channel, so a repaired receiver can be tried before enabling it."""
+    """Send a `test` event to this channel only (202, the event's id; its outcome is the
+    channel's `last_delivery`). A disabled or paused channel receives nothing, a test
+    included (409: enable it first); an email channel while there are no SMTP settings
+    neither."""
     wanted = _channel_id(channel_id)
     org = current_principal().org_id
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = _fetch(cur, wanted, channel_id)
+        if row["disabled_at"] is not None or not row["active"]:
+            why = "disabled by the deliverer" if row["disabled_at"] else "paused"
+            raise Conflict(f"the channel {row['name']!r} is {why}: a disabled channel receives "
+                           "nothing, tests included; enable it first (PATCH {\"active\": true})",
+                           errors={"json": {"active": ["the channel is not active"]}})
+        if row["kind"] == "email":
+            _check_email_on(conn, org)
         event = cur.execute(
             "INSERT INTO alert_events (org_id, kind, at, title, body, channels)"
             " VALUES (%s, 'test', now(), %s, %s, ARRAY[%s]::uuid[]) RETURNING id",

@@ -14,6 +14,7 @@ from serve.web import (
     acceptpage,
     alertpages,
     alertpreview,
+    channelpages,
     fleetpages,
     inboxpages,
     notepages,
@@ -27,8 +28,8 @@ from serve.web import (
 from shared.config import Settings
 
 # Modules whose routes are on `views.blp`: imported before it is registered.
-PAGE_MODULES = (views, alertpages, alertpreview, inboxpages, notepages, peoplepages, placepages,
-                acceptpage, teampages, waterpages, fleetpages)
+PAGE_MODULES = (views, alertpages, alertpreview, inboxpages, notepages, channelpages, peoplepages,
+                placepages, acceptpage, teampages, waterpages, fleetpages)
 
 
 def init_app(app: Flask, settings: Settings) -> None:

@@ -60,6 +60,7 @@ class Route:
     basic_status: int | None = None  # when basic differs from bearer
     other_org_status: int | None = None  # when another organisation's caller differs
     admin_only: bool = False  # owners and administrators of the organisation only
+    owner_only: bool = False  # owners of the organisation only (the email settings)
     own_object: bool = False  # the object is a1's own (their key): other users of A get 404
 
 
@@ -376,6 +377,15 @@ ROUTES = [
     Route("channel-test", "POST", "/api/v2/channels/<channel_id>/test",
           lambda w, c: f"/api/v2/channels/{_a_channel(w, c)}/test", "notifications:write",
           ok=202, a_object=True),
+    # The organisation's SMTP settings (issue 33): read by members, changed by owners.
+    Route("email-settings", "GET", "/api/v2/email-settings",
+          lambda w, c: "/api/v2/email-settings", "notifications:read"),
+    Route("email-settings-put", "PUT", "/api/v2/email-settings",
+          lambda w, c: "/api/v2/email-settings", "notifications:write", owner_only=True,
+          body={"host": "127.0.0.1", "port": 2525, "security": "none",
+                "from": "alerts@a.example"}),
+    Route("email-settings-delete", "DELETE", "/api/v2/email-settings",
+          lambda w, c: "/api/v2/email-settings", "notifications:write", owner_only=True),
     Route("health", "GET", "/api/v2/health", lambda w, c: "/api/v2/health", None),
     Route("index", "GET", "/api/v2/", lambda w, c: "/api/v2/", None),
     # The data and schema endpoints (issue 5); rows apply when the app serves the rule.
@@ -591,6 +601,8 @@ def expected(caller: str, route: Route) -> int:
     if caller == "other_org_multi" and route.name in MULTI_DIFFERS:
         return MULTI_DIFFERS[route.name]
     role = ROLE_OF.get(caller, "member")
+    if route.owner_only and role != "owner" and roles.role_allows(role, route.scope):
+        return 403  # allowed by the scope, refused by the role: only an owner
     if route.admin_only or route.scope in ("orgs:write", "locations:write", "teams:write"):
         if role not in ("owner", "admin"):
             return 403  # the role table, before any object is looked up

@@ -21,7 +21,8 @@ PUBLIC_URL = "https://93.184.215.14/hook"  # an address literal: no DNS needed t
 
 @pytest.fixture
 def app(database_url: str) -> Iterator[Flask]:
-    application = make_app(database_url, apikey_seal_keys=SEAL_KEY)
+    # The server has SMTP settings: email channels are accepted (test_email_needs_smtp: not).
+    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, smtp_host="127.0.0.1")
     try:
         yield application
     finally:
@@ -76,6 +77,9 @@ def test_crud_secret_once_and_sealed(client: FlaskClient, orgs: tuple[Org, Org],
     assert r.get_json()["active"] is False
     r = client.post("/api/v2/channels", headers=a.auth, json={"name": "ops-2", "kind": "mqtt"})
     assert r.status_code == 409 and "name" in r.get_json()["errors"]["json"]
+    r = client.post(f"/api/v2/channels/{made['id']}/test", headers=a.auth)
+    assert r.status_code == 409 and "paused" in r.get_json()["message"]  # receives nothing
+    client.patch(f"/api/v2/channels/{made['id']}", headers=a.auth, json={"active": True})
     r = client.post(f"/api/v2/channels/{made['id']}/test", headers=a.auth)
     assert r.status_code == 202
     row = conn.execute("SELECT kind, channels, org_id FROM alert_events WHERE id = %s",

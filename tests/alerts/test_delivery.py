@@ -10,6 +10,7 @@ email channel; the SSRF guard at delivery.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,8 @@ from tests.support.ingesting import wait_for
 
 @pytest.fixture
 def app(database_url: str) -> Iterator[Flask]:
-    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True)
+    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True,
+                           smtp_host="127.0.0.1")
     try:
         yield application
     finally:
@@ -153,15 +155,25 @@ def test_failing_endpoint_is_disabled_and_the_admins_are_told(
     mails = wait_for(lambda: mail.received(), 30, what="the admins' email")
     assert mails[0]["rcpt_tos"] == [org.admin_email]
     assert "[CHANNEL DISABLED]" in mails[0]["data"] and str(notice[0][0]) in mails[0]["data"]
-    # Disabled: a new event is not sent to it; enabling it again resumes the pending delivery.
+    # Disabled: it receives nothing, a test included (issue 33: its failure count climbed
+    # 17 -> 46 on tests). A test queued just before it was disabled waits with the rest.
     before = len(broken.received())
+    queued = insert_event(conn, org.id, kind="test", channels=[uuid.UUID(channel["id"])])
     insert_event(conn, org.id, device="dev-2")
     r = client.post(f"/api/v2/channels/{channel['id']}/test", headers=org.auth)
-    assert r.status_code == 202
-    test_id = r.get_json()["event_id"]
-    wait_for(lambda: any(x["headers"]["webhook-id"] == test_id for x in broken.received()), 30,
-             what="the test event at the disabled channel")
-    assert {x["headers"]["webhook-id"] for x in broken.received()[before:]} == {test_id}
+    assert r.status_code == 409, r.get_json()
+    assert "enable it first" in r.get_json()["message"]
+    # A later event to a working channel shows the deliverer has passed over those two.
+    hook = webhook_receiver(tmp_path)
+    receivers.append(hook)
+    _webhook(client, org, hook.url, "working")
+    last = insert_event(conn, org.id, device="dev-3")
+    wait_for(lambda: any(x["headers"]["webhook-id"] == str(last) for x in hook.received()), 30,
+             what="an event at the working channel")
+    assert broken.received()[before:] == []
+    assert conn.execute("SELECT consecutive_failures FROM alert_channels WHERE id = %s",
+                        (channel["id"],)).fetchone()[0] == 3
+    assert str(queued) not in {x["headers"]["webhook-id"] for x in hook.received()}
 
 
 def test_email_channel_message_arrives_at_the_smtp_server(

@@ -39,6 +39,15 @@ DASHBOARD_RULES = {
     ("/dashboard/alerts/<rule_id>/edit", "GET"), ("/dashboard/alerts/<rule_id>", "POST"),
     ("/dashboard/alerts/<rule_id>/active", "POST"), ("/dashboard/alerts/preview", "POST"),
     ("/dashboard/notifications/ack", "POST"),
+    # The channel pages (issue 33; serve/web/channelpages.py): through the API, CSRF checked.
+    ("/dashboard/channels", "GET"), ("/dashboard/channels", "POST"),
+    ("/dashboard/channels/<channel_id>", "GET"), ("/dashboard/channels/<channel_id>", "POST"),
+    ("/dashboard/channels/<channel_id>/active", "POST"),
+    ("/dashboard/channels/<channel_id>/test", "POST"),
+    ("/dashboard/channels/<channel_id>/delete", "GET"),
+    ("/dashboard/channels/<channel_id>/delete", "POST"),
+    ("/dashboard/channels/email-settings", "POST"),
+    ("/dashboard/channels/email-settings/delete", "POST"),
     # The people pages (issue 23; serve/web/peoplepages.py, placepages.py): through the API.
     ("/dashboard/keys", "GET"), ("/dashboard/keys", "POST"),
     ("/dashboard/keys/<key_id>/active", "POST"), ("/dashboard/keys/<key_id>/delete", "POST"),
@@ -77,6 +86,8 @@ SUSPICIOUS = re.compile(r"debug|test|admin|internal|console|shell|phpinfo|actuat
 SANCTIONED = {
     "/api/v2/channels/<channel_id>/test": "issue 24's 'send test' of a delivery channel",
     "channels.send_test": "the view of that route",
+    "/dashboard/channels/<channel_id>/test": "the channel page's Send a test (issue 33)",
+    "web.channel_test": "the view of that route",
 }
 
 

@@ -1,6 +1,6 @@
 // The banner on every signed-in page: a delivery channel of the organisation that the
 // deliverer disabled after failing in a row (`disabled_at` set, /api/v2/channels) is said
-// loudly, with why and when, until someone turns it back on (PATCH {"active": true}).
+// loudly, with why and when, each linked to its channel page where it is enabled again.
 import {get} from "./api.js";
 
 const el = document.getElementById("channel-banner");
@@ -22,9 +22,14 @@ async function show() {
   const list = document.createElement("ul");
   for (const c of disabled) {
     const li = document.createElement("li");
-    li.textContent = c.kind + " channel \u201c" + c.name + "\u201d was disabled at " +
+    const link = document.createElement("a");
+    link.href = "/dashboard/channels/" + encodeURIComponent(c.id);
+    link.textContent = c.name;
+    link.className = "channel-link";
+    li.append(c.kind + " channel \u201c", link, "\u201d");
+    li.append(" was disabled at " +
       c.disabled_at.replace("T", " ").slice(0, 16) + " UTC" +
-      (c.disabled_reason ? ": " + c.disabled_reason : "");
+      (c.disabled_reason ? ": " + c.disabled_reason : ""));
     list.append(li);
   }
   const head = document.createElement("strong");
@@ -32,8 +37,9 @@ async function show() {
     ? "Alerts are not being delivered to a channel."
     : "Alerts are not being delivered to " + disabled.length + " channels.";
   const hint = document.createElement("span");
-  hint.textContent = " Fix the endpoint, then enable it again (PATCH /api/v2/channels/{id} " +
-    "with {\"active\": true}).";
+  hint.append(" Fix the receiver, then open the channel and press Enable (",
+              Object.assign(document.createElement("a"),
+                            {href: "/dashboard/channels", textContent: "Channels"}), ").");
   el.replaceChildren(head, hint, list);
   el.hidden = false;
 }

@@ -1,0 +1,211 @@
+"""Webhook channel formats (Slack-compatible, Teams, Telegram, ntfy, PagerDuty): each rendered
+body fits the shape its service documents (checked by testbed.service_receiver's own rules),
+the API's validation of `format` and `options`, and delivery through the real deliverer process
+to the service stand-in on loopback (no traffic leaves the machine), the receiver's answer kept
+as the channel's `last_delivery`."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from alerts.delivery import formats
+from testbed import service_receiver
+from testbed.receivers import Receiver
+from testbed.receivers import service_receiver as start_service_receiver
+from tests.support.apps import close_app, make_app
+from tests.support.delivery import (
+    SEAL_KEY,
+    DelivererProcess,
+    Org,
+    deliverer_env,
+    insert_event,
+    make_org,
+)
+from tests.support.ingesting import wait_for
+
+TOKEN = "123456:ABC-DEF1234ghIkl-zyx57W2v1u123ew11"  # the form of Telegram's documented example
+ROUTING_KEY = "R015ZUV3RLSR8UO9Q2UJ1XLAWZMGBHW3"  # 32 characters, as PagerDuty's keys are
+# (format, path at the stand-in, options)
+CASES = [
+    ("slack", "/slack/services/T000/B000/XXXX", {}),
+    ("teams", "/teams/workflows/abc", {}),
+    ("telegram", f"/bot{TOKEN}/sendMessage", {"chat_id": "-1001234567890"}),
+    ("ntfy", "/frost-alerts", {}),
+    ("pagerduty", "/v2/enqueue", {"routing_key": ROUTING_KEY}),
+]
+
+
+def _event(kind: str = "firing") -> dict[str, Any]:
+    now = datetime(2026, 11, 25, 4, 15, tzinfo=UTC)
+    return {"id": uuid.uuid4(), "kind": kind, "rule_id": uuid.uuid4(), "device": "dev-1",
+            "location_id": None, "column_name": "tair", "value": -0.4, "unit": "C", "at": now,
+            "title": "Frost: tair < 0 C for 15 min at dev-1", "created_at": now,
+            "body": {"state": kind}}
+
+
+def _service_path(url: str) -> str:
+    return url.split("127.0.0.1:9", 1)[1] or "/"
+
+
+@pytest.mark.parametrize(("fmt", "path", "options"), CASES)
+@pytest.mark.parametrize("kind", ["firing", "resolved", "test"])
+def test_each_format_fits_its_services_documented_shape(fmt: str, path: str,
+                                                        options: dict[str, str],
+                                                        kind: str) -> None:
+    url, body = formats.render(fmt, "http://127.0.0.1:9" + path, options, _event(kind))
+    target = _service_path(url)
+    service = service_receiver.service_of(target)
+    assert service == fmt
+    doc = json.loads(body)
+    assert service_receiver.problems_of(service, target, doc, "application/json") == []
+    if (fmt, kind) != ("pagerduty", "resolved"):  # a resolve carries the dedup_key alone
+        assert "Frost" in body.decode()
+
+
+def test_the_stand_in_refuses_what_does_not_fit() -> None:
+    # The checks are real: a generic envelope or a missing field is refused per service.
+    generic = {"type": "alert.firing", "data": {}}
+    for service, path in (("slack", "/slack/x"), ("teams", "/teams/x"),
+                          ("telegram", f"/bot{TOKEN}/sendMessage"), ("ntfy", "/"),
+                          ("pagerduty", "/v2/enqueue")):
+        assert service_receiver.problems_of(service, path, generic, "application/json")
+    _, body = formats.render("pagerduty", "http://h/v2/enqueue",
+                             {"routing_key": ROUTING_KEY}, _event())
+    doc = json.loads(body)
+    del doc["payload"]["severity"]
+    assert service_receiver.problems_of("pagerduty", "/v2/enqueue", doc, "application/json")
+
+
+def test_pagerduty_resolves_what_it_triggered() -> None:
+    fired = _event("firing")
+    cleared = {**_event("resolved"), "rule_id": fired["rule_id"]}
+    _, a = formats.render("pagerduty", "http://h/v2/enqueue", {"routing_key": ROUTING_KEY},
+                          fired)
+    _, b = formats.render("pagerduty", "http://h/v2/enqueue", {"routing_key": ROUTING_KEY},
+                          cleared)
+    first, second = json.loads(a), json.loads(b)
+    assert (first["event_action"], second["event_action"]) == ("trigger", "resolve")
+    assert first["dedup_key"] == second["dedup_key"]
+    assert first["payload"]["severity"] == "warning"
+
+
+# ---- the API -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def app(database_url: str) -> Iterator[Flask]:
+    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True)
+    try:
+        yield application
+    finally:
+        close_app(application)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()
+
+
+@pytest.fixture
+def org(conn: psycopg.Connection) -> Org:
+    return make_org(conn, "farm-f")
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"format": "sms"}, "format"),
+    ({"format": "telegram", "url": f"http://127.0.0.1/bot{TOKEN}/sendMessage"}, "options"),
+    ({"format": "telegram", "url": "http://127.0.0.1/other", "options": {"chat_id": "42"}},
+     "url"),
+    ({"format": "pagerduty", "url": "http://127.0.0.1/v2/enqueue",
+      "options": {"routing_key": "short"}}, "options"),
+    ({"format": "ntfy", "url": "http://127.0.0.1/bad topic!"}, "url"),
+    ({"format": "slack", "url": "http://127.0.0.1/s", "options": {"chat_id": "1"}}, "options"),
+    ({"options": {"routing_key": ROUTING_KEY}}, "options"),
+])
+def test_bad_format_or_options_is_a_400_naming_the_field(client: FlaskClient, org: Org,
+                                                         body: dict[str, Any],
+                                                         field: str) -> None:
+    full = {"name": "x", "kind": "webhook", "url": "http://127.0.0.1/hook", **body}
+    r = client.post("/api/v2/channels", headers=org.auth, json=full)
+    assert r.status_code == 400, r.get_json()
+    assert field in r.get_json()["errors"]["json"], r.get_json()
+    r = client.post("/api/v2/channels", headers=org.auth,
+                    json={"name": "m", "kind": "mqtt", "format": "slack"})
+    assert r.status_code == 400 and "format" in r.get_json()["errors"]["json"]
+
+
+def test_a_format_channel_has_no_secret_and_the_standard_one_is_unchanged(
+        client: FlaskClient, org: Org) -> None:
+    r = client.post("/api/v2/channels", headers=org.auth, json={
+        "name": "chat", "kind": "webhook", "format": "slack",
+        "url": "http://127.0.0.1/slack/x"})
+    assert r.status_code == 201, r.get_json()
+    made = r.get_json()
+    assert made["format"] == "slack" and "secret" not in made and "secret_hint" not in made
+    plain = client.post("/api/v2/channels", headers=org.auth, json={
+        "name": "plain", "kind": "webhook", "url": "http://127.0.0.1/hook"}).get_json()
+    assert plain["format"] == "standard" and plain["secret"].startswith("whsec_")
+    r = client.patch(f"/api/v2/channels/{made['id']}", headers=org.auth,
+                     json={"options": {"chat_id": "1"}})
+    assert r.status_code == 400 and "options" in r.get_json()["errors"]["json"]
+
+
+# ---- delivery through the real deliverer ---------------------------------------------------
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path, processes: None) -> Iterator[Receiver]:
+    r = start_service_receiver(tmp_path)
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+@pytest.fixture
+def deliverer(database_url: str, tmp_path: Path, processes: None
+              ) -> Iterator[DelivererProcess]:
+    d = DelivererProcess(deliverer_env(database_url), tmp_path / "deliverer.log").start()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def test_every_format_is_delivered_in_its_shape(
+        client: FlaskClient, org: Org, conn: psycopg.Connection, stand_in: Receiver,
+        deliverer: DelivererProcess) -> None:
+    base = f"http://127.0.0.1:{stand_in.port}"
+    ids = {}
+    for fmt, path, options in CASES:
+        r = client.post("/api/v2/channels", headers=org.auth, json={
+            "name": fmt, "kind": "webhook", "format": fmt, "url": base + path,
+            **({"options": options} if options else {})})
+        assert r.status_code == 201, r.get_json()
+        ids[fmt] = r.get_json()["id"]
+    event = insert_event(conn, org.id)
+    got = wait_for(lambda: (lambda seen: seen if len(seen) >= len(CASES) else None)(
+        stand_in.received()), 60, what="one request per format")
+    assert sorted(x["service"] for x in got) == sorted(f for f, _, _ in CASES)
+    assert [x["problems"] for x in got] == [[] for _ in got]
+    assert all("Frost" in x["body"] for x in got)
+    assert all("webhook-signature" not in x["headers"] for x in got)
+
+    def recorded() -> Any:
+        channel = client.get(f"/api/v2/channels/{ids['telegram']}", headers=org.auth).get_json()
+        last = channel["last_delivery"]
+        return last if last and last["state"] == "delivered" else None
+
+    last = wait_for(recorded, 30, what="the delivery recorded")
+    assert last["event_id"] == str(event) and last["status"] == 200
+    assert last["answer"].startswith("HTTP 200 OK: ") and '"ok": true' in last["answer"]
