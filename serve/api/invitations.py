@@ -103,29 +103,27 @@ def _uuid(raw: str, what: str) -> UUID:
 @blp.response(201)
 @requires("orgs:write")
 def create_invitation(org_id: str) -> Any:
-    """Invite someone by email with a role: the link is mailed when SMTP is configured, else
-    shown here (`link`, `mailed: false`) for the administrator to pass on."""
+    """Invite someone by email with a role: with SMTP configured the link's email is queued
+    in the durable outbox (`mailed: true`; the deliverer sends and retries it), else the link
+    is shown here (`link`, `mailed: false`) for the administrator to pass on."""
     principal = current_principal()
     body = load(InviteSchema(), request_body(form=False))
     settings = authenticator(current_app).settings
+    mailed = mail.configured(settings)
     with pool().connection() as conn:
         org = _admin_of(conn, principal, org_id, "inviting")
         issued = links.invite(conn, settings, org=org, email=body["email"], role=body["role"],
                               teams_only=body["teams_only"], actor=audit_actor(conn),
                               by_owner=principal.owns)
         record = links.invite_record(links.fetch_invite(conn, org, issued.id))
-        org_name = members.fetch_org(conn, org)[0]["name"]
-    # After the commit: a mail server that stalls holds no transaction open.
-    problem = links.send_link(settings, to=record["email"], purpose="invite", url=issued.url,
-                              org_name=org_name, role=record["role"], expires=issued.expires) \
-        if mail.configured(settings) else "email is off: SDS_SMTP_HOST is not set"
-    record["mailed"] = problem is None
-    if problem is None:
-        with pool().connection() as conn:  # only the inbox has it: using it proves the email
-            links.mark_mailed(conn, issued.id)
-    else:
+        if mailed:  # in the link's transaction: both are kept, or neither
+            links.queue_mail(conn, settings, issued, purpose="invite",
+                             org_name=members.fetch_org(conn, org)[0]["name"],
+                             role=record["role"], mailed_only=True)
+    record["mailed"] = mailed
+    if not mailed:
         record["link"] = issued.url  # not mailed: the administrator passes it on
-        record["not_mailed_because"] = problem
+        record["not_mailed_because"] = "email is off: SDS_SMTP_HOST is not set"
     return record, 201, NO_STORE
 
 
@@ -210,16 +208,6 @@ def request_password_reset() -> Any:
     with pool().connection() as conn:
         auth.check_throttle(conn, subject, address)
         auth.record_failure(conn, subject, address)
-        found = links.request_reset(conn, auth.settings, email=email, address=address)
-    if found is not None and mail.configured(auth.settings):
-        outbox(current_app).put(*found)
+        links.request_reset(conn, auth.settings, email=email, address=address)
     return {"message": "if this email has an account, a link to reset its password is on its "
             "way"}, 202, NO_STORE
-
-
-def outbox(app: Any) -> links.Outbox:
-    """The app's reset-mail sender (one background thread per process, started on first use)."""
-    box = app.extensions.get("reset_outbox")
-    if box is None:
-        box = app.extensions["reset_outbox"] = links.Outbox(authenticator(app).settings)
-    return box
