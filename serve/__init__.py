@@ -135,7 +135,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         for blueprint in BLUEPRINTS:
             api.register_blueprint(blueprint)
         # `/api/v2/doc/` (a trailing slash, as people type it) was a 404 (issue 26).
-        app.add_url_rule(f"{API_PREFIX}/doc/", "doc_slash", auth.public(_to_doc))
+        app.add_url_rule(f"{API_PREFIX}/doc/", "doc_slash", _to_doc)
         auth.init_app(app)
         fairshare.init_app(app, settings)  # after auth: its caps need the caller
         web.init_app(app, settings)  # the dashboard: `/` and `/dashboard/` (docs/dashboard.md)
@@ -150,6 +150,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     return app
 
 
+@auth.public
 def _to_doc() -> Response:
     """The Swagger UI page's one address: a permanent redirect there."""
     return redirect(f"{API_PREFIX}/doc", code=308)  # type: ignore[return-value]
