@@ -24,6 +24,7 @@ from marshmallow import Schema, ValidationError, fields, validate, validates, va
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from serve import ids
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
@@ -31,7 +32,7 @@ from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offse
 from serve.pool import pool
 from serve.records import stamp
 from shared import alerttopic, audit, netguard, sealing
-from shared.errors import BadRequest, Conflict, UnknownObject
+from shared.errors import BadRequest, Conflict
 
 blp = Blueprint("channels", __name__, url_prefix="/api/v2/channels",
                 description="Delivery channels of the organisation's alert events.")
@@ -50,7 +51,6 @@ _COLUMNS = ("id, org_id, name, kind, url, secret_last4, recipients, active, cons
 # Statements built from the constant column list above (values are always bound parameters).
 _SELECT = f"SELECT {_COLUMNS} FROM alert_channels"  # nosec B608  constant text of this module
 _RETURNING = f" RETURNING {_COLUMNS}"
-
 
 
 def _encode_non_ascii(text: str) -> str:
@@ -170,13 +170,6 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def _channel_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownObject(f"unknown channel {raw!r}") from None  # ids do not leak
-
-
 def _sealer() -> sealing.Sealer:
     ext = current_app.extensions
     if "secret_sealer" not in ext:
@@ -244,36 +237,36 @@ def list_channels(limit: int, page: int) -> Any:
                     pages=pages)
 
 
-def _fetch(cur: Any, wanted: UUID, raw: str) -> dict[str, Any]:
+def _fetch(cur: Any, wanted: UUID) -> dict[str, Any]:
     row = cur.execute(_SELECT + " WHERE id = %s AND org_id = %s",
                       (wanted, current_principal().org_id)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown channel {raw!r}")
+        raise ids.unknown("channel", wanted)
     return dict(row)
 
 
-@blp.route("/<channel_id>", methods=["GET"])
+@blp.route("/<objid('channel'):channel_id>", methods=["GET"])
 @blp.response(200)
 @requires("notifications:read")
-def get_channel(channel_id: str) -> Any:
+def get_channel(channel_id: UUID) -> Any:
     """One channel, with its failure count and, when disabled, when and why."""
-    wanted = _channel_id(channel_id)
+    wanted = channel_id
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        return channel_record(_fetch(cur, wanted, channel_id))
+        return channel_record(_fetch(cur, wanted))
 
 
-@blp.route("/<channel_id>", methods=["PATCH"])
+@blp.route("/<objid('channel'):channel_id>", methods=["PATCH"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": ChannelUpdateSchema}}})
 @blp.response(200)
 @requires("notifications:write")
-def update_channel(channel_id: str) -> Any:
+def update_channel(channel_id: UUID) -> Any:
     """Change `name`, `url` (webhook), `recipients` (email) or `active`. `active: true` also
     enables a channel the deliverer disabled (failures reset; its pending deliveries resume)."""
-    wanted = _channel_id(channel_id)
+    wanted = channel_id
     changes = load(ChannelUpdateSchema(), request_body(form=False), read_only=READ_ONLY)
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        row = _fetch(cur, wanted, channel_id)
+        row = _fetch(cur, wanted)
         for key, only in (("url", "webhook"), ("recipients", "email")):
             if key in changes and row["kind"] != only:
                 raise BadRequest(f"invalid body: {key}: only a {only} channel has it",
@@ -304,32 +297,32 @@ def update_channel(channel_id: str) -> Any:
     return channel_record(updated)
 
 
-@blp.route("/<channel_id>", methods=["DELETE"])
+@blp.route("/<objid('channel'):channel_id>", methods=["DELETE"])
 @blp.response(204)
 @requires("notifications:write")
-def delete_channel(channel_id: str) -> Any:
+def delete_channel(channel_id: UUID) -> Any:
     """Delete a channel; its pending deliveries are dropped with it."""
-    wanted = _channel_id(channel_id)
+    wanted = channel_id
     with pool().connection() as conn:
         cur = conn.execute("DELETE FROM alert_channels WHERE id = %s AND org_id = %s",
                            (wanted, current_principal().org_id))
         if cur.rowcount == 0:
-            raise UnknownObject(f"unknown channel {channel_id!r}")
+            raise ids.unknown("channel", channel_id)
         audit.record(conn, org=current_principal().org_id, actor=audit_actor(conn),
                      action="channel.delete", target_type="channel", target_id=wanted)
     return None
 
 
-@blp.route("/<channel_id>/test", methods=["POST"])
+@blp.route("/<objid('channel'):channel_id>/test", methods=["POST"])
 @blp.response(202)
 @requires("notifications:write")
-def send_test(channel_id: str) -> Any:
+def send_test(channel_id: UUID) -> Any:
     """Send a `test` event to this channel only (202, the event's id). It goes even to an
     inactive or disabled channel, so a repaired receiver can be tried before enabling it."""
-    wanted = _channel_id(channel_id)
+    wanted = channel_id
     org = current_principal().org_id
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        row = _fetch(cur, wanted, channel_id)
+        row = _fetch(cur, wanted)
         event = cur.execute(
             "INSERT INTO alert_events (org_id, kind, at, title, body, channels)"
             " VALUES (%s, 'test', now(), %s, %s, ARRAY[%s]::uuid[]) RETURNING id",

@@ -10,6 +10,7 @@ from flask import Flask
 
 from people.principal import USER_ONLY
 from serve import auth
+from tests.support.apps import plain_rule
 
 
 def _scopes(app: Flask) -> dict[tuple[str, str], str | None]:
@@ -19,7 +20,7 @@ def _scopes(app: Flask) -> dict[tuple[str, str], str | None]:
         view = app.view_functions[rule.endpoint]
         if rule.rule.startswith(auth.API_PREFIX) and hasattr(view, "_sds_access"):
             for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}:
-                found[(method, rule.rule)] = view._sds_access
+                found[(method, plain_rule(rule.rule))] = view._sds_access
     return found
 
 
