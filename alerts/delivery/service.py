@@ -239,8 +239,10 @@ class Deliverer:
                 if conn is None or conn.closed:
                     conn = self._connect("sds-deliverer", role=db.ROLE_ALERTS)
                 wake.clear()
-                # Alert deliveries first; the service's own mail when none is due.
-                worked = self.deliver_one(conn) or self.deliver_mail(conn)
+                # One of the service's own mails (if due) beside each alert delivery, so a
+                # backlog of alerts never holds a reset link past its hour.
+                mailed = self.deliver_mail(conn)
+                worked = self.deliver_one(conn) or mailed
                 self._rounds[name] = time.monotonic()
                 if not worked:
                     wake.wait(self.settings.delivery_sweep_interval)
