@@ -448,9 +448,3 @@ def copy_back(from_port: int, tables: tuple[str, ...], where: str | None,
         if dry_run:
             live.rollback()
             click.echo("dry run: nothing changed")
-
-
-# `python -m admin.backup configure|setup`: what deploy/lib/pg_backup.sh runs on every start,
-# without importing the whole sds CLI (seconds on a busy machine).
-if __name__ == "__main__":
-    backup_cli()

@@ -4,9 +4,10 @@ The commands live in admin/ (the operator room): organisations, users, locations
 (people.py), teams (teams.py), invitation and password-reset links (invites.py), devices
 (devices.py, publish.py, brokeraccounts.py), the demo (demo.py), account access (access.py),
 rollups (aggregate.py), storage and retention (storage.py), the quarantine (quarantine.py),
-backups and restore (backup.py), alert rules (alerts.py) and the device simulator
-(simulate.py). admin/ may import every package of the service; nothing imports admin/
-(pyproject.toml, import-linter)."""
+backups and restore (backup.py), alert rules (alerts.py), the device simulator
+(simulate.py) and the RabbitMQ profile's files for deploy/rabbitmq.sh (rabbitcli.py). admin/
+may import every package of the service; nothing imports admin/ (pyproject.toml,
+import-linter)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from admin import (
     invites,
     people,
     quarantine,
+    rabbitcli,
     recovery,
     simulate,
     storage,
@@ -97,7 +99,7 @@ for command in (people.org, people.user, people.location, people.apikey, teams.t
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
                 backup.restore_beside_stop, backup.copy_back,
                 alerts.alert, alertreaders.alert_reader, water.water, recovery.recovery_cli,
-                drill.drill):
+                drill.drill, rabbitcli.rabbit_cli):
     main.add_command(command)
 # `sds user invite|reset-link` live with the links' commands; they belong to the user group.
 for command in (invites.user_invite, invites.user_reset_link):

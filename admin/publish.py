@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 import click
 import psycopg
@@ -83,35 +81,17 @@ def _publish_as_device(settings: Settings, name: str, password: str, topic: str,
     # only under client ids of its own (admin/rabbit.py allows this one).
     client = brokers.new_client(settings, f"{name}{rabbit.PUBLISH_TEST_SUFFIX}",
                                 persistent=False, username=name, password=password)
-    outcome: dict[str, Any] = {}
-    connected = threading.Event()
-
-    def on_connect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
-        outcome["reason"] = reason
-        connected.set()
-
-    client.on_connect = on_connect
-    try:
-        client.connect(settings.mqtt_host, settings.mqtt_port, keepalive=30)
-    except OSError as exc:
-        raise click.ClickException(
-            f"cannot reach the broker at {settings.mqtt_host}:{settings.mqtt_port}: {exc}"
-        ) from None
-    client.loop_start()
-    try:
-        if not connected.wait(10):
-            raise click.ClickException("the broker did not answer the connection within 10 s")
-        if outcome["reason"].is_failure:
+    with brokers.connected(client, settings, timeout=10, keepalive=30) as connack:
+        if connack.refused is not None:
             raise click.ClickException(
-                f"the broker refused {name}: {outcome['reason']} (wrong password, or the "
+                f"the broker refused {name}: {connack.refused} (wrong password, or the "
                 "device has no broker login: sds device rotate-password)")
+        if connack.problem is not None:
+            raise click.ClickException(connack.problem)
         info = client.publish(topic, body, qos=1)
         info.wait_for_publish(10)
         if not info.is_published():
             raise click.ClickException("the broker did not acknowledge the message within 10 s")
-    finally:
-        client.disconnect()
-        client.loop_stop()
 
 
 def _where_it_landed(conn: psycopg.Connection, name: str, kind: str, body: str,

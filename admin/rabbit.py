@@ -27,10 +27,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
 import secrets
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -261,77 +259,3 @@ def deploy_ctl_ports(base: int) -> tuple[int, int]:
 
 def deploy_node_name(index: int) -> str:
     return f"sds-{index}@localhost"
-
-
-def _write_if_changed(path: Path, text: str) -> None:
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-
-
-def _main(argv: list[str]) -> int:
-    """`python -m admin.rabbit node DIR INDEX NODES BASE`: write node INDEX's files under
-    DIR/nodeINDEX and print its environment (KEY=VALUE lines) for deploy/rabbitmq.sh;
-    `python -m admin.rabbit accounts FILE CLIENT_ID PREFIX [DEVICES_JSON]`: put the ingester's
-    account (password from SDS_MQTT_PASSWORD) into definitions FILE, and the devices of a
-    {device: password} file that FILE does not have yet;
-    `python -m admin.rabbit stale-users FILE USERS_JSON`: print the cluster's users that FILE
-    no longer lists; `python -m admin.rabbit rotated-users FILE EXPORT_JSON`: the device
-    users whose password FILE changes against the cluster's exported definitions;
-    `python -m admin.rabbit close-expr MQTT_CONNECTIONS_JSON USER...`: the eval expression
-    ending those users' MQTT connections (close_connections_expr)."""
-    if len(argv) == 5 and argv[0] == "node":
-        base_dir, index, nodes, base = Path(argv[1]), int(argv[2]), int(argv[3]), int(argv[4])
-        node_dir = base_dir / f"node{index}"
-        (node_dir / "mnesia").mkdir(parents=True, exist_ok=True)
-        (node_dir / "log").mkdir(exist_ok=True)
-        ports = deploy_ports(base, index)
-        template = (Path(__file__).resolve().parents[1] / "deploy" / "rabbitmq"
-                    / "rabbitmq.conf").read_text()
-        conf_path = node_dir / "rabbitmq.conf"
-        old = conf_path.read_text() if conf_path.exists() else ""
-        conf = render_node_conf(template, amqp_port=ports["amqp"], mqtt_port=ports["mqtt"],
-                                peers=[deploy_node_name(i) for i in range(nodes)])
-        # Keep the boot-time password already written (it differs on every render).
-        kept = re.search(r"^default_pass = .*$", old, re.M)
-        if kept:
-            conf = re.sub(r"^default_pass = .*$", lambda _m: kept.group(0), conf, flags=re.M)
-        _write_if_changed(conf_path, conf)
-        _write_if_changed(node_dir / "enabled_plugins", "[rabbitmq_mqtt].\n")
-        _write_if_changed(node_dir / "rabbitmq-env.conf", "# the environment sets everything\n")
-        env = node_env(name=deploy_node_name(index), node_dir=node_dir, dist_port=ports["dist"],
-                       amqp_port=ports["amqp"], epmd_port=deploy_epmd_port(base),
-                       ctl_ports=deploy_ctl_ports(base))
-        env["SDS_NODE_MQTT_PORT"] = str(ports["mqtt"])
-        sys.stdout.write("".join(f"{k}={v}\n" for k, v in env.items()))
-        return 0
-    if len(argv) == 3 and argv[0] == "stale-users":
-        stale = stale_users(load(Path(argv[1])), json.loads(Path(argv[2]).read_text()))
-        sys.stdout.write("".join(f"{u}\n" for u in stale))
-        return 0
-    if len(argv) == 3 and argv[0] == "rotated-users":
-        rotated = rotated_users(load(Path(argv[1])), json.loads(Path(argv[2]).read_text()))
-        sys.stdout.write("".join(f"{u}\n" for u in rotated))
-        return 0
-    if len(argv) >= 2 and argv[0] == "close-expr":
-        expr = close_connections_expr(json.loads(Path(argv[1]).read_text()), set(argv[2:]))
-        sys.stdout.write(expr or "")
-        return 0
-    if len(argv) in (4, 5) and argv[0] == "accounts":
-        path = Path(argv[1])
-        defs = load(path)
-        add_ingester(defs, "ingester", os.environ["SDS_MQTT_PASSWORD"], client_id=argv[2],
-                     prefix=argv[3])
-        known = {u.get("name") for u in defs.get("users", [])}
-        if len(argv) == 5 and Path(argv[4]).exists():
-            # Devices made under the mosquitto profile (`sds demo` keeps their passwords).
-            for name, password in json.loads(Path(argv[4]).read_text()).items():
-                if name not in known:
-                    add_device(defs, name, password, prefix=argv[3])
-        save(path, defs)
-        return 0
-    sys.stderr.write(_main.__doc__ or "")
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

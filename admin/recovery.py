@@ -1,4 +1,4 @@
-"""`sds recovery save|status` and `python -m admin.recovery unpack`: the recovery kit
+"""`sds recovery save|status|unpack`: the recovery kit
 (shared/recovery.py), the files of .state a whole-machine loss needs besides the database,
 sealed into the database so that its backups carry them (docs/operations.md "Whole machine
 lost")."""
@@ -105,7 +105,3 @@ def unpack(state_dir: Path) -> None:
 
 
 recovery_cli.add_command(unpack)
-
-# `python -m admin.recovery unpack`: what deploy/services.sh recover runs.
-if __name__ == "__main__":
-    recovery_cli()

@@ -39,7 +39,7 @@ node_running() { pid_alive "$(node_pidfile "$1")" "beam"; }
 # node I's environment (KEY=VALUE lines from admin/rabbit.py, which also writes its files) into
 # NODE_ENV, with the cluster's HOME (its Erlang cookie) and a plain PATH.
 node_env() {
-    mapfile -t NODE_ENV < <("$VENV/bin/python" -m admin.rabbit node "$RMQ_DIR" "$1" "$NODES" "$BASE")
+    mapfile -t NODE_ENV < <("$VENV/bin/sds" rabbit node "$RMQ_DIR" "$1" "$NODES" "$BASE")
     NODE_ENV+=("HOME=$RMQ_HOME" "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "LANG=C.UTF-8" "LC_ALL=C.UTF-8")
 }
 
@@ -97,7 +97,7 @@ prepare() {
     # The ingester's account (password from secrets.env) and the vhost, kept with the devices';
     # demo devices made under the mosquitto profile are added from their credentials file.
     (set -a && . "$SECRETS" && set +a \
-        && "$VENV/bin/python" -m admin.rabbit accounts "$DEFS" "${SDS_MQTT_CLIENT_ID:-ingester}" \
+        && "$VENV/bin/sds" rabbit accounts "$DEFS" "${SDS_MQTT_CLIENT_ID:-ingester}" \
             "${SDS_TOPIC_PREFIX:-sensors}" "$STATE/demo-devices.json")
     chmod 600 "$DEFS"
     local i
@@ -172,7 +172,7 @@ close_mqtt_connections() {
     local conns expr
     conns=$(mktemp)
     ctl list_mqtt_connections -p sds user client_id --formatter json >"$conns" 2>/dev/null || echo "[]" >"$conns"
-    expr=$(cd "$REPO" && "$VENV/bin/python" -m admin.rabbit close-expr "$conns" "$@")
+    expr=$(cd "$REPO" && "$VENV/bin/sds" rabbit close-expr "$conns" "$@")
     rm -f "$conns"
     if [[ -n $expr ]]; then
         ctl eval "$expr" >/dev/null
@@ -190,7 +190,7 @@ cmd_reload() {
     current=$(mktemp)
     chown rabbitmq:rabbitmq "$current"
     if ctl export_definitions "$current" >/dev/null 2>&1; then
-        mapfile -t ended < <(cd "$REPO" && "$VENV/bin/python" -m admin.rabbit rotated-users "$DEFS" "$current")
+        mapfile -t ended < <(cd "$REPO" && "$VENV/bin/sds" rabbit rotated-users "$DEFS" "$current")
     fi
     rm -f "$current"
     # Retried: right after a boot the CLI has once failed to reach a node whose MQTT port was
@@ -209,7 +209,7 @@ cmd_reload() {
     local users user
     users=$(mktemp)
     ctl list_users --formatter json >"$users"
-    for user in $(cd "$REPO" && "$VENV/bin/python" -m admin.rabbit stale-users "$DEFS" "$users"); do
+    for user in $(cd "$REPO" && "$VENV/bin/sds" rabbit stale-users "$DEFS" "$users"); do
         ctl delete_user "$user" >/dev/null
         say "rabbitmq: deleted user $user (no longer in $DEFS)"
         ended+=("$user")  # its open connections go too

@@ -344,7 +344,7 @@ recover() {
     db_start
     say "recover: writing back the recovery kit from the restored database"
     psql_su -d sds -tA -c "COPY (SELECT name, translate(encode(sealed, 'base64'), E'\n', '') FROM recovery_files) TO STDOUT" \
-        | "$VENV/bin/python" -m admin.recovery unpack --state "$STATE" \
+        | "$VENV/bin/sds" recovery unpack --state "$STATE" \
         || die "recover: the recovery kit could not be written back (above)"
     rm -f "$pending"
 }

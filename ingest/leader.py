@@ -29,18 +29,16 @@ import time
 
 import psycopg
 
-from shared import db
-from shared.locks import SessionLock
+from shared.locks import Leadership, LeadershipLost, SessionLock
 
 log = logging.getLogger(__name__)
 
-
-class LeadershipLost(Exception):
-    """Another ingester holds the lock now; this one must not acknowledge anything more."""
+__all__ = ["Leader", "LeadershipLost"]
 
 
 class Leader:
-    """The advisory lock of one client id, on a dedicated connection (thread-safe)."""
+    """The advisory lock of one client id, on a dedicated session (shared.locks.Leadership;
+    thread-safe)."""
 
     def __init__(self, database_url: str, client_id: str, *, lease: float = 30.0) -> None:
         self.database_url = database_url
@@ -50,40 +48,28 @@ class Leader:
         # loses its session, and with it the lock.
         self.lock = SessionLock(database_url, self.key, application_name="sds-ingest-lock",
                                 lease=lease, keepalive_probes=3)
-        self.confirmed_at = float("-inf")  # time.monotonic() of the last confirmation sent
+        self.leadership = Leadership(self.lock)
         self.lost = False
-        self._conn: psycopg.Connection | None = None
-        self._pending: psycopg.Connection | None = None  # a lock attempt's new session
         self._mutex = threading.RLock()
+
+    @property
+    def confirmed_at(self) -> float:
+        """time.monotonic() of the last confirmation sent (-inf: none)."""
+        return self.leadership.confirmed_at
 
     def connections(self) -> list[psycopg.Connection | None]:
         """Every session a call of this object may be blocked on (for the watchdog to break):
         the held lock's, and a lock attempt's while it waits for its answer."""
-        return [self._conn, self._pending]
+        return self.leadership.connections()
 
     def try_acquire(self) -> bool:
-        """Take the lock if it is free; True when this process holds it.
+        """Take the lock on a new session if it is free; True when this process holds it.
 
         OperationalError (database unreachable) propagates to the caller's retry loop.
         """
         with self._mutex:
-            self.release()
-            sent = time.monotonic()
-            conn = self.lock.connect()
-            self._pending = conn
-            try:
-                taken = self.lock.try_lock(conn) is not None
-            except psycopg.Error:
-                conn.close()
-                raise
-            finally:
-                self._pending = None
-            if taken:
-                self._conn = conn
-                self.confirmed_at = sent
-                return True
-            conn.close()
-            return False
+            self.leadership.release()
+            return self.leadership.try_acquire()
 
     def confirm(self) -> None:
         """Check the lock is still held, re-taking it after a lost session.
@@ -95,14 +81,10 @@ class Leader:
         with self._mutex:
             if self.lost:
                 raise LeadershipLost(f"another ingester took the lock {self.key!r}")
-            if self._conn is not None and not self._conn.closed:
-                sent = time.monotonic()
-                try:
-                    self._conn.execute("SELECT 1")
-                    self.confirmed_at = sent
+            if self.leadership.held():
+                if self.leadership.ping():
                     return
-                except psycopg.OperationalError:
-                    log.warning("the leader lock's database session is gone; re-taking the lock")
+                log.warning("the leader lock's database session is gone; re-taking the lock")
             if not self.try_acquire():
                 self.lost = True
                 raise LeadershipLost(f"another ingester holds the lock {self.key!r}")
@@ -114,5 +96,4 @@ class Leader:
     def release(self) -> None:
         """Drop the lock (closing its session releases it)."""
         with self._mutex:
-            db.close_quietly(self._conn)
-            self._conn = None
+            self.leadership.release()

@@ -18,9 +18,6 @@ account whose email is proven may.
 
 from __future__ import annotations
 
-import logging
-import queue
-import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -30,12 +27,10 @@ import psycopg
 from psycopg.rows import dict_row
 
 from people import accounts, consent, credentials, logins, members, roles
-from shared import audit, mail
+from shared import audit, mail, mailbox
 from shared.config import Settings
 from shared.errors import BadParameter, BadRequest, Conflict, Forbidden, UnknownObject
 from shared.timeutil import stamp
-
-log = logging.getLogger(__name__)
 
 ACCEPT_PATH = "/dashboard/accept/"
 """Where a link points under SDS_PUBLIC_URL: the dashboard's accept page (serve/web/views.py)."""
@@ -185,17 +180,24 @@ def reset_link(conn: psycopg.Connection, settings: Settings, *, org: UUID, user:
 
 
 def request_reset(conn: psycopg.Connection, settings: Settings, *, email: str,
-                  address: str) -> tuple[str, str, datetime] | None:
-    """POST /auth/password-reset: (email, URL, expiry) of a new link when `email` names an active
-    account, else None, in one database call either way (migration 0160's
-    `sds_link_reset_request`, which also writes the audit entry), so neither the answer nor its
-    time tells whether the account exists. Runs as sds_auth (before anyone is signed in)."""
+                  address: str) -> bool:
+    """POST /auth/password-reset: when `email` names an active account, a new link and (SMTP
+    configured) its email queued in the durable outbox; True then, else False. One database
+    call either way (migration 0180's `sds_link_reset_request`, which also writes the audit
+    entry), and the mail is sealed before it whether or not it is queued, so neither the answer
+    nor its time tells whether the account exists. Runs as sds_auth (before anyone is signed
+    in)."""
     secret = credentials.new_link()
-    row = None if "\x00" in email else conn.execute(
-        "SELECT user_id, org_id, email FROM sds_link_reset_request(%s, %s, %s, %s)",
-        (email.strip()[:320], secret.digest, settings.reset_ttl, address)).fetchone()
     expires = datetime.now(UTC) + timedelta(seconds=settings.reset_ttl)
-    return None if row is None else (row[2], link_url(settings, secret.value), expires)
+    subject, text = message_text(purpose="password_reset", url=link_url(settings, secret.value),
+                                 org_name="", role=None, expires=expires)
+    body = mailbox.seal(settings, text)
+    on = mail.configured(settings)
+    row = None if "\x00" in email else conn.execute(
+        "SELECT user_id FROM sds_link_reset_request(%s, %s, %s, %s, %s, %s, %s)",
+        (email.strip()[:320], secret.digest, settings.reset_ttl, address,
+         subject if on else None, body.data if on else None, body.sealed)).fetchone()
+    return row is not None
 
 
 # ---- the membership step: what joining an organisation writes ----------------------------
@@ -368,12 +370,6 @@ def _accept_invite(conn: psycopg.Connection, *, link: UUID, org: UUID, email: st
             "role": role, "teams_only": teams_only, "account": account}
 
 
-def mark_mailed(conn: psycopg.Connection, link: UUID) -> None:
-    """Record that an invitation's secret went only to the inbox (it was mailed and not
-    shown): using it then proves the email."""
-    conn.execute("UPDATE one_time_links SET mailed_only = true WHERE id = %s", (link,))
-
-
 def peek(conn: psycopg.Connection, secret: str) -> dict[str, Any] | None:
     """What the accept page shows of a live link (purpose, email, role, organisation, expiry,
     whether the email has an account); None for any other secret."""
@@ -403,47 +399,12 @@ def message_text(*, purpose: str, url: str, org_name: str, role: str | None,
             "ask, ignore this email: your password stays as it is.\n")
 
 
-def send_link(settings: Settings, *, to: str, purpose: str, url: str, org_name: str,
-              role: str | None, expires: datetime) -> str | None:
-    """Mail a link now; None when the SMTP server took it, else what went wrong."""
-    subject, text = message_text(purpose=purpose, url=url, org_name=org_name, role=role,
-                                 expires=expires)
-    return mail.send(settings, mail.new_message(settings, to=to, subject=subject, text=text))
-
-
-class Outbox:
-    """Reset emails sent by one background thread per process, so POST /auth/password-reset
-    answers in the same time whether or not there is an email to send (the SMTP conversation
-    would otherwise tell). Bounded: past `size` waiting emails, more are dropped and logged."""
-
-    def __init__(self, settings: Settings, size: int = 100) -> None:
-        self.settings = settings
-        self._queue: queue.Queue[tuple[str, str, datetime]] = queue.Queue(size)
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def put(self, to: str, url: str, expires: datetime) -> None:
-        """Queue one reset email (never blocks)."""
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="sds-reset-mail",
-                                                daemon=True)
-                self._thread.start()
-        try:
-            self._queue.put_nowait((to, url, expires))
-        except queue.Full:
-            log.warning("password-reset email dropped: %d waiting already",
-                        self._queue.maxsize)
-
-    def _run(self) -> None:
-        while True:
-            to, url, expires = self._queue.get()
-            problem = send_link(self.settings, to=to, purpose="password_reset", url=url,
-                                org_name="", role=None, expires=expires)
-            if problem:
-                log.warning("password-reset email not sent: %s", problem)
-            self._queue.task_done()
-
-    def join(self) -> None:
-        """Wait until every queued email was tried (tests)."""
-        self._queue.join()
+def queue_mail(conn: psycopg.Connection, settings: Settings, issued: Issued, *, purpose: str,
+               org_name: str, role: str | None, mailed_only: bool) -> None:
+    """Queue the email of a link made in this same transaction in the durable outbox
+    (shared/mailbox.py): committed with the link, sent and retried by the deliverer.
+    `mailed_only`: the link is not also shown, so using it proves the email."""
+    subject, text = message_text(purpose=purpose, url=issued.url, org_name=org_name, role=role,
+                                 expires=issued.expires)
+    mailbox.queue_link(conn, settings, link=issued.id, subject=subject, text=text,
+                       mailed_only=mailed_only)

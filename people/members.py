@@ -67,7 +67,7 @@ def fetch_user(conn: psycopg.Connection, user: UUID, org: UUID) -> dict[str, Any
         row = cur.execute(_USER_SQL + " WHERE u.id = %s AND m.org_id = %s",
                           (user, org)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown user {user}")
+        raise UnknownObject(f"unknown user {str(user)!r}")
     return row
 
 

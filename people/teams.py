@@ -38,14 +38,6 @@ _TEAM_SQL = (
     " FROM teams t")
 
 
-def parse_id(raw: str, what: str = "team") -> UUID:
-    """An id from a path or an argument; a malformed one is the same 404 as an unknown one."""
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownObject(f"unknown {what} {raw!r}") from None
-
-
 def check_name(name: str) -> str:
     """A team name: 1 to 200 characters, surrounding blanks removed."""
     clean = name.strip()
@@ -70,7 +62,7 @@ def fetch_team(conn: psycopg.Connection, org: UUID, team: UUID) -> dict[str, Any
         row = cur.execute(_TEAM_SQL + " WHERE t.id = %s AND t.org_id = %s",
                           (team, org)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown team {team}")
+        raise UnknownObject(f"unknown team {str(team)!r}")
     return row
 
 
@@ -110,7 +102,7 @@ def rename_team(conn: psycopg.Connection, org: UUID, team: UUID, name: str) -> d
     except pgerr.UniqueViolation:
         raise DuplicateName(f"a team called {clean!r} exists") from None
     if cur.rowcount == 0:
-        raise UnknownObject(f"unknown team {team}")
+        raise UnknownObject(f"unknown team {str(team)!r}")
     return fetch_team(conn, org, team)
 
 
@@ -119,7 +111,7 @@ def delete_team(conn: psycopg.Connection, org: UUID, team: UUID) -> str:
     row = conn.execute("DELETE FROM teams WHERE id = %s AND org_id = %s RETURNING name",
                        (team, org)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown team {team}")
+        raise UnknownObject(f"unknown team {str(team)!r}")
     return str(row[0])
 
 
@@ -157,7 +149,7 @@ def member_of_org(conn: psycopg.Connection, org: UUID, user: UUID) -> str:
     row = conn.execute("SELECT u.email FROM users u JOIN memberships m ON m.user_id = u.id"
                        " WHERE u.id = %s AND m.org_id = %s AND u.active", (user, org)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown user {user}")
+        raise UnknownObject(f"unknown user {str(user)!r}")
     return str(row[0])
 
 
@@ -175,7 +167,7 @@ def location_of_org(conn: psycopg.Connection, org: UUID, location: UUID) -> str:
     row = conn.execute("SELECT name FROM locations WHERE id = %s AND org_id = %s",
                        (location, org)).fetchone()
     if row is None:
-        raise UnknownLocation(f"unknown location {location}")
+        raise UnknownLocation(f"unknown location {str(location)!r}")
     return str(row[0])
 
 

@@ -24,7 +24,7 @@ from flask import Flask, Response, g, has_request_context, redirect, request
 from flask_smorest import Api
 from psycopg_pool import ConnectionPool
 
-from serve import auth, cursor, errors, fairshare, metrics, web
+from serve import auth, cursor, errors, fairshare, ids, metrics, web
 from serve.api import BLUEPRINTS
 from serve.pool import ReadRouter, attach, attach_reads
 from shared.config import Settings
@@ -130,13 +130,15 @@ def create_app(settings: Settings | None = None) -> Flask:
         metrics.init_app(app, {"primary": pool, **({"standby": standby} if standby else {})})
         with pool.connection() as conn:
             app.extensions["cursor_key"] = cursor.load_key(conn, settings.cursor_secret)
+        ids.register(app)  # before the blueprints: their object routes name `objid`
         api = Api(app, spec_kwargs={"extra_plugins": [PathParametersFirst()]})
         errors.init_app(app)  # after Api(): replaces smorest's HTTPException handler with ours
         for blueprint in BLUEPRINTS:
             api.register_blueprint(blueprint)
         # `/api/v2/doc/` (a trailing slash, as people type it) was a 404 (issue 26).
-        app.add_url_rule(f"{API_PREFIX}/doc/", "doc_slash", auth.public(_to_doc))
+        app.add_url_rule(f"{API_PREFIX}/doc/", "doc_slash", _to_doc)
         auth.init_app(app)
+        ids.init_app(app)  # a malformed id's 404, after the caller is judged
         fairshare.init_app(app, settings)  # after auth: its caps need the caller
         web.init_app(app, settings)  # the dashboard: `/` and `/dashboard/` (docs/dashboard.md)
         app.after_request(_cors(settings.cors_origin))
@@ -150,6 +152,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     return app
 
 
+@auth.public
 def _to_doc() -> Response:
     """The Swagger UI page's one address: a permanent redirect there."""
     return redirect(f"{API_PREFIX}/doc", code=308)  # type: ignore[return-value]

@@ -45,40 +45,22 @@ APIKEY_QUERY_SUNSET = datetime(2021, 5, 14, tzinfo=UTC)
 # Deprecation header names the sunset instant too (RFC 9745 only needs Sunset >= Deprecation).
 APIKEY_QUERY_DEPRECATED = APIKEY_QUERY_SUNSET
 
-# Decision 11 for views that do not declare their own need: the first matching path prefix
-# (and method) gives the scope an API key must hold. USER_ONLY means no API key may call it.
-_SCOPE_TABLE: tuple[tuple[str, frozenset[str] | None, str], ...] = (
-    ("/api/v2/data", None, "data:read"),
-    ("/api/v2/schemas", None, "data:read"),
-    ("/api/v2/devices", None, "devices:read"),
-    ("/api/v2/quarantine", None, "devices:read"),
-    ("/api/v2/locations", frozenset({"GET", "HEAD"}), "locations:read"),
-    ("/api/v2/locations", None, "locations:write"),
-    ("/api/v2/apikeys", frozenset({"GET", "HEAD"}), "apikeys:read"),
-    ("/api/v2/apikeys", None, USER_ONLY),
-    ("/api/v2/auth", None, USER_ONLY),
-    ("/api/v2/alerts", frozenset({"GET", "HEAD"}), "notifications:read"),
-    ("/api/v2/alerts", None, "notifications:write"),
-    ("/api/v2/notifications", frozenset({"GET", "HEAD"}), "notifications:read"),
-    ("/api/v2/notifications", None, "notifications:write"),
-    ("/api/v2/audit", None, "orgs:read"),
-    ("/api/v2/users", frozenset({"GET", "HEAD"}), "users:read"),
-    ("/api/v2/users", None, "users:write"),
-    ("/api/v2/orgs", frozenset({"GET", "HEAD"}), "orgs:read"),
-    ("/api/v2/orgs", None, "orgs:write"),
-    ("/api/v2/teams", frozenset({"GET", "HEAD"}), "teams:read"),
-    ("/api/v2/teams", None, "teams:write"),
-    ("/api/v2/annotations", frozenset({"GET", "HEAD"}), "annotations:read"),
-    ("/api/v2/annotations", None, "annotations:write"),
-)
+API_PREFIX = "/api/v2"
+"""Every route under it states its access exactly once, by one decorator (`check_statements`)."""
 
 
 # ---- view decorators ---------------------------------------------------------------------
 
 
+def _stated(view: Callable[..., Any], access: str | None) -> None:
+    """Record a view's access statement, and how many it has (one, `check_statements`)."""
+    view._sds_access = access  # type: ignore[attr-defined]
+    view._sds_statements = getattr(view, "_sds_statements", 0) + 1  # type: ignore[attr-defined]
+
+
 def public(view: F) -> F:
     """Mark a view as reachable without credentials (e.g. POST /auth/token)."""
-    view._sds_access = None  # type: ignore[attr-defined]
+    _stated(view, None)
     return view
 
 
@@ -91,7 +73,7 @@ def requires(scope: str) -> Callable[[F], F]:
             _check_access(scope)
             return view(*args, **kwargs)
 
-        wrapper._sds_access = scope  # type: ignore[attr-defined]
+        _stated(wrapper, scope)  # @wraps copied the inner view's count: a second one shows
         return cast(F, wrapper)
 
     return decorate
@@ -122,13 +104,21 @@ def _check_access(scope: str) -> None:
     raise Forbidden(f"this API key lacks the scope {scope!r} needed here")
 
 
-def scope_for(path: str, method: str) -> str | None:
-    """The scope decision 11 requires for `method path`; None for paths it does not name."""
-    for prefix, methods, scope in _SCOPE_TABLE:
-        if (path == prefix or path.startswith(prefix + "/")) and (
-                methods is None or method in methods):
-            return scope
-    return None
+def check_statements(app: Flask) -> list[str]:
+    """The API routes (under API_PREFIX) whose view does not state its access exactly once
+    with `requires`, `requires_user` or `public`, as "METHOD rule (n statements)": decision 11
+    is each route's decorator, and nothing else. The OpenAPI document and its docs page are
+    public by `_is_public`. `create_app` refuses to start when any is found."""
+    wrong = []
+    for rule in app.url_map.iter_rules():
+        if not (rule.rule == API_PREFIX or rule.rule.startswith(API_PREFIX + "/")) or \
+                rule.endpoint == "static" or rule.endpoint.startswith("api-docs."):
+            continue
+        count = getattr(app.view_functions.get(rule.endpoint), "_sds_statements", 0)
+        if count != 1:
+            methods = ",".join(sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}))
+            wrong.append(f"{methods} {rule.rule} ({count} statements)")
+    return sorted(wrong)
 
 
 # ---- Flask wiring ------------------------------------------------------------------------
@@ -236,10 +226,10 @@ def _authenticate() -> None:
                                   counted=lambda verdict: setattr(g, "rate", verdict))
     g.principal = principal
     view = app.view_functions.get(request.endpoint or "")
-    declared = getattr(view, "_sds_access", "")
-    needed = declared if declared else scope_for(request.path, request.method)
+    # The view's one statement (check_statements); checked here, before the view runs, so a
+    # refusal costs no work. Fail closed: a view without one is not open to API keys.
+    needed = getattr(view, "_sds_access", "")
     if principal.kind == "apikey":
-        # Fail closed: a route decision 11 does not name is not open to API keys.
         _check_access(needed or USER_ONLY)
     elif needed:
         _check_access(needed)  # the caller's role caps a password or token as it caps a key
@@ -279,7 +269,13 @@ def _no_basic_prompt(response: Response) -> Response:
 
 
 def init_app(app: Flask) -> None:
-    """Authenticate every request of `app` before its view runs (closed by default)."""
+    """Authenticate every request of `app` before its view runs (closed by default). Call
+    after the API's blueprints are registered: a route without exactly one access statement
+    stops the app here (`check_statements`)."""
+    wrong = check_statements(app)
+    if wrong:
+        raise RuntimeError("API routes must state their access exactly once (requires, "
+                           "requires_user or public): " + "; ".join(wrong))
     app.before_request(_authenticate)
     app.after_request(_response_headers)
     app.after_request(_no_basic_prompt)

@@ -4,9 +4,17 @@ Two broker profiles (docs/operations.md): mosquitto, one broker spoken to in MQT
 default), and the RabbitMQ cluster profile, several nodes of one cluster spoken to in MQTT 3.1.1
 (RabbitMQ 3.10 has no MQTT 5). With several nodes (`SDS_MQTT_FAILOVER`), every reconnect moves to
 the next node, so a client whose node died reaches a live one on its next attempt.
+`connected` is the one "connect and wait for the CONNACK" of the one-shot clients.
 """
 
 from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.properties import Properties
@@ -91,3 +99,57 @@ def connect_async(client: mqtt.Client, settings: Settings, *, keepalive: int,
                              properties=properties)
     else:
         client.connect_async(host, port, keepalive=keepalive)
+
+
+@dataclass(frozen=True)
+class Connack:
+    """How a connection attempt ended: `problem` is why there is no session (None: the broker
+    accepted it); `refused` is the broker's reason code when it said no."""
+
+    problem: str | None
+    refused: Any = None
+
+
+@contextmanager
+def connected(client: mqtt.Client, settings: Settings, *, timeout: float,
+              **connect: Any) -> Iterator[Connack]:
+    """Connect `client` to SDS_MQTT_HOST:PORT (`connect`: keepalive, clean_start, properties),
+    run its network loop and wait for the CONNACK: the one "connect and wait" of the one-shot
+    clients (`sds` commands). Yields how it ended; disconnects and stops the loop on leaving."""
+    outcome: dict[str, Any] = {}
+    answered = threading.Event()
+
+    def on_connect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any = None) -> None:
+        outcome["reason"] = reason
+        answered.set()
+
+    client.on_connect = on_connect
+    try:
+        client.connect(settings.mqtt_host, settings.mqtt_port, **connect)
+    except OSError as exc:
+        yield Connack(f"cannot reach the broker at {settings.mqtt_host}:"
+                      f"{settings.mqtt_port}: {exc}")
+        return
+    client.loop_start()
+    try:
+        if not answered.wait(timeout):
+            yield Connack(f"the broker did not answer the connection within {timeout:g} s")
+        elif outcome["reason"].is_failure:
+            yield Connack(f"the broker refused the login ({outcome['reason']})",
+                          outcome["reason"])
+        else:
+            yield Connack(None)
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+def wait_connected(client: mqtt.Client, deadline: float) -> bool:
+    """Wait until a client connecting in the background (`connect_async`, `loop_start`) holds
+    a session, up to time.monotonic() `deadline`; False when it does not by then (the
+    long-lived clients: the deliverer's publisher)."""
+    while not client.is_connected():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)  # paho offers no wait on the connected state itself
+    return True

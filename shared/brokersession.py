@@ -15,9 +15,7 @@ to do this, then removes the login.
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any
 
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -58,28 +56,8 @@ def _clean_connect(settings: Settings, name: str, password: str) -> str | None:
     # MQTT 5 (the mosquitto profile): Clean Start and Session Expiry 0 end the session.
     client = brokers.new_client(settings.replace(mqtt_protocol="5"), name, persistent=False,
                                 username=name, password=password)
-    outcome: dict[str, Any] = {}
-    answered = threading.Event()
-
-    def on_connect(_c: Any, _u: Any, _f: Any, reason: Any, _p: Any) -> None:
-        outcome["reason"] = reason
-        answered.set()
-
-    client.on_connect = on_connect
-    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho
+    props = Properties(PacketTypes.CONNECT)
     props.SessionExpiryInterval = 0
-    try:
-        client.connect(settings.mqtt_host, settings.mqtt_port, keepalive=30, clean_start=True,
-                       properties=props)
-    except OSError as exc:
-        return f"cannot reach the broker at {settings.mqtt_host}:{settings.mqtt_port}: {exc}"
-    client.loop_start()
-    try:
-        if not answered.wait(5):
-            return "the broker did not answer the connection within 5 s"
-        if outcome["reason"].is_failure:
-            return f"the broker refused the login ({outcome['reason']})"
-        return None
-    finally:
-        client.disconnect()
-        client.loop_stop()
+    with brokers.connected(client, settings, timeout=5, keepalive=30, clean_start=True,
+                           properties=props) as connack:
+        return connack.problem

@@ -5,19 +5,26 @@ scheduler, the migrator).
 A lock is named by text (`sds-ingest:<client id>`, ...); its key is the first 8 bytes of the
 name's SHA-256 as a signed bigint, computed here so every process, the CLI and the tests agree
 without asking the database. It is a session lock on a dedicated autocommit connection: held
-exactly as long as that session lives, so a killed holder frees it. What to do about a lost or
-busy lock (wait, step down, re-take) is the caller's policy.
+exactly as long as that session lives, so a killed holder frees it. `Leadership` is the one
+helper of a process that leads by holding a lock (its session, confirming it, guarding a
+commit, the one `LeadershipLost`); what to do about a lost or busy lock (wait, step down,
+re-take) is the caller's policy.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import threading
+import time
 from typing import cast
 
 import psycopg
 
 from shared import db
 from shared.config import Settings
+
+log = logging.getLogger(__name__)
 
 # Backends holding the bigint advisory key %(key)s: pg_locks shows such a key as classid =
 # high half, objid = low half (both unsigned), objsubid = 1; the shift puts the sign back.
@@ -78,3 +85,113 @@ class SessionLock:
 def holders(conn: psycopg.Connection, name: str) -> list[int]:
     """Server pids of the sessions holding the lock `name` (at most one)."""
     return [row[0] for row in conn.execute(_HOLDERS, {"key": lock_key(name)}).fetchall()]
+
+
+class LeadershipLost(RuntimeError):
+    """This process no longer holds its leader lock (another holds it, or its session ended):
+    its work must not commit. The one "lost" of every leader (the ingester, the rollup
+    scheduler; docs/reliability.md)."""
+
+
+class Leadership:
+    """Being the one process that holds a `SessionLock`: the lock's own autocommit session, and
+    the checks a leader makes on it (thread-safe). The policy (poll until leader, re-take a
+    lost session or step down for good) is the caller's: aggregate/leader.py, ingest/leader.py.
+    """
+
+    def __init__(self, lock: SessionLock) -> None:
+        self.lock = lock
+        self.pid: int | None = None  # the lock session's backend pid while held
+        self.confirmed_at = float("-inf")  # time.monotonic() of the last confirmation sent
+        self._conn: psycopg.Connection | None = None
+        self._pending: psycopg.Connection | None = None  # a lock attempt's new session
+        self._mutex = threading.RLock()
+
+    def connections(self) -> list[psycopg.Connection | None]:
+        """Every session a call may be blocked on (for a watchdog to break): the held lock's,
+        and a lock attempt's while it waits for its answer."""
+        return [self._conn, self._pending]
+
+    def held(self) -> bool:
+        """Whether this process took the lock and its session is still open (not asked)."""
+        return self._conn is not None and not self._conn.closed and self.pid is not None
+
+    def try_acquire(self) -> bool:
+        """Take the lock on a new session if it is free (True: this process holds it; an open
+        session that holds it already is kept). OperationalError (the database unreachable)
+        goes to the caller."""
+        with self._mutex:
+            if self.held():
+                return True
+            self.release()
+            sent = time.monotonic()
+            conn = self.lock.connect()
+            self._pending = conn
+            try:
+                pid = self.lock.try_lock(conn)
+            except psycopg.Error:
+                conn.close()
+                raise
+            finally:
+                self._pending = None
+            if pid is None:
+                conn.close()
+                return False
+            self._conn, self.pid, self.confirmed_at = conn, pid, sent
+            return True
+
+    def ping(self) -> bool:
+        """Confirm the lock session still answers (a session lock lives exactly as long as its
+        session); False, with the session dropped, when it does not."""
+        with self._mutex:
+            if not self.held():
+                return False
+            assert self._conn is not None
+            sent = time.monotonic()
+            try:
+                self._conn.execute("SELECT 1")
+            except psycopg.OperationalError:
+                self.release()
+                return False
+            self.confirmed_at = sent
+            return True
+
+    def alive(self) -> bool:
+        """Whether the lock session still answers and still holds the lock (asked on it);
+        when not, the session is dropped."""
+        with self._mutex:
+            if not self.held():
+                return False
+            assert self._conn is not None
+            try:
+                holds = self.lock.held_by(self._conn)
+            except psycopg.Error as exc:
+                log.warning("leader lock %r: session lost: %s", self.lock.name, exc)
+                holds = False
+            if not holds:
+                self.release()
+            return holds
+
+    def guard(self, conn: psycopg.Connection) -> None:
+        """Raise LeadershipLost unless this process's lock session still holds the lock, asked
+        on `conn` (a job's own connection, inside its transaction, so it rolls back)."""
+        pid = self.pid
+        if pid is None:
+            raise LeadershipLost("not the leader")
+        if not self.lock.held_by(conn, pid):
+            raise LeadershipLost(f"the lock {self.lock.name!r} is no longer held by this "
+                                 "process")
+
+    def release(self, *, unlock: bool = False) -> None:
+        """Close the lock session, which frees the lock (`unlock`: give it up explicitly first,
+        for a session that may outlive the close)."""
+        with self._mutex:
+            if unlock and self.held():
+                assert self._conn is not None
+                try:
+                    self.lock.unlock(self._conn)
+                except psycopg.Error:
+                    pass
+            db.close_quietly(self._conn)
+            self._conn = None
+            self.pid = None

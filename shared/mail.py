@@ -1,6 +1,6 @@
 """Outgoing email through the operator's SMTP server (SDS_SMTP_*): the one SMTP conversation of
-the service, used by the alert deliverer (alerts/delivery/mail.py) and the invitation and
-password-reset links (people/links.py)."""
+the service, held by the deliverer for alert email (alerts/delivery/mail.py) and for the
+invitation and password-reset mail of the durable outbox (shared/mailbox.py)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ from testbed.services import free_port, port_open
 class Receiver:
     """One receiver process (`module`: testbed.webhook_receiver or testbed.smtp_sink)."""
 
-    def __init__(self, module: str, directory: Path, *extra: str) -> None:
-        self.port = free_port()
+    def __init__(self, module: str, directory: Path, *extra: str, port: int | None = None
+                 ) -> None:
+        self.port = port or free_port()
         self.out = directory / f"{module.rsplit('.', 1)[1]}-{self.port}.jsonl"
         self.out.touch()
         self._proc = subprocess.Popen([sys.executable, "-m", module, str(self.port),
@@ -60,9 +61,9 @@ def webhook_receiver(directory: Path, *, status: int = 200, delay: float = 0.0,
                     "--delay", str(delay), *extra)
 
 
-def smtp_sink(directory: Path) -> Receiver:
-    """An aiosmtpd SMTP server."""
-    return Receiver("testbed.smtp_sink", directory)
+def smtp_sink(directory: Path, port: int | None = None) -> Receiver:
+    """An aiosmtpd SMTP server (on `port`: one a stopped sink had, to bring it back)."""
+    return Receiver("testbed.smtp_sink", directory, port=port)
 
 
 def service_receiver(directory: Path) -> Receiver:

@@ -21,7 +21,8 @@ class Metrics:
         self.registry = r = registry or CollectorRegistry()
         self.attempts = Counter(
             "sds_delivery_attempts", "Delivery attempts by channel kind (webhook, email, mqtt, "
-            "admins: the administrators' email) and outcome (delivered, failed, error: the "
+            "admins: the administrators' email, link: the service's own invitation and reset mail) "
+            "and outcome (delivered, failed, error: the "
             "attempt raised)", ["kind", "outcome"], registry=r)
         self.attempt_seconds = Histogram(
             "sds_delivery_attempt_seconds", "Duration of delivery attempts by channel kind",
@@ -45,7 +46,7 @@ class Metrics:
         self.last_loop = Gauge(
             "sds_delivery_last_loop_timestamp_seconds", "Unix time the fan-out loop last "
             "completed a round (it runs at least every SDS_DELIVERY_SWEEP_INTERVAL)", registry=r)
-        for kind in ("webhook", "email", "mqtt", "admins"):
+        for kind in ("webhook", "email", "mqtt", "admins", "link"):
             for outcome in OUTCOMES:
                 self.attempts.labels(kind, outcome)  # present at 0: rate() sees the first one
         for kind in ("database", "unexpected"):

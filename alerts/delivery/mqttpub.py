@@ -52,10 +52,8 @@ class Publisher:
         """Publish one event; ok once the broker acknowledged it within `timeout` seconds."""
         client = self._connected_client()
         deadline = time.monotonic() + timeout
-        while not client.is_connected():
-            if time.monotonic() > deadline:
-                return Outcome(False, None, "MQTT: not connected to the broker")
-            time.sleep(0.05)
+        if not brokers.wait_connected(client, deadline):
+            return Outcome(False, None, "MQTT: not connected to the broker")
         info = client.publish(alerttopic.topic(org, kind), body, qos=1)
         if info.rc != mqtt.MQTT_ERR_SUCCESS:
             return Outcome(False, None, f"MQTT publish: {mqtt.error_string(info.rc)}")

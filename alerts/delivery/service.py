@@ -3,7 +3,9 @@
 The main thread LISTENs on `sds_alert_events` (the evaluator's and API's inserts NOTIFY it at
 commit) and also sweeps every SDS_DELIVERY_SWEEP_INTERVAL seconds, so an event whose NOTIFY
 was missed (the deliverer was down) is still fanned out. SDS_DELIVERY_WORKERS threads, each on
-its own connection, claim one due delivery at a time (alerts.delivery.outbox) and send it.
+its own connection, claim one due delivery at a time (alerts.delivery.outbox) and send it, and
+the service's own mail (invitation and password-reset links) from the durable outbox
+(shared/mailbox.py), with the same back-off and attempt limit.
 Several deliverers may run against one database: the claim's row lock keeps them apart.
 Works as the alerts role sds_alerts (migrations 0101, 0106), like the evaluator.
 
@@ -35,7 +37,8 @@ from alerts.delivery import formats, mail, outbox, payload, webhook
 from alerts.delivery.metrics import Metrics
 from alerts.delivery.mqttpub import Publisher
 from alerts.delivery.webhook import Outcome
-from shared import db, sealing, smtpsettings
+from shared import db, mailbox, sealing, smtpsettings
+from shared import mail as smtp
 from shared.config import Settings
 from shared.logs import configure_logging
 
@@ -107,10 +110,10 @@ class Deliverer:
         timeout = self.settings.webhook_timeout
         if job["channel_id"] is None or job["channel_kind"] == "email":
             # The organisation's own SMTP settings when an owner set them, read at each send.
-            smtp = smtpsettings.for_org(conn, self.settings, job["org_id"], self.sealer)
+            server = smtpsettings.for_org(conn, self.settings, job["org_id"], self.sealer)
             to = (outbox.admin_emails(conn, job["org_id"]) if job["channel_id"] is None
                   else list(job["recipients"] or []))
-            return mail.send(smtp, job, to)
+            return mail.send(server, job, to)
         if job["channel_kind"] == "mqtt":
             return self.publisher.publish(job["org_id"], job["kind"], body, timeout=timeout)
         cap = self.settings.webhook_max_response
@@ -212,6 +215,31 @@ class Deliverer:
                         job["channel_id"], self.settings.channel_max_failures)
         return True
 
+    def deliver_mail(self, conn: psycopg.Connection) -> bool:
+        """Claim, send and record one due mail of the service's durable outbox (invitation and
+        password-reset links, shared/mailbox.py) in one transaction; False if none is due."""
+        s = self.settings
+        with conn.transaction():
+            item = mailbox.claim(conn)
+            if item is None:
+                return False
+            started = time.monotonic()
+            msg = mailbox.message(s, item, self.sealer)
+            problem = msg if isinstance(msg, str) else smtp.send(s, msg)
+            self.metrics.attempt_seconds.labels("link").observe(time.monotonic() - started)
+            self.metrics.attempts.labels("link", "failed" if problem else "delivered").inc()
+            if problem is None:
+                mailbox.sent(conn, item)
+                return True
+            delay = payload.retry_delay(item.attempts + 1, base=s.delivery_retry_base,
+                                        cap=s.delivery_retry_cap)
+            gave_up = mailbox.failed(conn, item, problem, retry_in=delay,
+                                     max_attempts=s.delivery_max_attempts)
+        log.log(logging.WARNING if gave_up else logging.INFO, "mail %s to %s failed (attempt "
+                "%d%s): %s", item.id, item.recipient, item.attempts + 1,
+                ", given up" if gave_up else "", outbox.stored_reason(problem))
+        return True
+
     def _worker(self, wake: threading.Event) -> None:
         name = threading.current_thread().name
         conn: psycopg.Connection | None = None
@@ -220,7 +248,10 @@ class Deliverer:
                 if conn is None or conn.closed:
                     conn = self._connect("sds-deliverer", role=db.ROLE_ALERTS)
                 wake.clear()
-                worked = self.deliver_one(conn)
+                # One of the service's own mails (if due) beside each alert delivery, so a
+                # backlog of alerts never holds a reset link past its hour.
+                mailed = self.deliver_mail(conn)
+                worked = self.deliver_one(conn) or mailed
                 self._rounds[name] = time.monotonic()
                 if not worked:
                     wake.wait(self.settings.delivery_sweep_interval)

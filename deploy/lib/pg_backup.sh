@@ -22,7 +22,7 @@ bk_configure() {
     fi
     mkdir -p "$BK_DIR"
     ensure_traversable postgres "$BK_DIR"
-    "$VENV/bin/python" -m admin.backup configure --config "$BK_CONF" --base-dir "$BK_DIR" \
+    "$VENV/bin/sds" backup configure --config "$BK_CONF" --base-dir "$BK_DIR" \
         --pg "$PGDATA:$PG_PORT:$PG_RUN" --pg-settings "$BK_PG_SETTINGS" >/dev/null \
         || die "could not render the pgBackRest configuration (check the SDS_BACKUP_* settings)"
     # A posix repository elsewhere (SDS_BACKUP_REPO_PATH): postgres must reach it.
@@ -53,7 +53,7 @@ bk_setup() {
     local stamp=$BK_DIR/stanza.done sum
     sum=$(sha256sum <"$BK_CONF")
     if [[ -f $stamp && $(<"$stamp") == "$sum" ]]; then return 0; fi
-    if (cd "$REPO" && SDS_BACKUP_CONFIG=$BK_CONF "$VENV/bin/python" -m admin.backup setup) >>"$LOGS/backup.log" 2>&1; then
+    if (cd "$REPO" && SDS_BACKUP_CONFIG=$BK_CONF "$VENV/bin/sds" backup setup) >>"$LOGS/backup.log" 2>&1; then
         echo "$sum" >"$stamp"
     else
         rm -f "$stamp"

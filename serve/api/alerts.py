@@ -16,6 +16,7 @@ import psycopg
 from flask import current_app, request
 from marshmallow import Schema, fields, validate
 
+from serve import ids
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import request_body
 from serve.errors import Blueprint
@@ -24,7 +25,6 @@ from serve.pool import pool
 from serve.records import stamp
 from shared import alertrules, alertstore, audit, units
 from shared.alertrules import Rule
-from shared.errors import UnknownObject
 
 blp = Blueprint("alerts", __name__, url_prefix="/api/v2/alerts",
                 description="Alert rules of the caller's organisation (docs/alerts.md).")
@@ -63,17 +63,10 @@ def _record(rule: Rule, created: Any, updated: Any) -> dict[str, Any]:
     return alertrules.record(rule) | {"created_at": stamp(created), "updated_at": stamp(updated)}
 
 
-def _rule_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownObject(f"unknown alert rule {raw!r}") from None  # ids do not leak
-
-
 def _fetch(conn: psycopg.Connection, org: UUID, rid: UUID) -> tuple[Rule, Any, Any]:
     found = alertstore.fetch(conn, org, rid)
     if found is None:
-        raise UnknownObject(f"unknown alert rule {rid}")
+        raise ids.unknown("alert rule", rid)
     return found
 
 
@@ -126,13 +119,13 @@ def create_rule() -> Any:
     return record
 
 
-@blp.route("/<rule_id>", methods=["GET"])
+@blp.route("/<objid('alert rule'):rule_id>", methods=["GET"])
 @blp.response(200)
 @requires("notifications:read")
-def get_rule(rule_id: str) -> Any:
+def get_rule(rule_id: UUID) -> Any:
     """One rule, with its current state per device."""
     org = current_principal().org_id
-    rid = _rule_id(rule_id)
+    rid = rule_id
     with pool().connection() as conn:
         rule, created, updated = _fetch(conn, org, rid)
         states = conn.execute(
@@ -144,14 +137,14 @@ def get_rule(rule_id: str) -> Any:
         for d, s, since, v, at in states]}
 
 
-@blp.route("/<rule_id>", methods=["PATCH"])
+@blp.route("/<objid('alert rule'):rule_id>", methods=["PATCH"])
 @blp.doc(requestBody=_BODY)
 @blp.response(200)
 @requires("notifications:write")
-def change_rule(rule_id: str) -> Any:
+def change_rule(rule_id: UUID) -> Any:
     """Change fields of a rule; a changed condition starts its states again from ok."""
     org = current_principal().org_id
-    rid = _rule_id(rule_id)
+    rid = rule_id
     body = request_body(form=False)
     with pool().connection() as conn, conn.transaction():
         base, _created, _updated = _fetch(conn, org, rid)
@@ -163,16 +156,16 @@ def change_rule(rule_id: str) -> Any:
     return _record(*changed)
 
 
-@blp.route("/<rule_id>", methods=["DELETE"])
+@blp.route("/<objid('alert rule'):rule_id>", methods=["DELETE"])
 @blp.response(204)
 @requires("notifications:write")
-def delete_rule(rule_id: str) -> Any:
+def delete_rule(rule_id: UUID) -> Any:
     """Delete a rule; its events stay in the history (their body names the rule)."""
     org = current_principal().org_id
-    rid = _rule_id(rule_id)
+    rid = rule_id
     with pool().connection() as conn, conn.transaction():
         if not alertstore.delete(conn, org, rid):
-            raise UnknownObject(f"unknown alert rule {rid}")
+            raise ids.unknown("alert rule", rid)
         audit.record(conn, org=org, actor=audit_actor(conn), action="alert_rule.delete",
                      target_type="alert_rule", target_id=rid)
     return ""

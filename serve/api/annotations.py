@@ -23,7 +23,7 @@ from flask import Response, request
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
 from psycopg.rows import dict_row
 
-from serve import render
+from serve import ids, render
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
@@ -31,7 +31,7 @@ from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offse
 from serve.pool import pool
 from serve.records import stamp
 from shared import audit
-from shared.errors import BadParameter, BadRequest, UnknownDevice, UnknownLocation, UnknownObject
+from shared.errors import BadParameter, BadRequest, UnknownDevice, UnknownLocation
 from shared.spreadsheet import escape
 from shared.timeutil import INSTANT_RANGE, parse_instant
 
@@ -249,20 +249,12 @@ def _location_id(conn: psycopg.Connection, org: UUID, raw: UUID | str) -> UUID |
     return None if row is None else row[0]
 
 
-def _annotation_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        # The same answer as a well-formed id of another organisation: ids do not leak.
-        raise UnknownObject(f"unknown annotation {raw!r}") from None
-
-
 def _fetch(conn: psycopg.Connection, org: UUID, wanted: UUID) -> dict[str, Any]:
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(_SELECT + " WHERE a.org_id = %s AND a.id = %s",
                           (org, wanted)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown annotation {str(wanted)!r}")
+        raise ids.unknown("annotation", wanted)
     return row
 
 
@@ -354,25 +346,25 @@ def list_annotations(limit: int, page: int, **filters: Any) -> Any:
     return response
 
 
-@blp.route("/<annotation_id>", methods=["GET"])
+@blp.route("/<objid('annotation'):annotation_id>", methods=["GET"])
 @blp.response(200, AnnotationSchema)
 @requires("annotations:read")
-def get_annotation(annotation_id: str) -> Any:
+def get_annotation(annotation_id: UUID) -> Any:
     """One annotation of the organisation, by id."""
-    wanted = _annotation_id(annotation_id)
+    wanted = annotation_id
     with pool().connection() as conn:
         return record(_fetch(conn, current_principal().org_id, wanted))
 
 
-@blp.route("/<annotation_id>", methods=["PUT"])
+@blp.route("/<objid('annotation'):annotation_id>", methods=["PUT"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": AnnotationUpdateSchema}}})
 @blp.response(200, AnnotationSchema)
 @requires("annotations:write")
-def update_annotation(annotation_id: str) -> Any:
+def update_annotation(annotation_id: UUID) -> Any:
     """Change an annotation's `start_time`, `end_time` (null: an instant), `text` or `tags`;
     fields not sent keep their value. The result must still end at or after it starts."""
-    wanted = _annotation_id(annotation_id)
+    wanted = annotation_id
     changes = load(AnnotationUpdateSchema(), request_body(form=False),
                    read_only=READ_ONLY + ("device", "location"))
     org = current_principal().org_id
@@ -391,19 +383,19 @@ def update_annotation(annotation_id: str) -> Any:
         return record(_fetch(conn, org, wanted))
 
 
-@blp.route("/<annotation_id>", methods=["DELETE"])
+@blp.route("/<objid('annotation'):annotation_id>", methods=["DELETE"])
 @blp.response(204)
 @requires("annotations:write")
-def delete_annotation(annotation_id: str) -> Any:
+def delete_annotation(annotation_id: UUID) -> Any:
     """Delete an annotation for good."""
-    wanted = _annotation_id(annotation_id)
+    wanted = annotation_id
     org = current_principal().org_id
     with pool().connection() as conn:
         cur = conn.execute("DELETE FROM annotations WHERE id = %s AND org_id = %s"
                            " RETURNING text", (wanted, org))
         gone = cur.fetchone()
         if gone is None:
-            raise UnknownObject(f"unknown annotation {annotation_id!r}")
+            raise ids.unknown("annotation", annotation_id)
         audit.record(conn, org=org, actor=audit_actor(conn), action="annotation.delete",
                      target_type="annotation", target_id=wanted, details={"text": gone[0]})
     return None

@@ -21,13 +21,14 @@ from marshmallow import Schema, ValidationError, fields, validate, validates
 from psycopg.rows import dict_row
 
 from people import accounts, credentials, keypolicy
+from serve import ids
 from serve.auth import audit_actor, current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.pool import pool
 from serve.records import stamp
 from shared import audit, sealing
-from shared.errors import BadParameter, UnknownObject
+from shared.errors import BadParameter
 from shared.timeutil import INSTANT_RANGE, format_utc_z_exact, parse_instant
 
 blp = Blueprint("apikeys", __name__, url_prefix="/api/v2/apikeys",
@@ -183,14 +184,6 @@ def _owner_value(row: dict[str, Any]) -> str | None:
     return sealer.open(row["sealed"])
 
 
-def _key_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        # Same answer as a well-formed id that is not the caller's: ids do not leak.
-        raise UnknownObject(f"unknown API key {raw!r}") from None
-
-
 @blp.route("", methods=["POST"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": ApiKeyCreateSchema}}})
@@ -241,15 +234,15 @@ def list_scopes() -> Any:
     return dict(credentials.SCOPES)
 
 
-@blp.route("/<key_id>", methods=["PUT"])
+@blp.route("/<objid('API key'):key_id>", methods=["PUT"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": ApiKeyUpdateSchema}}})
 @blp.response(200, ApiKeySchema)
 @requires_user()
-def update_key(key_id: str) -> Any:
+def update_key(key_id: UUID) -> Any:
     """Change a key's `scopes`, `name`, `exp` or `active`; other fields are refused (400).
     orgs:write, users:write and teams:write need an administrator (403)."""
-    wanted = _key_id(key_id)
+    wanted = key_id
     body = request_body(form=False)
     changes = load(ApiKeyUpdateSchema(), body, read_only=READ_ONLY)
     principal = current_principal()
@@ -263,7 +256,7 @@ def update_key(key_id: str) -> Any:
              "exp": changes.get("exp"), "active": changes.get("active"),
              "changed": bool(changes), "id": wanted, "user": principal.user_id}).fetchone()
         if row is None:
-            raise UnknownObject(f"unknown API key {key_id!r}")
+            raise ids.unknown("API key", key_id)
         if changes:
             audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
                          action="apikey.update", target_type="apikey", target_id=wanted,
@@ -272,18 +265,18 @@ def update_key(key_id: str) -> Any:
     return key_record(row, value=_owner_value(row)), 200, NO_STORE
 
 
-@blp.route("/<key_id>", methods=["DELETE"])
+@blp.route("/<objid('API key'):key_id>", methods=["DELETE"])
 @blp.response(204)
 @requires_user()
-def delete_key(key_id: str) -> Any:
+def delete_key(key_id: UUID) -> Any:
     """Delete a key for good; it stops working at once."""
-    wanted = _key_id(key_id)
+    wanted = key_id
     principal = current_principal()
     with pool().connection() as conn:
         cur = conn.execute("DELETE FROM api_keys WHERE id = %s AND user_id = %s",
                            (wanted, principal.user_id))
         if cur.rowcount == 0:
-            raise UnknownObject(f"unknown API key {key_id!r}")
+            raise ids.unknown("API key", key_id)
         audit.record(conn, org=principal.org_id, actor=audit_actor(conn), action="apikey.delete",
                      target_type="apikey", target_id=wanted)
     return None

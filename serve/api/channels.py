@@ -29,6 +29,7 @@ from marshmallow import Schema, ValidationError, fields, validate, validates, va
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from serve import ids
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
@@ -36,7 +37,7 @@ from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offse
 from serve.pool import pool
 from serve.records import stamp
 from shared import alerttopic, audit, channelformats, netguard, sealing, smtpsettings
-from shared.errors import BadRequest, Conflict, UnknownObject
+from shared.errors import BadRequest, Conflict
 
 blp = Blueprint("channels", __name__, url_prefix="/api/v2/channels",
                 description="Delivery channels of the organisation's alert events.")
@@ -63,7 +64,6 @@ _SELECT = (f"SELECT {_PREFIXED}, {_LAST}"  # nosec B608  constant text of this m
            " WHERE x.channel_id = c.id ORDER BY x.created_at DESC, x.id DESC LIMIT 1) d ON true"
            " LEFT JOIN alert_events e ON e.id = d.event_id")
 _RETURNING = f" RETURNING {_COLUMNS}"
-
 
 
 def _encode_non_ascii(text: str) -> str:
@@ -200,13 +200,6 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def _channel_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownObject(f"unknown channel {raw!r}") from None  # ids do not leak
-
-
 def _check_format(fmt: str, url: str, options: dict[str, Any]) -> None:
     problems = channelformats.check(fmt, url, options)
     if problems:
@@ -299,36 +292,36 @@ def list_channels(limit: int, page: int) -> Any:
                     pages=pages)
 
 
-def _fetch(cur: Any, wanted: UUID, raw: str) -> dict[str, Any]:
+def _fetch(cur: Any, wanted: UUID) -> dict[str, Any]:
     row = cur.execute(_SELECT + " WHERE c.id = %s AND c.org_id = %s",
                       (wanted, current_principal().org_id)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown channel {raw!r}")
+        raise ids.unknown("channel", wanted)
     return dict(row)
 
 
-@blp.route("/<channel_id>", methods=["GET"])
+@blp.route("/<objid('channel'):channel_id>", methods=["GET"])
 @blp.response(200)
 @requires("notifications:read")
-def get_channel(channel_id: str) -> Any:
+def get_channel(channel_id: UUID) -> Any:
     """One channel, with its failure count and, when disabled, when and why."""
-    wanted = _channel_id(channel_id)
+    wanted = channel_id
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        return channel_record(_fetch(cur, wanted, channel_id))
+        return channel_record(_fetch(cur, wanted))
 
 
-@blp.route("/<channel_id>", methods=["PATCH"])
+@blp.route("/<objid('channel'):channel_id>", methods=["PATCH"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": ChannelUpdateSchema}}})
 @blp.response(200)
 @requires("notifications:write")
-def update_channel(channel_id: str) -> Any:
+def update_channel(channel_id: UUID) -> Any:
     """Change `name`, `url` (webhook), `recipients` (email) or `active`. `active: true` also
     enables a channel the deliverer disabled (failures reset; its pending deliveries resume)."""
-    wanted = _channel_id(channel_id)
+    wanted = channel_id
     changes = load(ChannelUpdateSchema(), request_body(form=False), read_only=READ_ONLY)
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        row = _fetch(cur, wanted, channel_id)
+        row = _fetch(cur, wanted)
         for key, only in (("url", "webhook"), ("recipients", "email"), ("options", "webhook")):
             if key in changes and row["kind"] != only:
                 raise BadRequest(f"invalid body: {key}: only a {only} channel has it",
@@ -361,37 +354,37 @@ def update_channel(channel_id: str) -> Any:
         if updated is None:
             raise Conflict(f"a channel named {changes.get('name')!r} exists already",
                            errors={"json": {"name": ["already used by another channel"]}})
-        return channel_record(_fetch(cur, wanted, channel_id))
+        return channel_record(_fetch(cur, wanted))
 
 
-@blp.route("/<channel_id>", methods=["DELETE"])
+@blp.route("/<objid('channel'):channel_id>", methods=["DELETE"])
 @blp.response(204)
 @requires("notifications:write")
-def delete_channel(channel_id: str) -> Any:
+def delete_channel(channel_id: UUID) -> Any:
     """Delete a channel; its pending deliveries are dropped with it."""
-    wanted = _channel_id(channel_id)
+    wanted = channel_id
     with pool().connection() as conn:
         cur = conn.execute("DELETE FROM alert_channels WHERE id = %s AND org_id = %s",
                            (wanted, current_principal().org_id))
         if cur.rowcount == 0:
-            raise UnknownObject(f"unknown channel {channel_id!r}")
+            raise ids.unknown("channel", channel_id)
         audit.record(conn, org=current_principal().org_id, actor=audit_actor(conn),
                      action="channel.delete", target_type="channel", target_id=wanted)
     return None
 
 
-@blp.route("/<channel_id>/test", methods=["POST"])
+@blp.route("/<objid('channel'):channel_id>/test", methods=["POST"])
 @blp.response(202)
 @requires("notifications:write")
-def send_test(channel_id: str) -> Any:
+def send_test(channel_id: UUID) -> Any:
     """Send a `test` event to this channel only (202, the event's id; its outcome is the
     channel's `last_delivery`). A disabled or paused channel receives nothing, a test
     included (409: enable it first); an email channel while there are no SMTP settings
     neither."""
-    wanted = _channel_id(channel_id)
+    wanted = channel_id
     org = current_principal().org_id
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        row = _fetch(cur, wanted, channel_id)
+        row = _fetch(cur, wanted)
         if row["disabled_at"] is not None or not row["active"]:
             why = "disabled by the deliverer" if row["disabled_at"] else "paused"
             raise Conflict(f"the channel {row['name']!r} is {why}: a disabled channel receives "

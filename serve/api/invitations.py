@@ -24,6 +24,7 @@ from marshmallow.validate import Length
 
 from people import keypolicy, links, members
 from people.principal import Principal
+from serve import ids
 from serve.auth import (
     audit_actor,
     authenticator,
@@ -38,7 +39,7 @@ from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offse
 from serve.pool import pool
 from serve.records import stamp
 from shared import mail
-from shared.errors import Forbidden, UnknownObject
+from shared.errors import Forbidden
 
 blp = Blueprint("invitations", __name__, url_prefix="/api/v2",
                 description="Invitations into the organisation and password reset links.")
@@ -71,69 +72,56 @@ class ResetRequestSchema(Schema):
     email = fields.String(required=True, validate=Length(min=1, max=320))
 
 
-def _admin_of(conn: Any, principal: Principal, org_id: str, what: str) -> UUID:
+def _admin_of(conn: Any, principal: Principal, org_id: UUID, what: str) -> UUID:
     """The organisation named in the path, for one of its owners and administrators:
     Forbidden for anyone else first (a member learns nothing); then, as in /orgs, another of
     the caller's organisations is 403 (the request acts in one) and any other is the same 404
     as a missing one."""
     if not keypolicy.is_admin(conn, principal):
         raise Forbidden(f"{what} is for administrators of the organisation")
-    try:
-        asked = UUID(org_id)
-    except ValueError:
-        asked = None
-    if asked == principal.org_id:
+    if org_id == principal.org_id:
         return principal.org_id
-    if asked is not None and asked in {o["id"] for o in members.my_orgs(conn)}:
+    if org_id in {o["id"] for o in members.my_orgs(conn)}:
         raise Forbidden(f"this request acts in organisation {principal.org_id}; to act in "
-                        f"{asked} use a token for it (POST /api/v2/auth/token with \"org\")")
-    raise UnknownObject(f"unknown organisation {org_id!r}")
+                        f"{org_id} use a token for it (POST /api/v2/auth/token with \"org\")")
+    raise ids.unknown("organisation", org_id)
 
 
-def _uuid(raw: str, what: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownObject(f"unknown {what} {raw!r}") from None
-
-
-@blp.route("/orgs/<org_id>/invitations", methods=["POST"])
+@blp.route("/orgs/<objid('organisation'):org_id>/invitations", methods=["POST"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": InviteSchema}}})
 @blp.response(201)
 @requires("orgs:write")
-def create_invitation(org_id: str) -> Any:
-    """Invite someone by email with a role: the link is mailed when SMTP is configured, else
-    shown here (`link`, `mailed: false`) for the administrator to pass on."""
+def create_invitation(org_id: UUID) -> Any:
+    """Invite someone by email with a role: with SMTP configured the link's email is queued
+    in the durable outbox (`mailed: true`; the deliverer sends and retries it), else the link
+    is shown here (`link`, `mailed: false`) for the administrator to pass on."""
     principal = current_principal()
     body = load(InviteSchema(), request_body(form=False))
     settings = authenticator(current_app).settings
+    mailed = mail.configured(settings)
     with pool().connection() as conn:
         org = _admin_of(conn, principal, org_id, "inviting")
         issued = links.invite(conn, settings, org=org, email=body["email"], role=body["role"],
                               teams_only=body["teams_only"], actor=audit_actor(conn),
                               by_owner=principal.owns)
         record = links.invite_record(links.fetch_invite(conn, org, issued.id))
-        org_name = members.fetch_org(conn, org)[0]["name"]
-    # After the commit: a mail server that stalls holds no transaction open.
-    problem = links.send_link(settings, to=record["email"], purpose="invite", url=issued.url,
-                              org_name=org_name, role=record["role"], expires=issued.expires) \
-        if mail.configured(settings) else "email is off: SDS_SMTP_HOST is not set"
-    record["mailed"] = problem is None
-    if problem is None:
-        with pool().connection() as conn:  # only the inbox has it: using it proves the email
-            links.mark_mailed(conn, issued.id)
-    else:
+        if mailed:  # in the link's transaction: both are kept, or neither
+            links.queue_mail(conn, settings, issued, purpose="invite",
+                             org_name=members.fetch_org(conn, org)[0]["name"],
+                             role=record["role"], mailed_only=True)
+    record["mailed"] = mailed
+    if not mailed:
         record["link"] = issued.url  # not mailed: the administrator passes it on
-        record["not_mailed_because"] = problem
+        record["not_mailed_because"] = "email is off: SDS_SMTP_HOST is not set"
     return record, 201, NO_STORE
 
 
-@blp.route("/orgs/<org_id>/invitations", methods=["GET"])
+@blp.route("/orgs/<objid('organisation'):org_id>/invitations", methods=["GET"])
 @blp.arguments(PageArgsSchema, location="query", as_kwargs=True)
 @blp.response(200, PageSchema)
 @requires("orgs:read")
-def list_invitations(org_id: str, limit: int, page: int) -> Any:
+def list_invitations(org_id: UUID, limit: int, page: int) -> Any:
     """The organisation's pending invitations, newest first (never their links)."""
     principal = current_principal()
     with pool().connection() as conn:
@@ -144,31 +132,33 @@ def list_invitations(org_id: str, limit: int, page: int) -> Any:
                     page=page, pages=pages)
 
 
-@blp.route("/orgs/<org_id>/invitations/<invitation_id>", methods=["DELETE"])
+@blp.route("/orgs/<objid('organisation'):org_id>/invitations/"
+           "<objid('invitation'):invitation_id>", methods=["DELETE"])
 @blp.response(204)
 @requires("orgs:write")
-def revoke_invitation(org_id: str, invitation_id: str) -> Any:
+def revoke_invitation(org_id: UUID, invitation_id: UUID) -> Any:
     """Revoke a pending invitation: its link stops working at once."""
     principal = current_principal()
     with pool().connection() as conn:
         org = _admin_of(conn, principal, org_id, "revoking an invitation")
-        links.revoke_invite(conn, org=org, link=_uuid(invitation_id, "invitation"),
+        links.revoke_invite(conn, org=org, link=invitation_id,
                             actor=audit_actor(conn))
     return None
 
 
-@blp.route("/orgs/<org_id>/users/<user_id>/reset-link", methods=["POST"])
+@blp.route("/orgs/<objid('organisation'):org_id>/users/<objid('user'):user_id>/reset-link",
+           methods=["POST"])
 @blp.response(201)
 @requires("orgs:write")
-def create_reset_link(org_id: str, user_id: str) -> Any:
+def create_reset_link(org_id: UUID, user_id: UUID) -> Any:
     """A password-reset link for a member, shown to the administrator (who passes it on)."""
     principal = current_principal()
     settings = authenticator(current_app).settings
     with pool().connection() as conn:
         org = _admin_of(conn, principal, org_id, "making a password-reset link")
-        issued = links.reset_link(conn, settings, org=org, user=_uuid(user_id, "user"),
+        issued = links.reset_link(conn, settings, org=org, user=user_id,
                                   actor=audit_actor(conn), by_owner=principal.owns)
-    return {"id": str(issued.id), "user_id": user_id, "link": issued.url,
+    return {"id": str(issued.id), "user_id": str(user_id), "link": issued.url,
             "expires": stamp(issued.expires)}, 201, NO_STORE
 
 
@@ -210,16 +200,6 @@ def request_password_reset() -> Any:
     with pool().connection() as conn:
         auth.check_throttle(conn, subject, address)
         auth.record_failure(conn, subject, address)
-        found = links.request_reset(conn, auth.settings, email=email, address=address)
-    if found is not None and mail.configured(auth.settings):
-        outbox(current_app).put(*found)
+        links.request_reset(conn, auth.settings, email=email, address=address)
     return {"message": "if this email has an account, a link to reset its password is on its "
             "way"}, 202, NO_STORE
-
-
-def outbox(app: Any) -> links.Outbox:
-    """The app's reset-mail sender (one background thread per process, started on first use)."""
-    box = app.extensions.get("reset_outbox")
-    if box is None:
-        box = app.extensions["reset_outbox"] = links.Outbox(authenticator(app).settings)
-    return box

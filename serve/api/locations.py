@@ -85,14 +85,6 @@ def summary(limit: int, page: int, **_units: str) -> Any:
         "X-Units": labels}
 
 
-def _location_id(raw: str) -> UUID:
-    """The id in the path; a malformed one is the same 404 as an unknown one."""
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownLocation(f"unknown location {raw!r}") from None
-
-
 class KcEntrySchema(Schema):
     """One entry of a crop-coefficient schedule: kc applies from start_date on."""
 
@@ -121,17 +113,17 @@ class LocationUpdateSchema(Schema):
 READ_ONLY = ("id", "archived", "start_date", "end_date", "current_device")
 
 
-@blp.route("/<location_id>", methods=["PATCH"])
+@blp.route("/<objid('location'):location_id>", methods=["PATCH"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": LocationUpdateSchema}}})
 @blp.response(200)
 @requires("locations:write")
-def update_location(location_id: str) -> Any:
+def update_location(location_id: UUID) -> Any:
     """Change a location: name, gps, elev, tz_name, kc, kc_schedule, sensor_height, state,
     crop, notes. A new zone re-cuts the local hours and days; new coordinates, elevation,
     sensor height or crop coefficients recompute ET in every rollup (`X-Rollups-Marked`
     counts the buckets queued). Administrators of the organisation only (403 otherwise)."""
-    wanted = _location_id(location_id)
+    wanted = location_id
     changes = load(LocationUpdateSchema(), request_body(form=False), read_only=READ_ONLY)
     values = {k: v for k, v in changes.items() if k not in ("gps", "kc_schedule")}
     if "gps" in changes:
@@ -152,19 +144,19 @@ def update_location(location_id: str) -> Any:
                                   "rollup_buckets_marked": outcome.marked})
         row, devices = location_by_id(conn, org=principal.org_id, location=wanted)
     if row is None:
-        raise UnknownLocation(f"unknown location {location_id!r}")
+        raise UnknownLocation(f"unknown location {str(location_id)!r}")
     return location_record(row, devices), 200, {"X-Rollups-Marked": str(outcome.marked)}
 
 
-@blp.route("/<location_id>", methods=["GET"])
+@blp.route("/<objid('location'):location_id>", methods=["GET"])
 @blp.response(200)
 @requires("locations:read")
-def get_location(location_id: str) -> Any:
+def get_location(location_id: UUID) -> Any:
     """One location of the caller's organisation, by id."""
-    wanted = _location_id(location_id)
+    wanted = location_id
     org = current_principal().org_id
     with pool().connection() as conn:
         row, devices = location_by_id(conn, org=org, location=wanted)
     if row is None:
-        raise UnknownLocation(f"unknown location {location_id!r}")
+        raise UnknownLocation(f"unknown location {str(location_id)!r}")
     return location_record(row, devices)

@@ -14,6 +14,7 @@ from uuid import UUID
 import psycopg
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
 
+from serve import ids
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import request_body
 from serve.errors import Blueprint
@@ -21,7 +22,7 @@ from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offse
 from serve.pool import pool
 from serve.records import stamp
 from shared import audit
-from shared.errors import BadParameter, BadRequest, UnknownObject
+from shared.errors import BadParameter, BadRequest
 from shared.timeutil import parse_instant
 
 blp = Blueprint("notifications", __name__, url_prefix="/api/v2/notifications",
@@ -90,17 +91,10 @@ def event_record(row: tuple[Any, ...]) -> dict[str, Any]:
             "acknowledged_by": str(acked_by) if acked_by else None}
 
 
-def _event_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownObject(f"unknown notification {raw!r}") from None
-
-
 def _fetch(conn: psycopg.Connection, org: UUID, eid: UUID) -> dict[str, Any]:
     row = conn.execute(_ONE, (org, eid)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown notification {eid}")
+        raise ids.unknown("notification", eid)
     return event_record(row)
 
 
@@ -124,23 +118,23 @@ def list_events(limit: int, page: int, rule: UUID | None, device: str | None,
                     pages=pages)
 
 
-@blp.route("/<event_id>", methods=["GET"])
+@blp.route("/<objid('notification'):event_id>", methods=["GET"])
 @blp.response(200)
 @requires("notifications:read")
-def get_event(event_id: str) -> Any:
+def get_event(event_id: UUID) -> Any:
     """One event."""
     org = current_principal().org_id
     with pool().connection() as conn:
-        return _fetch(conn, org, _event_id(event_id))
+        return _fetch(conn, org, event_id)
 
 
-@blp.route("/<event_id>/ack", methods=["POST"])
+@blp.route("/<objid('notification'):event_id>/ack", methods=["POST"])
 @blp.response(200)
 @requires("notifications:write")
-def acknowledge(event_id: str) -> Any:
+def acknowledge(event_id: UUID) -> Any:
     """Acknowledge an event; acknowledging again keeps the first time and user."""
     principal = current_principal()
-    eid = _event_id(event_id)
+    eid = event_id
     with pool().connection() as conn, conn.transaction():
         acked = conn.execute(
             "UPDATE alert_events SET acknowledged_at = now(), acknowledged_by = %s"

@@ -27,6 +27,7 @@ from psycopg import errors as pgerr
 
 from people import keypolicy, links, members, roles
 from people.principal import Principal
+from serve import ids
 from serve.auth import audit_actor, authenticator, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
@@ -59,28 +60,19 @@ class AddMemberSchema(RoleSchema):
     email = fields.String(required=True, validate=Length(min=3, max=320))
 
 
-def _asked_org(org_id: str) -> UUID | None:
-    try:
-        return UUID(org_id)
-    except ValueError:
-        return None
-
-
-def _own_org(org_id: str, principal: Principal) -> UUID:
+def _own_org(org_id: UUID, principal: Principal) -> UUID:
     """The request's organisation named in the path. Another of the caller's organisations is
     403 (the request acts in one: a token bound to the other is needed); any other is the
     same 404 as a missing one."""
-    asked = _asked_org(org_id)
-    if asked == principal.org_id:
+    if org_id == principal.org_id:
         return principal.org_id
-    if asked is not None:
-        with pool().connection() as conn:
-            mine = {o["id"] for o in members.my_orgs(conn)}
-        if asked in mine:
-            raise Forbidden(f"this request acts in organisation {principal.org_id}; to act in "
-                            f"{asked} use a token for it (POST /api/v2/auth/token with "
-                            "\"org\") or one of its API keys")
-    raise UnknownObject(f"unknown organisation {org_id!r}")
+    with pool().connection() as conn:
+        mine = {o["id"] for o in members.my_orgs(conn)}
+    if org_id in mine:
+        raise Forbidden(f"this request acts in organisation {principal.org_id}; to act in "
+                        f"{org_id} use a token for it (POST /api/v2/auth/token with "
+                        "\"org\") or one of its API keys")
+    raise ids.unknown("organisation", org_id)
 
 
 def _admin(conn: Any, principal: Principal, what: str) -> None:
@@ -88,11 +80,6 @@ def _admin(conn: Any, principal: Principal, what: str) -> None:
         raise Forbidden(f"{what} is for administrators of the organisation")
 
 
-def _member_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownObject(f"unknown user {raw!r}") from None
 
 
 @blp.route("", methods=["GET"])
@@ -109,26 +96,25 @@ def list_orgs(limit: int, page: int) -> Any:
                     limit=limit, page=page, pages=pages)
 
 
-@blp.route("/<org_id>", methods=["GET"])
+@blp.route("/<objid('organisation'):org_id>", methods=["GET"])
 @blp.response(200)
 @requires("orgs:read")
-def get_org(org_id: str) -> Any:
+def get_org(org_id: UUID) -> Any:
     """One organisation of the caller's, with their role and the number of active members."""
-    asked = _asked_org(org_id)
     with pool().connection() as conn:
         for o in members.my_orgs(conn):
-            if o["id"] == asked:
+            if o["id"] == org_id:
                 return members.org_record(o, role=o["role"], members=o["members"],
                                           teams_only=o["teams_only"])
-    raise UnknownObject(f"unknown organisation {org_id!r}")
+    raise ids.unknown("organisation", org_id)
 
 
-@blp.route("/<org_id>", methods=["PATCH"])
+@blp.route("/<objid('organisation'):org_id>", methods=["PATCH"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": OrgUpdateSchema}}})
 @blp.response(200)
 @requires("orgs:write")
-def update_org(org_id: str) -> Any:
+def update_org(org_id: UUID) -> Any:
     """Rename the organisation (administrators; names are unique across the service: 409)."""
     principal = current_principal()
     changes = load(OrgUpdateSchema(), request_body(form=False),
@@ -148,11 +134,11 @@ def update_org(org_id: str) -> Any:
     return members.org_record(row, role=principal.role, members=count)
 
 
-@blp.route("/<org_id>/users", methods=["GET"])
+@blp.route("/<objid('organisation'):org_id>/users", methods=["GET"])
 @blp.arguments(PageArgsSchema, location="query", as_kwargs=True)
 @blp.response(200, PageSchema)
 @requires("orgs:read")
-def list_members(org_id: str, limit: int, page: int) -> Any:
+def list_members(org_id: UUID, limit: int, page: int) -> Any:
     """The organisation's active members by email: id, email, name, role (no preferences)."""
     principal = current_principal()
     org = _own_org(org_id, principal)
@@ -163,12 +149,12 @@ def list_members(org_id: str, limit: int, page: int) -> Any:
                     limit=limit, page=page, pages=pages)
 
 
-@blp.route("/<org_id>/users", methods=["POST"])
+@blp.route("/<objid('organisation'):org_id>/users", methods=["POST"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": AddMemberSchema}}})
 @blp.response(202)
 @requires("orgs:write")
-def add_member(org_id: str) -> Any:
+def add_member(org_id: UUID) -> Any:
     """Invite an existing user of the service (by email) into the organisation with a role:
     202 with the pending invitation, which the user accepts signed in (owners and
     administrators; an owner only by an owner; 404 for an unknown email, 409 for a member
@@ -195,12 +181,12 @@ def add_member(org_id: str) -> Any:
     return {**record, "pending": True}, 202
 
 
-@blp.route("/<org_id>/users/<user_id>", methods=["PUT"])
+@blp.route("/<objid('organisation'):org_id>/users/<objid('user'):user_id>", methods=["PUT"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": RoleSchema}}})
 @blp.response(200)
 @requires("orgs:write")
-def change_role(org_id: str, user_id: str) -> Any:
+def change_role(org_id: UUID, user_id: UUID) -> Any:
     """Give a member a role and teams_only (owners and administrators; making or unmaking an
     owner is for owners: 403; 409 for the last owner or administrator)."""
     principal = current_principal()
@@ -208,7 +194,7 @@ def change_role(org_id: str, user_id: str) -> Any:
     with pool().connection() as conn:
         _admin(conn, principal, "changing a member's role")
         org = _own_org(org_id, principal)
-        asked = _member_id(user_id)
+        asked = user_id
         before = members.fetch_user(conn, asked, org)
         row = members.set_role(conn, org=org, user=asked, role=body["role"],
                                teams_only=body["teams_only"],
@@ -221,10 +207,10 @@ def change_role(org_id: str, user_id: str) -> Any:
     return members.user_record(row, full=False)
 
 
-@blp.route("/<org_id>/users/<user_id>", methods=["DELETE"])
+@blp.route("/<objid('organisation'):org_id>/users/<objid('user'):user_id>", methods=["DELETE"])
 @blp.response(204)
 @requires("orgs:write")
-def remove_member(org_id: str, user_id: str) -> Any:
+def remove_member(org_id: UUID, user_id: UUID) -> Any:
     """Remove a member: the membership ends and every token and key of theirs for this
     organisation stops working at once; an account with no membership left is deactivated
     (owners and administrators; an owner only by an owner; 409 for the last one)."""
@@ -232,7 +218,7 @@ def remove_member(org_id: str, user_id: str) -> Any:
     with pool().connection() as conn:
         _admin(conn, principal, "removing a member")
         org = _own_org(org_id, principal)
-        asked = _member_id(user_id)
+        asked = user_id
         before = members.fetch_user(conn, asked, org)
         done = members.remove_member(conn, org=org, user=asked,
                                      by_owner=principal.owns)

@@ -65,8 +65,8 @@ def _admin(conn: psycopg.Connection, principal: Principal, what: str) -> None:
         raise Forbidden(f"{what} is for administrators of the organisation")
 
 
-def _team(conn: psycopg.Connection, principal: Principal, raw: str) -> dict[str, Any]:
-    return teams.fetch_team(conn, principal.org_id, teams.parse_id(raw))
+def _team(conn: psycopg.Connection, principal: Principal, wanted: UUID) -> dict[str, Any]:
+    return teams.fetch_team(conn, principal.org_id, wanted)
 
 
 @blp.route("", methods=["GET"])
@@ -99,10 +99,10 @@ def create_team() -> Any:
     return team_record(row), 201
 
 
-@blp.route("/<team_id>", methods=["GET"])
+@blp.route("/<objid('team'):team_id>", methods=["GET"])
 @blp.response(200)
 @requires("teams:read")
-def get_team(team_id: str) -> Any:
+def get_team(team_id: UUID) -> Any:
     """One team with its members, devices and locations listed."""
     principal = current_principal()
     with pool().connection() as conn:
@@ -115,11 +115,11 @@ def get_team(team_id: str) -> Any:
     return record
 
 
-@blp.route("/<team_id>", methods=["PATCH"])
+@blp.route("/<objid('team'):team_id>", methods=["PATCH"])
 @blp.doc(requestBody={"required": True, "content": {"application/json": {"schema": TeamSchema}}})
 @blp.response(200)
 @requires("teams:write")
-def rename_team(team_id: str) -> Any:
+def rename_team(team_id: UUID) -> Any:
     """Rename a team (administrators; 409 for a name taken in the organisation)."""
     principal = current_principal()
     body = load(TeamSchema(), request_body(form=False), read_only=READ_ONLY)
@@ -134,18 +134,17 @@ def rename_team(team_id: str) -> Any:
     return team_record(row)
 
 
-@blp.route("/<team_id>", methods=["DELETE"])
+@blp.route("/<objid('team'):team_id>", methods=["DELETE"])
 @blp.response(204)
 @requires("teams:write")
-def delete_team(team_id: str) -> Any:
+def delete_team(team_id: UUID) -> Any:
     """Delete a team; its members, devices and locations stay (administrators)."""
     principal = current_principal()
     with pool().connection() as conn:
         _admin(conn, principal, "deleting a team")
-        wanted = teams.parse_id(team_id)
-        name = teams.delete_team(conn, principal.org_id, wanted)
+        name = teams.delete_team(conn, principal.org_id, team_id)
         audit.record(conn, org=principal.org_id, actor=audit_actor(conn), action="team.delete",
-                     target_type="team", target_id=wanted, details={"name": name})
+                     target_type="team", target_id=team_id, details={"name": name})
     return None
 
 
@@ -156,7 +155,7 @@ _LISTS = {"members": (teams.team_members, _member_record),
           "locations": (teams.team_locations, _named_record)}
 
 
-def _list(team_id: str, which: str) -> Any:
+def _list(team_id: UUID, which: str) -> Any:
     principal = current_principal()
     fetch, record = _LISTS[which]
     with pool().connection() as conn:
@@ -165,20 +164,23 @@ def _list(team_id: str, which: str) -> Any:
     return {"items": items, "total": len(items)}
 
 
-def _resolve(conn: psycopg.Connection, org: UUID, kind: str, raw: str) -> tuple[UUID, str]:
-    """The id and label of the user, device or location named in the path, of `org`."""
+def _resolve(conn: psycopg.Connection, org: UUID, kind: str, raw: UUID | str
+             ) -> tuple[UUID, str]:
+    """The id and label of the user, device (a name) or location named in the path, of
+    `org` (ids parsed by serve.ids)."""
     if kind == "member":
-        user = teams.parse_id(raw, "user")
-        return user, teams.member_of_org(conn, org, user)
+        assert isinstance(raw, UUID)
+        return raw, teams.member_of_org(conn, org, raw)
     if kind == "device":
+        assert isinstance(raw, str)
         if "\x00" in raw:  # PostgreSQL text cannot hold NUL; no device is called that
             raise UnknownDevice(f"unknown device {raw!r}")
         return teams.device_of_org(conn, org, raw), raw
-    location = teams.parse_id(raw, "location")
-    return location, teams.location_of_org(conn, org, location)
+    assert isinstance(raw, UUID)
+    return raw, teams.location_of_org(conn, org, raw)
 
 
-def _change(team_id: str, kind: str, raw: str, *, add: bool) -> Any:
+def _change(team_id: UUID, kind: str, raw: UUID | str, *, add: bool) -> Any:
     principal = current_principal()
     with pool().connection() as conn:
         _admin(conn, principal, "changing a team")
@@ -189,7 +191,7 @@ def _change(team_id: str, kind: str, raw: str, *, add: bool) -> Any:
         else:
             changed = teams.remove_link(conn, team["id"], kind, target)
             if not changed:
-                raise UnknownObject(f"{kind} {raw!r} is not in team {team['name']!r}")
+                raise UnknownObject(f"{kind} {str(raw)!r} is not in team {team['name']!r}")
         if changed:
             audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
                          action=f"team.{kind}_{'add' if add else 'remove'}", target_type="team",
@@ -199,30 +201,33 @@ def _change(team_id: str, kind: str, raw: str, *, add: bool) -> Any:
              "added": changed}, 200) if add else (None, 204)
 
 
-def _routes(plural: str, kind: str, arg: str) -> None:
-    """GET /teams/{id}/<plural>, PUT and DELETE /teams/{id}/<plural>/<arg>."""
+def _routes(plural: str, kind: str, arg: str, converter: str = "") -> None:
+    """GET /teams/{id}/<plural>, PUT and DELETE /teams/{id}/<plural>/<arg> (`converter`: the
+    arg's, e.g. an object id's `objid('user'):`)."""
 
-    def read(team_id: str) -> Any:
+    def read(team_id: UUID) -> Any:
         return _list(team_id, plural)
 
-    def add(team_id: str, **path: str) -> Any:
+    def add(team_id: UUID, **path: UUID | str) -> Any:
         return _change(team_id, kind, path[arg], add=True)
 
-    def remove(team_id: str, **path: str) -> Any:
+    def remove(team_id: UUID, **path: UUID | str) -> Any:
         return _change(team_id, kind, path[arg], add=False)
 
     # The docstrings become the OpenAPI summaries, so they are set before decorating.
     read.__doc__ = f"The team's {plural}."
     add.__doc__ = f"Add a {kind} of the organisation to the team (administrators)."
     remove.__doc__ = f"Take a {kind} out of the team (administrators; 404 if not in it)."
-    blp.route(f"/<team_id>/{plural}", methods=["GET"], endpoint=f"list_{plural}")(
+    team = "<objid('team'):team_id>"
+    blp.route(f"/{team}/{plural}", methods=["GET"], endpoint=f"list_{plural}")(
         blp.response(200)(requires("teams:read")(read)))
-    blp.route(f"/<team_id>/{plural}/<{arg}>", methods=["PUT"], endpoint=f"add_{kind}")(
+    item = f"/{team}/{plural}/<{converter}{arg}>"
+    blp.route(item, methods=["PUT"], endpoint=f"add_{kind}")(
         blp.response(200)(requires("teams:write")(add)))
-    blp.route(f"/<team_id>/{plural}/<{arg}>", methods=["DELETE"], endpoint=f"remove_{kind}")(
+    blp.route(item, methods=["DELETE"], endpoint=f"remove_{kind}")(
         blp.response(204)(requires("teams:write")(remove)))
 
 
-_routes("members", "member", "user_id")
+_routes("members", "member", "user_id", "objid('user'):")
 _routes("devices", "device", "device_name")
-_routes("locations", "location", "location_id")
+_routes("locations", "location", "location_id", "objid('location'):")

@@ -27,14 +27,14 @@ from marshmallow import Schema, fields
 from marshmallow.validate import Length
 
 from people import consent, keypolicy, logins, members
-from serve import preferences
+from serve import ids, preferences
 from serve.auth import audit_actor, authenticator, current_principal, requires, requires_user
 from serve.body import load, request_body
 from serve.errors import Blueprint
 from serve.paging import PageArgsSchema, PageSchema, check_page, envelope, offset
 from serve.pool import pool
 from shared import audit
-from shared.errors import BadRequest, Forbidden, UnknownObject
+from shared.errors import BadRequest, Forbidden
 
 blp = Blueprint("users", __name__, url_prefix="/api/v2/users",
                 description="The caller, and the organisation's users for administrators.")
@@ -48,13 +48,6 @@ class MeUpdateSchema(Schema):
     name = fields.String(allow_none=True, validate=Length(max=200))
     preferences = fields.Dict(metadata={
         "description": "units {param: code}, zone, columns {table: [names]}; docs/dashboard.md"})
-
-
-def _user_id(raw: str) -> UUID:
-    try:
-        return UUID(raw)
-    except ValueError:
-        raise UnknownObject(f"unknown user {raw!r}") from None
 
 
 @blp.route("/me", methods=["GET"])
@@ -117,29 +110,28 @@ def list_users(limit: int, page: int) -> Any:
                     page=page, pages=pages)
 
 
-def _visible_user(user_id: str) -> dict[str, Any]:
+def _visible_user(asked: UUID) -> dict[str, Any]:
     """The user row a caller may see: their own, or any of the organisation's for an
     administrator; the same 404 otherwise (no telling whom the organisation has)."""
-    asked = _user_id(user_id)
     principal = current_principal()
     with pool().connection() as conn:
         if asked != principal.user_id and not keypolicy.is_admin(conn, principal):
-            raise UnknownObject(f"unknown user {user_id!r}")
+            raise ids.unknown("user", asked)
         return members.fetch_user(conn, asked, principal.org_id)
 
 
-@blp.route("/<user_id>", methods=["GET"])
+@blp.route('/<objid("user"):user_id>', methods=["GET"])
 @blp.response(200)
 @requires("users:read")
-def get_user(user_id: str) -> Any:
+def get_user(user_id: UUID) -> Any:
     """One user: the caller's own record, or for an administrator any of the organisation's."""
     return members.user_record(_visible_user(user_id))
 
 
-@blp.route("/<user_id>/orgs", methods=["GET"])
+@blp.route('/<objid("user"):user_id>/orgs', methods=["GET"])
 @blp.response(200)
 @requires("users:read")
-def user_orgs(user_id: str) -> Any:
+def user_orgs(user_id: UUID) -> Any:
     """The organisations the user belongs to, each with the user's role there (a list)."""
     row = _visible_user(user_id)
     principal = current_principal()
@@ -170,12 +162,12 @@ def my_invitations() -> Any:
         return [consent.my_invitation_record(r) for r in consent.my_invitations(conn)]
 
 
-@blp.route("/me/invitations/<invitation_id>/accept", methods=["POST"])
+@blp.route('/me/invitations/<objid("invitation"):invitation_id>/accept', methods=["POST"])
 @blp.doc(requestBody={"required": False,
                       "content": {"application/json": {"schema": MyAcceptSchema}}})
 @blp.response(200)
 @requires_user()
-def accept_my_invitation(invitation_id: str) -> Any:
+def accept_my_invitation(invitation_id: UUID) -> Any:
     """Join the organisation of one of the caller's pending invitations, with its role. 409
     while the account's email is not proven (the invitation stays pending); 404 for any
     invitation that is not the caller's."""
@@ -183,10 +175,7 @@ def accept_my_invitation(invitation_id: str) -> Any:
     body = load(MyAcceptSchema(), request_body(form=False) if request.get_data(cache=True)
                 else {})
     principal = current_principal()
-    try:
-        link = UUID(invitation_id)
-    except ValueError:
-        raise UnknownObject(f"unknown invitation {invitation_id!r}") from None
+    link = invitation_id
     settings = authenticator(current_app).settings
     with pool().connection() as conn:
         return consent.accept_mine(conn, settings, user=principal.user_id, link=link,

@@ -14,6 +14,7 @@ from uuid import UUID
 from marshmallow import Schema, fields
 
 from people import keypolicy
+from serve import ids
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
@@ -21,22 +22,19 @@ from serve.pool import pool
 from serve.readmodels import location_by_id
 from shared import audit, irrigation
 from shared import waterbalance as wb
-from shared.errors import Forbidden, UnknownLocation, UnknownObject
+from shared.errors import Forbidden
 
 blp = Blueprint("water", __name__, url_prefix="/api/v2/locations",
                 description="A location's root-zone water balance: settings, irrigation "
                             "events and when to irrigate.")
 
 
-def _location(conn: Any, raw: str) -> UUID:
-    """The caller's location in the path (404 when malformed, unknown or another org's)."""
-    try:
-        wanted = UUID(raw)
-    except ValueError:
-        raise UnknownLocation(f"unknown location {raw!r}") from None
+def _location(conn: Any, wanted: UUID) -> UUID:
+    """The caller's location in the path (404 when unknown or another org's; a malformed id
+    is serve.ids')."""
     row, _devices = location_by_id(conn, org=current_principal().org_id, location=wanted)
     if row is None:
-        raise UnknownLocation(f"unknown location {raw!r}")
+        raise ids.unknown("location", wanted)
     return wanted
 
 
@@ -107,10 +105,10 @@ def water_record(conn: Any, location: UUID) -> dict[str, Any]:
         " no rain; refill_mm brings the root zone back to field capacity"}
 
 
-@blp.route("/<location_id>/water", methods=["GET"])
+@blp.route("/<objid('location'):location_id>/water", methods=["GET"])
 @blp.response(200)
 @requires("locations:read")
-def get_water(location_id: str) -> Any:
+def get_water(location_id: UUID) -> Any:
     """The location's water settings (null: none), irrigation events and, per device with a
     balance there, the forecast: `days_to_raw` (days until the depletion reaches RAW with no
     rain at the mean ETc of the last 7 days; 0: now) and `refill_mm`."""
@@ -118,12 +116,12 @@ def get_water(location_id: str) -> Any:
         return water_record(conn, _location(conn, location_id))
 
 
-@blp.route("/<location_id>/water", methods=["PUT"])
+@blp.route("/<objid('location'):location_id>/water", methods=["PUT"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": WaterSettingsSchema}}})
 @blp.response(200)
 @requires("locations:write")
-def put_water(location_id: str) -> Any:
+def put_water(location_id: UUID) -> Any:
     """Set the location's soil, roots and p (replacing them); the balance is recomputed."""
     values = load(WaterSettingsSchema(), request_body(form=False))
     principal = current_principal()
@@ -137,12 +135,12 @@ def put_water(location_id: str) -> Any:
         return water_record(conn, loc)
 
 
-@blp.route("/<location_id>/irrigation", methods=["POST"])
+@blp.route("/<objid('location'):location_id>/irrigation", methods=["POST"])
 @blp.doc(requestBody={"required": True,
                       "content": {"application/json": {"schema": IrrigationSchema}}})
 @blp.response(201)
 @requires("locations:write")
-def post_irrigation(location_id: str) -> Any:
+def post_irrigation(location_id: UUID) -> Any:
     """Record an irrigation event (planned or applied); the balance is recomputed from its
     day on."""
     values = load(IrrigationSchema(), request_body(form=False))
@@ -158,22 +156,19 @@ def post_irrigation(location_id: str) -> Any:
     return _event(event), 201
 
 
-@blp.route("/<location_id>/irrigation/<event_id>", methods=["DELETE"])
+@blp.route("/<objid('location'):location_id>/irrigation/"
+           "<objid('irrigation event'):event_id>", methods=["DELETE"])
 @blp.response(204)
 @requires("locations:write")
-def delete_irrigation(location_id: str, event_id: str) -> Any:
+def delete_irrigation(location_id: UUID, event_id: UUID) -> Any:
     """Remove an irrigation event; the balance is recomputed from its day on."""
     principal = current_principal()
     with pool().connection() as conn:
         loc = _location(conn, location_id)
         _admin(conn)
-        try:
-            wanted = UUID(event_id)
-        except ValueError:
-            raise UnknownObject(f"unknown irrigation event {event_id!r}") from None
-        event = irrigation.delete_event(conn, loc, wanted)
+        event = irrigation.delete_event(conn, loc, event_id)
         if event is None:
-            raise UnknownObject(f"unknown irrigation event {event_id!r}")
+            raise ids.unknown("irrigation event", event_id)
         audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
                      action="irrigation.delete", target_type="location", target_id=loc,
                      details=_event(event))

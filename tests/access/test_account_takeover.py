@@ -23,7 +23,7 @@ from flask.testing import FlaskClient
 
 from admin.cli import main
 from people import consent, links
-from testbed.receivers import Receiver, smtp_sink
+from testbed.receivers import Receiver
 from tests.support.access_world import (
     PASSWORDS,
     World,
@@ -35,7 +35,7 @@ from tests.support.access_world import (
 from tests.support.apps import close_app
 from tests.support.dashboard import csrf_of, sign_in
 from tests.support.ingesting import wait_for
-from tests.support.invites import A1, NEW_PASSWORD
+from tests.support.invites import A1, NEW_PASSWORD, mail_sink
 from tests.support.invites import answer as _json
 from tests.support.invites import link_app as _app
 from tests.support.invites import link_in as _link_in
@@ -51,13 +51,10 @@ def world(fresh_world: World) -> World:
 
 
 @pytest.fixture
-def sink(tmp_path: Path) -> Iterator[Receiver]:
-    """A real SMTP server on loopback."""
-    server = smtp_sink(tmp_path)
-    try:
+def sink(world: World, tmp_path: Path, processes: None) -> Iterator[Receiver]:
+    """A real SMTP server on loopback, and the deliverer that sends the outbox's mail to it."""
+    with mail_sink(world, tmp_path) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Pure checks of serve.auth: header parsing, Basic decoding, the scope table, the basic cache."""
+"""Pure checks of serve.auth: header parsing, Basic decoding, the basic cache."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from people import credentials, roles
 from people.principal import USER_ONLY, Principal
-from serve.auth import scope_for
 from serve.authenticator import BasicCache
 from serve.authheader import decode_basic, parse_authorization
 from shared.errors import Unauthorized
@@ -60,27 +59,6 @@ def test_basic_password_may_hold_colons_and_unicode() -> None:
 def test_bad_basic_values_are_401(value: str) -> None:
     with pytest.raises(Unauthorized):
         decode_basic(value)
-
-
-@pytest.mark.parametrize("path, method, scope", [
-    ("/api/v2/data/hourly", "GET", "data:read"),
-    ("/api/v2/schemas", "GET", "data:read"),
-    ("/api/v2/schemas/daily", "GET", "data:read"),
-    ("/api/v2/devices", "GET", "devices:read"),
-    ("/api/v2/devices/A000101", "GET", "devices:read"),
-    ("/api/v2/locations", "GET", "locations:read"),
-    ("/api/v2/locations/summary", "GET", "locations:read"),
-    ("/api/v2/locations/x", "PUT", "locations:write"),
-    ("/api/v2/apikeys", "GET", "apikeys:read"),
-    ("/api/v2/apikeys", "POST", USER_ONLY),
-    ("/api/v2/apikeys/1", "PUT", USER_ONLY),
-    ("/api/v2/apikeys/1", "DELETE", USER_ONLY),
-    ("/api/v2/auth/token", "DELETE", USER_ONLY),
-    ("/api/v2/datax", "GET", None),
-    ("/api/v2/other", "GET", None),
-])
-def test_scope_table_follows_decision_11(path: str, method: str, scope: str | None) -> None:
-    assert scope_for(path, method) == scope
 
 
 def test_principal_rights() -> None:

@@ -22,7 +22,7 @@ from flask.testing import FlaskClient
 
 from people import credentials
 from tests.support.access_world import World, apikey, basic, bearer
-from tests.support.apps import close_app, make_app
+from tests.support.apps import close_app, make_app, plain_rule
 from tests.support.figures import Figures
 
 ZERO = "00000000-0000-4000-8000-000000000000"
@@ -36,7 +36,7 @@ def route_samples(app: Flask, world: World) -> list[tuple[str, str]]:
               "<key_id>": str(world.key_ids["all"]), "<path:filename>": "swagger-ui.css"}
     out = []
     for rule in app.url_map.iter_rules():
-        path = rule.rule
+        path = plain_rule(rule.rule)
         for placeholder, value in values.items():
             path = path.replace(placeholder, value)
         if "/data/" in path:

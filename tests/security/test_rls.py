@@ -120,6 +120,9 @@ SERVICE_TABLES = {
     "recovery_files": "the recovery kit (0177): .state's files sealed with SDS_RECOVERY_KEY, "
                       "which the database never holds; written and read by the operator's "
                       "`sds`/run.sh as the owner, granted to no process role",
+    "mail_outbox": "the durable outbox of link mail (0180): written only through owner's-rights "
+                   "functions that mail a link made in the same transaction to its own email; "
+                   "read and updated by the deliverer; not granted to the API",
     "aggregate_runs": "the rollup jobs' progress; not granted to the API",
     "job_runs": "the scheduler's run log; not granted to the API",
     "service_secrets": "the cursor HMAC secret, one row for the whole service",

@@ -4,9 +4,10 @@ the holder (used by the scheduler's guard and `sds aggregate status`)."""
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 from shared import db
-from shared.locks import SessionLock, holders, lock_key
+from shared.locks import Leadership, LeadershipLost, SessionLock, holders, lock_key
 
 
 def test_lock_key_is_a_stable_signed_bigint() -> None:
@@ -70,3 +71,30 @@ def test_connect_role_follows_settings(database_url: str) -> None:
     with db.connect(off, role=db.ROLE_INGEST) as conn:
         assert conn.execute("SELECT current_user = session_user").fetchone() == (True,)
     assert isinstance(conn, psycopg.Connection)
+
+
+def test_one_leadership_helper_and_one_lost(database_url: str) -> None:
+    """The scheduler's and the ingester's leader policies share shared.locks.Leadership and its
+    one LeadershipLost (issue 31: three wrappers had three). One leader at a time; a guard on
+    another session sees whether the leader still holds the lock."""
+    from aggregate import leader as scheduler
+    from ingest import leader as ingester
+
+    assert scheduler.LeadershipLost is ingester.LeadershipLost is LeadershipLost
+    a = Leadership(SessionLock(database_url, "test-leader", application_name="sds-test"))
+    b = Leadership(SessionLock(database_url, "test-leader", application_name="sds-test"))
+    with psycopg.connect(database_url) as other:
+        try:
+            with pytest.raises(LeadershipLost, match="not the leader"):
+                a.guard(other)
+            assert a.try_acquire() and a.held() and a.ping() and a.alive()
+            assert not b.try_acquire() and not b.held()
+            a.guard(other)  # held: no exception
+            a.release(unlock=True)
+            assert not a.held() and b.try_acquire()
+            a.pid = b.pid if b.pid is None else b.pid + 1  # a stale pid, not the holder's
+            with pytest.raises(LeadershipLost, match="no longer held"):
+                a.guard(other)
+        finally:
+            a.release()
+            b.release()

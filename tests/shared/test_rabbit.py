@@ -193,8 +193,7 @@ def test_device_lifecycle_keeps_the_definitions(tmp_path: Path, database_url: st
     assert defs["users"] == defs["permissions"] == defs["topic_permissions"] == []
 
 
-def test_stale_users_are_those_the_file_dropped(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_stale_users_are_those_the_file_dropped(tmp_path: Path) -> None:
     """deploy/rabbitmq.sh reload deletes these from the cluster (an import never deletes)."""
     defs = rabbit.empty_definitions()
     rabbit.add_device(defs, "A1", "pw")
@@ -202,9 +201,9 @@ def test_stale_users_are_those_the_file_dropped(tmp_path: Path,
     (tmp_path / "users.json").write_text(json.dumps(
         [{"user": "A1", "tags": []}, {"user": "A2", "tags": []},
          {"user": rabbit.BOOT_ADMIN, "tags": ["administrator"]}]))
-    assert rabbit._main(["stale-users", str(tmp_path / "defs.json"),
-                         str(tmp_path / "users.json")]) == 0
-    assert capsys.readouterr().out == "A2\n"
+    out = CliRunner().invoke(main, ["rabbit", "stale-users", str(tmp_path / "defs.json"),
+                                    str(tmp_path / "users.json")], catch_exceptions=False)
+    assert (out.exit_code, out.output) == (0, "A2\n")
 
 
 def test_shards_need_mqtt5() -> None:
@@ -244,3 +243,24 @@ def test_close_expression_quotes_nothing_a_client_chose() -> None:
     assert '"' not in expr and "halt" not in expr
     assert expr.startswith("[exit(P, kill) || {C, P} <- rabbit_mqtt_collector:list(),")
     assert rabbit.close_connections_expr(conns, {"C9"}) is None
+
+
+def test_sds_rabbit_node_writes_the_files_and_prints_the_environment(tmp_path: Path) -> None:
+    """deploy/rabbitmq.sh reads a node's environment from `sds rabbit node` (issue 31: once
+    `python -m admin.rabbit`)."""
+    out = CliRunner().invoke(main, ["rabbit", "node", str(tmp_path), "1", "3", "25000"],
+                             catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    env = dict(line.split("=", 1) for line in out.output.splitlines())
+    assert env["SDS_NODE_MQTT_PORT"] == str(rabbit.deploy_ports(25000, 1)["mqtt"])
+    assert env["RABBITMQ_NODENAME"] == rabbit.deploy_node_name(1)
+    conf = (tmp_path / "node1" / "rabbitmq.conf").read_text()
+    assert f"mqtt.listeners.tcp.default = 127.0.0.1:{env['SDS_NODE_MQTT_PORT']}" in conf
+
+
+def test_deploy_scripts_call_sds_not_admin_modules() -> None:
+    """The operator's scripts reach the operator room through `sds` only."""
+    root = Path(__file__).resolve().parents[2]
+    callers = [str(p.relative_to(root)) for p in sorted((root / "deploy").rglob("*.sh"))
+               if re.search(r"-m admin\b", p.read_text())]
+    assert callers == []

@@ -8,6 +8,7 @@ changes settings of the module's app.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -80,3 +81,9 @@ def app(world: HasUrl, app_overrides: dict[str, Any]) -> Iterator[Flask]:
 def client(app: Flask) -> FlaskClient:
     """A test client of the module's app."""
     return app.test_client()
+
+
+def plain_rule(rule: str) -> str:
+    """A route rule without the object-id converter (serve/ids.py): `<objid('user'):user_id>`
+    is `<user_id>`, as the route inventories of the tests name it."""
+    return re.sub(r"<objid\([^)]*\):", "<", rule)

@@ -1,19 +1,24 @@
 """Invitation and reset links in tests (people/links.py): an app whose links point at
-http://sds.example (with a real SMTP sink when given), the secret in a shown link or a received
-email, and a JSON answer of an expected status."""
+http://sds.example (with a real SMTP sink when given), the deliverer process that sends their
+mail from the durable outbox (shared/mailbox.py) to that sink, the secret in a shown link or a
+received email, and a JSON answer of an expected status."""
 
 from __future__ import annotations
 
 import email
 import email.policy
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
 
-from testbed.receivers import Receiver
+from testbed.receivers import Receiver, smtp_sink
 from tests.support.access_world import World, basic
 from tests.support.apps import make_app
+from tests.support.delivery import SEAL_KEY, DelivererProcess, deliverer_env
 
 A1 = basic("a1@a.example")
 """Org A's administrator (the access world, after reset_memberships)."""
@@ -21,11 +26,37 @@ LINK = re.compile(r"http://sds\.example/dashboard/accept/(sdsl_[A-Za-z0-9_-]{51}
 NEW_PASSWORD = "a-fresh-passphrase-42"
 
 
+def smtp_settings(port: int) -> dict[str, Any]:
+    """Settings of mail to a loopback SMTP sink on `port`."""
+    return {"smtp_host": "127.0.0.1", "smtp_port": port, "smtp_security": "none",
+            "smtp_from": "sds@sds.example"}
+
+
 def link_app(world: World, sink: Receiver | None = None, **extra: Any) -> Flask:
-    """An app of the world's database, links under http://sds.example, mail to `sink`."""
-    mail = {} if sink is None else {"smtp_host": "127.0.0.1", "smtp_port": sink.port,
-                                    "smtp_security": "none", "smtp_from": "sds@sds.example"}
-    return make_app(world.url, public_url="http://sds.example", **mail, **extra)
+    """An app of the world's database, links under http://sds.example, mail to `sink` (queued
+    in the outbox, sealed with the deliverer's key)."""
+    mail = {} if sink is None else smtp_settings(sink.port)
+    return make_app(world.url, public_url="http://sds.example", apikey_seal_keys=SEAL_KEY,
+                    **mail, **extra)
+
+
+def mail_deliverer(world: World, port: int, log: Path, **settings: Any) -> DelivererProcess:
+    """The deliverer process (python -m alerts.delivery) of the world's database, sending mail
+    to the SMTP sink on `port`; not started yet."""
+    return DelivererProcess(deliverer_env(world.url, **smtp_settings(port), **settings), log)
+
+
+@contextmanager
+def mail_sink(world: World, directory: Path) -> Iterator[Receiver]:
+    """A real SMTP sink and a running deliverer sending the world's queued mail to it (request
+    the `processes` fixture)."""
+    sink = smtp_sink(directory)
+    deliverer = mail_deliverer(world, sink.port, directory / "deliverer.log").start()
+    try:
+        yield sink
+    finally:
+        deliverer.stop()
+        sink.stop()
 
 
 def answer(r: Any, status: int) -> Any:

@@ -17,10 +17,12 @@ from flask.testing import FlaskClient
 
 from people import accounts, links
 from serve.web.peoplepages import invite_body
-from testbed.receivers import smtp_sink
+from testbed.receivers import Receiver
 from tests.support.apps import close_app, make_app
 from tests.support.dashboard import World, csrf_of, shows, sign_in
+from tests.support.delivery import SEAL_KEY
 from tests.support.ingesting import wait_for
+from tests.support.invites import mail_sink, smtp_settings
 
 MISSING = "00000000-0000-0000-0000-000000000000"
 
@@ -89,11 +91,15 @@ def test_invite_form_shows_the_link_once_lists_and_revokes(client: FlaskClient,
                            data={"csrf": csrf}).status_code == 404, which
 
 
-def test_with_smtp_the_page_says_mailed_and_shows_no_link(world: World,
-                                                         tmp_path: Path) -> None:
-    sink = smtp_sink(tmp_path)
-    app = make_app(world.url, public_url="http://sds.example", smtp_host="127.0.0.1",
-                   smtp_port=sink.port, smtp_security="none", smtp_from="sds@sds.example")
+def test_with_smtp_the_page_says_mailed_and_shows_no_link(world: World, tmp_path: Path,
+                                                         processes: None) -> None:
+    with mail_sink(world, tmp_path) as sink:
+        _mailed_page(world, sink)
+
+
+def _mailed_page(world: World, sink: Receiver) -> None:
+    app = make_app(world.url, public_url="http://sds.example", apikey_seal_keys=SEAL_KEY,
+                   **smtp_settings(sink.port))
     try:
         client = app.test_client()
         sign_in(client, "admin@a.example")
@@ -109,7 +115,6 @@ def test_with_smtp_the_page_says_mailed_and_shows_no_link(world: World,
         assert 'data-email="mailed@a.example"' in _text(client.get("/dashboard/members"))
     finally:
         close_app(app)
-        sink.stop()
 
 
 def test_reset_link_for_a_member_and_the_same_404_for_others(client: FlaskClient,
