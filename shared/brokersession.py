@@ -56,7 +56,7 @@ def _clean_connect(settings: Settings, name: str, password: str) -> str | None:
     # MQTT 5 (the mosquitto profile): Clean Start and Session Expiry 0 end the session.
     client = brokers.new_client(settings.replace(mqtt_protocol="5"), name, persistent=False,
                                 username=name, password=password)
-    props = Properties(PacketTypes.CONNECT)
+    props = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]  # paho
     props.SessionExpiryInterval = 0
     with brokers.connected(client, settings, timeout=5, keepalive=30, clean_start=True,
                            properties=props) as connack:
