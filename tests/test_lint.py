@@ -184,7 +184,7 @@ def test_the_import_rule_can_fail() -> None:
     assert forbidden_imports(Path("testbed/x.py"), "from tests.support import apps\n")
     assert forbidden_imports(Path("testbed/x.py"), "from bench.common import database\n")
     assert not forbidden_imports(Path("bench/x/__main__.py"),
-                                 "from testbed.services import GunicornServer\n")
+                                 "from testbed.apiserver import GunicornServer\n")
     assert not forbidden_imports(Path("tests/aggregate/test_z.py"),
                                  "from tests.aggregate import reference\n")
 

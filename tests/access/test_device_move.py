@@ -16,7 +16,8 @@ from flask.testing import FlaskClient
 from shared import places
 from tests.aggregate.weather import Place, day_readings
 from tests.support.access_world import World, basic
-from tests.support.rollups import fetch, insert_readings, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import fetch, run_all
 
 A1 = basic("a1@a.example")
 A2 = basic("a2@a.example")
@@ -51,7 +52,7 @@ def test_moving_a_device_relabels_its_readings_and_recuts_the_rollups(
         places.register_device(conn, org=world.org_a, name=device)
         places.deploy_device(conn, device=device, location=old,
                                start=datetime(2026, 6, 1, tzinfo=UTC))
-        insert_readings(conn, device, old, day_readings(place))
+        insert_readings(conn, device, old, day_readings(place), marks=True)
         run_all(conn)
         assert [r["time"] for r in fetch(conn, "SELECT time FROM daily WHERE device = %s",
                                          device)] == [datetime(2026, 6, 12, tzinfo=UTC)]

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from testbed.services import GunicornServer
+from testbed.apiserver import GunicornServer
 from tests.support.access_world import World, seed
 
 RATE_LIMIT = 20  # requests per API key per window for this module's server

@@ -15,8 +15,8 @@ from people import links
 from serve.gunicorn_hooks import redact_link_secrets
 from shared import audit
 from shared.config import Settings
-from testbed.apiserver import edge_api_env
-from testbed.services import GunicornServer, NginxEdge
+from testbed.apiserver import GunicornServer, edge_api_env
+from testbed.nginx import NginxEdge
 from tests.support.access_world import World
 
 

@@ -300,16 +300,18 @@ def test_long_run_is_skipped_counted_and_caught_up(db, database_url, tmp_path, f
     No second instance starts, each skipped tick is logged and counted in the metrics, the
     other rollups keep running, and once the lock is gone the next runs catch up the marks
     written meanwhile: no mark left, every bucket equal to the reference from raw rows."""
-    from testbed.services import free_port
+    from testbed.process import free_port
     from tests.aggregate import reference
     from tests.support.chaos import scrape
-    from tests.support.rollups import insert_readings, make_location, series
+    from tests.support.readings import insert_readings, series
+    from tests.support.rollups import make_location
 
     start = datetime(2024, 7, 1, tzinfo=UTC)
     locs = [make_location(db, tz) for tz in ("UTC", "Asia/Kolkata")]
     for i, loc in enumerate(locs):
         insert_readings(db, f"S{i}", loc, series(start, start + timedelta(days=1),
-                                                 tair=lambda k, t, i=i: float(i + k % 13)))
+                                                 tair=lambda k, t, i=i: float(i + k % 13)),
+                        marks=True)
     db.commit()
     port = free_port()
     log = tmp_path / "aggregate.log"
@@ -334,7 +336,7 @@ def test_long_run_is_skipped_counted_and_caught_up(db, database_url, tmp_path, f
             # Late readings while the long run waits: new marks for the next run.
             insert_readings(db, "S0", locs[0], series(start + timedelta(days=1),
                                                       start + timedelta(days=1, hours=6),
-                                                      tair=lambda k, t: 40.0 - k % 7))
+                                                      tair=lambda k, t: 40.0 - k % 7), marks=True)
             db.commit()
             waiting = hourly_runs()
             assert len(waiting) == 1 and waiting[0][1] is None, waiting

@@ -30,8 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from serve.api.channels import new_secret
 from shared import sealing
 from shared.config import Settings
+from testbed.process import free_port
 from testbed.receivers import Receiver, webhook_receiver
-from testbed.services import free_port
 from tests.support.apps import close_app, make_app
 from tests.support.delivery import (
     SEAL_KEY,

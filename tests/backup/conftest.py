@@ -1,5 +1,6 @@
-"""Fixtures of the backup drills: a broker of a test's own (tests/support/chaos.py)."""
+"""Fixtures of the backup drills: a broker and a PostgreSQL of a test's own
+(tests/support/chaos.py)."""
 
-from tests.support.chaos import own_broker
+from tests.support.chaos import own_broker, own_pg
 
-__all__ = ["own_broker"]
+__all__ = ["own_broker", "own_pg"]

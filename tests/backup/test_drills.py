@@ -28,7 +28,9 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PgBackRestRepo, PostgresServer
+from testbed.mosquitto import MosquittoBroker
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
 from tests.support.chaos import chaos_settings
 from tests.support.databases import migrate_database
 from tests.support.figures import Figures

@@ -15,7 +15,10 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PgBackRestRepo, PostgresServer, free_port
+from testbed.mosquitto import MosquittoBroker
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
+from testbed.process import free_port
 from tests.support.chaos import chaos_settings
 from tests.support.databases import migrate_database
 from tests.support.figures import Figures

@@ -25,7 +25,8 @@ import pytest
 
 from people import accounts
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PostgresServer
+from testbed.mosquitto import MosquittoBroker
+from testbed.postgres import PostgresServer
 from tests.support.apps import close_app
 from tests.support.chaos import chaos_settings
 from tests.support.databases import migrate_database

@@ -15,11 +15,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.config import Settings
-from testbed.services import GunicornServer
+from testbed.apiserver import GunicornServer
 from tests.support.access_world import World, seed
-from tests.support.apps import module_db
-
-__all__ = ["module_db"]
 
 WORKERS = 3
 RATE_LIMIT = 5

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.apiserver import edge_api_env
-from testbed.services import GunicornServer, NginxEdge
+from testbed.apiserver import GunicornServer, edge_api_env
+from testbed.nginx import NginxEdge
 from tests.support.data_world import D4_ROWS, World
 from tests.support.figures import Figures
 from tests.support.slowclients import SlowHeaders, percentile, probe
@@ -182,7 +182,7 @@ def test_gunicorns_own_errors_are_json_directly_and_through_the_edge(
 
 @pytest.mark.usefixtures("processes")
 def test_no_api_instance_is_a_json_502(tmp_path: Path) -> None:
-    from testbed.services import free_port
+    from testbed.process import free_port
 
     dead = NginxEdge().start([f"127.0.0.1:{free_port()}"], tmp_path)
     try:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.apiserver import edge_api_env
-from testbed.services import GunicornServer, NginxEdge
+from testbed.apiserver import GunicornServer, edge_api_env
+from testbed.nginx import NginxEdge
 from tests.support.data_world import World
 from tests.support.figures import Figures
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -20,6 +19,7 @@ from psycopg.types.json import Jsonb
 from people import accounts
 from shared import sealing
 from shared.config import PREFIX
+from testbed.process import kill_process, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "delivery-test-password-1"
@@ -97,18 +97,13 @@ class DelivererProcess:
 
     def kill(self) -> None:
         """SIGKILL: the process dies mid-attempt, holding whatever it held."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+        if self.proc is not None:
+            kill_process(self.proc)
 
     def stop(self) -> None:
         """SIGTERM and wait (SIGKILL after 20 s)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc is not None:
+            stop_process(self.proc, timeout=20)
 
     def log(self) -> str:
         """What the process wrote so far."""

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import psycopg
 
-from testbed.services import PgBackRestRepo, PostgresServer, free_port
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
+from testbed.process import free_port
 from tests.support.ingesting import ROOT, wait_for
 
 SDS = str(ROOT / ".venv" / "bin" / "sds")

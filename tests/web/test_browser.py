@@ -24,7 +24,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from testbed.browser import console_errors, wait_for
-from testbed.services import NginxEdge
+from testbed.nginx import NginxEdge
 from tests.support.browsing import (
     assert_series_drawn,
     chart_drawn,

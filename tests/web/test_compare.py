@@ -18,6 +18,7 @@ from shared import places
 from testbed.browser import console_errors
 from tests.support.browsing import assert_series_drawn, chart_drawn, sign_in
 from tests.support.dashboard import END, STEPS, World
+from tests.support.readings import insert_readings, series, sine_of_time
 
 OUTAGE_START = END - timedelta(days=3)
 
@@ -46,15 +47,12 @@ def three(world: World) -> World:
             places.register_device(conn, org=world.org_a, name=name)
             places.deploy_device(conn, device=name, location=world.north,
                                    start=END - timedelta(days=60))
-            conn.execute(
-                "INSERT INTO calibrated (time, device, location, tair, rh)"
-                " SELECT t, %(name)s, %(loc)s,"
-                "  %(warmer)s + 15 + 8 * sin(extract(epoch FROM t) / 13751.0), 0.6"
-                " FROM generate_series(%(end)s - %(n)s * interval '5 minutes', %(end)s,"
-                "   interval '5 minutes') t"
-                " WHERE %(name)s <> 'C2' OR NOT (t > %(out)s AND t < %(out)s + interval '30h')",
-                {"name": name, "loc": world.north, "warmer": warmer, "end": END,
-                 "n": STEPS - 1, "out": OUTAGE_START})
+            outage = name == "C2"  # C2 is out for 30 hours from OUTAGE_START
+            insert_readings(conn, name, world.north, series(
+                END - timedelta(minutes=5 * (STEPS - 1)), n=STEPS,
+                skip=lambda t, out=outage: out and OUTAGE_START < t < OUTAGE_START + timedelta(
+                    hours=30),
+                tair=sine_of_time(15 + warmer, 8, 13751.0), rh=0.6))
         conn.commit()
     return world
 

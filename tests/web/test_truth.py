@@ -19,6 +19,7 @@ from shared import places
 from testbed.browser import wait_for
 from tests.support.browsing import chart_drawn, colour_counts, sign_in
 from tests.support.dashboard import END, STEPS, World
+from tests.support.readings import insert_readings, series, sine_of_time
 
 OUTAGE_START = END - timedelta(days=4)
 OUTAGE = timedelta(hours=41)
@@ -47,14 +48,10 @@ def gapped(world: World) -> str:
         places.register_device(conn, org=world.org_a, name="G1")
         places.deploy_device(conn, device="G1", location=world.north,
                                start=END - timedelta(days=60))
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh)"
-            " SELECT t, 'G1', %(loc)s, 15 + 8 * sin(extract(epoch FROM t) / 13751.0), 0.6"
-            " FROM generate_series(%(end)s - %(n)s * interval '5 minutes', %(end)s,"
-            "   interval '5 minutes') t"
-            " WHERE NOT (t > %(out)s AND t < %(out)s + %(len)s)",
-            {"loc": world.north, "end": END, "n": STEPS - 1, "out": OUTAGE_START,
-             "len": OUTAGE})
+        insert_readings(conn, "G1", world.north, series(
+            END - timedelta(minutes=5 * (STEPS - 1)), n=STEPS,
+            skip=lambda t: OUTAGE_START < t < OUTAGE_START + OUTAGE,
+            tair=sine_of_time(15, 8, 13751.0), rh=0.6))
         conn.execute(
             "INSERT INTO daily (time, device, location, meant, maxt, mint, sample_pct,"
             " low_quality) SELECT (%s::date - g) + time '06:00', 'G1', %s, 15, 20 + g %% 3, 8,"
@@ -117,12 +114,10 @@ def year(world: World) -> str:
         places.register_device(conn, org=world.org_a, name="Y1")
         places.deploy_device(conn, device="Y1", location=world.north,
                                start=END - timedelta(days=400))
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh)"
-            " SELECT t, 'Y1', %(loc)s, 10 + 12 * sin(extract(epoch FROM t) / 5022000.0)"
-            "  + 6 * sin(extract(epoch FROM t) / 13751.0), 0.6"
-            " FROM generate_series(%(end)s - interval '365 days', %(end)s,"
-            "   interval '5 minutes') t", {"loc": world.north, "end": END})
+        seasons, days = sine_of_time(10, 12, 5022000.0), sine_of_time(0, 6, 13751.0)
+        insert_readings(conn, "Y1", world.north, series(
+            END - timedelta(days=365), n=365 * 288 + 1,
+            tair=lambda i, t: seasons(i, t) + days(i, t), rh=0.6))
         conn.commit()
     with psycopg.connect(world.url, autocommit=True) as conn:
         conn.execute("ANALYZE calibrated")
