@@ -18,6 +18,7 @@ from people import accounts
 from serve.pool import CHECK_EVERY, ReadRouter, read_router
 from shared import places
 from shared.config import Settings
+from testbed.database import as_role
 from testbed.postgres import PostgresServer
 from tests.support.apps import close_app
 from tests.support.databases import migrate_database
@@ -58,8 +59,8 @@ def app(pair: tuple[PostgresServer, PostgresServer, str]) -> Iterator[Flask]:
 
     primary, standby, _key = pair
     application = create_app(Settings(
-        database_url=primary.dsn("api", user="sds"),
-        database_read_url=standby.dsn("api", user="sds"),
+        database_url=as_role(primary.dsn("api")),
+        database_read_url=as_role(standby.dsn("api")),
         read_max_staleness=BOUND, metrics_port=0, aggregate_metrics_port=0, db_pool_min=1,
         db_pool_max=2, cursor_secret="replica", api_rate_limit=1000))
     try:

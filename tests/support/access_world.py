@@ -191,6 +191,15 @@ def world(module_db: str) -> World:
 
 
 @pytest.fixture(scope="module")
+def admins(world: World) -> None:
+    """a1 administers org A and b1 org B; a2 is a plain member of org A (a module that needs
+    this asks with `pytestmark = pytest.mark.usefixtures("admins")`)."""
+    with psycopg.connect(world.url) as conn:
+        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id IN (%s, %s)",
+                     (world.a1, world.b1))
+
+
+@pytest.fixture(scope="module")
 def app_overrides() -> dict[str, Any]:
     """Throttling thresholds high, so repeated wrong passwords in the matrix are 401s, not
     429s (throttling has its own tests)."""

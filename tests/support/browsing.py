@@ -98,3 +98,26 @@ def assert_series_drawn(driver: WebDriver, element_id: str, n: int) -> None:
     assert found["painted"] > 1000, f"#{element_id} canvas looks blank: {found}"
     for colour, count in zip(COLORS[:n], found["counts"], strict=True):
         assert count > 150, f"series colour {colour} barely on #{element_id}: {found}"
+
+
+# Pixels of series colour arguments[1] in the main plot's 3-pixel column at time arguments[0].
+COLUMN = """
+const u = window.sdsDashboard.main;
+const cfg = JSON.parse(document.getElementById('sds-config').textContent);
+const want = [1, 3, 5].map(i => parseInt(cfg.colours[arguments[1]].slice(i, i + 2), 16));
+const x = Math.round(u.valToPos(arguments[0], 'x', true));
+const top = Math.round(u.bbox.top), h = Math.round(u.bbox.height);
+const px = u.ctx.getImageData(x - 1, top, 3, h).data;
+let n = 0;
+for (let i = 0; i < px.length; i += 4) {
+  if (px[i + 3] > 100 && Math.abs(px[i] - want[0]) + Math.abs(px[i + 1] - want[1])
+      + Math.abs(px[i + 2] - want[2]) < 120) n++;
+}
+return n;
+"""
+
+
+def column_pixels(driver: WebDriver, at: float, series: int = 0) -> int:
+    """How many pixels of series `series`'s colour the main plot has in its column at `at`
+    (epoch seconds): 0 where that series draws nothing (a gap)."""
+    return int(driver.execute_script(COLUMN, at, series))

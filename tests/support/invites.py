@@ -1,19 +1,27 @@
 """Invitation and reset links in tests (people/links.py): an app whose links point at
 http://sds.example (with a real SMTP sink when given), the secret in a shown link or a received
-email, and a JSON answer of an expected status."""
+email, a JSON answer of an expected status, and the fixtures the link tests share
+(tests/access/conftest.py registers them): `link_world` (the access world in a database of its
+own, memberships reset), `sink` (a real SMTP server) and `plain` (a client of an app without
+SMTP: links are shown to the inviter)."""
 
 from __future__ import annotations
 
 import email
 import email.policy
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from flask import Flask
+from flask.testing import FlaskClient
 
-from testbed.receivers import Receiver
-from tests.support.access_world import World, basic
-from tests.support.apps import make_app
+from testbed.receivers import Receiver, smtp_sink
+from tests.support.access_world import World, basic, reset_memberships
+from tests.support.apps import close_app, make_app
 
 A1 = basic("a1@a.example")
 """Org A's administrator (the access world, after reset_memberships)."""
@@ -47,3 +55,32 @@ def link_in(received: dict[str, Any]) -> str:
     found = LINK.search(text.get_content())  # type: ignore[attr-defined]
     assert found, received["data"]
     return found.group(1)
+
+
+@pytest.fixture
+def link_world(fresh_world: World) -> World:
+    """The access world in a database of its own: a1 administers org A, b1 org B (named apart
+    from the access conftest's module-scoped `world`)."""
+    with psycopg.connect(fresh_world.url) as conn:
+        reset_memberships(conn, fresh_world)
+    return fresh_world
+
+
+@pytest.fixture
+def sink(tmp_path: Path) -> Iterator[Receiver]:
+    """A real SMTP server on loopback."""
+    server = smtp_sink(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def plain(link_world: World) -> Iterator[FlaskClient]:
+    """A client of an app without SMTP (invitation links are shown to the inviter)."""
+    app = link_app(link_world)
+    try:
+        yield app.test_client()
+    finally:
+        close_app(app)
