@@ -22,6 +22,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from aggregate.__main__ import MISFIRE_GRACE, build_scheduler
 from aggregate.leader import LeaderLock, LeadershipLost
 from shared.config import Settings
+from tests.support.ingesting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,7 +119,7 @@ def test_guard_rejects_a_process_without_the_lock(database_url) -> None:
             with pytest.raises(LeadershipLost):
                 b.guard(conn)
             conn.execute("SELECT pg_terminate_backend(%s)", (a.backend_pid,))
-            time.sleep(0.2)
+            _wait(lambda: _gone(database_url, a.backend_pid), 10, "the session's end")
             with pytest.raises(LeadershipLost):
                 a.guard(conn)
         assert not a.alive()
@@ -141,13 +142,15 @@ def _runs(conn: psycopg.Connection) -> list[tuple[str, str, datetime, bool | Non
                         ).fetchall()
 
 
+def _gone(url: str, pid: int) -> bool:
+    """Whether backend `pid` has ended (asked in a transaction of its own: pg_stat_activity is
+    a snapshot for the length of one)."""
+    with psycopg.connect(url, autocommit=True) as c:
+        return c.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is None
+
+
 def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_for(predicate, timeout, what=what)
 
 
 @pytest.mark.chaos

@@ -6,7 +6,6 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -16,6 +15,7 @@ import pytest
 from shared import places
 from testbed.apiserver import GunicornServer
 from tests.support.data_world import D4_ROWS, World
+from tests.support.ingesting import wait_for
 from tests.support.readings import every_column, insert_readings, series
 
 BIG_ROWS = 10000
@@ -88,10 +88,7 @@ def _busy_api_sessions(url: str) -> int:
 
 
 def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+    wait_for(condition, seconds, what=what)
 
 
 @pytest.mark.parametrize("accept", ["application/json", "text/csv"])

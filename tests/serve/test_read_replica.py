@@ -22,6 +22,7 @@ from testbed.database import as_role
 from testbed.postgres import PostgresServer
 from tests.support.apps import close_app
 from tests.support.databases import migrate_database
+from tests.support.ingesting import wait_for
 from tests.support.readings import insert_readings, series
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
@@ -77,13 +78,13 @@ def _replay(standby: PostgresServer, pause: bool) -> None:
 def _caught_up(primary: PostgresServer, standby: PostgresServer) -> None:
     with psycopg.connect(primary.dsn("api"), autocommit=True) as c:
         lsn = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+
+    def replayed() -> bool:
         with psycopg.connect(standby.dsn("api"), autocommit=True) as c:
-            if c.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
-                return
-        time.sleep(0.05)
-    raise AssertionError("the standby did not catch up")
+            row = c.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
+            return bool(row and row[0])
+
+    wait_for(replayed, 20, what="the standby to catch up")
 
 
 def _get(app: Flask, key: str) -> tuple[str, int, Any]:
