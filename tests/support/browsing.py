@@ -11,6 +11,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from testbed.browser import wait_for
+from testbed.process import poll
 from tests.support.dashboard import PASSWORDS
 
 # Series colours of device.js / quarantine.js, in column order.
@@ -121,3 +122,13 @@ def column_pixels(driver: WebDriver, at: float, series: int = 0) -> int:
     """How many pixels of series `series`'s colour the main plot has in its column at `at`
     (epoch seconds): 0 where that series draws nothing (a gap)."""
     return int(driver.execute_script(COLUMN, at, series))
+
+
+def downloaded(folder: Path, extension: str, timeout: float = 30.0) -> Path:
+    """The one file with `extension` the browser saved into `folder`, once no download is in
+    progress there (Chromium writes *.crdownload until it is complete)."""
+    wait_for_file = poll(lambda: list(folder.glob(f"*.{extension}"))
+                         and not list(folder.glob("*.crdownload")), timeout, every=0.2)
+    assert wait_for_file, f"no .{extension} downloaded: {list(folder.glob('*'))}"
+    (saved,) = folder.glob(f"*.{extension}")
+    return saved

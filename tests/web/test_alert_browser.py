@@ -88,13 +88,11 @@ def _create_rule_in_the_form(driver: WebDriver, base: str) -> None:
 
 
 def _reload_until(driver: WebDriver, url: str, script: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def shows() -> bool:
         driver.get(url)
-        if driver.execute_script("return " + script):
-            return
-        assert time.monotonic() < deadline, f"{url}: never {script}"
-        time.sleep(0.5)
+        return bool(driver.execute_script("return " + script))
+
+    wait_until(shows, timeout, every=0.5, what=f"{url}: {script}")
 
 
 def test_a_rule_made_in_the_dashboard_fires_into_the_inbox_and_notes_are_drawn(

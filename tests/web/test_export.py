@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import math
-import time
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,7 +27,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from serve.args import MAX_LIMIT
 from shared import places
 from testbed.browser import console_errors, wait_for
-from tests.support.browsing import chart_drawn, sign_in
+from tests.support.browsing import chart_drawn, downloaded, sign_in
 from tests.support.dashboard import END, World
 from tests.support.readings import insert_readings, series, sine_of_time
 
@@ -61,12 +60,7 @@ def test_export_follows_the_cursor_through_the_whole_range(
     exported = browser.execute_script("return window.sdsDashboard.exported")
     assert exported["rows"] == ROWS
     assert f"Exported {ROWS:,} rows" in browser.find_element(By.ID, "export-status").text
-    downloads = tmp_path / "downloads"
-    deadline = time.monotonic() + 30
-    while not list(downloads.glob("*.csv")) or list(downloads.glob("*.crdownload")):
-        assert time.monotonic() < deadline, list(downloads.glob("*"))
-        time.sleep(0.2)
-    (saved,) = downloads.glob("*.csv")
+    saved = downloaded(tmp_path / "downloads", "csv")
     assert saved.name == exported["name"] and saved.name.startswith("calibrated_E1_")
     table = list(csv.reader(io.StringIO(saved.read_text())))
     assert table[0] == ["time", "tair", "rh", "local_time"]
@@ -133,12 +127,7 @@ def test_parquet_export_is_typed_and_equals_the_api_rows(
     assert exported["rows"] == PARQUET_ROWS and exported["format"] == "parquet"
     status = browser.find_element(By.ID, "export-status").text
     assert f"Exported {PARQUET_ROWS:,} rows" in status
-    downloads = tmp_path / "downloads"
-    deadline = time.monotonic() + 30
-    while not list(downloads.glob("*.parquet")) or list(downloads.glob("*.crdownload")):
-        assert time.monotonic() < deadline, list(downloads.glob("*"))
-        time.sleep(0.2)
-    (saved,) = downloads.glob("*.parquet")
+    saved = downloaded(tmp_path / "downloads", "parquet")
     assert saved.name == exported["name"] == "calibrated_E2_2025-12-08_2026-03-08.parquet"
     assert saved.stat().st_size == exported["bytes"]
 
