@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from shared import db
 
 if TYPE_CHECKING:
-    from testbed.services import MosquittoBroker, PostgresServer
+    from testbed.mosquitto import MosquittoBroker
+    from testbed.postgres import PostgresServer
 
 
 @contextmanager
@@ -21,7 +22,7 @@ def server_url(url: str | None) -> Iterator[str]:
     if url is not None:
         yield url
         return
-    from testbed.services import PostgresServer
+    from testbed.postgres import PostgresServer
 
     server = PostgresServer().start()
     try:
@@ -57,7 +58,8 @@ def durable_servers(base: Path) -> tuple[PostgresServer, str, MosquittoBroker]:
     the shipped durable.conf, under `base`: (server, database URL, broker). The caller cleans
     both up."""
     from testbed import database as provisioning
-    from testbed.services import MosquittoBroker, PostgresServer
+    from testbed.mosquitto import MosquittoBroker
+    from testbed.postgres import PostgresServer
 
     pg = PostgresServer().start(base / "pg", durable=True)
     url = provisioning.create(pg.dsn("postgres"), "bench")

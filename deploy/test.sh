@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # deploy/test.sh [pytest args]: README command 2, run the tests. Installs what they need (setup.sh),
 # then runs pytest from the repo root. The tests start their own PostgreSQL and mosquitto on free
-# loopback ports (testbed/services.py), so no service has to be running. CI runs this.
+# loopback ports (testbed/), so no service has to be running. CI runs this.
 set -euo pipefail
 
 SDS_SCRIPT=test.sh

@@ -22,7 +22,6 @@ import json
 import re
 import subprocess
 import threading
-import time
 import urllib.parse
 import urllib.request
 from abc import abstractmethod
@@ -30,15 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from testbed.services import (
-    REPO,
-    START_TIMEOUT,
-    STOP_TIMEOUT,
-    ServiceError,
-    _ProcessServer,
-    free_port,
-)
-from testbed.services import _tail as tail
+from testbed.process import REPO, ProcessServer, free_port, tail, wait_started
 
 
 def _conf() -> ModuleType:
@@ -87,7 +78,7 @@ def _ready(url: str) -> bool:
         return False
 
 
-class _Daemon(_ProcessServer):
+class _Daemon(ProcessServer):
     """One foreground process on one port, ready when GET `ready_path` answers 200."""
 
     ready_path = "/"
@@ -108,28 +99,13 @@ class _Daemon(_ProcessServer):
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
                                           stdout=log, stderr=log)
-        deadline = time.monotonic() + START_TIMEOUT
-        while not _ready(f"{self.url}{self.ready_path}"):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise ServiceError(f"{self.command()[0]} did not start\n{tail(self.log_path)}")
-            time.sleep(0.1)
+        wait_started(self._proc, lambda: _ready(f"{self.url}{self.ready_path}"),
+                     what=self.command()[0], log=lambda: tail(self.log_path), every=0.1)
 
     @property
     def url(self) -> str:
         """http://127.0.0.1:PORT"""
         return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        """SIGTERM and wait (SIGKILL after STOP_TIMEOUT)."""
-        if self.is_running():
-            proc = self._require_proc()
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=STOP_TIMEOUT)
 
 
 class PrometheusServer(_Daemon):

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from testbed.services import free_port, port_open
+from testbed.process import free_port, port_open, stop_process, tail, wait_started
 
 
 class Receiver:
@@ -22,14 +21,12 @@ class Receiver:
         self.port = port or free_port()
         self.out = directory / f"{module.rsplit('.', 1)[1]}-{self.port}.jsonl"
         self.out.touch()
-        self._proc = subprocess.Popen([sys.executable, "-m", module, str(self.port),
-                                       str(self.out), *extra])
-        deadline = time.monotonic() + 20
-        while not port_open(self.port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{module} did not start on port {self.port}")
-            time.sleep(0.05)
+        self.log_path = directory / f"{module.rsplit('.', 1)[1]}-{self.port}.log"
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen([sys.executable, "-m", module, str(self.port),
+                                           str(self.out), *extra], stdout=log, stderr=log)
+        wait_started(self._proc, lambda: port_open(self.port), what=module, timeout=20,
+                     log=lambda: tail(self.log_path))
 
     @property
     def url(self) -> str:
@@ -42,14 +39,8 @@ class Receiver:
         return [json.loads(line) for line in lines if line.strip()]
 
     def stop(self) -> None:
-        """End the process."""
-        if self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(10)
+        """End the process (SIGTERM, then SIGKILL after 10 s)."""
+        stop_process(self._proc, timeout=10)
 
 
 def webhook_receiver(directory: Path, *, status: int = 200, delay: float = 0.0,

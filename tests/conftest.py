@@ -1,10 +1,10 @@
 """Session services and per-test databases.
 
 A real PostgreSQL with TimescaleDB and a real mosquitto are started once per test session on
-free loopback ports (testbed/services.py); each test that needs the database gets a fresh
-database cloned from a migrated template, so tests never see each other's rows. Setting
-TEST_DATABASE_URL points the suite at an existing server instead (a maintenance database the
-role may create databases from); an unreachable one stops the run.
+free loopback ports (testbed/postgres.py, testbed/mosquitto.py); each test that needs the
+database gets a fresh database cloned from a migrated template, so tests never see each
+other's rows. Setting TEST_DATABASE_URL points the suite at an existing server instead (a
+maintenance database the role may create databases from); an unreachable one stops the run.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PostgresServer
+from testbed.mosquitto import MosquittoBroker
+from testbed.postgres import PostgresServer
 from tests.support.databases import clone_template, migrate_database, with_dbname
 from tests.support.figures import Figures
 from tests.support.ports import deployed_ports, held

@@ -34,16 +34,15 @@ from psycopg import sql
 from shared import migrate
 from shared.config import Settings
 from shared.db import ROLES
-from testbed.services import (
+from testbed.mosquitto import (
     DURABLE_CONF,
-    REPO,
     SHIPPED_ACL,
     SHIPPED_CONF,
     MosquittoBroker,
-    PostgresServer,
     conf_settings,
-    free_port,
 )
+from testbed.postgres import PostgresServer
+from testbed.process import REPO, free_port
 from tests.support.ports import in_ephemeral_range, span
 
 WAIT = 10.0  # seconds; every wait below is bounded by this

@@ -184,7 +184,7 @@ def test_the_import_rule_can_fail() -> None:
     assert forbidden_imports(Path("testbed/x.py"), "from tests.support import apps\n")
     assert forbidden_imports(Path("testbed/x.py"), "from bench.common import database\n")
     assert not forbidden_imports(Path("bench/x/__main__.py"),
-                                 "from testbed.services import GunicornServer\n")
+                                 "from testbed.apiserver import GunicornServer\n")
     assert not forbidden_imports(Path("tests/aggregate/test_z.py"),
                                  "from tests.aggregate import reference\n")
 
@@ -197,6 +197,95 @@ def test_tests_and_benchmarks_import_no_test_module(folder: str) -> None:
            for hit in forbidden_imports(f.relative_to(ROOT), f.read_text())]
     assert not bad, ("import these from a tests/support module instead (move the helper "
                      "there if it is not yet):\n" + "\n".join(bad))
+
+
+# ---- fixtures reach a folder one way; readings come from one factory --------------------------
+
+
+def support_fixtures(root: Path) -> dict[str, set[str]]:
+    """module name -> the pytest fixtures it defines, for every tests/support module."""
+    found: dict[str, set[str]] = {}
+    for f in sorted((root / "tests" / "support").glob("*.py")):
+        found[f"tests.support.{f.stem}"] = {
+            node.name for node in ast.parse(f.read_text()).body
+            if isinstance(node, ast.FunctionDef)
+            and any("fixture" in ast.unparse(d) for d in node.decorator_list)}
+    return found
+
+
+IMPORT_FROM_TESTS = re.compile(r"^\s*from (tests\.[\w.]+) import (\([^)]*\)|[^\n]*)", re.M)
+ALL_LIST = re.compile(r"^__all__ = \[([^\]]*)\]", re.M)
+
+
+def fixture_idiom_problems(path: Path, source: str, fixtures: dict[str, set[str]]) -> list[str]:
+    """Departures from the one way a fixture of a support module reaches tests: the folder's
+    conftest imports it by name and lists it in `__all__`. A star import, a test module that
+    imports a fixture, or a conftest that imports one without listing it is a problem. (Read
+    with regular expressions, not parsed: this runs over every test file in the quick set.)"""
+    listed = ALL_LIST.search(source)
+    exported = set(re.findall(r"[\"']([\w]+)[\"']", listed.group(1))) if listed else set()
+    found = []
+    for m in IMPORT_FROM_TESTS.finditer(source):
+        module, names = m.group(1), re.sub(r"#[^\n]*", "", m.group(2)).strip("()\n ")
+        where = f"{path}:{source.count(chr(10), 0, m.start()) + 1}"
+        for name in (n.split(" as ")[0].strip() for n in names.split(",")):
+            if name == "*":
+                found.append(f"{where}: star import from {module}")
+            elif name in fixtures.get(module, set()):
+                if path.name != "conftest.py":
+                    found.append(f"{where}: fixture {name} imported by a test module")
+                elif name not in exported:
+                    found.append(f"{where}: fixture {name} not in __all__")
+    return found
+
+
+def test_fixtures_are_registered_one_way() -> None:
+    fixtures = support_fixtures(ROOT)
+    bad = [hit for f in sorted((ROOT / "tests").rglob("*.py"))
+           for hit in fixture_idiom_problems(f.relative_to(ROOT), f.read_text(), fixtures)]
+    assert not bad, ("import a support fixture in the folder's conftest.py, by name, and list "
+                     "it in __all__:\n" + "\n".join(bad))
+
+
+def test_the_fixture_rule_can_fail() -> None:
+    fixtures = {"tests.support.chaos": {"own_pg"}}
+    conftest, module = Path("tests/x/conftest.py"), Path("tests/x/test_y.py")
+    assert fixture_idiom_problems(conftest, "from tests.support.chaos import *\n", fixtures)
+    assert fixture_idiom_problems(module, "from tests.support.chaos import own_pg\n", fixtures)
+    assert fixture_idiom_problems(conftest, "from tests.support.chaos import own_pg\n", fixtures)
+    assert not fixture_idiom_problems(
+        conftest, 'from tests.support.chaos import own_pg\n__all__ = ["own_pg"]\n', fixtures)
+    assert not fixture_idiom_problems(module, "from tests.support.chaos import slots\n", fixtures)
+    assert "own_pg" in support_fixtures(ROOT)["tests.support.chaos"]
+
+
+# Tests put readings in through tests/support/readings.py; these write the INSERT themselves
+# because it is what they test (an isolation schedule; a role's privileges; this rule).
+OWN_READING_INSERTS = {"tests/support/readings.py", "tests/aggregate/test_isolation.py",
+                       "tests/security/test_rls.py", "tests/test_lint.py"}
+
+
+def raw_reading_inserts(path: Path, source: str) -> list[str]:
+    """Lines of `source` that write readings past the factory (an INSERT into calibrated)."""
+    if path.as_posix() in OWN_READING_INSERTS:
+        return []
+    return [f"{path}:{n}" for n, line in enumerate(source.splitlines(), 1)
+            if re.search(r"INSERT\s+INTO\s+calibrated\b", line, re.IGNORECASE)]
+
+
+def test_tests_seed_readings_through_the_factory() -> None:
+    bad = [hit for f in sorted((ROOT / "tests").rglob("*.py"))
+           for hit in raw_reading_inserts(f.relative_to(ROOT), f.read_text())]
+    assert not bad, ("use tests.support.readings (series, insert_readings):\n"
+                     + "\n".join(bad))
+
+
+def test_the_reading_rule_can_fail() -> None:
+    assert raw_reading_inserts(Path("tests/serve/test_x.py"),
+                               'c.execute("insert into calibrated (time) values (now())")\n')
+    assert not raw_reading_inserts(Path("tests/security/test_rls.py"),
+                                   'c.execute("INSERT INTO calibrated (time) VALUES (now())")\n')
+    assert not raw_reading_inserts(Path("tests/serve/test_x.py"), "INSERT INTO hourly\n")
 
 
 # ---- one home for each small rule ---------------------------------------------------------------
@@ -376,19 +465,35 @@ def test_only_the_operator_room_has_click_commands(tmp_path: Path) -> None:
     assert click_importers(tmp_path, sorted(tmp_path.rglob("*.py"))) == ["shared/cli.py"]
 
 
-# No production module grows past this: a file that does is two concerns waiting to be split.
+# No module of the service, the test servers or the Python client grows past this: a file that
+# does is two concerns waiting to be split (testbed/ and client/ since issue 31).
 MAX_LINES = 500
+CAPPED = (*PRODUCTION, "testbed", "client")
 # Known offenders being split; the list may only shrink (empty since issue 21).
 OVER_LIMIT: set[str] = set()
 
 
-def test_no_production_file_over_500_lines() -> None:
-    files = [f for package in PRODUCTION for f in sorted((ROOT / package).rglob("*.py"))]
-    over = {f.relative_to(ROOT).as_posix() for f in files
-            if len(f.read_text().splitlines()) > MAX_LINES}
+def files_over(root: Path, folders: tuple[str, ...], limit: int = MAX_LINES) -> set[str]:
+    """The .py files under `folders` of `root` longer than `limit` lines."""
+    files = [f for folder in folders for f in sorted((root / folder).rglob("*.py"))]
+    return {f.relative_to(root).as_posix() for f in files
+            if len(f.read_text().splitlines()) > limit}
+
+
+def test_no_file_of_the_service_testbed_or_client_over_500_lines() -> None:
+    over = files_over(ROOT, CAPPED)
     assert over <= OVER_LIMIT, f"over {MAX_LINES} lines: {sorted(over - OVER_LIMIT)}"
     assert OVER_LIMIT <= over, (
         f"no longer over the limit, drop from OVER_LIMIT: {OVER_LIMIT - over}")
+
+
+def test_the_line_cap_covers_every_capped_folder(tmp_path: Path) -> None:
+    for folder in CAPPED:
+        (tmp_path / folder / "deep").mkdir(parents=True)
+        (tmp_path / folder / "deep" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+        (tmp_path / folder / "short.py").write_text("x = 1\n" * MAX_LINES)
+    assert files_over(tmp_path, CAPPED) == {f"{f}/deep/long.py" for f in CAPPED}
+    assert {"testbed", "client", *PRODUCTION} <= set(CAPPED)
 
 
 # Blueprints (serve/api/*) import no other blueprint, and the dashboard (serve/web/) imports no

@@ -34,8 +34,8 @@ from bench.alerts.stack import LISTEN_PORTS
 from people import accounts
 from shared import alertrules, alertstore, db, places, sealing
 from shared.config import PREFIX
+from testbed.mosquitto import MosquittoBroker
 from testbed.receivers import webhook_receiver
-from testbed.services import MosquittoBroker
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICES = ("A000101", "A000102", "A000103", "A000104", "A000105")

@@ -31,7 +31,7 @@ from ingest.shards import subscriptions
 from people import accounts
 from shared import alertrules, alertstore, db, places
 from shared.config import PREFIX, Settings
-from testbed.services import free_port
+from testbed.process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -53,7 +53,7 @@ from shared import db, places
 from shared.columns import READING_INPUTS, TABLES
 from shared.config import PREFIX, Settings
 from shared.timeutil import parse_instant
-from testbed.services import free_port
+from testbed.process import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 GOALS = {"a": 0.8, "b": 0.5, "c": 3.0}

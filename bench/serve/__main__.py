@@ -127,11 +127,11 @@ def load_hourly(world: World, days: int) -> None:
 
 class Gunicorn:
     """gunicorn serving serve.wsgi:app on a free loopback port, with the deploy config
-    (testbed.services.GunicornServer)."""
+    (testbed.apiserver.GunicornServer)."""
 
     def __init__(self, url: str, workers: int = 2) -> None:
         from shared.config import Settings
-        from testbed.services import GunicornServer
+        from testbed.apiserver import GunicornServer
 
         self.server = GunicornServer().start(
             {"SDS_DATABASE_URL": url, "SDS_CURSOR_SECRET": CURSOR_SECRET,
@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
             peak = server.worker_peak_rss_kib()
 
             # 6. API replicas behind the edge: the same server alone, and with a second one.
-            from testbed.services import NginxEdge
+            from testbed.nginx import NginxEdge
 
             second = Gunicorn(url)
             edges.append(NginxEdge().start([f"127.0.0.1:{server.port}"]))

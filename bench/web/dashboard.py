@@ -28,7 +28,7 @@ from people import accounts
 from shared import db, places
 from testbed.apiserver import gunicorn_api
 from testbed.browser import chromium, wait_for
-from testbed.services import NginxEdge
+from testbed.nginx import NginxEdge
 
 END = datetime(2026, 3, 8, tzinfo=UTC)
 STEPS = 7 * 24 * 12

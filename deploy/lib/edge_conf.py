@@ -1,6 +1,6 @@
 """The edge's nginx config rendered from deploy/nginx/nginx.conf: the one place that writes the
 upstream server lines, for deploy/run.sh (`python3 deploy/lib/edge_conf.py DIR LISTEN ADDR...`
-prints the config) and for the tests' NginxEdge (testbed/services.py imports `render`).
+prints the config) and for the tests' NginxEdge (testbed/nginx.py imports `render`).
 Standard library only: run.sh calls it with the system python3."""
 
 from __future__ import annotations

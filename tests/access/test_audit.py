@@ -21,12 +21,7 @@ A2 = basic("a2@a.example")
 B1 = basic("b1@b.example")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def admins(world: World) -> None:
-    """a1 administers org A and b1 org B; a2 is a plain member of org A."""
-    with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id IN (%s, %s)",
-                     (world.a1, world.b1))
+pytestmark = pytest.mark.usefixtures("admins")  # tests/support/access_world.py
 
 
 def _entries(client: FlaskClient, headers: dict[str, str], query: str = "") -> dict[str, Any]:

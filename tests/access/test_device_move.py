@@ -16,19 +16,15 @@ from flask.testing import FlaskClient
 from shared import places
 from tests.aggregate.weather import Place, day_readings
 from tests.support.access_world import World, basic
-from tests.support.rollups import fetch, insert_readings, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import fetch, run_all
 
 A1 = basic("a1@a.example")
 A2 = basic("a2@a.example")
 B1 = basic("b1@b.example")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def admins(world: World) -> None:
-    """a1 administers org A and b1 org B; a2 is a plain member of org A."""
-    with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id IN (%s, %s)",
-                     (world.a1, world.b1))
+pytestmark = pytest.mark.usefixtures("admins")  # tests/support/access_world.py
 
 
 def _post(client: FlaskClient, device: str, body: Any, headers: dict[str, str]) -> Any:
@@ -51,7 +47,7 @@ def test_moving_a_device_relabels_its_readings_and_recuts_the_rollups(
         places.register_device(conn, org=world.org_a, name=device)
         places.deploy_device(conn, device=device, location=old,
                                start=datetime(2026, 6, 1, tzinfo=UTC))
-        insert_readings(conn, device, old, day_readings(place))
+        insert_readings(conn, device, old, day_readings(place), marks=True)
         run_all(conn)
         assert [r["time"] for r in fetch(conn, "SELECT time FROM daily WHERE device = %s",
                                          device)] == [datetime(2026, 6, 12, tzinfo=UTC)]

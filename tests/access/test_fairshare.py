@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from serve.fairshare import HEAVY, Slots
 from shared import places
 from tests.support.access_world import World, apikey, basic
 from tests.support.apps import close_app, make_app
+from tests.support.readings import insert_readings, series
 
 
 @pytest.fixture
@@ -96,9 +98,8 @@ def test_a_heavy_page_needs_a_slot_and_holds_it_until_its_last_byte(
     with psycopg.connect(fresh_world.url) as conn:
         # Enough rows that the page streams instead of being built whole.
         places.register_device(conn, org=fresh_world.org_a, name="A000199")
-        conn.execute("INSERT INTO calibrated (time, device, tair) SELECT now() - interval"
-                     " '3 days' + g * interval '5 seconds', 'A000199', 20 FROM"
-                     " generate_series(0, 9999) g")
+        insert_readings(conn, "A000199", None, series(
+            datetime.now(UTC) - timedelta(days=3), n=10_000, step=timedelta(seconds=5), tair=20))
         conn.commit()
     slots = Slots(slot_dir)
     client = capped.test_client()

@@ -9,15 +9,15 @@ from __future__ import annotations
 import base64
 import http.client
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from testbed.services import GunicornServer
+from testbed.apiserver import GunicornServer
 from tests.support.access_world import World, seed
+from tests.support.ingesting import wait_for
 
 RATE_LIMIT = 20  # requests per API key per window for this module's server
 
@@ -105,10 +105,8 @@ def test_query_key_works_and_stays_out_of_the_access_log(server: Server,
     status, headers, _ = server.request("GET", f"/api/v2/locations/summary?apikey={key}")
     assert status == 200 and "sunset" in headers and "deprecation" in headers
     log = server.log_dir / "access.log"
-    deadline = time.monotonic() + 10
-    while "/api/v2/locations/summary" not in (log.read_text() if log.exists() else ""):
-        assert time.monotonic() < deadline, "the request never reached the access log"
-        time.sleep(0.1)
+    wait_for(lambda: "/api/v2/locations/summary" in (log.read_text() if log.exists() else ""),
+             10, what="the request in the access log")
     text = log.read_text() + (server.log_dir / "stderr.log").read_text()
     for secret in gunicorn_world.secrets():
         assert secret not in text

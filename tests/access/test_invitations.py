@@ -8,23 +8,20 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 from click.testing import CliRunner
 from flask.testing import FlaskClient
 
 from admin.cli import main
 from people import credentials, links
 from testbed.receivers import Receiver
-from tests.support.access_world import PASSWORDS, World, basic, bearer, reset_memberships
+from tests.support.access_world import PASSWORDS, World, basic, bearer
 from tests.support.apps import close_app
 from tests.support.dashboard import csrf_of
 from tests.support.ingesting import wait_for
-from tests.support.invites import A1, NEW_PASSWORD, mail_sink
+from tests.support.invites import A1, NEW_PASSWORD
 from tests.support.invites import answer as _json
 from tests.support.invites import link_app as _app
 from tests.support.invites import link_in as _link_in
@@ -33,56 +30,31 @@ from tests.support.invites import secret_of as _secret
 A2 = basic("a2@a.example")
 
 
-@pytest.fixture
-def world(fresh_world: World) -> World:
-    """The access world in a database of its own, a1 administering org A and b1 org B."""
-    with psycopg.connect(fresh_world.url) as conn:
-        reset_memberships(conn, fresh_world)
-    return fresh_world
-
-
-@pytest.fixture
-def sink(world: World, tmp_path: Path, processes: None) -> Iterator[Receiver]:
-    """A real SMTP server on loopback, and the deliverer that sends the outbox's mail to it."""
-    with mail_sink(world, tmp_path) as server:
-        yield server
-
-
-@pytest.fixture
-def plain(world: World) -> Iterator[FlaskClient]:
-    """A client of an app without SMTP."""
-    app = _app(world)
-    try:
-        yield app.test_client()
-    finally:
-        close_app(app)
-
-
-def _invite(client: FlaskClient, world: World, email: str, role: str = "member") -> Any:
-    return _json(client.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=A1,
+def _invite(client: FlaskClient, link_world: World, email: str, role: str = "member") -> Any:
+    return _json(client.post(f"/api/v2/orgs/{link_world.org_a}/invitations", headers=A1,
                              json={"email": email, "role": role}), 201)
 
 
-def _email_proven(world: World, email: str) -> bool:
+def _email_proven(link_world: World, email: str) -> bool:
     """Whether the account's email is proven (users.email_verified_at, migration 0165)."""
-    with psycopg.connect(world.url) as conn:
+    with psycopg.connect(link_world.url) as conn:
         row = conn.execute("SELECT email_verified_at IS NOT NULL FROM users WHERE email = %s",
                            (email,)).fetchone()
     assert row is not None, email
     return bool(row[0])
 
 
-def _audit(world: World, action: str) -> list[Any]:
-    with psycopg.connect(world.url) as conn:
+def _audit(link_world: World, action: str) -> list[Any]:
+    with psycopg.connect(link_world.url) as conn:
         return conn.execute("SELECT actor, via, details FROM audit_log WHERE action = %s"
                             " ORDER BY id", (action,)).fetchall()
 
 
-def test_invitation_is_mailed_and_accepted(world: World, sink: Receiver) -> None:
-    app = _app(world, sink)
+def test_invitation_is_mailed_and_accepted(link_world: World, sink: Receiver) -> None:
+    app = _app(link_world, sink)
     try:
         client = app.test_client()
-        made = _invite(client, world, "newcomer@a.example", "admin")
+        made = _invite(client, link_world, "newcomer@a.example", "admin")
         assert made["mailed"] is True and "link" not in made  # mailed: not shown
         assert (made["email"], made["role"], made["invited_by"]["label"]) == (
             "newcomer@a.example", "admin", "a1@a.example")
@@ -90,37 +62,38 @@ def test_invitation_is_mailed_and_accepted(world: World, sink: Receiver) -> None
         assert mails[0]["rcpt_tos"] == ["newcomer@a.example"]
         assert "Org A" in mails[0]["data"] and "admin" in mails[0]["data"]
         secret = _link_in(mails[0])
-        listed = _json(client.get(f"/api/v2/orgs/{world.org_a}/invitations", headers=A1), 200)
+        listed = _json(client.get(f"/api/v2/orgs/{link_world.org_a}/invitations", headers=A1), 200)
         assert [i["id"] for i in listed["items"]] == [made["id"]]
         assert secret not in str(listed)
         done = _json(client.post("/api/v2/auth/accept", json={
             "token": secret, "password": NEW_PASSWORD, "name": "New Comer"}), 200)
         assert (done["account"], done["role"], done["org_id"]) == ("created", "admin",
-                                                                   str(world.org_a))
+                                                                   str(link_world.org_a))
         me = _json(client.get("/api/v2/users/me",
                               headers=basic("newcomer@a.example", NEW_PASSWORD)), 200)
-        assert (me["name"], me["role"], me["org_id"]) == ("New Comer", "admin", str(world.org_a))
-        assert _email_proven(world, "newcomer@a.example")  # the link went only to the inbox
+        assert (me["name"], me["role"], me["org_id"]) == ("New Comer", "admin",
+                                                          str(link_world.org_a))
+        assert _email_proven(link_world, "newcomer@a.example")  # the link went only to the inbox
         # Used: the same 400 as a link that never existed, and no longer pending.
         again = client.post("/api/v2/auth/accept", json={"token": secret,
                                                           "password": NEW_PASSWORD})
         assert _json(again, 400)["message"] == links.REFUSED
-        assert _json(client.get(f"/api/v2/orgs/{world.org_a}/invitations",
+        assert _json(client.get(f"/api/v2/orgs/{link_world.org_a}/invitations",
                                 headers=A1), 200)["total"] == 0
     finally:
         close_app(app)
-    assert [r[2]["email"] for r in _audit(world, "invite.create")] == ["newcomer@a.example"]
-    accepted = _audit(world, "invite.accept")
+    assert [r[2]["email"] for r in _audit(link_world, "invite.create")] == ["newcomer@a.example"]
+    accepted = _audit(link_world, "invite.accept")
     assert [(r[0], r[1], r[2]["account"]) for r in accepted] == [
         ("newcomer@a.example", "link", "created")]
 
 
-def test_without_smtp_the_link_is_shown_to_the_administrator(world: World,
+def test_without_smtp_the_link_is_shown_to_the_administrator(link_world: World,
                                                             plain: FlaskClient) -> None:
-    made = _invite(plain, world, "shown@a.example")
+    made = _invite(plain, link_world, "shown@a.example")
     assert made["mailed"] is False and "SDS_SMTP_HOST" in made["not_mailed_because"]
     secret = _secret(made["link"])
-    with psycopg.connect(world.url) as conn:  # only the digest is stored
+    with psycopg.connect(link_world.url) as conn:  # only the digest is stored
         stored = conn.execute("SELECT count(*) FROM one_time_links WHERE digest::text LIKE %s",
                               (f"%{secret}%",)).fetchone()
         assert stored == (0,)
@@ -128,19 +101,19 @@ def test_without_smtp_the_link_is_shown_to_the_administrator(world: World,
           200)
     assert _json(plain.get("/api/v2/users/me", headers=basic("shown@a.example", NEW_PASSWORD)),
                  200)["role"] == "member"
-    assert not _email_proven(world, "shown@a.example")  # shown to the inviter: proves nothing
+    assert not _email_proven(link_world, "shown@a.example")  # shown to the inviter: proves nothing
 
 
 def test_unknown_used_expired_revoked_and_malformed_links_get_one_answer(
-        world: World, plain: FlaskClient) -> None:
-    used = _secret(_invite(plain, world, "used@a.example")["link"])
+        link_world: World, plain: FlaskClient) -> None:
+    used = _secret(_invite(plain, link_world, "used@a.example")["link"])
     _json(plain.post("/api/v2/auth/accept", json={"token": used, "password": NEW_PASSWORD}), 200)
-    expired = _invite(plain, world, "late@a.example")
-    revoked = _invite(plain, world, "revoked@a.example")
-    with psycopg.connect(world.url) as conn:
+    expired = _invite(plain, link_world, "late@a.example")
+    revoked = _invite(plain, link_world, "revoked@a.example")
+    with psycopg.connect(link_world.url) as conn:
         conn.execute("UPDATE one_time_links SET expires_at = now() - interval '1 s'"
                      " WHERE id = %s", (expired["id"],))
-    assert plain.delete(f"/api/v2/orgs/{world.org_a}/invitations/{revoked['id']}",
+    assert plain.delete(f"/api/v2/orgs/{link_world.org_a}/invitations/{revoked['id']}",
                         headers=A1).status_code == 204
     unknown = credentials.new_link().value  # well-formed, never stored
     answers = set()
@@ -154,12 +127,12 @@ def test_unknown_used_expired_revoked_and_malformed_links_get_one_answer(
     for address in ("late@a.example", "revoked@a.example"):  # no account was made
         assert plain.post("/api/v2/auth/token", json={"email": address, "password": NEW_PASSWORD}
                           ).status_code == 401
-    assert [r[2]["email"] for r in _audit(world, "invite.revoke")] == ["revoked@a.example"]
+    assert [r[2]["email"] for r in _audit(link_world, "invite.revoke")] == ["revoked@a.example"]
 
 
 def test_a_refused_password_keeps_the_link_and_bad_bodies_are_named(
-        world: World, plain: FlaskClient) -> None:
-    secret = _secret(_invite(plain, world, "careful@a.example")["link"])
+        link_world: World, plain: FlaskClient) -> None:
+    secret = _secret(_invite(plain, link_world, "careful@a.example")["link"])
     short = _json(plain.post("/api/v2/auth/accept", json={"token": secret, "password": "short"}),
                   400)
     assert "password" in short["message"]
@@ -171,22 +144,23 @@ def test_a_refused_password_keeps_the_link_and_bad_bodies_are_named(
                         ({"email": "x@a.example", "role": "emperor"}, "role"),
                         ({"email": "not-an-email", "role": "member"}, "email"),
                         ({"email": "a2@a.example", "role": "member"}, "already a member")):
-        r = plain.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=A1, json=body)
+        r = plain.post(f"/api/v2/orgs/{link_world.org_a}/invitations", headers=A1, json=body)
         assert r.status_code in (400, 409) and field in r.get_json()["message"], body
     # Members cannot invite, list, revoke or make reset links (403 before any lookup).
-    for method, path in (("POST", f"/api/v2/orgs/{world.org_a}/invitations"),
-                         ("GET", f"/api/v2/orgs/{world.org_a}/invitations"),
-                         ("POST", f"/api/v2/orgs/{world.org_a}/users/{world.a1}/reset-link")):
+    for method, path in (("POST", f"/api/v2/orgs/{link_world.org_a}/invitations"),
+                         ("GET", f"/api/v2/orgs/{link_world.org_a}/invitations"),
+                         ("POST",
+                          f"/api/v2/orgs/{link_world.org_a}/users/{link_world.a1}/reset-link")):
         r = plain.open(path, method=method, headers=A2,
                        json={"email": "x@a.example", "role": "member"})
         assert r.status_code == 403, (method, path)
 
 
-def test_acceptance_is_throttled_like_a_sign_in(world: World) -> None:
-    app = _app(world, login_address_max_failures=3)
+def test_acceptance_is_throttled_like_a_sign_in(link_world: World) -> None:
+    app = _app(link_world, login_address_max_failures=3)
     try:
         client = app.test_client()
-        secret = _secret(_invite(client, world, "patient@a.example")["link"])
+        secret = _secret(_invite(client, link_world, "patient@a.example")["link"])
         for i in range(3):
             _json(client.post("/api/v2/auth/accept", json={"token": f"sdsl_guess{i}",
                                                            "password": NEW_PASSWORD}), 400)
@@ -197,69 +171,69 @@ def test_acceptance_is_throttled_like_a_sign_in(world: World) -> None:
 
 
 def test_an_existing_account_joins_signed_in_with_the_password_it_has(
-        world: World, plain: FlaskClient) -> None:
+        link_world: World, plain: FlaskClient) -> None:
     """A link alone never joins an existing account (issue 30): 409, the invitation stays
     pending, and the account accepts it signed in."""
-    made = _invite(plain, world, "B1@b.example", "viewer")
+    made = _invite(plain, link_world, "B1@b.example", "viewer")
     r = plain.post("/api/v2/auth/accept", json={"token": _secret(made["link"])})
     assert r.status_code == 409 and r.get_json()["message"] == links.EXISTING_ACCOUNT
     done = _json(plain.post(f"/api/v2/users/me/invitations/{made['id']}/accept",
                             headers=basic("b1@b.example")), 200)
-    assert (done["account"], done["user_id"], done["role"]) == ("existing", str(world.b1),
+    assert (done["account"], done["user_id"], done["role"]) == ("existing", str(link_world.b1),
                                                                 "viewer")
     # The same password, now a viewer of org A too (a token for it), still admin of org B.
     token = _json(plain.post("/api/v2/auth/token", json={
         "email": "b1@b.example", "password": PASSWORDS["b1@b.example"],
-        "org": str(world.org_a)}), 200)["token"]
+        "org": str(link_world.org_a)}), 200)["token"]
     me = _json(plain.get("/api/v2/users/me", headers=bearer(token)), 200)
-    assert (me["org_id"], me["role"]) == (str(world.org_a), "viewer")
+    assert (me["org_id"], me["role"]) == (str(link_world.org_a), "viewer")
     assert _json(plain.get("/api/v2/users/me", headers=basic("b1@b.example")),
                  200)["role"] == "admin"
     # A manager of org A cannot take over b1's account (it reaches org B) with a reset link.
-    r = plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.b1}/reset-link", headers=A1)
+    r = plain.post(f"/api/v2/orgs/{link_world.org_a}/users/{link_world.b1}/reset-link", headers=A1)
     assert r.status_code == 403 and "other organisations" in r.get_json()["message"]
 
 
-def test_owners_are_invited_and_reset_by_owners_only(world: World, plain: FlaskClient) -> None:
-    r = plain.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=A1,
+def test_owners_are_invited_and_reset_by_owners_only(link_world: World, plain: FlaskClient) -> None:
+    r = plain.post(f"/api/v2/orgs/{link_world.org_a}/invitations", headers=A1,
                    json={"email": "boss@a.example", "role": "owner"})
     assert r.status_code == 403 and "owner" in r.get_json()["message"]
-    with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE memberships SET role = 'owner' WHERE user_id = %s", (world.a2,))
-    r = plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.a2}/reset-link", headers=A1)
+    with psycopg.connect(link_world.url) as conn:
+        conn.execute("UPDATE memberships SET role = 'owner' WHERE user_id = %s", (link_world.a2,))
+    r = plain.post(f"/api/v2/orgs/{link_world.org_a}/users/{link_world.a2}/reset-link", headers=A1)
     assert r.status_code == 403
     owner = basic("a2@a.example")
-    made = _json(plain.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=owner,
+    made = _json(plain.post(f"/api/v2/orgs/{link_world.org_a}/invitations", headers=owner,
                             json={"email": "team@a.example", "role": "member",
                                   "teams_only": True}), 201)
     assert made["teams_only"] is True
     done = _json(plain.post("/api/v2/auth/accept", json={"token": _secret(made["link"]),
                                                          "password": NEW_PASSWORD}), 200)
     assert done["teams_only"] is True
-    with psycopg.connect(world.url) as conn:
+    with psycopg.connect(link_world.url) as conn:
         assert conn.execute("SELECT role, teams_only FROM memberships WHERE user_id = %s",
                             (done["user_id"],)).fetchone() == ("member", True)
-    r = plain.post(f"/api/v2/orgs/{world.org_a}/invitations", headers=owner,
+    r = plain.post(f"/api/v2/orgs/{link_world.org_a}/invitations", headers=owner,
                    json={"email": "x@a.example", "role": "admin", "teams_only": True})
     assert r.status_code == 400 and "teams_only" in r.get_json()["message"]
 
 
 def test_a_removed_member_invited_again_comes_back_with_a_new_password(
-        world: World, plain: FlaskClient) -> None:
-    assert plain.delete(f"/api/v2/orgs/{world.org_a}/users/{world.a2}",
+        link_world: World, plain: FlaskClient) -> None:
+    assert plain.delete(f"/api/v2/orgs/{link_world.org_a}/users/{link_world.a2}",
                         headers=A1).status_code == 204
-    secret = _secret(_invite(plain, world, "a2@a.example")["link"])
+    secret = _secret(_invite(plain, link_world, "a2@a.example")["link"])
     done = _json(plain.post("/api/v2/auth/accept", json={"token": secret,
                                                          "password": NEW_PASSWORD}), 200)
-    assert (done["account"], done["user_id"]) == ("reactivated", str(world.a2))
+    assert (done["account"], done["user_id"]) == ("reactivated", str(link_world.a2))
     assert plain.get("/api/v2/users/me", headers=A2).status_code == 401  # the old password
     assert plain.get("/api/v2/users/me",
                      headers=basic("a2@a.example", NEW_PASSWORD)).status_code == 200
 
 
 def test_reset_by_email_mails_a_link_that_sets_the_password_and_ends_tokens(
-        world: World, sink: Receiver) -> None:
-    app = _app(world, sink)
+        link_world: World, sink: Receiver) -> None:
+    app = _app(link_world, sink)
     try:
         client = app.test_client()
         token = _json(client.post("/api/v2/auth/token", json={
@@ -281,18 +255,18 @@ def test_reset_by_email_mails_a_link_that_sets_the_password_and_ends_tokens(
                                                        "password": "another-one-123"}), 400)
     finally:
         close_app(app)
-    assert [r[1] for r in _audit(world, "user.reset_request")] == ["link"]
-    assert [r[2]["tokens_revoked"] for r in _audit(world, "user.password_reset")] == [1]
+    assert [r[1] for r in _audit(link_world, "user.reset_request")] == ["link"]
+    assert [r[2]["tokens_revoked"] for r in _audit(link_world, "user.password_reset")] == [1]
 
 
-def test_an_administrator_makes_a_reset_link_for_a_member(world: World,
+def test_an_administrator_makes_a_reset_link_for_a_member(link_world: World,
                                                          plain: FlaskClient) -> None:
-    made = _json(plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.a2}/reset-link",
+    made = _json(plain.post(f"/api/v2/orgs/{link_world.org_a}/users/{link_world.a2}/reset-link",
                             headers=A1), 201)
-    assert made["user_id"] == str(world.a2)
+    assert made["user_id"] == str(link_world.a2)
     older = _secret(made["link"])
-    newer = _secret(_json(plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.a2}/reset-link",
-                                     headers=A1), 201)["link"])
+    reset_path = f"/api/v2/orgs/{link_world.org_a}/users/{link_world.a2}/reset-link"
+    newer = _secret(_json(plain.post(reset_path, headers=A1), 201)["link"])
     _json(plain.post("/api/v2/auth/accept", json={"token": older, "password": NEW_PASSWORD}),
           400)  # the newer link replaced it
     _json(plain.post("/api/v2/auth/accept", json={"token": newer, "password": NEW_PASSWORD}),
@@ -300,15 +274,15 @@ def test_an_administrator_makes_a_reset_link_for_a_member(world: World,
     assert plain.get("/api/v2/users/me",
                      headers=basic("a2@a.example", NEW_PASSWORD)).status_code == 200
     # Another organisation's member is the same 404 as a missing one.
-    assert plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.b1}/reset-link",
+    assert plain.post(f"/api/v2/orgs/{link_world.org_a}/users/{link_world.b1}/reset-link",
                       headers=A1).status_code == 404
 
 
-def test_reset_requests_are_no_account_oracle(world: World, sink: Receiver,
+def test_reset_requests_are_no_account_oracle(link_world: World, sink: Receiver,
                                               figures: Any) -> None:
     """The same answer (status, headers, body) for an account and for no account, and the
     same time: the median of paired differences stays under a quarter of one request."""
-    app = _app(world, sink, login_max_failures=10_000, login_address_max_failures=10_000)
+    app = _app(link_world, sink, login_max_failures=10_000, login_address_max_failures=10_000)
     try:
         client = app.test_client()
 
@@ -343,8 +317,8 @@ def test_reset_requests_are_no_account_oracle(world: World, sink: Receiver,
         close_app(app)
 
 
-def test_cli_prints_invitation_and_reset_links(world: World, plain: FlaskClient) -> None:
-    env = {"SDS_DATABASE_URL": world.url, "SDS_PUBLIC_URL": "http://sds.example"}
+def test_cli_prints_invitation_and_reset_links(link_world: World, plain: FlaskClient) -> None:
+    env = {"SDS_DATABASE_URL": link_world.url, "SDS_PUBLIC_URL": "http://sds.example"}
     out = CliRunner().invoke(main, ["user", "invite", "cli@a.example", "--org", "Org A",
                                     "--role", "member"], env=env, catch_exceptions=False)
     assert out.exit_code == 0, out.output
@@ -357,13 +331,13 @@ def test_cli_prints_invitation_and_reset_links(world: World, plain: FlaskClient)
     secret = _secret(out.output.strip().splitlines()[-1])
     _json(plain.post("/api/v2/auth/accept", json={"token": secret, "password": NEW_PASSWORD}),
           200)
-    assert [r[0] for r in _audit(world, "invite.create")] == ["operator"]
-    assert [r[0] for r in _audit(world, "user.reset_link")] == ["operator"]
+    assert [r[0] for r in _audit(link_world, "invite.create")] == ["operator"]
+    assert [r[0] for r in _audit(link_world, "user.reset_link")] == ["operator"]
 
 
 def test_the_dashboard_accept_page_sets_the_password_and_leads_to_sign_in(
-        world: World, plain: FlaskClient) -> None:
-    secret = _secret(_invite(plain, world, "page@a.example", "admin")["link"])
+        link_world: World, plain: FlaskClient) -> None:
+    secret = _secret(_invite(plain, link_world, "page@a.example", "admin")["link"])
     page = plain.get(f"/dashboard/accept/{secret}")
     html = page.get_data(as_text=True)
     assert page.status_code == 200 and "Org A" in html and "page@a.example" in html
@@ -387,42 +361,43 @@ def test_the_dashboard_accept_page_sets_the_password_and_leads_to_sign_in(
 
 
 def test_another_of_the_callers_organisations_is_403_a_strangers_404(
-        world: World, plain: FlaskClient) -> None:
-    with psycopg.connect(world.url) as conn:  # a1 (admin of A) is also a viewer of B
+        link_world: World, plain: FlaskClient) -> None:
+    with psycopg.connect(link_world.url) as conn:  # a1 (admin of A) is also a viewer of B
         conn.execute("INSERT INTO memberships (user_id, org_id, role) VALUES (%s, %s,"
-                     " 'viewer')", (world.a1, world.org_b))
-    r = plain.get(f"/api/v2/orgs/{world.org_b}/invitations", headers=A1)
+                     " 'viewer')", (link_world.a1, link_world.org_b))
+    r = plain.get(f"/api/v2/orgs/{link_world.org_b}/invitations", headers=A1)
     assert r.status_code == 403 and "use a token for it" in r.get_json()["message"]
-    r = plain.get(f"/api/v2/orgs/{world.org_b}/invitations", headers=basic("b1@b.example"))
+    r = plain.get(f"/api/v2/orgs/{link_world.org_b}/invitations", headers=basic("b1@b.example"))
     assert r.status_code == 200  # b1 administers B
-    with psycopg.connect(world.url) as conn:
+    with psycopg.connect(link_world.url) as conn:
         conn.execute("DELETE FROM memberships WHERE user_id = %s AND org_id = %s",
-                     (world.a1, world.org_b))
-    assert plain.get(f"/api/v2/orgs/{world.org_b}/invitations", headers=A1).status_code == 404
+                     (link_world.a1, link_world.org_b))
+    assert plain.get(f"/api/v2/orgs/{link_world.org_b}/invitations", headers=A1).status_code == 404
 
 
 def test_a_reset_ends_tokens_bound_to_every_organisation_of_the_user(
-        world: World, plain: FlaskClient) -> None:
+        link_world: World, plain: FlaskClient) -> None:
     """The API role reaches only the link organisation's token rows, but a password change
     ends every token issued before it (sds_auth_token's password_changed_at rule)."""
-    with psycopg.connect(world.url) as conn:
+    with psycopg.connect(link_world.url) as conn:
         conn.execute("INSERT INTO memberships (user_id, org_id, role) VALUES (%s, %s,"
-                     " 'viewer')", (world.a2, world.org_b))
+                     " 'viewer')", (link_world.a2, link_world.org_b))
         secret = credentials.new_token()
         conn.execute("INSERT INTO auth_tokens (user_id, org_id, digest, expires_at) VALUES"
                      " (%s, %s, %s, now() + interval '1 hour')",
-                     (world.a2, world.org_b, secret.digest))
+                     (link_world.a2, link_world.org_b, secret.digest))
     in_b = bearer(secret.value)
-    assert _json(plain.get("/api/v2/users/me", headers=in_b), 200)["org_id"] == str(world.org_b)
+    me = _json(plain.get("/api/v2/users/me", headers=in_b), 200)
+    assert me["org_id"] == str(link_world.org_b)
     plain.post("/api/v2/auth/password-reset", json={"email": "a2@a.example"})
-    with psycopg.connect(world.url) as conn:
+    with psycopg.connect(link_world.url) as conn:
         assert conn.execute("SELECT count(*) FROM one_time_links WHERE user_id = %s"
-                            " AND purpose = 'password_reset'", (world.a2,)).fetchone() == (1,)
-    link = _json(plain.post(f"/api/v2/orgs/{world.org_a}/users/{world.a2}/reset-link",
+                            " AND purpose = 'password_reset'", (link_world.a2,)).fetchone() == (1,)
+    link = _json(plain.post(f"/api/v2/orgs/{link_world.org_a}/users/{link_world.a2}/reset-link",
                             headers=A1), 403)  # a2 belongs to org B too: not for A's admin
     assert "other organisations" in link["message"]
     out = CliRunner().invoke(main, ["user", "reset-link", "a2@a.example"], catch_exceptions=False,
-                             env={"SDS_DATABASE_URL": world.url,
+                             env={"SDS_DATABASE_URL": link_world.url,
                                   "SDS_PUBLIC_URL": "http://sds.example"})
     token = _secret(out.output.strip().splitlines()[-1])
     _json(plain.post("/api/v2/auth/accept", json={"token": token, "password": NEW_PASSWORD}),

@@ -5,7 +5,6 @@ addressee. Real gunicorn behind the shipped nginx edge."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import psycopg
@@ -15,9 +14,10 @@ from people import links
 from serve.gunicorn_hooks import redact_link_secrets
 from shared import audit
 from shared.config import Settings
-from testbed.apiserver import edge_api_env
-from testbed.services import GunicornServer, NginxEdge
+from testbed.apiserver import GunicornServer, edge_api_env
+from testbed.nginx import NginxEdge
 from tests.support.access_world import World
+from tests.support.ingesting import wait_for
 
 
 def test_the_redaction_keeps_the_rest_of_the_line() -> None:
@@ -40,9 +40,9 @@ def test_link_secrets_stay_out_of_the_access_logs(fresh_world: World, tmp_path: 
         for base in (f"http://127.0.0.1:{edge.port}", f"http://127.0.0.1:{api.port}"):
             page = requests.get(f"{base}{links.ACCEPT_PATH}{secret}", timeout=30)
             assert page.status_code == 200 and "logs@a.example" in page.text
-        deadline = time.monotonic() + 10  # gunicorn writes its line after the answer
-        while "<redacted>" not in api.access_log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        # gunicorn writes its line after the answer
+        wait_for(lambda: "<redacted>" in api.access_log.read_text(), 10,
+                 what="the link's line in the access log")
     finally:
         if edge is not None:
             edge.stop()

@@ -17,19 +17,15 @@ from people import accounts
 from shared import places
 from tests.aggregate.weather import Place, day_readings
 from tests.support.access_world import World, apikey, basic
-from tests.support.rollups import fetch, insert_readings, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import fetch, run_all
 
 A1 = basic("a1@a.example")
 A2 = basic("a2@a.example")
 B1 = basic("b1@b.example")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def admins(world: World) -> None:
-    """a1 administers org A and b1 org B; a2 is a plain member of org A."""
-    with psycopg.connect(world.url) as conn:
-        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id IN (%s, %s)",
-                     (world.a1, world.b1))
+pytestmark = pytest.mark.usefixtures("admins")  # tests/support/access_world.py
 
 
 def _location(world: World, name: str, place: Place, device: str) -> UUID:
@@ -38,7 +34,7 @@ def _location(world: World, name: str, place: Place, device: str) -> UUID:
         loc = places.create_location(conn, org=world.org_a, loc=places.LocationInput(
             name=name, tz_name=place.tz, lat=place.lat, lon=place.lon, elev=place.elev))
         places.register_device(conn, org=world.org_a, name=device)
-        insert_readings(conn, device, loc, day_readings(place))
+        insert_readings(conn, device, loc, day_readings(place), marks=True)
         run_all(conn)
     return loc
 
@@ -184,7 +180,7 @@ def test_a_kc_change_marks_only_the_daily_buckets_of_the_days_it_changes(
     loc = _location(world, "Kc field", place, "A000303")
     with psycopg.connect(world.url) as conn:
         for d in days[1:]:
-            insert_readings(conn, "A000303", loc, day_readings(replace(place, day=d)))
+            insert_readings(conn, "A000303", loc, day_readings(replace(place, day=d)), marks=True)
         run_all(conn)
 
     def pending() -> dict[str, int]:

@@ -16,6 +16,7 @@ from shared import places
 from shared.timeutil import local_date, local_day_bounds, zone
 from tests.support.access_world import World, basic
 from tests.support.apps import close_app, make_app
+from tests.support.readings import insert_readings
 
 A1 = basic("a1@a.example")
 B1 = basic("b1@b.example")
@@ -259,8 +260,7 @@ def test_summary_conditions_come_from_the_last_seven_days(client: FlaskClient, w
         loc = places.create_location(conn, org=org, loc=places.LocationInput(
             name="Plot zz", tz_name="UTC"))
         old = datetime.now(UTC).replace(microsecond=0) - timedelta(days=8)
-        conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES"
-                     " (%s, 'P00000', %s, 11.5)", (old, loc))
+        insert_readings(conn, "P00000", loc, [{"time": old, "tair": 11.5}])
         conn.commit()
 
     def plot_zz() -> dict[str, Any]:
@@ -270,8 +270,7 @@ def test_summary_conditions_come_from_the_last_seven_days(client: FlaskClient, w
 
     assert plot_zz()["conditions"]["time"] is None
     with psycopg.connect(world.url) as conn:
-        conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES"
-                     " (%s, 'P00000', %s, 12.5)", (old + timedelta(days=2), loc))
+        insert_readings(conn, "P00000", loc, [{"time": old + timedelta(days=2), "tair": 12.5}])
         conn.commit()
     conditions = plot_zz()["conditions"]
     assert conditions["tair"] == 12.5 and conditions["rh"] is None

@@ -15,7 +15,8 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 
-from tests.support.rollups import insert_readings, make_location, series
+from tests.support.readings import insert_readings, series
+from tests.support.rollups import make_location
 
 # (zone, local date): the DST and offset cases of test_zones.CASES.
 CASES = (
@@ -73,7 +74,7 @@ def load(conn: psycopg.Connection) -> int:
         # A gap of 40 minutes and one missing humidity, so sample shares and nulls vary.
         rows = [r for j, r in enumerate(rows) if not 50 <= j < 58]
         rows[70]["rh"] = None
-        n += insert_readings(conn, f"S{k:02d}", loc, rows)
+        n += insert_readings(conn, f"S{k:02d}", loc, rows, marks=True)
     # A device that moves from Berlin to Kolkata at 10:10Z, mid-day and mid-hour.
     berlin = make_location(conn, "Europe/Berlin", lat=52.5, lon=13.4, elev=34.0)
     kolkata = make_location(conn, "Asia/Kolkata", lat=22.6, lon=88.4, elev=9.0, kc=1.1)
@@ -82,12 +83,12 @@ def load(conn: psycopg.Connection) -> int:
     move = datetime(2024, 7, 2, 10, 10, tzinfo=UTC)
     rows = series(datetime(2024, 7, 1, 20, tzinfo=UTC), datetime(2024, 7, 3, 2, tzinfo=UTC),
                   **_fields(99))
-    n += insert_readings(conn, "MOVE", berlin, [r for r in rows if r["time"] < move])
-    n += insert_readings(conn, "MOVE", kolkata, [r for r in rows if r["time"] >= move])
+    n += insert_readings(conn, "MOVE", berlin, [r for r in rows if r["time"] < move], marks=True)
+    n += insert_readings(conn, "MOVE", kolkata, [r for r in rows if r["time"] >= move], marks=True)
     # An undeployed device: hourly only.
     n += insert_readings(conn, "NOLOC", None, series(
         datetime(2024, 7, 1, 0, 7, tzinfo=UTC).replace(minute=5),
-        datetime(2024, 7, 1, 5, tzinfo=UTC), **_fields(7)))
+        datetime(2024, 7, 1, 5, tzinfo=UTC), **_fields(7)), marks=True)
     return n
 
 

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from click.testing import CliRunner
 
 from admin.aggregate import aggregate
-from tests.support.rollups import fetch, insert_readings, make_location, series
+from tests.support.readings import insert_readings, series
+from tests.support.rollups import fetch, make_location
 
 
 def _invoke(database_url: str, *args: str):
@@ -21,7 +22,7 @@ def test_run_status_backfill(db, database_url) -> None:
     loc = make_location(db, "America/Santiago", lat=-33.4, lon=-70.6)
     start = datetime(2024, 9, 7, tzinfo=UTC)
     insert_readings(db, "C1", loc, series(start, start + timedelta(days=2),
-                                          tair=lambda i, t: 12.0))
+                                          tair=lambda i, t: 12.0), marks=True)
     db.commit()
 
     before = _invoke(database_url, "status")

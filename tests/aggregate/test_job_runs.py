@@ -17,7 +17,8 @@ from aggregate.leader import LeadershipLost
 from aggregate.metrics import Metrics
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
-from tests.support.rollups import insert_readings, make_location, series
+from tests.support.readings import insert_readings, series
+from tests.support.rollups import make_location
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
 
@@ -27,7 +28,7 @@ def pool(db: psycopg.Connection, settings: Settings) -> Iterator[Any]:
     """The scheduler's pool, over a day of readings whose hourly marks are pending."""
     loc = make_location(db, "UTC")
     insert_readings(db, "J1", loc, series(START, START + timedelta(days=1),
-                                          tair=lambda k, t: float(k % 11)))
+                                          tair=lambda k, t: float(k % 11)), marks=True)
     db.commit()
     p = make_pool(settings, name="sds-aggregate", role=ROLE_AGGREGATE)
     try:

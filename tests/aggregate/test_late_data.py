@@ -13,7 +13,8 @@ import pytest
 from aggregate import jobs, rollups
 from shared import dirty
 from shared.timeutil import bucket_of, zone
-from tests.support.rollups import fetch, insert_readings, make_location, run_all, series
+from tests.support.readings import insert_readings, series
+from tests.support.rollups import fetch, make_location, run_all
 
 END = datetime(2024, 7, 20, 12, 0, tzinfo=UTC)  # "now" of these scenarios
 TABLES = rollups.TABLE_ORDER
@@ -49,7 +50,7 @@ def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta, figure
     rows = series(END - timedelta(days=41), END, tair=lambda i, t: 20.0 + (i % 12),
                   rh=lambda i, t: 0.6, wind_speed=lambda i, t: 2.0, swdw=lambda i, t: 300.0)
     on_time = [r for r in rows if r["time"] != missing]
-    insert_readings(db, "L1", loc, on_time)
+    insert_readings(db, "L1", loc, on_time, marks=True)
     run_all(db)
     db.commit()
     before = _stamp(db)
@@ -57,7 +58,7 @@ def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta, figure
     old = {t: fetch(db, f"SELECT sample_pct FROM {t} WHERE time = %s", buckets[t][0])[0]
            for t in TABLES}
 
-    insert_readings(db, "L1", loc, [{"time": missing, "tair": 50.0, "rh": 0.6}])
+    insert_readings(db, "L1", loc, [{"time": missing, "tair": 50.0, "rh": 0.6}], marks=True)
     db.commit()
     pending = fetch(db, "SELECT rollup, bucket FROM rollup_dirty ORDER BY rollup")
     assert {(p["rollup"], p["bucket"]) for p in pending} == {
@@ -98,7 +99,7 @@ def _late_writer(url: str, loc, t: datetime, ready: list) -> threading.Thread:
     def work() -> None:
         with psycopg.connect(url) as other:
             ready.append(other.info.backend_pid)
-            insert_readings(other, "R1", loc, [{"time": t, "tair": 30.0}])
+            insert_readings(other, "R1", loc, [{"time": t, "tair": 30.0}], marks=True)
             other.commit()
     thread = threading.Thread(target=work, daemon=True)
     thread.start()
@@ -110,7 +111,7 @@ def test_reading_committed_during_a_rollup_is_not_lost(db, database_url) -> None
     the rollup: its mark remains, and the next run includes the reading (R20)."""
     loc = make_location(db, "UTC")
     t0 = datetime(2024, 7, 1, 10, 0, tzinfo=UTC)
-    insert_readings(db, "R1", loc, [{"time": t0, "tair": 10.0}])
+    insert_readings(db, "R1", loc, [{"time": t0, "tair": 10.0}], marks=True)
     db.commit()
 
     marks = rollups.claim_marks(db, table="hourly", limit=100)  # rollup transaction begins
@@ -144,7 +145,7 @@ def test_naive_recompute_then_delete_loses_the_reading(db, database_url) -> None
     late reading is neither rolled up nor marked (finding 7)."""
     loc = make_location(db, "UTC")
     t0 = datetime(2024, 7, 1, 10, 0, tzinfo=UTC)
-    insert_readings(db, "R1", loc, [{"time": t0, "tair": 10.0}])
+    insert_readings(db, "R1", loc, [{"time": t0, "tair": 10.0}], marks=True)
     db.commit()
     marks = [(r["device"], r["bucket"]) for r in fetch(
         db, "SELECT device, bucket FROM rollup_dirty WHERE rollup = 'hourly'")]
@@ -167,7 +168,7 @@ def test_two_workers_on_the_same_marks_do_not_double_count(db, database_url) -> 
     loc = make_location(db, "Asia/Kathmandu")
     start = datetime(2024, 7, 1, tzinfo=UTC)
     rows = series(start, start + timedelta(days=2), tair=lambda i, t: float(i % 50))
-    insert_readings(db, "W1", loc, rows)
+    insert_readings(db, "W1", loc, rows, marks=True)
     db.commit()
     result: dict[str, int] = {}
 
@@ -210,7 +211,7 @@ def _seed_fall_back(conn: psycopg.Connection, *, skip: int) -> int:
         rows = [r for j, r in enumerate(series(
             start, start + timedelta(days=3),
             tair=lambda k, t, i=i: round(5 + i + (k * 37 % 101) / 10, 2))) if j % 7 != skip]
-        n += insert_readings(conn, f"C{i}", loc, rows)
+        n += insert_readings(conn, f"C{i}", loc, rows, marks=True)
     conn.commit()
     return n
 
@@ -365,7 +366,7 @@ def test_rollups_are_idempotent_and_backfill_equals_incremental(db, database_url
                       wind_gust=lambda j, t: 4.0, swdw=lambda j, t: 200.0 + j % 300,
                       precip=lambda j, t: 0.2 if j % 31 == 0 else 0.0,
                       wind_direction=lambda j, t: (j * 7) % 360)
-        insert_readings(db, f"I{i}", loc, rows[i * 3:])  # uneven coverage per device
+        insert_readings(db, f"I{i}", loc, rows[i * 3:], marks=True)  # uneven coverage per device
     run_all(db)
     db.commit()
     first = {t: _checksum(db, t) for t in TABLES}
@@ -420,7 +421,7 @@ def test_zone_change_rebuckets_the_location(db) -> None:
     loc = make_location(db, "UTC", lat=20.0, lon=78.0)
     start = datetime(2024, 6, 1, tzinfo=UTC)
     rows = series(start, start + timedelta(days=2), tair=lambda i, t: float(i % 24))
-    insert_readings(db, "TZ1", loc, rows)
+    insert_readings(db, "TZ1", loc, rows, marks=True)
     run_all(db)
     db.commit()
     assert {r["m"] for r in fetch(db, "SELECT extract(minute FROM time) AS m"

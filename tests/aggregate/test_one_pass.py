@@ -17,6 +17,7 @@ from aggregate import jobs
 from shared.columns import TABLES, Rollup
 from shared.units import stored_decimals
 from tests.aggregate import scenarios
+from tests.support.readings import insert_readings, series
 from tests.support.rollups import run_all
 
 GOLDEN = json.loads(Path(__file__).with_name("golden_rollups.json").read_text())
@@ -99,7 +100,7 @@ def test_kc_schedule_water_balance_and_missing_inputs(db) -> None:
     """kc: the schedule's latest entry on or before the local date, else the location's kc;
     etc = et x kc and crop water demand = precip - etc, from the unrounded et; no
     coordinates, no et (NULL, not a guess), but kc still holds."""
-    from tests.support.rollups import fetch, insert_readings, make_location, series
+    from tests.support.rollups import fetch, make_location
 
     brussels = make_location(db, "Europe/Brussels", lat=50.8, lon=4.35, elev=100.0, kc=0.9,
                              sensor_height=10.0)
@@ -110,8 +111,10 @@ def test_kc_schedule_water_balance_and_missing_inputs(db) -> None:
     fields = dict(tair=lambda i, t: 12.3 + 9.2 * (i % 144) / 143, rh=lambda i, t: 0.7,
                   wind_speed=lambda i, t: 2.8, swdw=lambda i, t: 255.0,
                   precip=lambda i, t: 0.1 if i % 50 == 0 else 0.0)
-    insert_readings(db, "KC1", brussels, series(start, start + timedelta(days=2), **fields))
-    insert_readings(db, "KC2", nowhere, series(start, start + timedelta(days=1), **fields))
+    insert_readings(db, "KC1", brussels, series(start, start + timedelta(days=2), **fields),
+                    marks=True)
+    insert_readings(db, "KC2", nowhere, series(start, start + timedelta(days=1), **fields),
+                    marks=True)
     run_all(db)
     days = fetch(db, "SELECT time, et, etc, kc, precip, crop_water_demand FROM daily"
                      " WHERE device = 'KC1' ORDER BY time")
@@ -133,12 +136,12 @@ def test_a_reading_outside_every_cell_fails_the_recompute(db, monkeypatch) -> No
     do not (here: Python's cells lose one), the recompute fails instead of dropping readings."""
     from aggregate import rollups
     from shared import timeutil
-    from tests.support.rollups import insert_readings, make_location, series
+    from tests.support.rollups import make_location
 
     loc = make_location(db, "Asia/Kolkata")
     start = datetime(2024, 6, 1, tzinfo=UTC)
     insert_readings(db, "X1", loc, series(start, start + timedelta(hours=3),
-                                          tair=lambda i, t: 20.0))
+                                          tair=lambda i, t: 20.0), marks=True)
     real = timeutil.cells
     monkeypatch.setattr(rollups.timeutil, "cells", lambda tz, lo, hi: [
         c for c in real(tz, lo, hi) if c.start != start])  # the cell of the first readings

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.aggregate import reference
-from tests.support.rollups import fetch, insert_readings, make_location, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import fetch, make_location, run_all
 
 BASE = datetime(2024, 4, 6, 10, 0, tzinfo=UTC)  # Lord Howe falls back 2024-04-06 15:00Z
 ZONE = "Australia/Lord_Howe"
@@ -56,7 +57,7 @@ def test_any_order_of_late_inserts_and_runs_matches_the_reference(database_url, 
             for kind, slot, value in steps:
                 if kind == "insert":
                     t = BASE + timedelta(minutes=5 * slot)
-                    insert_readings(db, "P1", loc, [{"time": t, "tair": value}])
+                    insert_readings(db, "P1", loc, [{"time": t, "tair": value}], marks=True)
                     stored.setdefault(t, value)  # first write wins, like ingest
                 else:
                     run_all(db)

@@ -24,13 +24,14 @@ import pytest
 
 from tests.aggregate.weather import Place, day_readings
 from tests.support import fao56_oracle as et
+from tests.support.readings import insert_readings
 from tests.support.reference_et import (
     DAILY_TOL,
     fao56_hourly_from_refet,
     pyet_daily,
     refet_daily,
 )
-from tests.support.rollups import fetch, insert_readings, make_location, run_all
+from tests.support.rollups import fetch, make_location, run_all
 
 HOURLY_TOL = 0.002  # mm per hour
 
@@ -182,7 +183,7 @@ def test_daily_rollup_equals_pyet_and_refet(db, place: Place) -> None:
     """A whole generated day through the rollups (SQL): its daily `et` against both
     references on the row's own aggregates."""
     loc = make_location(db, place.tz, **place.location_fields())
-    insert_readings(db, "REF1", loc, day_readings(place))
+    insert_readings(db, "REF1", loc, day_readings(place), marks=True)
     run_all(db)
     row = _daily_row(db, "REF1")
     assert not row["low_quality"] and row["sample_pct"] == 1.0
@@ -202,7 +203,7 @@ def test_partial_day_is_the_sum_of_its_hours(db, place: Place, until_hour: int) 
     loc = make_location(db, place.tz, **place.location_fields())
     start, _end = place.day_bounds()
     until = start + timedelta(hours=until_hour)
-    insert_readings(db, "PART", loc, day_readings(place, until=until))
+    insert_readings(db, "PART", loc, day_readings(place, until=until), marks=True)
     run_all(db)
     row = _daily_row(db, "PART")
     assert row["low_quality"]
@@ -232,11 +233,11 @@ def test_partial_day_becomes_the_whole_day_method_when_complete(db) -> None:
     loc = make_location(db, place.tz, **place.location_fields())
     start, _end = place.day_bounds()
     readings = day_readings(place)
-    insert_readings(db, "GROW", loc, readings[:12 * 12])
+    insert_readings(db, "GROW", loc, readings[:12 * 12], marks=True)
     run_all(db)
     half = _daily_row(db, "GROW")
     assert half["low_quality"]
-    insert_readings(db, "GROW", loc, readings[12 * 12:])
+    insert_readings(db, "GROW", loc, readings[12 * 12:], marks=True)
     run_all(db)
     whole = _daily_row(db, "GROW")
     assert not whole["low_quality"]
@@ -253,7 +254,7 @@ def test_polar_twilight_day_through_the_rollups(db) -> None:
     readings = day_readings(place)
     lit = [{**r, "swdw": 4.0 if 9 <= r["time"].astimezone(UTC).hour < 14 else 0.0}
            for r in readings]
-    insert_readings(db, "TWI", loc, lit)
+    insert_readings(db, "TWI", loc, lit, marks=True)
     run_all(db)
     row = _daily_row(db, "TWI")
     assert not row["low_quality"] and row["swdw"] > 0
@@ -276,8 +277,9 @@ def test_whole_day_with_a_midday_gap_fills_its_radiation(db, place: Place, figur
     start, _end = place.day_bounds()
     gap = (start + timedelta(hours=10, minutes=12), start + timedelta(hours=13, minutes=48))
     readings = day_readings(place)
-    insert_readings(db, "FULL", loc, readings)
-    insert_readings(db, "GAP", loc, [r for r in readings if not gap[0] <= r["time"] < gap[1]])
+    insert_readings(db, "FULL", loc, readings, marks=True)
+    insert_readings(db, "GAP", loc, [r for r in readings if not gap[0] <= r["time"] < gap[1]],
+                    marks=True)
     run_all(db)
     full, holed = _daily_row(db, "FULL"), _daily_row(db, "GAP")
     assert not holed["low_quality"] and holed["sample_pct"] == pytest.approx(0.85, abs=0.002)
@@ -309,10 +311,10 @@ def test_the_switch_at_80_percent_is_flagged_and_measured(db, place: Place, figu
     loc = make_location(db, place.tz, **place.location_fields())
     start, _end = place.day_bounds()
     readings = day_readings(place, until=start + timedelta(hours=19, minutes=15))
-    insert_readings(db, "SWITCH", loc, readings[:-1])
+    insert_readings(db, "SWITCH", loc, readings[:-1], marks=True)
     run_all(db)
     before = _daily_row(db, "SWITCH")
-    insert_readings(db, "SWITCH", loc, readings[-1:])
+    insert_readings(db, "SWITCH", loc, readings[-1:], marks=True)
     run_all(db)
     after = _daily_row(db, "SWITCH")
     assert before["low_quality"] and not after["low_quality"]
@@ -334,8 +336,10 @@ def test_hour_counts_null_without_their_input(db) -> None:
     place = PLACES[1]
     loc = make_location(db, place.tz, **place.location_fields())
     readings = day_readings(place)
-    insert_readings(db, "BARE", loc, [{"time": r["time"], "rh": r["rh"]} for r in readings])
-    insert_readings(db, "DRY", loc, [{**r, "precip": 0.0, "tair": 20.0} for r in readings])
+    insert_readings(db, "BARE", loc, [{"time": r["time"], "rh": r["rh"]} for r in readings],
+                    marks=True)
+    insert_readings(db, "DRY", loc, [{**r, "precip": 0.0, "tair": 20.0} for r in readings],
+                    marks=True)
     run_all(db)
     bare, dry = _daily_row(db, "BARE"), _daily_row(db, "DRY")
     for name in ("precip_hours", "sunshine_duration", "heat_stress_hours"):

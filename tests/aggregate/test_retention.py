@@ -27,7 +27,8 @@ from shared import places, spreadsheet
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from tests.support.apps import close_app
-from tests.support.rollups import insert_readings, make_location, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import make_location, run_all
 
 NOW = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
 DAYS = 100  # of history per device, one reading every 3 hours
@@ -48,7 +49,7 @@ def _history(conn: psycopg.Connection, device: str, org_name: str) -> None:
         rows.append({"time": t, "tair": 10.0 + (i % 17) * 0.3, "rh": 0.5, "precip": 0.2 * (i % 3)})
         t += STEP
         i += 1
-    insert_readings(conn, device, loc, rows)
+    insert_readings(conn, device, loc, rows, marks=True)
     # Firmware strings are device-chosen text: some start like spreadsheet formulas, one with
     # the escape character itself, so the export must neutralise them and restore them exactly.
     conn.execute("INSERT INTO health (time, device, batt_pct, fw)"

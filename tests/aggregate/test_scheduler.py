@@ -22,6 +22,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from aggregate.__main__ import MISFIRE_GRACE, build_scheduler
 from aggregate.leader import LeaderLock, LeadershipLost
 from shared.config import Settings
+from tests.support.ingesting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,7 +119,7 @@ def test_guard_rejects_a_process_without_the_lock(database_url) -> None:
             with pytest.raises(LeadershipLost):
                 b.guard(conn)
             conn.execute("SELECT pg_terminate_backend(%s)", (a.backend_pid,))
-            time.sleep(0.2)
+            _wait(lambda: _gone(database_url, a.backend_pid), 10, "the session's end")
             with pytest.raises(LeadershipLost):
                 a.guard(conn)
         assert not a.alive()
@@ -141,13 +142,15 @@ def _runs(conn: psycopg.Connection) -> list[tuple[str, str, datetime, bool | Non
                         ).fetchall()
 
 
+def _gone(url: str, pid: int) -> bool:
+    """Whether backend `pid` has ended (asked in a transaction of its own: pg_stat_activity is
+    a snapshot for the length of one)."""
+    with psycopg.connect(url, autocommit=True) as c:
+        return c.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() is None
+
+
 def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    wait_for(predicate, timeout, what=what)
 
 
 @pytest.mark.chaos
@@ -300,16 +303,18 @@ def test_long_run_is_skipped_counted_and_caught_up(db, database_url, tmp_path, f
     No second instance starts, each skipped tick is logged and counted in the metrics, the
     other rollups keep running, and once the lock is gone the next runs catch up the marks
     written meanwhile: no mark left, every bucket equal to the reference from raw rows."""
-    from testbed.services import free_port
+    from testbed.process import free_port
     from tests.aggregate import reference
     from tests.support.chaos import scrape
-    from tests.support.rollups import insert_readings, make_location, series
+    from tests.support.readings import insert_readings, series
+    from tests.support.rollups import make_location
 
     start = datetime(2024, 7, 1, tzinfo=UTC)
     locs = [make_location(db, tz) for tz in ("UTC", "Asia/Kolkata")]
     for i, loc in enumerate(locs):
         insert_readings(db, f"S{i}", loc, series(start, start + timedelta(days=1),
-                                                 tair=lambda k, t, i=i: float(i + k % 13)))
+                                                 tair=lambda k, t, i=i: float(i + k % 13)),
+                        marks=True)
     db.commit()
     port = free_port()
     log = tmp_path / "aggregate.log"
@@ -334,7 +339,7 @@ def test_long_run_is_skipped_counted_and_caught_up(db, database_url, tmp_path, f
             # Late readings while the long run waits: new marks for the next run.
             insert_readings(db, "S0", locs[0], series(start + timedelta(days=1),
                                                       start + timedelta(days=1, hours=6),
-                                                      tair=lambda k, t: 40.0 - k % 7))
+                                                      tair=lambda k, t: 40.0 - k % 7), marks=True)
             db.commit()
             waiting = hourly_runs()
             assert len(waiting) == 1 and waiting[0][1] is None, waiting

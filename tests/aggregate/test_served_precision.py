@@ -23,7 +23,8 @@ from people import accounts
 from shared import places, units
 from shared.columns import HEALTH_INPUTS, READING_INPUTS, TABLES
 from tests.support.ingesting import iso, now_slot
-from tests.support.rollups import insert_readings, make_location, run_all, series
+from tests.support.readings import insert_readings, series
+from tests.support.rollups import make_location, run_all
 
 START = datetime(2024, 6, 28, tzinfo=UTC)
 CHOICES = {param: tuple(units.UNITS[param]) for param in units.UNIT_PARAMS}
@@ -59,7 +60,7 @@ def served(db, database_url):  # type: ignore[no-untyped-def]
     fields["ea"] = lambda i, t: _noisy(i, t, 1.2, 0.3)
     fields["vpd"] = lambda i, t: _noisy(i, t, 0.8, 0.3)
     fields["slp"] = lambda i, t: _noisy(i, t, 101.0, 0.5)
-    insert_readings(db, "P1", loc, series(START, START + timedelta(days=2), **fields))
+    insert_readings(db, "P1", loc, series(START, START + timedelta(days=2), **fields), marks=True)
     run_all(db)
     db.commit()
     app = make_app(database_url)

@@ -13,8 +13,9 @@ import pytest
 from aggregate import jobs, rollups
 from shared import migrate
 from tests.aggregate.weather import Place, day_readings
+from tests.support.readings import insert_readings
 from tests.support.reference_et import DAILY_TOL, pyet_daily
-from tests.support.rollups import fetch, insert_readings, make_location, run_all
+from tests.support.rollups import fetch, make_location, run_all
 
 DEVICES, DAYS = 12, 14
 OVERCAST = Place("brussels_overcast", 50.8, 4.35, "Europe/Brussels", 100.0, date(2024, 7, 1),
@@ -38,7 +39,7 @@ def test_upgrade_marks_and_the_scheduler_recomputes_the_history(db, figures) -> 
     for d in range(DEVICES):
         for k in range(DAYS):
             place = Place(**{**OVERCAST.__dict__, "day": OVERCAST.day + timedelta(days=k)})
-            insert_readings(db, f"UP{d:02d}", loc, day_readings(place))
+            insert_readings(db, f"UP{d:02d}", loc, day_readings(place), marks=True)
     run_all(db)
     # The old rules' history: et without the lower bound, and hour counts of a missing rain
     # gauge stored as 0 (the old statement's value).

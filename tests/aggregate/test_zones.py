@@ -10,7 +10,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.support.rollups import fetch, insert_readings, make_location, run_all, series
+from tests.support.readings import insert_readings, series
+from tests.support.rollups import fetch, make_location, run_all
 
 FIVE = timedelta(minutes=5)
 # Rollup values are rounded at write to their column's precision: temperatures and amounts to
@@ -62,7 +63,7 @@ def test_zone_buckets_match_independent_computation(
     loc = make_location(db, tz_name, lat=10.0, lon=20.0, elev=50.0)
     rows = series(day_start - timedelta(hours=3), day_end + timedelta(hours=3),
                   tair=_tair, rh=_rh, precip=_precip)
-    insert_readings(db, "Z1", loc, rows)
+    insert_readings(db, "Z1", loc, rows, marks=True)
     run_all(db)
 
     # --- daily: boundaries, slot count, values --------------------------------------------
@@ -133,7 +134,7 @@ def test_lord_howe_fall_back_readings_land_in_distinct_buckets(db) -> None:
     """Regression from the verified date_trunc result: 14:50Z and 15:10Z on 2024-04-06."""
     loc = make_location(db, "Australia/Lord_Howe")
     a, b = datetime(2024, 4, 6, 14, 50, tzinfo=UTC), datetime(2024, 4, 6, 15, 10, tzinfo=UTC)
-    insert_readings(db, "LH", loc, [{"time": a, "tair": 1.0}, {"time": b, "tair": 3.0}])
+    insert_readings(db, "LH", loc, [{"time": a, "tair": 1.0}, {"time": b, "tair": 3.0}], marks=True)
     run_all(db)
     rows = fetch(db, "SELECT time, tair, sample_pct FROM local_hourly ORDER BY time")
     assert [r["time"] for r in rows] == [datetime(2024, 4, 6, 14, 0, tzinfo=UTC),
@@ -150,7 +151,7 @@ def test_local_hourly_never_derived_from_utc_hourly(db) -> None:
     loc = make_location(db, "Asia/Kolkata")
     start = datetime(2024, 6, 1, tzinfo=UTC)
     rows = series(start, start + timedelta(hours=3), tair=lambda i, t: float(i))
-    insert_readings(db, "K1", loc, rows)
+    insert_readings(db, "K1", loc, rows, marks=True)
     db.execute("DELETE FROM rollup_dirty WHERE rollup = 'hourly'")
     run_all(db)
     assert fetch(db, "SELECT count(*) AS n FROM hourly")[0]["n"] == 0
@@ -163,7 +164,7 @@ def test_local_hourly_never_derived_from_utc_hourly(db) -> None:
 def test_undeployed_readings_roll_up_only_into_hourly(db) -> None:
     start = datetime(2024, 6, 1, tzinfo=UTC)
     insert_readings(db, "U1", None, series(start, start + timedelta(hours=2),
-                                           tair=lambda i, t: 20.0))
+                                           tair=lambda i, t: 20.0), marks=True)
     run_all(db)
     assert fetch(db, "SELECT count(*) AS n, min(location::text) AS loc FROM hourly")[0] == {
         "n": 2, "loc": None}
@@ -181,7 +182,8 @@ def test_deploying_a_device_over_stored_readings_builds_its_local_rows(db) -> No
     places.register_device(db, org=org, name="DEP1")
     start = datetime(2024, 6, 1, tzinfo=UTC)
     insert_readings(db, "DEP1", None, series(start, start + timedelta(hours=6),
-                                             tair=lambda i, t: 25.0, rh=lambda i, t: 0.5))
+                                             tair=lambda i, t: 25.0, rh=lambda i, t: 0.5),
+                    marks=True)
     run_all(db)
     assert fetch(db, "SELECT count(*) AS n FROM local_hourly")[0]["n"] == 0
     places.deploy_device(db, device="DEP1", location=loc, start=start)
@@ -237,7 +239,7 @@ def test_local_day_table_2024_2026(db, figures) -> None:
             for r in series(start - timedelta(hours=1), end + timedelta(hours=1),
                             tair=lambda i, t: _slot_value(t)):
                 rows[r["time"]] = r
-        insert_readings(db, tz_name, loc, rows.values())
+        insert_readings(db, tz_name, loc, rows.values(), marks=True)
     run_all(db)
 
     lengths: dict[int, int] = defaultdict(int)

@@ -8,7 +8,7 @@ import pytest
 
 from bench.alerts.stack import LISTEN_PORTS, SCRAPED, process_env
 from shared.config import PREFIX, Settings
-from testbed.services import free_port
+from testbed.process import free_port
 
 DEFAULTS = Settings()
 

@@ -11,72 +11,28 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from testbed.receivers import Receiver, smtp_sink, webhook_receiver
-from tests.support.apps import close_app, make_app
 from tests.support.delivery import (
-    SEAL_KEY,
     DelivererProcess,
     Org,
-    deliverer_env,
     insert_event,
     make_org,
+    start_deliverer,
 )
 from tests.support.ingesting import wait_for
 
 
 @pytest.fixture
-def app(database_url: str) -> Iterator[Flask]:
-    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True,
-                           smtp_host="127.0.0.1")
-    try:
-        yield application
-    finally:
-        close_app(application)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-@pytest.fixture
 def org(conn: psycopg.Connection) -> Org:
     return make_org(conn, "farm-a")
-
-
-@pytest.fixture
-def receivers(tmp_path: Path) -> Iterator[list[Receiver]]:
-    """Receivers a test starts; stopped afterwards."""
-    started: list[Receiver] = []
-    yield started
-    for r in started:
-        r.stop()
-
-
-@pytest.fixture
-def deliverers(tmp_path: Path) -> Iterator[list[DelivererProcess]]:
-    started: list[DelivererProcess] = []
-    yield started
-    for d in started:
-        d.stop()
-
-
-def _deliverer(deliverers: list[DelivererProcess], database_url: str, tmp_path: Path,
-               **settings: Any) -> DelivererProcess:
-    d = DelivererProcess(deliverer_env(database_url, **settings),
-                         tmp_path / f"deliverer-{len(deliverers)}.log").start()
-    deliverers.append(d)
-    return d
 
 
 def _webhook(client: FlaskClient, org: Org, url: str, name: str = "hook") -> dict[str, Any]:
@@ -87,14 +43,14 @@ def _webhook(client: FlaskClient, org: Org, url: str, name: str = "hook") -> dic
 
 
 def test_signed_webhook_arrives_and_verifies_then_the_all_clear(
-        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
         tmp_path: Path, receivers: list[Receiver], deliverers: list[DelivererProcess]) -> None:
     hook = webhook_receiver(tmp_path)
     receivers.append(hook)
-    channel = _webhook(client, org, hook.url)
+    channel = _webhook(channels_client, org, hook.url)
     secret = channel["secret"]
     assert secret.startswith("whsec_")
-    _deliverer(deliverers, database_url, tmp_path)
+    start_deliverer(deliverers, tmp_path, database_url)
 
     firing = insert_event(conn, org.id, kind="firing")
     got = wait_for(lambda: hook.received(), 30, what="the firing webhook")
@@ -125,13 +81,13 @@ def test_signed_webhook_arrives_and_verifies_then_the_all_clear(
 
 
 def test_failing_endpoint_is_disabled_and_the_admins_are_told(
-        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
         tmp_path: Path, receivers: list[Receiver], deliverers: list[DelivererProcess]) -> None:
     broken = webhook_receiver(tmp_path, status=500)
     mail = smtp_sink(tmp_path)
     receivers += [broken, mail]
-    channel = _webhook(client, org, broken.url, "broken")
-    _deliverer(deliverers, database_url, tmp_path, channel_max_failures=3,
+    channel = _webhook(channels_client, org, broken.url, "broken")
+    start_deliverer(deliverers, tmp_path, database_url, channel_max_failures=3,
                smtp_host="127.0.0.1", smtp_port=mail.port, smtp_security="none",
                smtp_from="alerts@sds.example")
     event = insert_event(conn, org.id)
@@ -143,7 +99,7 @@ def test_failing_endpoint_is_disabled_and_the_admins_are_told(
                             (channel["id"],)).fetchone()[0]
 
     wait_for(disabled, 60, what="the channel disabled")
-    r = client.get(f"/api/v2/channels/{channel['id']}", headers=org.auth).get_json()
+    r = channels_client.get(f"/api/v2/channels/{channel['id']}", headers=org.auth).get_json()
     assert r["disabled_at"] and "3 failed deliveries in a row" in r["disabled_reason"]
     assert "HTTP 500" in r["disabled_reason"]
     assert len(broken.received()) == 3  # the same event, tried three times
@@ -160,13 +116,13 @@ def test_failing_endpoint_is_disabled_and_the_admins_are_told(
     before = len(broken.received())
     queued = insert_event(conn, org.id, kind="test", channels=[uuid.UUID(channel["id"])])
     insert_event(conn, org.id, device="dev-2")
-    r = client.post(f"/api/v2/channels/{channel['id']}/test", headers=org.auth)
+    r = channels_client.post(f"/api/v2/channels/{channel['id']}/test", headers=org.auth)
     assert r.status_code == 409, r.get_json()
     assert "enable it first" in r.get_json()["message"]
     # A later event to a working channel shows the deliverer has passed over those two.
     hook = webhook_receiver(tmp_path)
     receivers.append(hook)
-    _webhook(client, org, hook.url, "working")
+    _webhook(channels_client, org, hook.url, "working")
     last = insert_event(conn, org.id, device="dev-3")
     wait_for(lambda: any(x["headers"]["webhook-id"] == str(last) for x in hook.received()), 30,
              what="an event at the working channel")
@@ -177,14 +133,14 @@ def test_failing_endpoint_is_disabled_and_the_admins_are_told(
 
 
 def test_email_channel_message_arrives_at_the_smtp_server(
-        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
         tmp_path: Path, receivers: list[Receiver], deliverers: list[DelivererProcess]) -> None:
     mail = smtp_sink(tmp_path)
     receivers.append(mail)
-    r = client.post("/api/v2/channels", headers=org.auth, json={
+    r = channels_client.post("/api/v2/channels", headers=org.auth, json={
         "name": "grower", "kind": "email", "recipients": ["grower@farm.example"]})
     assert r.status_code == 201, r.get_json()
-    _deliverer(deliverers, database_url, tmp_path, smtp_host="127.0.0.1", smtp_port=mail.port,
+    start_deliverer(deliverers, tmp_path, database_url, smtp_host="127.0.0.1", smtp_port=mail.port,
                smtp_security="none", smtp_from="alerts@sds.example")
     event = insert_event(conn, org.id, title="Frost: tair < 0 C for 15 min at dev-1")
     got = wait_for(lambda: mail.received(), 30, what="the email")
@@ -196,14 +152,14 @@ def test_email_channel_message_arrives_at_the_smtp_server(
 
 
 def test_delivery_refuses_a_loopback_target_unless_allowed(
-        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
         tmp_path: Path, receivers: list[Receiver], deliverers: list[DelivererProcess]) -> None:
     # The API allowed it (this app allows private targets), the deliverer does not: the check
     # at delivery holds on its own, on the address it would connect to.
     hook = webhook_receiver(tmp_path)
     receivers.append(hook)
-    _webhook(client, org, hook.url.replace("127.0.0.1", "localhost"))
-    _deliverer(deliverers, database_url, tmp_path, webhook_allow_private="false")
+    _webhook(channels_client, org, hook.url.replace("127.0.0.1", "localhost"))
+    start_deliverer(deliverers, tmp_path, database_url, webhook_allow_private="false")
     event = insert_event(conn, org.id)
 
     def attempted() -> Any:

@@ -21,14 +21,11 @@ from tests.support.ingesting import (
     RunningIngester,
     iso,
     make_site,
-    mqtt_settings,
     now_slot,
     settings_env,
     topic,
     wait_for,
 )
-
-__all__ = ["mqtt_settings"]  # the fixture, from tests/support/ingesting.py
 
 
 def test_reading_fires_a_signed_webhook_and_the_clear_sends_the_all_clear(

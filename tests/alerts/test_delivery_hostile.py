@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -23,23 +22,21 @@ from uuid import UUID
 
 import psycopg
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from serve.api.channels import new_secret
 from shared import sealing
 from shared.config import Settings
+from testbed.process import free_port
 from testbed.receivers import Receiver, webhook_receiver
-from testbed.services import free_port
-from tests.support.apps import close_app, make_app
 from tests.support.delivery import (
     SEAL_KEY,
     DelivererProcess,
     Org,
-    deliverer_env,
     insert_event,
     make_org,
+    start_deliverer,
 )
 from tests.support.figures import Figures
 from tests.support.ingesting import wait_for
@@ -50,46 +47,8 @@ SOURCE = "tests/alerts/test_delivery_hostile.py"
 
 
 @pytest.fixture
-def app(database_url: str) -> Iterator[Flask]:
-    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True)
-    try:
-        yield application
-    finally:
-        close_app(application)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-@pytest.fixture
 def orgs(conn: psycopg.Connection) -> tuple[Org, Org]:
     return make_org(conn, "farm-a"), make_org(conn, "farm-b")
-
-
-@pytest.fixture
-def receivers() -> Iterator[list[Receiver]]:
-    started: list[Receiver] = []
-    yield started
-    for r in started:
-        r.stop()
-
-
-@pytest.fixture
-def deliverers() -> Iterator[list[DelivererProcess]]:
-    started: list[DelivererProcess] = []
-    yield started
-    for d in started:
-        d.stop()
-
-
-def _start(deliverers: list[DelivererProcess], tmp_path: Path, database_url: str,
-           **settings: Any) -> DelivererProcess:
-    d = DelivererProcess(deliverer_env(database_url, **settings),
-                         tmp_path / f"deliverer-{len(deliverers)}.log").start()
-    deliverers.append(d)
-    return d
 
 
 def _webhook(client: FlaskClient, org: Org, url: str, name: str) -> UUID:
@@ -141,7 +100,7 @@ def _delivered_within(conn: psycopg.Connection, org: Org, good: Receiver, k: int
 
 
 def test_hostile_channels_fail_safely_while_another_org_is_delivered(
-        client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
+        channels_client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
         database_url: str, tmp_path: Path, receivers: list[Receiver],
         deliverers: list[DelivererProcess], figures: Figures) -> None:
     a, b = orgs
@@ -151,16 +110,16 @@ def test_hostile_channels_fail_safely_while_another_org_is_delivered(
     for mode in HOSTILE_MODES:
         r = webhook_receiver(tmp_path, hostile=mode)
         receivers.append(r)
-        hostile[mode] = _webhook(client, a, r.url, mode)
+        hostile[mode] = _webhook(channels_client, a, r.url, mode)
     # Past the API: a non-ASCII path (http.client cannot encode it: UnicodeEncodeError, which
     # ended a worker thread each time) and a recipient that the email library refuses.
     hostile["iri-row"] = _row_channel(conn, a, "iri-row", kind="webhook",
                                       url=f"http://127.0.0.1:{good.port}/caf\u00e9")
     hostile["crlf-row"] = _row_channel(conn, a, "crlf-row", kind="email",
                                        recipients=["g@farm.example\r\nBcc: x@evil.example"])
-    _webhook(client, b, good.url, "b-hook")
+    _webhook(channels_client, b, good.url, "b-hook")
     port = free_port()
-    d = _start(deliverers, tmp_path, database_url, channel_max_failures=3,
+    d = start_deliverer(deliverers, tmp_path, database_url, channel_max_failures=3,
                delivery_max_attempts=10, webhook_timeout=2, delivery_metrics_port=port)
 
     insert_event(conn, a.id)  # one event of A: a delivery to each hostile channel
@@ -235,7 +194,7 @@ def test_hostile_channels_fail_safely_while_another_org_is_delivered(
 
 
 def test_workers_survive_many_hostile_attempts(
-        client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
+        channels_client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
         database_url: str, tmp_path: Path, receivers: list[Receiver],
         deliverers: list[DelivererProcess], figures: Figures) -> None:
     """40 attempts that raise, 10 times the workers, none disabled meanwhile: the four workers
@@ -246,9 +205,9 @@ def test_workers_survive_many_hostile_attempts(
     for k in range(4):
         _row_channel(conn, a, f"iri-{k}", kind="webhook",
                      url=f"http://127.0.0.1:{good.port}/\u00e9/{k}")
-    _webhook(client, b, good.url, "b-hook")
+    _webhook(channels_client, b, good.url, "b-hook")
     port = free_port()
-    d = _start(deliverers, tmp_path, database_url, channel_max_failures=1000,
+    d = start_deliverer(deliverers, tmp_path, database_url, channel_max_failures=1000,
                delivery_max_attempts=1000, delivery_retry_base=0.01, delivery_retry_cap=0.05,
                delivery_sweep_interval=0.1, delivery_metrics_port=port)
     insert_event(conn, a.id)
@@ -277,7 +236,7 @@ def test_workers_survive_many_hostile_attempts(
 
 
 def test_one_organisation_holds_at_most_all_workers_but_one(
-        client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
+        channels_client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
         database_url: str, tmp_path: Path, receivers: list[Receiver],
         deliverers: list[DelivererProcess]) -> None:
     """A's four channels trickle their answers (each attempt lasts the whole 6 s deadline):
@@ -288,9 +247,9 @@ def test_one_organisation_holds_at_most_all_workers_but_one(
     good = webhook_receiver(tmp_path)
     receivers += [slow, good]
     for k in range(4):
-        _webhook(client, a, f"{slow.url}/{k}", f"slow-{k}")
-    _webhook(client, b, good.url, "b-hook")
-    _start(deliverers, tmp_path, database_url, webhook_timeout=6, delivery_workers=4)
+        _webhook(channels_client, a, f"{slow.url}/{k}", f"slow-{k}")
+    _webhook(channels_client, b, good.url, "b-hook")
+    start_deliverer(deliverers, tmp_path, database_url, webhook_timeout=6, delivery_workers=4)
     insert_event(conn, a.id)
     wait_for(lambda: len(slow.received()) >= 3, 30, what="three of A's attempts under way")
     latency = _delivered_within(conn, b, good, 0)
@@ -305,7 +264,7 @@ def _via(url: str, port: int) -> str:
 
 
 def test_deliverer_exits_when_the_database_is_gone(
-        client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
+        channels_client: FlaskClient, orgs: tuple[Org, Org], conn: psycopg.Connection,
         database_url: str, tmp_path: Path, receivers: list[Receiver],
         deliverers: list[DelivererProcess], figures: Figures) -> None:
     """Its database stops answering (a black hole: connections stay open, nothing comes
@@ -314,9 +273,9 @@ def test_deliverer_exits_when_the_database_is_gone(
     _, b = orgs
     good = webhook_receiver(tmp_path)
     receivers.append(good)
-    _webhook(client, b, good.url, "b-hook")
+    _webhook(channels_client, b, good.url, "b-hook")
     with TcpProxy(int(urlsplit(database_url).port or 5432)) as proxy:
-        d = _start(deliverers, tmp_path, _via(database_url, proxy.port),
+        d = start_deliverer(deliverers, tmp_path, _via(database_url, proxy.port),
                    delivery_stall_timeout=3, webhook_timeout=1)
         assert _delivered_within(conn, b, good, 0) < 5.0  # it works through the proxy
         proxy.blackhole()
@@ -334,7 +293,7 @@ def test_deliverer_exits_when_the_database_is_gone(
 
 def test_deliverer_exits_when_it_never_reaches_the_database(
         database_url: str, tmp_path: Path, deliverers: list[DelivererProcess]) -> None:
-    d = _start(deliverers, tmp_path, _via(database_url, free_port()),
+    d = start_deliverer(deliverers, tmp_path, _via(database_url, free_port()),
                delivery_stall_timeout=2)
     assert d.proc is not None
     assert d.proc.wait(60) == 1, d.log()

@@ -35,7 +35,6 @@ from tests.support.ingesting import (
     count,
     iso,
     make_site,
-    mqtt_settings,
     now_slot,
     settings_env,
     topic,
@@ -46,7 +45,6 @@ N = 120  # readings, each a transition: N events
 RATE = 15.0  # readings per second
 KILLS = (N // 3, 2 * N // 3)  # after these readings both processes are SIGKILLed
 
-__all__ = ["mqtt_settings"]  # the fixture, from tests/support/ingesting.py
 
 
 @pytest.mark.chaos

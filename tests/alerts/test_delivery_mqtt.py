@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from admin.cli import main as sds
 from shared import alerttopic
 from shared.config import Settings
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.delivery import DelivererProcess, Org, deliverer_env, insert_event, make_org
 from tests.support.ingesting import build_plugin, wait_for
 

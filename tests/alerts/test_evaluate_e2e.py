@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from alerts.evaluator import machine
 from shared import alertrules
 from shared.config import Settings
-from testbed.services import free_port
+from testbed.process import free_port
 from tests.support.alerting import EvaluatorProcess, add_rule, events
 from tests.support.figures import Figures
 from tests.support.ingesting import (
@@ -30,18 +30,13 @@ from tests.support.ingesting import (
     RunningIngester,
     Site,
     count,
-    ingester,
     iso,
     make_site,
-    mqtt_settings,
     now_slot,
-    publisher,
-    site,
     topic,
     wait_for,
 )
 
-__all__ = ["ingester", "mqtt_settings", "publisher", "site"]
 SWEEP_OFF = 600.0  # the sweep would come after the test: every event here follows a NOTIFY
 FROST = {"name": "Frost", "table": "calibrated", "column": "tair",
          "condition": {"op": "<", "threshold": 0}, "clear": {"op": ">=", "threshold": 1},

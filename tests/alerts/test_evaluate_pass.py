@@ -18,6 +18,7 @@ from shared import alertrules, db
 from shared.config import Settings
 from tests.support.alerting import add_rule, events
 from tests.support.ingesting import make_site, now_slot
+from tests.support.readings import insert_readings
 
 
 def evaluator_conn(settings: Settings) -> psycopg.Connection:
@@ -139,9 +140,9 @@ def test_a_pass_lost_in_a_crash_is_written_again_with_the_same_event_ids(
                                       "scope": {"device": "D1"},
                                       "condition": {"op": "<", "threshold": 0},
                                       "clear": {"op": ">=", "threshold": 1}})
-    for minutes, tair in ((20, -1.0), (15, 2.0), (10, -3.0)):
-        conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES (%s, 'D1',"
-                     " %s, %s)", (now_slot(minutes), site.location, tair))
+    insert_readings(conn, "D1", site.location, [
+        {"time": now_slot(minutes), "tair": tair}
+        for minutes, tair in ((20, -1.0), (15, 2.0), (10, -3.0))])
     conn.commit()
 
     def evaluate() -> list[str]:
@@ -163,16 +164,12 @@ def test_the_rollup_jobs_notify_the_evaluator(conn: psycopg.Connection,
                                               settings: Settings) -> None:
     # aggregate/jobs.py sends NOTIFY sds_rollups after a batch of buckets is rewritten, at
     # commit: the evaluator's cue for hourly and daily rules.
-    from zoneinfo import ZoneInfo
 
     from aggregate import jobs
-    from shared.dirty import bucket_marks, write_marks
 
     site = make_site(conn, device="R1")
     t = now_slot(60)
-    conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES (%s, 'R1', %s,"
-                 " -1)", (t, site.location))
-    write_marks(conn, bucket_marks("R1", [t], ZoneInfo(site.tz)))
+    insert_readings(conn, "R1", site.location, [{"time": t, "tair": -1.0}], marks=True)
     conn.commit()
     with psycopg.connect(settings.database_url, autocommit=True) as listener:
         listener.execute("LISTEN sds_rollups")

@@ -12,7 +12,8 @@ import pytest
 
 from shared import backup
 from shared.config import Settings
-from testbed.services import PgBackRestRepo, PostgresServer
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
 from tests.support.databases import migrate_database
 
 pytestmark = [

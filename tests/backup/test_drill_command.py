@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PostgresServer
-from tests.support.chaos import chaos_settings, own_pg  # noqa: F401  fixture
+from testbed.mosquitto import MosquittoBroker
+from testbed.postgres import PostgresServer
+from tests.support.chaos import chaos_settings
 from tests.support.ingesting import IngesterProcess, make_site, settings_env, wait_for
 from tests.support.restoring import SDS
 

@@ -20,7 +20,6 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -28,9 +27,11 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PgBackRestRepo, PostgresServer
+from testbed.database import as_role
+from testbed.mosquitto import MosquittoBroker
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
 from tests.support.chaos import chaos_settings
-from tests.support.databases import migrate_database
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     IngesterProcess,
@@ -50,21 +51,6 @@ pytestmark = [
     pytest.mark.timeout(600),
     pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL and pgBackRest run as postgres"),
 ]
-
-@pytest.fixture
-def archived(tmp_path: Path) -> Iterator[tuple[PostgresServer, str, PgBackRestRepo]]:
-    """A durable server with a migrated database `ingest`, archiving into its own repository
-    at the shipped archive_timeout, with a first full backup."""
-    pg = PostgresServer().start(tmp_path / "pg", durable=True)
-    try:
-        url = migrate_database(pg.create_database("ingest"))
-        repo = PgBackRestRepo(tmp_path / "pgbackrest").attach(
-            pg, archive_timeout=Settings().backup_archive_timeout)
-        repo.backup("full")
-        yield pg, url, repo
-    finally:
-        pg.cleanup()
-
 
 def db_now(url: str) -> datetime:
     with psycopg.connect(url) as c:
@@ -109,7 +95,7 @@ def test_point_in_time_restore_undoes_a_mistake(
         assert result.returncode == 0, result.stdout + result.stderr
         assert "replays archived WAL up to" in result.stdout
         restored, recovery_s = start_restored(target)
-        restored_url = restored.dsn("ingest", user="sds")
+        restored_url = as_role(restored.dsn("ingest"))
         rows = stored_times(restored_url)
         assert before_t <= set(rows), f"{len(before_t - set(rows))} acked before T missing"
         assert len(rows) == len(set(rows)) and set(rows) <= set(run.times)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -25,13 +23,6 @@ pytestmark = [
 
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[Tree]:
-    t = Tree(tmp_path)
-    try:
-        yield t
-    finally:
-        t.sh("deploy/run.sh stop", timeout=300)
 
 
 def test_run_restore_run_as_operations_md_says(tree: Tree) -> None:

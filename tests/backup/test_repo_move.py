@@ -6,7 +6,6 @@ archiving goes on into the new repository, with no failure, and a backup lands t
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -22,13 +21,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[Tree]:
-    t = Tree(tmp_path)
-    try:
-        yield t
-    finally:
-        t.sh("deploy/run.sh stop", timeout=300)
 
 
 def test_moved_repository_keeps_archiving(tree: Tree, tmp_path: Path) -> None:

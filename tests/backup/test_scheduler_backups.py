@@ -15,7 +15,9 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import PgBackRestRepo, PostgresServer, free_port
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
+from testbed.process import free_port
 from tests.support.chaos import scrape
 from tests.support.databases import migrate_database
 from tests.support.ingesting import ROOT, settings_env, wait_for

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PgBackRestRepo, PostgresServer, free_port
+from testbed.mosquitto import MosquittoBroker
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
+from testbed.process import free_port
 from tests.support.chaos import chaos_settings
-from tests.support.databases import migrate_database
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     IngesterProcess,
@@ -35,21 +36,6 @@ pytestmark = [
     pytest.mark.timeout(600),
     pytest.mark.skipif(os.geteuid() != 0, reason="PostgreSQL and pgBackRest run as postgres"),
 ]
-
-
-@pytest.fixture
-def archived(tmp_path: Path) -> Iterator[tuple[PostgresServer, str, PgBackRestRepo]]:
-    """A durable server with a migrated database `ingest` archiving into its own repository,
-    with a first full backup."""
-    pg = PostgresServer().start(tmp_path / "pg", durable=True)
-    try:
-        url = migrate_database(pg.create_database("ingest"))
-        repo = PgBackRestRepo(tmp_path / "pgbackrest").attach(
-            pg, archive_timeout=Settings().backup_archive_timeout)
-        repo.backup("full")
-        yield pg, url, repo
-    finally:
-        pg.cleanup()
 
 
 def test_bad_delete_undone_beside_the_live_service(

@@ -11,7 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from testbed.services import PgBackRestRepo, PostgresServer
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
 from tests.support.restoring import sds, start_restored, switch_and_stop
 
 pytestmark = [

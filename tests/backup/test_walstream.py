@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from testbed.services import PG_BIN, PostgresServer
+from testbed.postgres import PG_BIN, PostgresServer
 from tests.support.ingesting import ROOT, wait_for
 
 pytestmark = [

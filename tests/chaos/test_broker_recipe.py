@@ -38,7 +38,7 @@ from paho.mqtt.properties import Properties
 from admin.cli import main
 from ingest import shards
 from shared.config import Settings
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import DEVICE as LEDGER_DEVICE
 from tests.support.ingesting import (

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, RunningIngester, iso, make_site, now_slot, wait_for
 

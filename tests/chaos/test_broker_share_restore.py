@@ -29,7 +29,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     DEVICE,

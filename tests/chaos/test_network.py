@@ -18,7 +18,8 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PostgresServer
+from testbed.mosquitto import MosquittoBroker
+from testbed.postgres import PostgresServer
 from tests.support.chaos import (
     Flood,
     SysMonitor,

@@ -25,7 +25,9 @@ import pytest
 
 from people import accounts
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PostgresServer
+from testbed.database import as_role
+from testbed.mosquitto import MosquittoBroker
+from testbed.postgres import PostgresServer
 from tests.support.apps import close_app
 from tests.support.chaos import chaos_settings
 from tests.support.databases import migrate_database
@@ -48,10 +50,12 @@ pytestmark = pytest.mark.chaos
 SLOT = "sds_standby"
 
 
-def two_host_url(primary: PostgresServer, standby: PostgresServer, db: str) -> str:
-    """The URL services.sh writes when a standby exists: writes go to whichever accepts them."""
-    return (f"postgresql://sds@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/{db}"
-            "?target_session_attrs=read-write&connect_timeout=5")
+def two_host_url(first: PostgresServer, second: PostgresServer, db: str,
+                 attrs: str = "read-write") -> str:
+    """The URL services.sh writes when a standby exists, as the login role: read-write, writes
+    go to whichever accepts them; prefer-standby, reads go to the standby while it answers."""
+    return as_role(f"postgresql://127.0.0.1:{first.port},127.0.0.1:{second.port}/{db}"
+                   f"?target_session_attrs={attrs}&connect_timeout=5")
 
 
 @pytest.fixture
@@ -114,8 +118,7 @@ def test_promotion_drill_loses_no_acked_reading(
     from serve import create_app
 
     # As services.sh configures it: /data read from the standby while it is current.
-    read_url = (f"postgresql://sds@127.0.0.1:{standby.port},127.0.0.1:{primary.port}"
-                "/ingest?target_session_attrs=prefer-standby&connect_timeout=5")
+    read_url = two_host_url(standby, primary, "ingest", "prefer-standby")
     app = create_app(Settings(database_url=url, database_read_url=read_url, metrics_port=0,
                               aggregate_metrics_port=0, db_pool_min=1, db_pool_max=2,
                               cursor_secret="drill", api_rate_limit=0))
@@ -135,7 +138,7 @@ def test_promotion_drill_loses_no_acked_reading(
         standby.promote()  # by hand, at once: an operator's reaction time comes on top
         promoted_s = time.monotonic() - lost_at
         promoted_at = datetime.now(UTC)
-        promoted = standby.dsn("ingest", user="sds")
+        promoted = as_role(standby.dsn("ingest"))
 
         # The ingester finds the promoted server by itself and nothing acked is missing.
         wait_for(run.done, 120, what="publishing")

@@ -9,8 +9,7 @@ import pytest
 from aggregate import jobs
 from aggregate.__main__ import scheduler_pool
 from shared.config import Settings
-from testbed.services import PostgresServer
-from tests.support.chaos import own_pg  # noqa: F401  fixture
+from testbed.postgres import PostgresServer
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
 

@@ -31,7 +31,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.chaos import chaos_settings, reading_body, scrape, slots, stored_keys
 from tests.support.figures import Figures
 from tests.support.ingesting import IngesterProcess, Ledger, make_site, wait_for

@@ -39,7 +39,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from testbed.services import free_port
+from testbed.process import free_port
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, iso, wait_for
 

@@ -17,7 +17,8 @@ from sds_client import ApiError, Client
 from sds_client.cli import main as cli_main
 
 from people import accounts
-from tests.support.data_world import D4_ROWS, PASSWORD_A1, T0, World, tair_at
+from tests.support.data_world import D4_ROWS, PASSWORD_A1, T0, World
+from tests.support.readings import stepped_tair
 
 REPO = Path(__file__).resolve().parents[2]
 WINDOW = {"start_time": "2024-07-01", "end_time": "2024-07-03"}
@@ -36,7 +37,7 @@ def test_every_auth_mode_reads_rows(api_url: str, world: World, mode: str) -> No
         assert "daily" in client.tables()
         rows = list(client.rows("calibrated", device="D1", select="time,tair", page_size=3,
                                 max_rows=3, **WINDOW))
-    assert rows == [{"time": f"2024-07-01T00:{m:02d}:00Z", "tair": tair_at(i)}
+    assert rows == [{"time": f"2024-07-01T00:{m:02d}:00Z", "tair": stepped_tair(i)}
                     for i, m in enumerate((0, 5, 10))]
 
 
@@ -105,7 +106,7 @@ def test_buckets_through_the_client(api_url: str, world: World) -> None:
         frame = client.to_pandas("calibrated", device="D2", points=6, select="time,tair",
                                  temp="f", **window)
     assert listing.pages == 3 and len(buckets) == 24
-    first = [tair_at(i) for i in range(12)]
+    first = [stepped_tair(i) for i in range(12)]
     assert buckets[0] == {"time": "2024-07-01T00:00:00Z", "tair": round(sum(first) / 12, 2),
                           "tair_min": min(first), "tair_max": max(first), "samples": 12,
                           "expected": 12, "complete": True}

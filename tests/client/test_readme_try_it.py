@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from admin.cli import main as sds
 from testbed.apiserver import gunicorn_api
+from tests.support.readings import insert_readings, series
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 TRY_IT = README[README.index("### Try it"):README.index("### systemd")]
@@ -35,10 +36,10 @@ def demo(database_url: str, tmp_path: Path) -> Iterator[tuple[str, str, datetime
     key = re.search(r"api key:\s+(\S+)", result.output).group(1)  # type: ignore[union-attr]
     newest = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
     with psycopg.connect(database_url) as conn:
-        conn.execute(
-            "INSERT INTO calibrated (time, device, tair, rh, precip) SELECT %s - g * interval"
-            " '5 minutes', 'A000101', 20 + g %% 7, 0.5, 0 FROM generate_series(0, 431) g",
-            (newest,))
+        # 36 hours up to `newest`; tair counts 20..26 back from it.
+        insert_readings(conn, "A000101", None, series(
+            newest - timedelta(minutes=5 * 431), n=432, tair=lambda i, _t: 20 + (431 - i) % 7,
+            rh=0.5, precip=0))
         conn.execute(
             "INSERT INTO hourly (time, device, tair, maxt, mint, rh, precip) SELECT"
             " %s - g * interval '1 hour', 'A000101', 20, 25, 15, 0.5, 2.54"

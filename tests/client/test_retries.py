@@ -112,7 +112,7 @@ def test_retry_after_forms() -> None:
 def test_unreachable_server_is_retried_then_raised(tmp_path: Path) -> None:
     import requests
 
-    from testbed.services import free_port
+    from testbed.process import free_port
 
     sleeps = Sleeps()
     with Client(f"http://127.0.0.1:{free_port()}", apikey="sdsk_x", retries=2, backoff=0.01,

@@ -19,7 +19,8 @@ from people import accounts
 from shared import places
 from testbed.apiserver import gunicorn_api
 from tests.support.figures import Figures
-from tests.support.rollups import insert_readings, run_all, series
+from tests.support.readings import insert_readings, series
+from tests.support.rollups import run_all
 
 START = datetime(2024, 7, 1, 5, tzinfo=UTC)  # local midnight in Chicago (CDT)
 DAYS = 5
@@ -41,7 +42,7 @@ def farm(database_url: str, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
         readings = series(START, START + timedelta(days=DAYS),
                           tair=lambda i, t: 15.0 + (i % 144) / 12, rh=lambda i, t: 0.6,
                           wind_speed=lambda i, t: 2.0, swdw=lambda i, t: 250.0)
-        insert_readings(conn, "L1", loc, [r for r in readings if r["time"] != LATE])
+        insert_readings(conn, "L1", loc, [r for r in readings if r["time"] != LATE], marks=True)
         run_all(conn)
         key = accounts.create_api_key(conn, user=user, scopes=["data:read"])["apikey"]
         conn.commit()
@@ -82,7 +83,7 @@ def test_sync_mirrors_daily_across_a_late_reading(farm: tuple[str, str, str],
         with psycopg.connect(url) as conn:
             loc = conn.execute("SELECT id FROM locations WHERE name = 'Field'").fetchone()[0]
             insert_readings(conn, "L1", loc, [{"time": LATE, "tair": 45.0, "rh": 0.6,
-                                               "wind_speed": 2.0, "swdw": 250.0}])
+                                               "wind_speed": 2.0, "swdw": 250.0}], marks=True)
             conn.commit()
             assert run_all(conn) == 3  # hourly, local_hourly and daily bucket of that reading
             conn.commit()

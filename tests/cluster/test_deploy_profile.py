@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from admin import rabbit
 from admin.cli import main
 from shared import migrate
-from testbed.services import REPO, free_port, port_open
+from testbed.process import REPO, free_port, port_open
 
 pytestmark = [
     pytest.mark.chaos,  # a broker node boot: the full run only

@@ -31,7 +31,8 @@ import pytest
 from people import accounts
 from shared.config import Settings
 from testbed.apiserver import edge_api_env, gunicorn_api
-from testbed.services import REPO, MosquittoBroker, free_port, port_open
+from testbed.mosquitto import MosquittoBroker
+from testbed.process import REPO, free_port, port_open
 from tests.support.failover import ApiLoad, WriteProbe
 from tests.support.figures import Figures
 from tests.support.ingesting import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.services import REPO
+from testbed.process import REPO
 
 # Debian's python3 has PyYAML (Patroni depends on it); the project's venv does not pin it.
 SYSTEM_PYTHON = "/usr/bin/python3"

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from shared.config import Settings
-from testbed.services import free_port
+from testbed.process import free_port
 from tests.support.chaos import scrape
 from tests.support.figures import Figures
 from tests.support.ingesting import IngesterProcess, Ledger, iso, make_site, now_slot, wait_for

@@ -20,7 +20,8 @@ import pytest
 
 from ingest.client import Ingester
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PostgresServer
+from testbed.mosquitto import MosquittoBroker
+from testbed.postgres import PostgresServer
 from tests.support.databases import as_role, own_postgres
 from tests.support.figures import Figures
 from tests.support.ingesting import (

@@ -26,7 +26,7 @@ from people import accounts
 from shared import places
 from shared.config import Settings
 from shared.errors import BadParameter
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, RunningIngester, iso, make_site, now_slot, wait_for
 

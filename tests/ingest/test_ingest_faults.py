@@ -14,7 +14,8 @@ import pytest
 from ingest.committer import retry_later
 from shared import places
 from shared.config import Settings
-from testbed.services import MosquittoBroker, free_port
+from testbed.mosquitto import MosquittoBroker
+from testbed.process import free_port
 from tests.support.ingesting import (
     Ledger,
     RunningIngester,

@@ -40,7 +40,7 @@ from ingest.payload import fields_of
 from ingest.quarantine import Budget
 from ingest.topics import READINGS
 from shared.config import Settings
-from testbed.services import MosquittoBroker, conf_settings, shipped_durable_conf
+from testbed.mosquitto import MosquittoBroker, conf_settings, shipped_durable_conf
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     Ledger,

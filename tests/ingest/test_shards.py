@@ -27,7 +27,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from ingest import shards
 from shared.config import Settings
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     IngesterProcess,

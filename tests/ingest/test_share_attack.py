@@ -42,7 +42,7 @@ from ingest.metrics import Metrics
 from ingest.mqtt import MqttLink
 from shared.config import Settings
 from shared.places import RESERVED_DEVICE_NAMES
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     DEVICE,

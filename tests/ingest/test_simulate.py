@@ -114,7 +114,7 @@ def test_simulate_with_device_credentials_and_shipped_acl(
 ) -> None:
     """The run command's shape: the broker refuses anonymous clients and applies the shipped
     ACL; each simulated device logs in as itself, the ingester as `ingester`."""
-    from testbed.services import MosquittoBroker
+    from testbed.mosquitto import MosquittoBroker
 
     make_site(conn, device="S1")
     broker = MosquittoBroker().start(tmp_path / "mqtt", users={
@@ -162,7 +162,7 @@ def test_run_sh_simulator_keeps_the_demo_devices_going_after_a_device_add(
     supervisor: every restart and restore starts it so) simulates only the devices it has
     passwords for, the demo devices, skips the new one with one line, and stays up; it
     crash-looped, connecting as the new device without a password."""
-    from testbed.services import MosquittoBroker
+    from testbed.mosquitto import MosquittoBroker
 
     broker = MosquittoBroker().start(tmp_path / "mqtt", users={"ingester": "ingest-pw"})
     passwd = tmp_path / "mqtt" / "passwd"

@@ -15,11 +15,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.config import Settings
-from testbed.services import GunicornServer
+from testbed.apiserver import GunicornServer
 from tests.support.access_world import World, seed
-from tests.support.apps import module_db
-
-__all__ = ["module_db"]
+from tests.support.ingesting import wait_for
 
 WORKERS = 3
 RATE_LIMIT = 5
@@ -66,13 +64,11 @@ class Api:
     def settled(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """The samples once every request sent has been recorded: a request is counted when
         the server closes its body, just after the client has read the answer."""
-        deadline = time.monotonic() + 10
-        while True:
+        def settled() -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], float]] | None:
             samples = self.samples()
-            if samples.get(("sds_api_requests_in_flight", ()), 0) == 0:
-                return samples
-            assert time.monotonic() < deadline, "requests still in flight"
-            time.sleep(0.1)
+            return (samples,) if samples.get(("sds_api_requests_in_flight", ()), 0) == 0 else None
+
+        return wait_for(settled, 10, what="no request in flight")[0]
 
 
 @pytest.fixture(scope="module")

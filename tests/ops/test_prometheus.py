@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from shared.config import Settings
+from testbed.apiserver import GunicornServer
 from testbed.monitoring import (
     Alertmanager,
     NodeExporter,
@@ -24,7 +25,8 @@ from testbed.monitoring import (
     WebhookReceiver,
     render_fast,
 )
-from testbed.services import GunicornServer, MosquittoBroker, free_port
+from testbed.mosquitto import MosquittoBroker
+from testbed.process import free_port
 from tests.support.figures import Figures
 from tests.support.ingesting import IngesterProcess, wait_for
 

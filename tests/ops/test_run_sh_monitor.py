@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from testbed.monitoring import WebhookReceiver
-from testbed.services import free_port
+from testbed.process import free_port
 from tests.support.ingesting import wait_for
 
 pytestmark = [pytest.mark.chaos,

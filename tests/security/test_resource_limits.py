@@ -27,6 +27,7 @@ from flask.testing import FlaskClient
 from serve.args import MAX_LIMIT
 from tests.support.access_world import World, apikey, seed
 from tests.support.apps import close_app, make_app
+from tests.support.readings import insert_readings, series
 
 ROWS = 12_000
 _server_errors = {"requests": 0, "5xx": 0}
@@ -39,11 +40,10 @@ def big_world(module_db: str) -> World:
     end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
     end -= timedelta(minutes=end.minute % 5)
     with psycopg.connect(module_db) as conn:
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh, precip)"
-            " SELECT %(end)s - g * interval '5 minutes', %(dev)s, %(loc)s, 20 + (g %% 10),"
-            " 0.5, 0.1 FROM generate_series(1, %(n)s) g",
-            {"end": end, "dev": world.dev_a, "loc": world.loc_a, "n": ROWS})
+        # ROWS readings before `end`; tair counts 21..29, 20 back from it.
+        insert_readings(conn, world.dev_a, world.loc_a, series(
+            end - timedelta(minutes=5 * ROWS), n=ROWS, tair=lambda i, _t: 20 + (ROWS - i) % 10,
+            rh=0.5, precip=0.1))
         conn.commit()
     with psycopg.connect(module_db, autocommit=True) as conn:
         conn.execute("ANALYZE calibrated")

@@ -27,7 +27,8 @@ from shared import places
 from shared.columns import TABLES
 from shared.timeutil import zone
 from tests.support.data_world import csv_rows, error, rows
-from tests.support.rollups import insert_readings, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import run_all
 
 FIVE = timedelta(minutes=5)
 ZONES = {"E1": "Europe/Berlin", "E2": "Europe/Berlin", "R1": "Asia/Kolkata",
@@ -103,7 +104,7 @@ def seed(url: str) -> AggWorld:
                         got.append(reading(i, t))
                     t += FIVE
                     i += 1
-            insert_readings(conn, device, loc, got)
+            insert_readings(conn, device, loc, got, marks=True)
             world.readings[device] = got
         places.register_device(conn, org=org_b, name="X1")
         loc_b = places.create_location(conn, org=org_b, loc=places.LocationInput(
@@ -111,14 +112,14 @@ def seed(url: str) -> AggWorld:
         places.deploy_device(conn, device="X1", location=loc_b,
                                start=datetime(2024, 1, 1, tzinfo=UTC))
         insert_readings(conn, "X1", loc_b, [reading(i, _utc("2024-07-01T00:00") + i * FIVE)
-                                            for i in range(24)])
+                                            for i in range(24)], marks=True)
         run_all(conn)
         # As an organisation's reading retention does (migration 0060): readings go, the
         # rollups stay.
         conn.execute("DELETE FROM calibrated WHERE device = 'R1' AND time >= %s"
                      " AND time < %s", (RETIRED, RETIRED + timedelta(hours=1)))
         late = reading(7, LATE)
-        insert_readings(conn, "E2", locations["E2"], [late])
+        insert_readings(conn, "E2", locations["E2"], [late], marks=True)
         world.readings["E2"].append(late)
         world.readings["E2"].sort(key=lambda r: r["time"])
         world.keys["a"] = accounts.create_api_key(conn, user=user_a, scopes=["data:read"])[

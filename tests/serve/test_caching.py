@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 from serve import caching
 from shared import places
 from tests.support.data_world import World
+from tests.support.readings import insert_readings, series
 
 SETTLED = {"device": "D1", "start_time": "2024-07-01", "end_time": "2024-07-01T12:00:00Z",
            "limit": "50"}
@@ -73,9 +74,8 @@ def test_changed_rows_change_the_etag(client: FlaskClient, world: World) -> None
     behind a settled page give a new one, never a stale 304."""
     with psycopg.connect(world.url) as conn:
         places.register_device(conn, org=world.org_a, name="D7")
-        conn.execute("INSERT INTO calibrated (time, device, tair) SELECT"
-                     " '2024-07-01'::timestamptz + g * interval '5 minutes', 'D7', 10"
-                     " FROM generate_series(0, 9) g")
+        insert_readings(conn, "D7", None, series(datetime(2024, 7, 1, tzinfo=UTC), n=10,
+                                                 tair=10))
         conn.commit()
     query = {"device": "D7", "start_time": "2024-07-01", "end_time": "2024-07-02"}
     etag = _get(client, world, "/api/v2/data/calibrated", query).headers["ETag"]

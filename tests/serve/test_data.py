@@ -25,8 +25,8 @@ from tests.support.data_world import (
     error,
     get,
     rows,
-    tair_at,
 )
+from tests.support.readings import stepped_tair
 
 # ---- filters ---------------------------------------------------------------------------------
 
@@ -284,7 +284,7 @@ def test_bad_order_is_400(client: FlaskClient, world: World) -> None:
 def test_values_have_no_float_noise(client: FlaskClient, world: World) -> None:
     got = rows(get(client, world, "calibrated", device="D1", start_time="2024-07-01", limit=40,
                    select="tair,rh,p,wind_speed,tdew"))
-    assert [r["tair"] for r in got] == [tair_at(i) for i in range(40)]
+    assert [r["tair"] for r in got] == [stepped_tair(i) for i in range(40)]
     assert got[13] == {"tair": 21.3, "rh": 65.3, "p": 1013.25, "wind_speed": 3.2, "tdew": 15.1}
     raw = get(client, world, "calibrated", device="D1", start_time="2024-07-01", limit=1,
               select="tair,precip").get_data(as_text=True)

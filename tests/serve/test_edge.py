@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed.apiserver import edge_api_env
-from testbed.services import GunicornServer, NginxEdge
+from testbed.apiserver import GunicornServer, edge_api_env
+from testbed.nginx import NginxEdge
 from tests.support.data_world import D4_ROWS, World
 from tests.support.figures import Figures
+from tests.support.ingesting import wait_for
 from tests.support.slowclients import SlowHeaders, percentile, probe
 
 SLOW_CONNECTIONS = 50
@@ -182,7 +183,7 @@ def test_gunicorns_own_errors_are_json_directly_and_through_the_edge(
 
 @pytest.mark.usefixtures("processes")
 def test_no_api_instance_is_a_json_502(tmp_path: Path) -> None:
-    from testbed.services import free_port
+    from testbed.process import free_port
 
     dead = NginxEdge().start([f"127.0.0.1:{free_port()}"], tmp_path)
     try:
@@ -222,16 +223,8 @@ def test_pages_are_gzipped_when_the_client_accepts(edge: NginxEdge, world: World
 
 
 def _wait_line(path: Path, needle: str) -> list[str]:
-    import time
-
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        lines = [line for line in path.read_text(errors="replace").splitlines()
-                 if needle in line]
-        if lines:
-            return lines
-        time.sleep(0.1)
-    raise AssertionError(f"no log line with {needle!r} in {path}")
+    return list(wait_for(lambda: [line for line in path.read_text(errors="replace").splitlines()
+                                  if needle in line], 10, what=f"a line with {needle!r} in {path}"))
 
 
 def test_access_logs_escape_control_characters(api: GunicornServer, edge: NginxEdge,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.services import NginxEdge
+from testbed.nginx import NginxEdge
 
 # Starts an nginx edge of its own: never a quick test.
 pytestmark = pytest.mark.usefixtures("processes")

@@ -16,6 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -23,10 +24,11 @@ import pytest
 
 from people import accounts
 from shared import places
-from shared.columns import TABLES
-from testbed.services import GunicornServer, NginxEdge
+from testbed.apiserver import GunicornServer
+from testbed.nginx import NginxEdge
 from tests.support.data_world import World
 from tests.support.figures import Figures
+from tests.support.readings import every_column, insert_readings, series
 from tests.support.slowclients import percentile, probe
 
 CLIENTS = 20
@@ -40,16 +42,12 @@ PAGE = (f"/api/v2/data/calibrated?device=F1&start_time=2024-07-01&limit={ROWS}"
 @pytest.fixture(scope="module")
 def keys(world: World) -> list[str]:
     """Device F1 with 10,000 readings (every column set) and CLIENTS keys of one user."""
-    columns = [c.name for c in TABLES["calibrated"].columns if c.dtype == "real"]
     with psycopg.connect(world.url) as conn:
         user = accounts.create_user(conn, org=world.org_a, email="fair@a.example",
                                     password="fair-share-password")
         places.register_device(conn, org=world.org_a, name="F1")
-        conn.execute(
-            f"INSERT INTO calibrated (time, device, {', '.join(columns)})"
-            " SELECT '2024-07-01'::timestamptz + g * interval '5 minutes', 'F1', "
-            + ", ".join("(random() * 100)::real" for _ in columns)
-            + " FROM generate_series(0, %s - 1) g", (ROWS,))
+        insert_readings(conn, "F1", None, series(datetime(2024, 7, 1, tzinfo=UTC), n=ROWS,
+                                                 **every_column()))
         found = [accounts.create_api_key(conn, user=user, scopes=["data:read"])["apikey"]
                  for _ in range(CLIENTS)]
         conn.commit()
@@ -190,14 +188,10 @@ def test_aggregates_of_a_year_are_heavy_pages_whatever_their_limit(
     """Issue 30's second replay: four clients paging a year of `interval=1d` aggregates with
     the default limit took /health to p99 1,208 ms, since the pool looked at `limit` only. A
     year of day buckets reads the year's 105,120 readings: heavy, one at a time."""
-    columns = [c.name for c in TABLES["calibrated"].columns if c.dtype == "real"]
     with psycopg.connect(world.url) as conn:
         places.register_device(conn, org=world.org_a, name="Y1")
-        conn.execute(
-            f"INSERT INTO calibrated (time, device, {', '.join(columns)})"
-            " SELECT '2024-01-01'::timestamptz + g * interval '5 minutes', 'Y1', "
-            + ", ".join("(random() * 100)::real" for _ in columns)
-            + " FROM generate_series(0, 366 * 288 - 1) g")
+        insert_readings(conn, "Y1", None, series(datetime(2024, 1, 1, tzinfo=UTC), n=366 * 288,
+                                                 **every_column()))
         conn.commit()
     page = ("/api/v2/data/calibrated?device=Y1&interval=1d&start_time=2024-01-01"
             "&end_time=2024-12-31&format=csv")
@@ -271,7 +265,7 @@ def test_the_edge_meters_exactly_the_pages_the_api_calls_heavy() -> None:
 
     from serve import counts
     from shared.config import Settings
-    from testbed.services import SHIPPED_NGINX_CONF
+    from testbed.nginx import SHIPPED_NGINX_CONF
 
     found = re.search(r'map "\$sds_data_page\|\$arg_limit\|\$arg_interval\$arg_points\|'
                       r'\$sds_odd_args" \$sds_heavy_page \{\s*"~\^0\\\|" "";\s*"~(.+?)" "";'

@@ -6,16 +6,17 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
 from shared import places
-from shared.columns import TABLES
-from testbed.services import GunicornServer
+from testbed.apiserver import GunicornServer
 from tests.support.data_world import D4_ROWS, World
+from tests.support.ingesting import wait_for
+from tests.support.readings import every_column, insert_readings, series
 
 BIG_ROWS = 10000
 
@@ -24,14 +25,10 @@ BIG_ROWS = 10000
 def big_device(world: World) -> str:
     """D5: 10,000 readings with every column set (pages of 2-6 MB, larger than the
     socket buffers, so a client that stops reading leaves the server blocked mid-body)."""
-    columns = [c.name for c in TABLES["calibrated"].columns if c.dtype == "real"]
     with psycopg.connect(world.url) as conn:
         places.register_device(conn, org=world.org_a, name="D5")
-        conn.execute(
-            f"INSERT INTO calibrated (time, device, {', '.join(columns)})"
-            " SELECT '2024-07-01'::timestamptz + g * interval '5 minutes', 'D5', "
-            + ", ".join("(random() * 100)::real" for _ in columns)
-            + " FROM generate_series(0, %s - 1) g", (BIG_ROWS,))
+        insert_readings(conn, "D5", None, series(datetime(2024, 7, 1, tzinfo=UTC), n=BIG_ROWS,
+                                                 **every_column()))
         conn.commit()
     return "D5"
 
@@ -91,10 +88,7 @@ def _busy_api_sessions(url: str) -> int:
 
 
 def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+    wait_for(condition, seconds, what=what)
 
 
 @pytest.mark.parametrize("accept", ["application/json", "text/csv"])

@@ -15,8 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testbed.apiserver import edge_api_env
-from testbed.services import GunicornServer
+from testbed.apiserver import GunicornServer, edge_api_env
 from tests.support.data_world import World
 from tests.support.figures import Figures
 

@@ -1,7 +1,7 @@
 """Reads through a hot standby (SDS_DATABASE_READ_URL): `/data` pages come from the standby
 while it is at most SDS_READ_MAX_STALENESS seconds behind and from the primary past that, and
 `X-Read-Source` says which and why; credential bookkeeping always writes to the primary. A
-real primary and a real standby fed by streaming replication (testbed/services.py)."""
+real primary and a real standby fed by streaming replication (testbed/postgres.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,12 @@ from people import accounts
 from serve.pool import CHECK_EVERY, ReadRouter, read_router
 from shared import places
 from shared.config import Settings
-from testbed.services import PostgresServer
+from testbed.database import as_role
+from testbed.postgres import PostgresServer
 from tests.support.apps import close_app
 from tests.support.databases import migrate_database
+from tests.support.ingesting import wait_for
+from tests.support.readings import insert_readings, series
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 BOUND = 2.0  # seconds of staleness allowed in these tests
@@ -44,8 +47,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory, processes: None,
             c.commit()
         standby.start_standby(primary, base / "standby")
         with psycopg.connect(url) as c:  # replayed by the standby
-            c.execute("INSERT INTO calibrated (time, device, tair) SELECT %s + g * interval"
-                      " '5 minutes', 'R1', 20 FROM generate_series(0, 99) g", (T0,))
+            insert_readings(c, "R1", None, series(T0, n=100, tair=20))
         yield primary, standby, key
     finally:
         standby.cleanup()
@@ -58,8 +60,8 @@ def app(pair: tuple[PostgresServer, PostgresServer, str]) -> Iterator[Flask]:
 
     primary, standby, _key = pair
     application = create_app(Settings(
-        database_url=primary.dsn("api", user="sds"),
-        database_read_url=standby.dsn("api", user="sds"),
+        database_url=as_role(primary.dsn("api")),
+        database_read_url=as_role(standby.dsn("api")),
         read_max_staleness=BOUND, metrics_port=0, aggregate_metrics_port=0, db_pool_min=1,
         db_pool_max=2, cursor_secret="replica", api_rate_limit=1000))
     try:
@@ -76,13 +78,13 @@ def _replay(standby: PostgresServer, pause: bool) -> None:
 def _caught_up(primary: PostgresServer, standby: PostgresServer) -> None:
     with psycopg.connect(primary.dsn("api"), autocommit=True) as c:
         lsn = c.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
+
+    def replayed() -> bool:
         with psycopg.connect(standby.dsn("api"), autocommit=True) as c:
-            if c.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
-                return
-        time.sleep(0.05)
-    raise AssertionError("the standby did not catch up")
+            row = c.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()
+            return bool(row and row[0])
+
+    wait_for(replayed, 20, what="the standby to catch up")
 
 
 def _get(app: Flask, key: str) -> tuple[str, int, Any]:
@@ -140,8 +142,7 @@ def test_reads_come_from_the_standby_and_fall_back_past_the_staleness_bound(
     _replay(standby, pause=True)
     try:
         with psycopg.connect(primary.dsn("api")) as c:
-            c.execute("INSERT INTO calibrated (time, device, tair) VALUES (%s, 'R1', 21)",
-                      (T0 + timedelta(days=1),))
+            insert_readings(c, "R1", None, [{"time": T0 + timedelta(days=1), "tair": 21}])
         _router(app).forget()  # measure now, not in up to 1 s
         source, rows, _last = _get(app, key)
         assert source.startswith("standby") and rows == 100, source

@@ -18,7 +18,8 @@ from flask.testing import FlaskClient
 from people import accounts
 from shared import places
 from tests.aggregate.weather import Place, day_readings
-from tests.support.rollups import insert_readings, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import run_all
 
 DAYS = [date(2024, 7, 1) + timedelta(days=i) for i in range(5)]
 
@@ -51,7 +52,7 @@ def world(module_db: str) -> World:
             place = Place("valencia", 39.47, -0.38, "Europe/Madrid", 15.0, d, 0.9, tmean=26.0,
                           rh_mean=0.55)
             rows += [{**r, "precip": 0.0} for r in day_readings(place)]
-        insert_readings(conn, "WB1", loc, rows)
+        insert_readings(conn, "WB1", loc, rows, marks=True)
         conn.execute("INSERT INTO water_settings (location_id, soil, theta_fc, theta_wp,"
                      " root_depth, p) VALUES (%s, 'sandy loam', 0.23, 0.11, 0.3, 0.4)", (loc,))
         run_all(conn)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
-import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
@@ -13,7 +13,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from admin.cli import main
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
+from tests.support.ingesting import wait_for
+from tests.support.readings import insert_readings
 
 
 @pytest.fixture
@@ -99,8 +101,8 @@ def test_location_update_changes_fields_and_marks_rollups(sds, database_url: str
     _setup(sds)
     with psycopg.connect(database_url) as conn:
         loc = conn.execute("SELECT id FROM locations WHERE name = 'North'").fetchone()[0]
-        conn.execute("INSERT INTO calibrated (time, device, location, tair)"
-                     " VALUES ('2026-06-10T12:00Z', 'A000001', %s, 20)", (loc,))
+        insert_readings(conn, "A000001", loc,
+                        [{"time": datetime(2026, 6, 10, 12, tzinfo=UTC), "tair": 20}])
     r = sds("location", "update", "North", "--tz", "Asia/Kolkata", "--kc-from", "2026-05-01=0.3",
             "--kc-from", "2026-06-15=1.15", "--crop", "maize", "--clear", "elev")
     assert r.exit_code == 0, r.output
@@ -239,10 +241,9 @@ def test_device_broker_password_works_and_never_touches_argv(
         own = broker.base_dir / "passwd"
         own.write_text(own.read_text() + lines[1] + "\n")
         broker.signal(signal.SIGHUP)
-        deadline = time.monotonic() + 5  # SIGHUP is asynchronous: poll for the reload
-        while _connect_rc(broker.port, "A000002", password) != 0:
-            assert time.monotonic() < deadline, "broker never accepted the generated password"
-            time.sleep(0.1)
+        # SIGHUP is asynchronous: poll for the reload.
+        wait_for(lambda: _connect_rc(broker.port, "A000002", password) == 0, 5,
+                 what="the broker to accept the generated password")
         assert _connect_rc(broker.port, "A000002", "wrong-password") not in (0, None)
     finally:
         broker.stop()

@@ -10,7 +10,7 @@ import paho.mqtt.client as mqtt
 
 from shared import brokers
 from shared.config import Settings
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 
 
 def _client(settings: Settings) -> mqtt.Client:

@@ -16,7 +16,7 @@ from click.testing import CliRunner, Result
 from admin.cli import main
 from ingest.client import Ingester
 from shared.config import Settings
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 
 INGESTER_PW = "ingester-test-password"
 

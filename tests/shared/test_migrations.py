@@ -7,7 +7,7 @@ import pytest
 
 from shared import migrate
 from shared.columns import TABLES
-from testbed.services import PostgresServer
+from testbed.postgres import PostgresServer
 
 
 def test_timescaledb_installed_and_reported(conn: psycopg.Connection) -> None:

@@ -20,6 +20,8 @@ import pytest
 
 from people import accounts, credentials
 from shared import places
+from tests.support import readings
+from tests.support.ingesting import now_slot
 
 PASSWORDS = {"a1@a.example": "a1-correct-horse", "a2@a.example": "a2-battery-staple",
              "b1@b.example": "b1-tr0ub4dor-and"}
@@ -120,13 +122,8 @@ def new_key(conn: psycopg.Connection, user: UUID, scopes: list[str]) -> tuple[UU
 
 
 def _readings(conn: psycopg.Connection, device: str, location: UUID, n: int) -> None:
-    start = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
-    start -= timedelta(minutes=start.minute % 5)
-    for i in range(n):
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh, precip)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            (start + timedelta(minutes=5 * i), device, location, 20.0 + i, 0.5, 0.2))
+    readings.insert_readings(conn, device, location, readings.series(
+        now_slot(60), n=n, tair=lambda i, _t: 20.0 + i, rh=0.5, precip=0.2))
     # The ingester keeps these on the devices row as messages arrive; seeded the same way.
     conn.execute("UPDATE devices SET last_seen = now(), last_post = now(), batt_pct = 87.5,"
                  " signal_strength = -71 WHERE name = %s", (device,))
@@ -191,6 +188,15 @@ def seed(url: str) -> World:
 def world(module_db: str) -> World:
     """The seeded world, shared by a module."""
     return seed(module_db)
+
+
+@pytest.fixture(scope="module")
+def admins(world: World) -> None:
+    """a1 administers org A and b1 org B; a2 is a plain member of org A (a module that needs
+    this asks with `pytestmark = pytest.mark.usefixtures("admins")`)."""
+    with psycopg.connect(world.url) as conn:
+        conn.execute("UPDATE memberships SET role = 'admin' WHERE user_id IN (%s, %s)",
+                     (world.a1, world.b1))
 
 
 @pytest.fixture(scope="module")

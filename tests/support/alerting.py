@@ -4,7 +4,6 @@ them. Used by tests/alerts, the delivery helper's ledger and bench/alerts."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import psycopg
 
 from shared import alertrules, alertstore
 from shared.config import Settings
+from testbed.process import kill_process, stop_process
 from tests.support.ingesting import ROOT, settings_env, wait_for
 
 
@@ -45,16 +45,11 @@ class EvaluatorProcess:
     def kill(self) -> None:
         """SIGKILL: no cleanup, no last commit."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(30)
+        kill_process(self.proc)
 
     def stop(self) -> int:
-        """SIGTERM and wait; the exit status."""
-        if self.proc is None:
-            return 0
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        return self.proc.wait(30)
+        """SIGTERM and wait (SIGKILL after 30 s); the exit status."""
+        return 0 if self.proc is None else stop_process(self.proc)
 
 
 def add_rule(url: str, org: UUID, body: dict[str, Any]) -> UUID:

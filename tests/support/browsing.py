@@ -11,6 +11,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from testbed.browser import wait_for
+from testbed.process import poll
 from tests.support.dashboard import PASSWORDS
 
 # Series colours of device.js / quarantine.js, in column order.
@@ -98,3 +99,36 @@ def assert_series_drawn(driver: WebDriver, element_id: str, n: int) -> None:
     assert found["painted"] > 1000, f"#{element_id} canvas looks blank: {found}"
     for colour, count in zip(COLORS[:n], found["counts"], strict=True):
         assert count > 150, f"series colour {colour} barely on #{element_id}: {found}"
+
+
+# Pixels of series colour arguments[1] in the main plot's 3-pixel column at time arguments[0].
+COLUMN = """
+const u = window.sdsDashboard.main;
+const cfg = JSON.parse(document.getElementById('sds-config').textContent);
+const want = [1, 3, 5].map(i => parseInt(cfg.colours[arguments[1]].slice(i, i + 2), 16));
+const x = Math.round(u.valToPos(arguments[0], 'x', true));
+const top = Math.round(u.bbox.top), h = Math.round(u.bbox.height);
+const px = u.ctx.getImageData(x - 1, top, 3, h).data;
+let n = 0;
+for (let i = 0; i < px.length; i += 4) {
+  if (px[i + 3] > 100 && Math.abs(px[i] - want[0]) + Math.abs(px[i + 1] - want[1])
+      + Math.abs(px[i + 2] - want[2]) < 120) n++;
+}
+return n;
+"""
+
+
+def column_pixels(driver: WebDriver, at: float, series: int = 0) -> int:
+    """How many pixels of series `series`'s colour the main plot has in its column at `at`
+    (epoch seconds): 0 where that series draws nothing (a gap)."""
+    return int(driver.execute_script(COLUMN, at, series))
+
+
+def downloaded(folder: Path, extension: str, timeout: float = 30.0) -> Path:
+    """The one file with `extension` the browser saved into `folder`, once no download is in
+    progress there (Chromium writes *.crdownload until it is complete)."""
+    wait_for_file = poll(lambda: list(folder.glob(f"*.{extension}"))
+                         and not list(folder.glob("*.crdownload")), timeout, every=0.2)
+    assert wait_for_file, f"no .{extension} downloaded: {list(folder.glob('*'))}"
+    (saved,) = folder.glob(f"*.{extension}")
+    return saved

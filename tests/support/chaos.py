@@ -26,7 +26,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from shared.config import Settings
-from testbed.services import MosquittoBroker, PostgresServer, free_port
+from testbed.mosquitto import MosquittoBroker
+from testbed.postgres import PostgresServer
+from testbed.process import free_port
 from tests.support.databases import own_postgres
 from tests.support.ingesting import iso, now_slot, wait_for
 

@@ -24,6 +24,8 @@ from flask.testing import FlaskClient
 
 from people import accounts
 from shared import places
+from tests.support import readings
+from tests.support.ingesting import now_slot
 
 END = datetime(2026, 3, 8, tzinfo=UTC)  # newest 5-minute reading
 STEPS = 7 * 24 * 12  # a week of 5-minute readings
@@ -46,21 +48,16 @@ class World:
     quarantine_b: int
 
 
-def tair_at(i: int) -> float:
-    """The seeded air temperature of reading i (a daily cycle around 15 C)."""
-    return round(15 + 8 * math.sin(2 * math.pi * i / 288), 2)
-
-
 def _readings(conn: psycopg.Connection, device: str, location: UUID) -> None:
+    """A week of 5-minute readings ending at END: tair a daily cycle (readings.diurnal_tair),
+    rh against it, p and wind slowly varying, a little rain every 97th reading."""
     start = END - timedelta(minutes=5 * (STEPS - 1))
-    conn.execute(
-        "INSERT INTO calibrated (time, device, location, tair, rh, p, wind_speed, precip)"
-        " SELECT %(start)s + g * interval '5 minutes', %(device)s, %(loc)s,"
-        "  round((15 + 8 * sin(2 * pi() * g / 288))::numeric, 2),"
-        "  0.6 - 0.25 * sin(2 * pi() * g / 288), 101.3 + 0.3 * sin(g / 500.0),"
-        "  3 + 2 * abs(sin(g / 37.0)), CASE WHEN g %% 97 = 0 THEN 0.4 ELSE 0 END"
-        " FROM generate_series(0, %(n)s - 1) g",
-        {"start": start, "device": device, "loc": location, "n": STEPS})
+    readings.insert_readings(conn, device, location, readings.series(
+        start, n=STEPS, tair=readings.diurnal_tair,
+        rh=lambda i, _t: 0.6 - 0.25 * math.sin(2 * math.pi * i / 288),
+        p=lambda i, _t: 101.3 + 0.3 * math.sin(i / 500.0),
+        wind_speed=lambda i, _t: 3 + 2 * abs(math.sin(i / 37.0)),
+        precip=lambda i, _t: 0.4 if i % 97 == 0 else 0.0))
 
 
 def seed(url: str) -> World:
@@ -94,9 +91,8 @@ def seed(url: str) -> World:
         conn.execute("UPDATE devices SET last_seen = now(), batt_pct = 90 WHERE name = 'B1'")
         _readings(conn, "A1", north)
         conn.execute("UPDATE devices SET last_seen = now(), batt_pct = 70 WHERE name = 'A3'")
-        conn.execute("INSERT INTO calibrated (time, device, location, tair, rh) VALUES"
-                     " (date_bin('5 minutes', now() - interval '10 minutes', 'epoch'), 'A3', %s,"
-                     " 21.5, 0.5)", (north,))
+        readings.insert_readings(conn, "A3", north, readings.series(
+            now_slot(10), n=1, tair=21.5, rh=0.5))
         _readings(conn, "B1", b_field)
         conn.execute(
             "INSERT INTO hourly (time, device, location, tair, maxt, mint, rh)"

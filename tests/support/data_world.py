@@ -28,6 +28,7 @@ from werkzeug.test import TestResponse
 from people import accounts
 from shared import places
 from shared.timeutil import local_day_start
+from tests.support import readings
 
 T0 = datetime(2024, 7, 1, tzinfo=UTC)
 STEPS = 576  # two days of 5-minute readings per device
@@ -37,11 +38,6 @@ DAILY_FIRST = date(2024, 6, 20)
 DAILY_DAYS = 15
 D4_ROWS = 2500  # more than calibrated's row cap of 2050
 PASSWORD_A1 = ("a1@a.example", "a1-password")  # user a1 of org A: (email, password)
-
-
-def tair_at(i: int) -> float:
-    """tair of reading i (chosen to be inexact in float32, e.g. 21.3)."""
-    return round(20.0 + (i % 40) * 0.1, 1)
 
 
 @dataclass
@@ -61,17 +57,17 @@ class World:
         return {"Authorization": f"Apikey {self.keys[who]}", **extra}
 
 
-def _readings(conn: psycopg.Connection, device: str, where: Any) -> None:
-    rows = []
-    for i in range(STEPS):
-        t = T0 + timedelta(minutes=5 * i)
-        rows.append((t, device, where(t), tair_at(i), 0.653, 101.325, 0.2 if i % 12 == 0 else 0.0,
-                     3.2, 22.5, 19.0, 15.1, None))
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO calibrated (time, device, location, tair, rh, p, precip, wind_speed,"
-            " tbelow, tabove, tdew, swdw) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            rows)
+def _readings(conn: psycopg.Connection, device: str, *stays: tuple[UUID, datetime]) -> None:
+    """STEPS readings from T0 (tair: readings.stepped_tair), at each (location, until) in
+    turn."""
+    rows = readings.series(T0, n=STEPS, tair=readings.stepped_tair, rh=0.653, p=101.325,
+                           precip=lambda i, _t: 0.2 if i % 12 == 0 else 0.0, wind_speed=3.2,
+                           tbelow=22.5, tabove=19.0, tdew=15.1, swdw=None)
+    since = T0
+    for location, until in stays:
+        readings.insert_readings(conn, device, location,
+                                 [r for r in rows if since <= r["time"] < until])
+        since = until
 
 
 def seed(url: str) -> World:
@@ -97,14 +93,12 @@ def seed(url: str) -> World:
         places.deploy_device(conn, device="D1", location=la, start=T0 + timedelta(days=1))
         places.deploy_device(conn, device="D2", location=ny, start=T0 - timedelta(days=1))
         places.deploy_device(conn, device="B1", location=bl, start=T0 - timedelta(days=1))
-        moved = T0 + timedelta(days=1)
-        _readings(conn, "D1", lambda t: ny if t < moved else la)
-        _readings(conn, "D2", lambda t: ny)
-        _readings(conn, "B1", lambda t: bl)
+        moved, ever = T0 + timedelta(days=1), datetime.max.replace(tzinfo=UTC)
+        _readings(conn, "D1", (ny, moved), (la, ever))
+        _readings(conn, "D2", (ny, ever))
+        _readings(conn, "B1", (bl, ever))
         # D4: more rows than any default page, no location (a device never deployed).
-        conn.execute(
-            "INSERT INTO calibrated (time, device, tair) SELECT %s + g * interval '5 minutes',"
-            " 'D4', 20 FROM generate_series(0, %s - 1) g", (T0, D4_ROWS))
+        readings.insert_readings(conn, "D4", None, readings.series(T0, n=D4_ROWS, tair=20))
         conn.execute("INSERT INTO health (time, device, location, batt_pct, fw)"
                      " VALUES (%s, 'D1', %s, 87.5, '1.2.3')", (T0, ny))
         conn.execute("INSERT INTO local_hourly (time, device, location, tair)"

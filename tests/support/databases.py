@@ -15,7 +15,7 @@ import psycopg
 
 from testbed import database
 from testbed.database import as_role, with_dbname
-from testbed.services import PostgresServer
+from testbed.postgres import PostgresServer
 
 __all__ = ["as_role", "clone_template", "migrate_database", "own_postgres", "with_dbname"]
 

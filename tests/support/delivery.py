@@ -6,20 +6,25 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
+from flask.testing import FlaskClient
 from psycopg.types.json import Jsonb
 
 from people import accounts
 from shared import sealing
 from shared.config import PREFIX
+from testbed.process import kill_process, stop_process
+from testbed.receivers import Receiver
+from tests.support.apps import close_app, make_app
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "delivery-test-password-1"
@@ -97,19 +102,58 @@ class DelivererProcess:
 
     def kill(self) -> None:
         """SIGKILL: the process dies mid-attempt, holding whatever it held."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
+        if self.proc is not None:
+            kill_process(self.proc)
 
     def stop(self) -> None:
         """SIGTERM and wait (SIGKILL after 20 s)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc is not None:
+            stop_process(self.proc, timeout=20)
 
     def log(self) -> str:
         """What the process wrote so far."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def start_deliverer(deliverers: list[DelivererProcess], log_dir: Path, database_url: str,
+                    **settings: Any) -> DelivererProcess:
+    """Start a deliverer on `database_url` (further settings as for `deliverer_env`), its log
+    in `log_dir`, and add it to `deliverers` (the fixture stops them)."""
+    d = DelivererProcess(deliverer_env(database_url, **settings),
+                         log_dir / f"deliverer-{len(deliverers)}.log").start()
+    deliverers.append(d)
+    return d
+
+
+# ---- fixtures (tests/alerts/conftest.py registers them) ---------------------------------------
+
+
+@pytest.fixture
+def channels_client(database_url: str) -> Iterator[FlaskClient]:
+    """A client of the API on the test's database, with the seal key the deliverers use,
+    webhooks to loopback allowed (the receivers listen there) and an SMTP host named (an email
+    channel is refused while the server has no SMTP settings; each deliverer gets its sink's)."""
+    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True,
+                           smtp_host="127.0.0.1")
+    try:
+        yield application.test_client()
+    finally:
+        close_app(application)
+
+
+@pytest.fixture
+def receivers() -> Iterator[list[Receiver]]:
+    """Receivers a test starts (testbed.receivers); stopped afterwards."""
+    started: list[Receiver] = []
+    yield started
+    for r in started:
+        r.stop()
+
+
+@pytest.fixture
+def deliverers() -> Iterator[list[DelivererProcess]]:
+    """Deliverers a test starts (`start_deliverer`); stopped afterwards."""
+    started: list[DelivererProcess] = []
+    yield started
+    for d in started:
+        d.stop()

@@ -29,6 +29,7 @@ from ingest.client import Ingester
 from people import accounts
 from shared import places
 from shared.config import PREFIX, Settings
+from testbed.process import kill_process, poll, stop_process
 from tests.support.figures import Figures
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,14 +51,10 @@ def build_plugin(directory: Path) -> Path:
 def wait_for(cond: Callable[[], Any], timeout: float = 15.0, every: float = 0.05,
              what: str = "condition") -> Any:
     """Poll `cond` until truthy (returned) or fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {value!r})")
-        time.sleep(every)
+    value = poll(cond, timeout, every)
+    if not value:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {cond()!r})")
+    return value
 
 
 def now_slot(minutes_ago: int = 0) -> datetime:
@@ -205,15 +202,14 @@ class IngesterProcess:
         return self.proc.wait(timeout)
 
     def terminate(self) -> int:
+        """SIGTERM and wait (SIGKILL after 30 s); the exit status."""
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        return self.proc.wait(30)
+        return stop_process(self.proc)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+        """SIGKILL: no cleanup."""
+        if self.proc is not None:
+            kill_process(self.proc)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

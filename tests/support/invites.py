@@ -1,7 +1,10 @@
 """Invitation and reset links in tests (people/links.py): an app whose links point at
-http://sds.example (with a real SMTP sink when given), the deliverer process that sends their
-mail from the durable outbox (shared/mailbox.py) to that sink, the secret in a shown link or a
-received email, and a JSON answer of an expected status."""
+http://sds.example (with a real SMTP sink when given), the secret in a shown link or a received
+email, a JSON answer of an expected status, and the fixtures the link tests share
+(tests/access/conftest.py registers them): `link_world` (the access world in a database of its
+own, memberships reset), `sink` (a real SMTP server and the deliverer process that sends the
+durable outbox's mail to it, shared/mailbox.py) and `plain` (a client of an app without
+SMTP: links are shown to the inviter)."""
 
 from __future__ import annotations
 
@@ -13,11 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from flask import Flask
+from flask.testing import FlaskClient
 
 from testbed.receivers import Receiver, smtp_sink
-from tests.support.access_world import World, basic
-from tests.support.apps import make_app
+from tests.support.access_world import World, basic, reset_memberships
+from tests.support.apps import close_app, make_app
 from tests.support.delivery import SEAL_KEY, DelivererProcess, deliverer_env
 
 A1 = basic("a1@a.example")
@@ -78,3 +84,29 @@ def link_in(received: dict[str, Any]) -> str:
     found = LINK.search(text.get_content())  # type: ignore[attr-defined]
     assert found, received["data"]
     return found.group(1)
+
+
+@pytest.fixture
+def link_world(fresh_world: World) -> World:
+    """The access world in a database of its own: a1 administers org A, b1 org B (named apart
+    from the access conftest's module-scoped `world`)."""
+    with psycopg.connect(fresh_world.url) as conn:
+        reset_memberships(conn, fresh_world)
+    return fresh_world
+
+
+@pytest.fixture
+def sink(link_world: World, tmp_path: Path, processes: None) -> Iterator[Receiver]:
+    """A real SMTP server on loopback, and the deliverer that sends the outbox's mail to it."""
+    with mail_sink(link_world, tmp_path) as server:
+        yield server
+
+
+@pytest.fixture
+def plain(link_world: World) -> Iterator[FlaskClient]:
+    """A client of an app without SMTP (invitation links are shown to the inviter)."""
+    app = link_app(link_world)
+    try:
+        yield app.test_client()
+    finally:
+        close_app(app)

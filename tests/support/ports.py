@@ -3,7 +3,7 @@ deploy/lib/ports.sh's defaults (tests/test_ports.py and tests/test_deploy.py kee
 out of that range), and the ports a deployed stack listens on, held while the tests run so a
 test that opens one fails.
 
-Tests and benchmarks pick free ports (testbed.services.free_port) for everything they start:
+Tests and benchmarks pick free ports (testbed.process.free_port) for everything they start:
 they must run beside a `deploy/run.sh` stack on the same machine (a CI host, an operator's
 box). On a machine without one, nothing would notice a test that binds a default port, so the
 session holds these ports itself (tests/conftest.py): a process a test starts on one of them

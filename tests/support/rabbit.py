@@ -30,14 +30,15 @@ import time
 from pathlib import Path
 
 from admin import rabbit
-from testbed.services import (
+from testbed.process import (
     REPO,
     ServiceError,
-    _chown_tree,
-    _ensure_traversable,
-    _tail,
+    chown_tree,
+    ensure_traversable,
     free_port,
     port_open,
+    stop_process,
+    tail,
 )
 
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
@@ -105,9 +106,9 @@ class RabbitCluster:
         cookie.write_text(self.cookie)
         for node in self.nodes:
             self._write_node(node)
-        _chown_tree(self.base_dir, "rabbitmq")
+        chown_tree(self.base_dir, "rabbitmq")
         os.chmod(cookie, 0o400)
-        _ensure_traversable(self.base_dir, "rabbitmq")
+        ensure_traversable(self.base_dir, "rabbitmq")
         try:
             # One after the other: RabbitMQ 3.10 refuses a node's join to the MQTT client-id
             # tracker (a Raft cluster) while that cluster's leader is still fresh
@@ -228,7 +229,7 @@ class RabbitCluster:
         own = self.base_dir / "import.json"
         if path.resolve() != own.resolve():
             shutil.copyfile(path, own)
-        _chown_tree(own, "rabbitmq")
+        chown_tree(own, "rabbitmq")
         self.ctl("import_definitions", str(own))
 
     def reload(self, path: Path) -> list[str]:
@@ -238,7 +239,7 @@ class RabbitCluster:
         connections. Returns the rotated devices."""
         current = self.base_dir / "export.json"
         current.touch()
-        _chown_tree(current, "rabbitmq")
+        chown_tree(current, "rabbitmq")
         self.ctl("export_definitions", str(current))
         defs = rabbit.load(path)
         rotated = rabbit.rotated_users(defs, json.loads(current.read_text()))
@@ -293,14 +294,14 @@ class RabbitCluster:
         while time.monotonic() < deadline:
             if node.proc is None or node.proc.poll() is not None:
                 raise ServiceError(f"rabbitmq node {node.name} exited at start\n"
-                                   f"{_tail(node.dir / 'stdout.log')}\n"
-                                   f"{_tail(node.log_dir / (node.name + '.log'))}")
+                                   f"{tail(node.dir / 'stdout.log')}\n"
+                                   f"{tail(node.log_dir / (node.name + '.log'))}")
             # The MQTT listener opens last, once the node and its plugins have booted.
             if port_open(node.mqtt_port):
                 return
             time.sleep(0.2)
         raise ServiceError(f"rabbitmq node {node.name}: MQTT port {node.mqtt_port} not open "
-                           f"after {START_TIMEOUT}s\n{_tail(node.dir / 'stdout.log')}")
+                           f"after {START_TIMEOUT}s\n{tail(node.dir / 'stdout.log')}")
 
     def _ensure_joined(self, node: RabbitNode) -> None:
         """Join a freshly booted node to node 0's cluster if peer discovery left it on its own
@@ -328,14 +329,9 @@ class RabbitCluster:
         self._await_node(node)
 
     def _stop_node(self, node: RabbitNode) -> None:
-        if node.proc is not None and node.proc.poll() is None:
+        if node.proc is not None:
             # The start script turns SIGTERM into a clean stop of its VM and waits for it.
-            node.proc.send_signal(signal.SIGTERM)
-            try:
-                node.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                node.proc.kill()
-                node.proc.wait(timeout=30)
+            stop_process(node.proc)
         pid = node.beam_pid()  # a VM whose script is gone (killed) must not outlive the test
         if pid is not None:
             os.kill(pid, signal.SIGKILL)

@@ -1,6 +1,7 @@
 """Backup drill support: `sds` run as the operator runs it against a test's pgBackRest
 repository, the stop that deploy/services.sh does, and a restored server started and waited
-for until it accepts writes. Used by tests/backup."""
+for until it accepts writes, and the `archived` fixture (tests/backup/conftest.py registers it).
+Used by tests/backup."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
+import pytest
 
-from testbed.services import PgBackRestRepo, PostgresServer, free_port
+from shared.config import Settings
+from testbed.pgbackrest import PgBackRestRepo
+from testbed.postgres import PostgresServer
+from testbed.process import free_port
+from tests.support.databases import migrate_database
 from tests.support.ingesting import ROOT, wait_for
 
 SDS = str(ROOT / ".venv" / "bin" / "sds")
@@ -141,3 +148,28 @@ def supervisor_pids(state: Path, names: list[str] | None = None) -> list[int]:
     files = [state / "pids" / f"{n}.pid" for n in names] if names else \
         sorted((state / "pids").glob("*.pid"))
     return [int(f.read_text().strip()) for f in files if f.is_file() and f.read_text().strip()]
+
+
+@pytest.fixture
+def archived(tmp_path: Path) -> Iterator[tuple[PostgresServer, str, PgBackRestRepo]]:
+    """A durable server with a migrated database `ingest`, archiving into its own repository
+    at the shipped archive_timeout, with a first full backup: (server, database URL, repo)."""
+    pg = PostgresServer().start(tmp_path / "pg", durable=True)
+    try:
+        url = migrate_database(pg.create_database("ingest"))
+        repo = PgBackRestRepo(tmp_path / "pgbackrest").attach(
+            pg, archive_timeout=Settings().backup_archive_timeout)
+        repo.backup("full")
+        yield pg, url, repo
+    finally:
+        pg.cleanup()
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[Tree]:
+    """A copy of the repository (`Tree`); its `deploy/run.sh` stack stopped afterwards."""
+    t = Tree(tmp_path)
+    try:
+        yield t
+    finally:
+        t.sh("deploy/run.sh stop", timeout=300)

@@ -1,12 +1,11 @@
-"""Rollup test support: a location per zone and readings written straight into `calibrated`
-with their dirty marks (through shared.dirty, as ingest does), no ingest import.
-tests/aggregate/conftest.py registers the fixture."""
+"""Rollup test support: a location per zone, every pending rollup run at once, rows as dicts
+(readings come from tests/support/readings.py, with their dirty marks). tests/aggregate/conftest.py
+registers the fixture."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, timedelta
+from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
@@ -15,10 +14,8 @@ import pytest
 
 from aggregate import rollups, water
 from people import accounts
-from shared import dirty, places
-from shared.timeutil import zone
+from shared import places
 
-FIVE = timedelta(minutes=5)
 _names = itertools.count(1)
 
 
@@ -28,41 +25,6 @@ def make_location(conn: psycopg.Connection, tz: str, **fields: Any) -> UUID:
     org = row[0] if row else accounts.create_org(conn, name="Aggregate Tests")
     loc = places.LocationInput(name=f"loc{next(_names)}", tz_name=tz, **fields)
     return places.create_location(conn, org=org, loc=loc)
-
-
-def insert_readings(
-    conn: psycopg.Connection, device: str, location: UUID | None,
-    rows: Iterable[dict[str, Any]],
-) -> int:
-    """Insert readings ({'time': ..., column: value}) and write their dirty marks."""
-    rows = list(rows)
-    if not rows:
-        return 0
-    cols = sorted({k for r in rows for k in r} - {"time"})
-    names = ", ".join(["time", "device", "location", *cols])
-    marks = ", ".join(["%s"] * (3 + len(cols)))
-    with conn.cursor() as cur:
-        cur.executemany(
-            f"INSERT INTO calibrated ({names}) VALUES ({marks}) ON CONFLICT DO NOTHING",
-            [(r["time"], device, location, *[r.get(c) for c in cols]) for r in rows])
-    tz = None
-    if location is not None:
-        tz = zone(conn.execute("SELECT tz_name FROM locations WHERE id = %s",
-                               (location,)).fetchone()[0])
-    dirty.write_marks(conn, dirty.bucket_marks(device, (r["time"] for r in rows), tz))
-    return len(rows)
-
-
-def series(start: datetime, end: datetime, **fields: Callable[[int, datetime], Any]
-           ) -> list[dict[str, Any]]:
-    """One reading per 5-minute slot in [start, end); field values from f(index, time)."""
-    out = []
-    t, i = start, 0
-    while t < end:
-        out.append({"time": t, **{k: f(i, t) for k, f in fields.items()}})
-        t += FIVE
-        i += 1
-    return out
 
 
 def run_all(conn: psycopg.Connection, *, limit: int = 100000, low_quality_pct: float = 80.0

@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from admin.cli import main
 from tests.aggregate.weather import Place, day_readings
-from tests.support.rollups import fetch, insert_readings, make_location
+from tests.support.readings import insert_readings
+from tests.support.rollups import fetch, make_location
 
 
 def _sds(database_url: str, *args: str):
@@ -23,7 +24,7 @@ def test_set_irrigate_status(db, database_url) -> None:
     for i in range(3):
         place = Place("v", 39.47, -0.38, "Europe/Madrid", 15.0, date(2024, 7, 1) +
                       timedelta(days=i), 0.9, tmean=26.0, rh_mean=0.55)
-        insert_readings(db, "CLI1", loc, day_readings(place))
+        insert_readings(db, "CLI1", loc, day_readings(place), marks=True)
     db.commit()
     bad = _sds(database_url, "water", "set", str(loc), "--soil", "loam", "--root-depth", "9",
                "--p", "0.5")

@@ -13,7 +13,8 @@ from admin import simulate
 from admin.cli import main
 from admin.demo import DEMO_SITES, DEMO_WATER
 from shared.columns import READING_INPUTS
-from tests.support.rollups import fetch, insert_readings, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import fetch, run_all
 
 INPUTS = {c.name for c in READING_INPUTS}
 
@@ -33,7 +34,7 @@ def test_every_demo_site_has_a_balance(db, database_url: str) -> None:
             rows.append({"time": t, **{k: v for k, v in simulate.weather(site, t).items()
                                        if k in INPUTS}})
             t += timedelta(minutes=5)
-        insert_readings(db, device, location, rows)
+        insert_readings(db, device, location, rows, marks=True)
     run_all(db)
     for device, *_rest in DEMO_SITES:
         rows = fetch(db, "SELECT etc, taw, depletion, days_to_raw FROM water_balance"

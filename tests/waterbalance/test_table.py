@@ -12,7 +12,8 @@ from shared import dirty, irrigation
 from shared import waterbalance as wb
 from shared.timeutil import zone
 from tests.aggregate.weather import Place, day_readings
-from tests.support.rollups import fetch, insert_readings, make_location, run_all
+from tests.support.readings import insert_readings
+from tests.support.rollups import fetch, make_location, run_all
 
 DAYS = [date(2024, 7, 1) + timedelta(days=i) for i in range(4)]
 
@@ -27,7 +28,8 @@ def _setup(db, *, days: list[date] = DAYS):
     irrigation.put_settings(db, loc, {"soil": "sandy loam", "root_depth": 0.3,
                                       "crop": "tomato"})
     for d in days:
-        insert_readings(db, "WB1", loc, [{**r, "precip": 0.0} for r in day_readings(_place(d))])
+        insert_readings(db, "WB1", loc, [{**r, "precip": 0.0} for r in day_readings(_place(d))],
+                        marks=True)
     run_all(db)
     return loc
 

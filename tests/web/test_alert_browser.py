@@ -29,20 +29,9 @@ from tests.support.alerting import EvaluatorProcess
 from tests.support.browsing import chart_drawn, colour_counts, snap
 from tests.support.delivery import SEAL_KEY, DelivererProcess, deliverer_env
 from tests.support.figures import Figures
-from tests.support.ingesting import (
-    Ledger,
-    RunningIngester,
-    ingester,
-    iso,
-    make_site,
-    mqtt_settings,
-    now_slot,
-    publisher,
-    topic,
-)
+from tests.support.ingesting import Ledger, RunningIngester, iso, make_site, now_slot, topic
 from tests.support.ingesting import wait_for as wait_until
 
-__all__ = ["ingester", "mqtt_settings", "publisher"]  # fixtures used here
 EMAIL, PASSWORD = "grower@farm.example", "grower-password-1"
 NOTE = "#8250df"  # serve/web/charts.py NOTE_COLOUR
 # Pixels of the band: the note colour at about 25 % opacity (the canvas is transparent, the
@@ -99,13 +88,11 @@ def _create_rule_in_the_form(driver: WebDriver, base: str) -> None:
 
 
 def _reload_until(driver: WebDriver, url: str, script: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def shows() -> bool:
         driver.get(url)
-        if driver.execute_script("return " + script):
-            return
-        assert time.monotonic() < deadline, f"{url}: never {script}"
-        time.sleep(0.5)
+        return bool(driver.execute_script("return " + script))
+
+    wait_until(shows, timeout, every=0.5, what=f"{url}: {script}")
 
 
 def test_a_rule_made_in_the_dashboard_fires_into_the_inbox_and_notes_are_drawn(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,10 +23,11 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
 from testbed.browser import console_errors, wait_for
-from testbed.services import NginxEdge
+from testbed.nginx import NginxEdge
 from tests.support.browsing import (
     assert_series_drawn,
     chart_drawn,
+    downloaded,
     fetch,
     fetch_header,
     sign_in,
@@ -165,12 +165,7 @@ def test_the_csv_link_downloads_exactly_what_is_shown(server: str, browser: WebD
                                "Content-Disposition")
     assert disposition.startswith("attachment;") and ".csv" in disposition
     browser.find_element(By.ID, "csv").click()
-    downloads = tmp_path / "downloads"
-    deadline = time.monotonic() + 30
-    while not [p for p in downloads.glob("*.csv")] or list(downloads.glob("*.crdownload")):
-        assert time.monotonic() < deadline, f"no CSV downloaded: {list(downloads.glob('*'))}"
-        time.sleep(0.2)
-    (saved,) = downloads.glob("*.csv")
+    saved = downloaded(tmp_path / "downloads", "csv")
     table = list(csv.reader(io.StringIO(saved.read_text())))
     assert table[0] == ["time", "tair", "rh", "local_time"]
     body = table[1:]

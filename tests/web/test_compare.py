@@ -16,26 +16,11 @@ from selenium.webdriver.support.ui import Select
 
 from shared import places
 from testbed.browser import console_errors, wait_for
-from tests.support.browsing import assert_series_drawn, chart_drawn, sign_in
+from tests.support.browsing import assert_series_drawn, chart_drawn, column_pixels, sign_in
 from tests.support.dashboard import END, STEPS, World
+from tests.support.readings import insert_readings, series, sine_of_time
 
 OUTAGE_START = END - timedelta(days=3)
-
-
-# Pixels of series colour arguments[1] in the plot's column at time arguments[0].
-COLUMN = """
-const u = window.sdsDashboard.main;
-const cfg = JSON.parse(document.getElementById('sds-config').textContent);
-const want = [1, 3, 5].map(i => parseInt(cfg.colours[arguments[1]].slice(i, i + 2), 16));
-const x = Math.round(u.valToPos(arguments[0], 'x', true));
-const px = u.ctx.getImageData(x - 1, Math.round(u.bbox.top), 3, Math.round(u.bbox.height)).data;
-let n = 0;
-for (let i = 0; i < px.length; i += 4) {
-  if (px[i + 3] > 100 && Math.abs(px[i] - want[0]) + Math.abs(px[i + 1] - want[1])
-      + Math.abs(px[i + 2] - want[2]) < 120) n++;
-}
-return n;
-"""
 
 
 @pytest.fixture(scope="module")
@@ -46,15 +31,12 @@ def three(world: World) -> World:
             places.register_device(conn, org=world.org_a, name=name)
             places.deploy_device(conn, device=name, location=world.north,
                                    start=END - timedelta(days=60))
-            conn.execute(
-                "INSERT INTO calibrated (time, device, location, tair, rh)"
-                " SELECT t, %(name)s, %(loc)s,"
-                "  %(warmer)s + 15 + 8 * sin(extract(epoch FROM t) / 13751.0), 0.6"
-                " FROM generate_series(%(end)s - %(n)s * interval '5 minutes', %(end)s,"
-                "   interval '5 minutes') t"
-                " WHERE %(name)s <> 'C2' OR NOT (t > %(out)s AND t < %(out)s + interval '30h')",
-                {"name": name, "loc": world.north, "warmer": warmer, "end": END,
-                 "n": STEPS - 1, "out": OUTAGE_START})
+            outage = name == "C2"  # C2 is out for 30 hours from OUTAGE_START
+            insert_readings(conn, name, world.north, series(
+                END - timedelta(minutes=5 * (STEPS - 1)), n=STEPS,
+                skip=lambda t, out=outage: out and OUTAGE_START < t < OUTAGE_START + timedelta(
+                    hours=30),
+                tair=sine_of_time(15 + warmer, 8, 13751.0), rh=0.6))
         conn.commit()
     return world
 
@@ -80,9 +62,9 @@ def test_three_devices_on_one_chart(server: str, browser: WebDriver, three: Worl
     # C2's outage is a gap over all of its 30 hours (A1's readings there do not fill it).
     assert found["nulls"][2] >= 30 * 12 - 2 and found["nulls"][0] == 0, found["nulls"]
     middle = (OUTAGE_START + timedelta(hours=15)).timestamp()
-    green = browser.execute_script(COLUMN, middle, 2)
+    green = column_pixels(browser, middle, 2)
     assert green == 0, green
-    assert browser.execute_script(COLUMN, middle, 0) > 0  # A1 is drawn there
+    assert column_pixels(browser, middle, 0) > 0  # A1 is drawn there
     browser.save_screenshot(str(shots / "15-compare-three.png"))
     # A location ticks the devices standing there: A1, A2, A3, C1, C2 at North field.
     Select(browser.find_element(By.ID, "location")).select_by_visible_text("North field")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
+import math
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,8 +27,9 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from serve.args import MAX_LIMIT
 from shared import places
 from testbed.browser import console_errors, wait_for
-from tests.support.browsing import chart_drawn, sign_in
+from tests.support.browsing import chart_drawn, downloaded, sign_in
 from tests.support.dashboard import END, World
+from tests.support.readings import insert_readings, series, sine_of_time
 
 DAYS = 60
 ROWS = DAYS * 288 + 1
@@ -41,11 +42,8 @@ def long(world: World) -> str:
         places.register_device(conn, org=world.org_a, name="E1")
         places.deploy_device(conn, device="E1", location=world.north,
                                start=END - timedelta(days=100))
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh)"
-            " SELECT t, 'E1', %(loc)s, 15 + 8 * sin(extract(epoch FROM t) / 13751.0), 0.6"
-            " FROM generate_series(%(end)s - interval '60 days', %(end)s, interval '5 minutes') t",
-            {"loc": world.north, "end": END})
+        insert_readings(conn, "E1", world.north, series(
+            END - timedelta(days=60), n=60 * 288 + 1, tair=sine_of_time(15, 8, 13751.0), rh=0.6))
         conn.commit()
     return "E1"
 
@@ -62,12 +60,7 @@ def test_export_follows_the_cursor_through_the_whole_range(
     exported = browser.execute_script("return window.sdsDashboard.exported")
     assert exported["rows"] == ROWS
     assert f"Exported {ROWS:,} rows" in browser.find_element(By.ID, "export-status").text
-    downloads = tmp_path / "downloads"
-    deadline = time.monotonic() + 30
-    while not list(downloads.glob("*.csv")) or list(downloads.glob("*.crdownload")):
-        assert time.monotonic() < deadline, list(downloads.glob("*"))
-        time.sleep(0.2)
-    (saved,) = downloads.glob("*.csv")
+    saved = downloaded(tmp_path / "downloads", "csv")
     assert saved.name == exported["name"] and saved.name.startswith("calibrated_E1_")
     table = list(csv.reader(io.StringIO(saved.read_text())))
     assert table[0] == ["time", "tair", "rh", "local_time"]
@@ -92,14 +85,10 @@ def gappy(world: World) -> str:
         places.register_device(conn, org=world.org_a, name="E2")
         places.deploy_device(conn, device="E2", location=world.north,
                                start=END - timedelta(days=100))
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh)"
-            " SELECT t, 'E2', %(loc)s,"
-            "  CASE WHEN i %% 7 = 3 THEN NULL ELSE 15 + 8 * sin(i / 47.0) END,"
-            "  CASE WHEN i %% 11 = 5 THEN NULL ELSE 0.5 + 0.3 * cos(i / 31.0) END"
-            " FROM generate_series(0, %(n)s - 1) i,"
-            "  LATERAL (SELECT %(end)s - (%(n)s - 1 - i) * interval '5 minutes' AS t) s",
-            {"loc": world.north, "end": END, "n": PARQUET_ROWS})
+        insert_readings(conn, "E2", world.north, series(
+            END - timedelta(minutes=5 * (PARQUET_ROWS - 1)), n=PARQUET_ROWS,
+            tair=lambda i, _t: None if i % 7 == 3 else 15 + 8 * math.sin(i / 47.0),
+            rh=lambda i, _t: None if i % 11 == 5 else 0.5 + 0.3 * math.cos(i / 31.0)))
         conn.commit()
     return "E2"
 
@@ -138,12 +127,7 @@ def test_parquet_export_is_typed_and_equals_the_api_rows(
     assert exported["rows"] == PARQUET_ROWS and exported["format"] == "parquet"
     status = browser.find_element(By.ID, "export-status").text
     assert f"Exported {PARQUET_ROWS:,} rows" in status
-    downloads = tmp_path / "downloads"
-    deadline = time.monotonic() + 30
-    while not list(downloads.glob("*.parquet")) or list(downloads.glob("*.crdownload")):
-        assert time.monotonic() < deadline, list(downloads.glob("*"))
-        time.sleep(0.2)
-    (saved,) = downloads.glob("*.parquet")
+    saved = downloaded(tmp_path / "downloads", "parquet")
     assert saved.name == exported["name"] == "calibrated_E2_2025-12-08_2026-03-08.parquet"
     assert saved.stat().st_size == exported["bytes"]
 

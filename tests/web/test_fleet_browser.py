@@ -31,7 +31,7 @@ from shared import places
 from shared.config import Settings
 from testbed.apiserver import gunicorn_api
 from testbed.browser import wait_for
-from testbed.services import MosquittoBroker
+from testbed.mosquitto import MosquittoBroker
 from tests.support.ingesting import wait_for as wait_until
 
 EMAIL, PASSWORD = "fleet-owner@farm.example", "fleet-owner-password-1"

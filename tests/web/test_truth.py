@@ -17,28 +17,12 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from shared import places
 from testbed.browser import wait_for
-from tests.support.browsing import chart_drawn, colour_counts, sign_in
+from tests.support.browsing import chart_drawn, colour_counts, column_pixels, sign_in
 from tests.support.dashboard import END, STEPS, World
+from tests.support.readings import insert_readings, series, sine_of_time
 
 OUTAGE_START = END - timedelta(days=4)
 OUTAGE = timedelta(hours=41)
-
-# Pixels of the first series' colour in one column of the plot, at time arguments[0].
-COLUMN = """
-const u = window.sdsDashboard.main;
-const cfg = JSON.parse(document.getElementById('sds-config').textContent);
-const want = [1, 3, 5].map(i => parseInt(cfg.colours[0].slice(i, i + 2), 16));
-const x = Math.round(u.valToPos(arguments[0], 'x', true));
-const top = Math.round(u.bbox.top), h = Math.round(u.bbox.height);
-const px = u.ctx.getImageData(x - 1, top, 3, h).data;
-let n = 0;
-for (let i = 0; i < px.length; i += 4) {
-  if (px[i + 3] > 100 && Math.abs(px[i] - want[0]) + Math.abs(px[i + 1] - want[1])
-      + Math.abs(px[i + 2] - want[2]) < 120) n++;
-}
-return n;
-"""
-
 
 @pytest.fixture(scope="module")
 def gapped(world: World) -> str:
@@ -47,14 +31,10 @@ def gapped(world: World) -> str:
         places.register_device(conn, org=world.org_a, name="G1")
         places.deploy_device(conn, device="G1", location=world.north,
                                start=END - timedelta(days=60))
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh)"
-            " SELECT t, 'G1', %(loc)s, 15 + 8 * sin(extract(epoch FROM t) / 13751.0), 0.6"
-            " FROM generate_series(%(end)s - %(n)s * interval '5 minutes', %(end)s,"
-            "   interval '5 minutes') t"
-            " WHERE NOT (t > %(out)s AND t < %(out)s + %(len)s)",
-            {"loc": world.north, "end": END, "n": STEPS - 1, "out": OUTAGE_START,
-             "len": OUTAGE})
+        insert_readings(conn, "G1", world.north, series(
+            END - timedelta(minutes=5 * (STEPS - 1)), n=STEPS,
+            skip=lambda t: OUTAGE_START < t < OUTAGE_START + OUTAGE,
+            tair=sine_of_time(15, 8, 13751.0), rh=0.6))
         conn.execute(
             "INSERT INTO daily (time, device, location, meant, maxt, mint, sample_pct,"
             " low_quality) SELECT (%s::date - g) + time '06:00', 'G1', %s, 15, 20 + g %% 3, 8,"
@@ -74,10 +54,10 @@ def test_an_outage_of_41_hours_is_drawn_as_a_gap(server: str, browser: WebDriver
     middle = (OUTAGE_START + OUTAGE / 2).timestamp()
     before = (OUTAGE_START - timedelta(hours=10)).timestamp()
     after = (OUTAGE_START + OUTAGE + timedelta(hours=10)).timestamp()
-    inside = [browser.execute_script(COLUMN, middle + k * 3600) for k in (-12, 0, 12)]
+    inside = [column_pixels(browser, middle + k * 3600) for k in (-12, 0, 12)]
     assert inside == [0, 0, 0], inside  # nothing drawn across the outage
-    assert browser.execute_script(COLUMN, before) > 0
-    assert browser.execute_script(COLUMN, after) > 0
+    assert column_pixels(browser, before) > 0
+    assert column_pixels(browser, after) > 0
     assert chart.get_attribute("data-gaps") == "1"
     assert "1 outage" in browser.find_element(By.ID, "status").text
     browser.save_screenshot(str(shots / "12-outage-gap.png"))
@@ -117,12 +97,10 @@ def year(world: World) -> str:
         places.register_device(conn, org=world.org_a, name="Y1")
         places.deploy_device(conn, device="Y1", location=world.north,
                                start=END - timedelta(days=400))
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh)"
-            " SELECT t, 'Y1', %(loc)s, 10 + 12 * sin(extract(epoch FROM t) / 5022000.0)"
-            "  + 6 * sin(extract(epoch FROM t) / 13751.0), 0.6"
-            " FROM generate_series(%(end)s - interval '365 days', %(end)s,"
-            "   interval '5 minutes') t", {"loc": world.north, "end": END})
+        seasons, days = sine_of_time(10, 12, 5022000.0), sine_of_time(0, 6, 13751.0)
+        insert_readings(conn, "Y1", world.north, series(
+            END - timedelta(days=365), n=365 * 288 + 1,
+            tair=lambda i, t: seasons(i, t) + days(i, t), rh=0.6))
         conn.commit()
     with psycopg.connect(world.url, autocommit=True) as conn:
         conn.execute("ANALYZE calibrated")
@@ -148,7 +126,7 @@ def test_a_year_of_5_minute_data_draws_the_whole_year_to_the_newest_day(
     assert found["n"] <= 2000
     assert found["series"] == ["Air temperature (°C)", "lowest", "highest"]
     assert found["bands"] == 1
-    assert browser.execute_script(COLUMN, (END - timedelta(hours=18)).timestamp()) > 0
+    assert column_pixels(browser, (END - timedelta(hours=18)).timestamp()) > 0
     assert "buckets of" in browser.find_element(By.ID, "status").text
     browser.save_screenshot(str(shots / "14-year-band.png"))
     # Zoomed into the last two days: finer buckets for the view, fetched after the zoom.
