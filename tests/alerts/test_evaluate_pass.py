@@ -200,8 +200,7 @@ def test_passes_of_one_reading_equal_the_state_machine(
     with evaluator_conn(settings) as work:
         ev.reload(work)
         for at, tair in zip(times, plan, strict=True):
-            conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES"
-                         " (%s, 'P1', %s, %s)", (at, site.location, tair))
+            insert_readings(conn, "P1", site.location, [{"time": at, "tair": tair}])
             conn.commit()
             ev.run(work, {"P1"}, rollups=False)
     _state, want = machine.run(alertrules.parse(body), list(zip(times, plan, strict=True)))

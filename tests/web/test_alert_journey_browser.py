@@ -29,17 +29,14 @@ from tests.support.figures import Figures
 from tests.support.ingesting import (
     Ledger,
     RunningIngester,
-    ingester,
     iso,
     make_site,
-    mqtt_settings,
     now_slot,
-    publisher,
     topic,
 )
 from tests.support.ingesting import wait_for as wait_until
+from tests.support.readings import FIVE, insert_readings, series
 
-__all__ = ["ingester", "mqtt_settings", "publisher"]  # fixtures used here
 EMAIL, PASSWORD = "grower@farm.example", "grower-password-1"
 OVERFLOW = "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]"
 
@@ -55,11 +52,14 @@ def _history(conn: psycopg.Connection, device: str, location: object) -> None:
     """Readings of the past week, older than the evaluator's SDS_ALERT_MAX_AGE (one day) so
     it raises nothing for them: 5 C, with two nights of -1.5 C for an hour (days 4 and 2)."""
     end = now_slot() - timedelta(days=1, hours=12)
-    conn.execute(
-        "INSERT INTO calibrated (time, device, location, tair)"
-        " SELECT %(end)s - g * interval '5 minutes', %(device)s, %(loc)s,"
-        "  CASE WHEN g BETWEEN 12 AND 23 OR g BETWEEN 588 AND 599 THEN -1.5 ELSE 5 END"
-        " FROM generate_series(0, 5 * 288) g", {"end": end, "device": device, "loc": location})
+    steps = 5 * 288  # g = steps - i readings before `end`
+
+    def tair(i: int, _t: object) -> float:
+        g = steps - i
+        return -1.5 if 12 <= g <= 23 or 588 <= g <= 599 else 5.0
+
+    insert_readings(conn, device, location,  # type: ignore[arg-type]  # a location id
+                    series(end - steps * FIVE, n=steps + 1, tair=tair))
     conn.commit()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from shared import places
 from testbed.browser import chromium, wait_for
 from tests.support.browsing import chart_drawn, fetch, fetch_header, sign_in
 from tests.support.dashboard import END, World
+from tests.support.readings import insert_readings, series
 
 # For each time given (epoch seconds): is there a pixel of the first series' own colour, opaque
 # (a line, not the translucent band or its edges), within 3 px of where the chart's current
@@ -62,12 +64,12 @@ def year(world: World) -> str:
         places.register_device(conn, org=world.org_a, name="Y1")
         places.deploy_device(conn, device="Y1", location=world.north,
                              start=END - timedelta(days=400))
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair, rh)"
-            " SELECT t, 'Y1', %(loc)s, 10 + 12 * sin(extract(epoch FROM t) / 5022000.0)"
-            "  + 6 * sin(extract(epoch FROM t) / 13751.0), 0.6"
-            " FROM generate_series(%(end)s - interval '365 days', %(end)s,"
-            "   interval '5 minutes') t", {"loc": world.north, "end": END})
+        def tair(_i: int, t: datetime) -> float:
+            s = t.timestamp()
+            return 10 + 12 * math.sin(s / 5022000.0) + 6 * math.sin(s / 13751.0)
+
+        insert_readings(conn, "Y1", world.north,
+                        series(END - timedelta(days=365), n=365 * 288 + 1, tair=tair, rh=0.6))
         conn.commit()
     with psycopg.connect(world.url, autocommit=True) as conn:
         conn.execute("ANALYZE calibrated")
