@@ -80,12 +80,12 @@ def _requests(world: World) -> list[tuple[str, str | None, dict[str, Any]]]:
         ("a", "text/csv", {"device": "D1", **WINDOW, "limit": 700,
                            "local_time": "Europe/Paris"}),
         ("a", "text/csv", {"device": "D1,D2", **WINDOW, "limit": 900, "select": "device,time,p",
-                           "pres": "kpa"}),
+                           "pres": "kp"}),
         ("a", "text/csv", {"location": str(world.la), **WINDOW, "order": "desc"}),
         ("b", None, {"device": "B1", **WINDOW, "limit": 5000}),
         ("w1", None, {"device": "D2", **WINDOW, "limit": 600}),
         ("w1", None, {"location": str(world.ny), **WINDOW, "limit": 600}),
-        ("w1", "text/csv", {"device": "D1", **WINDOW}),
+        ("w1", "text/csv", {"device": "D4", **WINDOW}),
         ("b", None, {"device": "D1", **WINDOW}),
     ]
 
@@ -113,7 +113,7 @@ def before_and_after(client_module: FlaskClient, world: World, cold_dir: Path,
     """Every request's pages before and after July 2024 moved cold, and a cursor kept."""
     reqs = _requests(world)
     before = [_walk(client_module, world, *r) for r in reqs]
-    kept = before[1][0][1]  # D1 desc: the second page's cursor, taken while all was hot
+    kept = before[2][0][1]  # the second page's cursor of request 2, taken while all was hot
     hourly = get(client_module, world, "calibrated", device="D1", interval="1h", **WINDOW)
     with psycopg.connect(world.url, autocommit=True) as conn:
         moved = coldmove.move(conn, hot_days=1, cold_path=str(cold_dir),
@@ -121,8 +121,7 @@ def before_and_after(client_module: FlaskClient, world: World, cold_dir: Path,
         hot_july = conn.execute("SELECT count(*) FROM calibrated WHERE time < %s",
                                 (BOUNDARY,)).fetchone()[0]  # type: ignore[index]
     after = [_walk(client_module, world, *r) for r in reqs]
-    resumed = get(client_module, world, "calibrated", device="D1", limit=1500, order="desc",
-                  cursor=kept, **WINDOW)
+    resumed = get(client_module, world, "calibrated", cursor=kept, **reqs[2][2])
     hourly_after = get(client_module, world, "calibrated", device="D1", interval="1h", **WINDOW)
     return {"reqs": reqs, "before": before, "after": after, "moved": moved,
             "hot_july": hot_july, "resumed": resumed, "hourly": (hourly, hourly_after)}
@@ -137,7 +136,7 @@ def client_module(app: Any) -> FlaskClient:
 def test_july_moved_cold(before_and_after: dict[str, Any]) -> None:
     moved = before_and_after["moved"]
     assert {m.month.isoformat() for m in moved} == {"2024-07-01"}
-    assert len(moved) == 2 and sum(m.rows for m in moved) > 5000  # orgs A and B
+    assert len(moved) == 2 and sum(m.rows for m in moved) == 3 * 576 + 2500 + 2 * 24  # orgs A and B
     assert before_and_after["hot_july"] == 0
 
 
@@ -147,7 +146,7 @@ def test_same_answer_before_and_after_the_move(before_and_after: dict[str, Any],
     before, after = before_and_after["before"][index], before_and_after["after"][index]
     assert before == after, before_and_after["reqs"][index]
     who, _accept, params = before_and_after["reqs"][index]
-    if (who, params.get("device")) in (("w1", "D1"), ("b", "D1")):
+    if (who, params.get("device")) in (("w1", "D4"), ("b", "D1")):
         assert before[0][0] == 404  # not theirs, cold or hot
     else:
         assert before[0][0] == 200 and len(before[0][3]) > 100
@@ -162,17 +161,23 @@ def test_pages_span_the_boundary(before_and_after: dict[str, Any], world: World)
 
 def test_cursor_from_before_the_move_still_reads(before_and_after: dict[str, Any]) -> None:
     resumed = before_and_after["resumed"]
-    second = before_and_after["before"][1][1]
+    second = before_and_after["before"][2][1]
     assert (resumed.status_code, resumed.get_data()) == (200, second[3])
 
 
 def test_teams_only_member_reads_cold_rows_of_their_devices_only(
         before_and_after: dict[str, Any]) -> None:
-    index = next(i for i, (who, _a, p) in enumerate(before_and_after["reqs"])
-                 if who == "w1" and "location" in p)
-    rows = [r for page in before_and_after["after"][index] for r in _json(page[3])]
-    assert rows and {r["device"] for r in rows} == {"D2"}
-    assert any(r["time"] < "2024-08" for r in rows)  # cold ones among them
+    # w1's team holds D2 and NY (where D1 stood too); D4 is not theirs: 404, cold as hot.
+    reqs, after = before_and_after["reqs"], before_and_after["after"]
+    mine = next(i for i, (who, _a, p) in enumerate(reqs) if who == "w1" and "device" in p)
+    rows = [r for page in after[mine] for r in _json(page[3])]
+    assert {r["device"] for r in rows} == {"D2"}
+    assert any(r["time"] < "2024-08" for r in rows) and any(r["time"] >= "2024-08" for r in rows)
+    theirs = next(i for i, (who, _a, p) in enumerate(reqs) if who == "w1" and p.get("device")
+                  == "D4")
+    assert after[theirs][0][0] == 404
+    everyone = next(i for i, (who, _a, p) in enumerate(reqs) if p.get("device") == "D4")
+    assert after[everyone][0][0] == 200 and len(_json(after[everyone][0][3])) > 2000
 
 
 def test_aggregation_over_cold_months_is_refused(before_and_after: dict[str, Any]) -> None:
