@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import datetime
 
 import click
 
@@ -57,4 +58,4 @@ def status() -> None:
         click.echo(f"{state}: {files} files, {size} bytes, {rows} rows")
     click.echo(f"path: {settings.cold_path}; hot days: {settings.hot_days or 'off'}")
     oldest = shown["oldest_hot"]
-    click.echo(f"oldest hot reading: {oldest.date() if oldest else 'none'}")
+    click.echo(f"oldest hot reading: {oldest.date() if isinstance(oldest, datetime) else 'none'}")

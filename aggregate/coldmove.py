@@ -33,7 +33,7 @@ import psycopg
 import pyarrow.parquet as pq
 from psycopg import sql
 
-from shared import coldfiles
+from shared import coldfiles, locks
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,8 @@ def move(conn: psycopg.Connection, *, hot_days: int, cold_path: str,
     root = coldfiles.root(cold_path)
     root.mkdir(parents=True, exist_ok=True)
     # One mover at a time: a second one waits rather than racing on the same months.
-    conn.execute("SELECT pg_advisory_lock(hashtext('sds cold mover'))")
+    lock = locks.SessionLock(conn.info.dsn, "sds cold mover", application_name="sds-cold-mover")
+    lock.lock(conn)
     try:
         recover(conn, root, checkpoint)
         moved = []
@@ -192,7 +193,7 @@ def move(conn: psycopg.Connection, *, hot_days: int, cold_path: str,
                 moved.append(done)
         return moved
     finally:
-        conn.execute("SELECT pg_advisory_unlock(hashtext('sds cold mover'))")
+        lock.unlock(conn)
 
 
 def status(conn: psycopg.Connection) -> dict[str, object]:

@@ -10,16 +10,16 @@ rows'. A cold row that also exists hot (a file verified but not yet live, a late
 dropped in SQL: the hot row wins, so nothing is counted twice.
 
 The catalogue is read in the page's REPEATABLE READ snapshot (serve.api.data), the one its
-hot rows are read in: the mover deletes a file's rows and marks it live in one transaction, so
-a page sees the rows either hot or in a file it reads, whatever a move does meanwhile. Aggregated pages (`interval`, `points`) do
-not read cold files yet and are refused (409) when their window reaches one.
+hot rows are read in: the mover deletes a file's rows and marks it live in one transaction,
+so a page sees the rows either hot or in a file it reads, whatever a move does meanwhile.
+Aggregated pages (`interval`, `points`) do not read cold files yet and are refused (409) when
+their window reaches one.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from pathlib import Path
 
 import psycopg
 import pyarrow as pa
