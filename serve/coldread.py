@@ -76,9 +76,24 @@ def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
     table = dataset.to_table(filter=_filter(scan, lo, hi))
     order = "descending" if scan.descending else "ascending"
     table = table.sort_by([("time", order), ("device", order)]).slice(0, scan.limit + 1)
-    arrays = ({name: table.column(name).to_pylist() for name in coldfiles.NAMES}
-              if table.num_rows else {})
-    return dataclasses.replace(scan, cold=ColdRows(tuple(i for i, _ in files), arrays))
+    ids = tuple(i for i, _ in files)
+    if not table.num_rows:
+        return dataclasses.replace(scan, cold=ColdRows(ids, {}))
+    arrays = {name: _joined(table.column(name)) for name in coldfiles.NAMES}
+    span = pc.min_max(table.column("time")).as_py()
+    devices = tuple(pc.unique(table.column("device")).to_pylist())
+    return dataclasses.replace(scan, cold=ColdRows(ids, arrays, span["min"], span["max"],
+                                                   devices))
+
+
+def _joined(column: pa.ChunkedArray) -> str:
+    """One column as the text `string_to_array(text, ',', '')` splits back (NULL as ''),
+    formatted by Arrow in C: psycopg's per-value dumping of Python lists cost 10x the page
+    (docs/benchmarks.md "Cold tier"). Floats print in their shortest form, which PostgreSQL
+    reads back to the same float32; names cannot hold ',' (a device list's separator)."""
+    text = pc.cast(column.combine_chunks(), pa.string()).fill_null("")
+    offsets = pa.array([0, len(text)], pa.int32())
+    return str(pc.binary_join(pa.ListArray.from_arrays(offsets, text), ",")[0].as_py())
 
 
 def refuse_aggregation(conn: psycopg.Connection, scan: Scan) -> None:

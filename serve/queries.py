@@ -72,7 +72,10 @@ class ColdRows:
     """A page's rows from the cold tier, as SQL array parameters, and the files read."""
 
     files: tuple[int, ...]
-    arrays: dict[str, list[Any]]  # column name -> values, in shared.coldfiles.NAMES order
+    arrays: dict[str, str]  # column name -> its values joined by ',' (serve.coldread)
+    first: datetime | None = None  # the span and devices of the rows
+    last: datetime | None = None
+    devices: tuple[str, ...] = ()
 
 
 def find_device(conn: psycopg.Connection, *, org: UUID, name: str) -> str:
@@ -229,11 +232,15 @@ def _cold_source(table: str) -> sql.Composable:
     cols = [c for c in TABLES_BY_NAME[table].columns]
     names = sql.SQL(", ").join(sql.Identifier(c.name) for c in cols)
     arrays = sql.SQL(", ").join(
-        sql.SQL("{}::{}[]").format(sql.Placeholder(f"cold_{c.name}"), sql.SQL(c.dtype))
-        for c in cols)
+        sql.SQL("string_to_array({}, ',', '')::{}[]").format(
+            sql.Placeholder(f"cold_{c.name}"), sql.SQL(c.dtype)) for c in cols)
+    # The hot copies are looked up once, in the cold rows' span and devices (a hash anti
+    # join): probed row by row, every chunk of the window was searched for each cold row.
     return sql.SQL(
-        "(SELECT {names} FROM {table} UNION ALL SELECT {names} FROM unnest({arrays}) AS c({names})"
-        " WHERE c.device IN (SELECT name FROM devices) AND NOT EXISTS (SELECT 1 FROM {table} h"
+        "(WITH hot_keys AS MATERIALIZED (SELECT device, time FROM {table}"
+        " WHERE time >= %(cold_lo)s AND time <= %(cold_hi)s AND device = ANY(%(cold_devices)s))"
+        " SELECT {names} FROM {table} UNION ALL SELECT {names} FROM unnest({arrays}) AS c({names})"
+        " WHERE c.device IN (SELECT name FROM devices) AND NOT EXISTS (SELECT 1 FROM hot_keys h"
         " WHERE h.device = c.device AND h.time = c.time)) t").format(
         names=names, table=sql.Identifier(table), arrays=arrays)
 
@@ -293,8 +300,10 @@ def _params(scan: Scan) -> dict[str, Any]:
     if scan.after is not None:
         params["after_time"] = scan.after.time
         params["after_device"] = scan.after.device
-    if scan.cold is not None:
+    if scan.cold is not None and scan.cold.arrays:
         params.update({f"cold_{name}": values for name, values in scan.cold.arrays.items()})
+        params.update(cold_lo=scan.cold.first, cold_hi=scan.cold.last,
+                      cold_devices=list(scan.cold.devices))
     params["start_day"] = scan.start_day
     params["end_day"] = scan.end_day
     return params
