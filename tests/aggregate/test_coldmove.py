@@ -15,8 +15,9 @@ from pathlib import Path
 import psycopg
 import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 
-from admin.cold import FAILPOINT_ENV
+from admin.cold import FAILPOINT_ENV, cold_cli
 from aggregate import coldmove
 from people import accounts
 from shared import coldfiles, places
@@ -133,3 +134,10 @@ def test_late_reading_for_a_cold_month_gets_its_own_file(database_url: str,
                      " (%s, 'C1', %s, 1.5)", (late, loc[0] if loc else None))
         second = coldmove.move(conn, hot_days=40, cold_path=str(root))
     assert first and [(m.month, m.rows) for m in second] == [(late.date().replace(day=1), 1)]
+    shown = CliRunner().invoke(cold_cli, ["status"], env={
+        "SDS_DATABASE_URL": database_url, "SDS_DB_ROLES": "false", "SDS_COLD_PATH": str(root)})
+    assert shown.exit_code == 0, shown.output
+    files = sum(m.bytes for m in first + second)
+    assert f"live: {len(first) + 1} files, {files} bytes" in shown.output.splitlines()[0]
+    # N1, registered to no organisation, keeps its oldest readings hot.
+    assert f"oldest hot reading: {START.date()}" in shown.output
