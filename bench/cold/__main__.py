@@ -26,7 +26,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pyarrow.parquet as pq
 
 from admin.simulate import Site, weather
@@ -34,7 +33,7 @@ from aggregate import coldmove
 from bench.common import scratch_database
 from ingest.derive import derive_row
 from people import accounts
-from shared import coldfiles, places
+from shared import coldfiles, db, places
 from shared.config import Settings
 
 YEAR = datetime(2025, 1, 1, tzinfo=UTC)
@@ -89,7 +88,7 @@ def pages(url: str, devices: int, runs: int, work: Path) -> dict[str, float]:
     from serve import create_app
 
     start, end = datetime(2025, 7, 1, tzinfo=UTC), datetime(2025, 9, 1, tzinfo=UTC)
-    with psycopg.connect(url) as conn:
+    with db.connect(url) as conn:
         org = accounts.create_org(conn, name="Bench cold")
         loc = places.create_location(conn, org=org, loc=places.LocationInput(
             name="L", tz_name="Europe/Berlin"))
@@ -118,7 +117,7 @@ def pages(url: str, devices: int, runs: int, work: Path) -> dict[str, float]:
     _time(client, page, headers, 2)  # warm the pool and the caches
     hot_json, hot_body = _time(client, page, headers, runs)
     hot_csv, hot_csv_body = _time(client, page, csv, runs)
-    with psycopg.connect(url, autocommit=True) as conn:
+    with db.connect(url, autocommit=True) as conn:
         t0 = time.perf_counter()
         moved = coldmove.move(conn, hot_days=1, cold_path=str(work / "cold"),
                               now=datetime(2025, 9, 15, tzinfo=UTC))
