@@ -74,6 +74,12 @@ def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
     dataset = ds.dataset([str(root / rel) for _, rel in files], schema=coldfiles.SCHEMA,
                          format="parquet")
     table = dataset.to_table(filter=_filter(scan, lo, hi))
+    # Only rows of devices the caller sees (tenancy and teams, as the SQL checks again) may
+    # count towards the limit + 1 kept: a location's file holds every device that stood there.
+    names = pc.unique(table.column("device")).to_pylist()
+    visible = [r[0] for r in conn.execute("SELECT name FROM devices WHERE name = ANY(%s)",
+                                          (names,)).fetchall()] if names else []
+    table = table.filter(pc.field("device").isin(visible)) if visible else table.slice(0, 0)
     order = "descending" if scan.descending else "ascending"
     table = table.sort_by([("time", order), ("device", order)]).slice(0, scan.limit + 1)
     ids = tuple(i for i, _ in files)

@@ -49,6 +49,13 @@ def world(module_db: str) -> World:
                 " SELECT %s + g * interval '5 minutes', %s, %s, 15 + g * 0.13, 0.41"
                 " FROM generate_series(0, 47) g",
                 (BOUNDARY - timedelta(hours=2), device, loc))
+        # D3 (no deployment) has readings labelled NY, interleaved with D1's and D2's: w1
+        # sees NY but not D3, so NY's cold file holds rows w1 must not get, and every page of
+        # theirs must still be full.
+        conn.execute(
+            "INSERT INTO calibrated (time, device, location, tair)"
+            " SELECT %s + g * interval '5 minutes', 'D3', %s, 30 FROM generate_series(0, 575) g",
+            (datetime(2024, 7, 1, tzinfo=UTC), ny))
         w1 = accounts.create_user(conn, org=world.org_a, email="w1@a.example",
                                   password="w1-password")
         team = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, 'T') RETURNING id",
@@ -84,7 +91,7 @@ def _requests(world: World) -> list[tuple[str, str | None, dict[str, Any]]]:
         ("a", "text/csv", {"location": str(world.la), **WINDOW, "order": "desc"}),
         ("b", None, {"device": "B1", **WINDOW, "limit": 5000}),
         ("w1", None, {"device": "D2", **WINDOW, "limit": 600}),
-        ("w1", None, {"location": str(world.ny), **WINDOW, "limit": 600}),
+        ("w1", None, {"location": str(world.ny), **WINDOW, "limit": 100}),
         ("w1", "text/csv", {"device": "D4", **WINDOW}),
         ("b", None, {"device": "D1", **WINDOW}),
     ]
@@ -136,7 +143,7 @@ def client_module(app: Any) -> FlaskClient:
 def test_july_moved_cold(before_and_after: dict[str, Any]) -> None:
     moved = before_and_after["moved"]
     assert {m.month.isoformat() for m in moved} == {"2024-07-01"}
-    assert len(moved) == 2 and sum(m.rows for m in moved) == 3 * 576 + 2500 + 2 * 24  # orgs A and B
+    assert len(moved) == 2 and sum(m.rows for m in moved) == 4 * 576 + 2500 + 2 * 24  # orgs A and B
     assert before_and_after["hot_july"] == 0
 
 
@@ -178,6 +185,12 @@ def test_teams_only_member_reads_cold_rows_of_their_devices_only(
     assert after[theirs][0][0] == 404
     everyone = next(i for i, (who, _a, p) in enumerate(reqs) if p.get("device") == "D4")
     assert after[everyone][0][0] == 200 and len(_json(after[everyone][0][3])) > 2000
+    place = next(i for i, (who, _a, p) in enumerate(reqs) if who == "w1" and "location" in p)
+    pages = [_json(page[3]) for page in after[place]]
+    assert "D3" not in {r["device"] for page in pages for r in page}
+    assert all(len(page) == 100 for page in pages[:-1]) and len(pages) > 5
+    anyone = next(i for i, (who, _a, p) in enumerate(reqs) if who == "a" and "location" in p)
+    assert "D3" in {r["device"] for page in after[anyone] for r in _json(page[3])}
 
 
 def test_aggregation_over_cold_months_is_refused(before_and_after: dict[str, Any]) -> None:
