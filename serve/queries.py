@@ -286,7 +286,12 @@ def _tail_sql(shape: _Shape) -> str:
         source, sql.SQL(" AND ").join(where), direction, direction).as_string()
 
 
-def _params(scan: Scan) -> dict[str, Any]:
+# What a next-page key statement reads of a cold row: the rest of its columns are sent as NULL
+# (unnest pads them), which saves parsing 20 arrays of up to 10,000 values.
+_COLD_KEYS = frozenset({"time", "device", "location"})
+
+
+def _params(scan: Scan, *, keys_only: bool = False) -> dict[str, Any]:
     lo, hi = bounds(scan)
     params: dict[str, Any] = {"lo": lo, "hi": hi, "device": scan.device,
                               "location": scan.location, "org": scan.org}
@@ -301,7 +306,8 @@ def _params(scan: Scan) -> dict[str, Any]:
         params["after_time"] = scan.after.time
         params["after_device"] = scan.after.device
     if scan.cold is not None and scan.cold.arrays:
-        params.update({f"cold_{name}": values for name, values in scan.cold.arrays.items()})
+        params.update({f"cold_{name}": values if not keys_only or name in _COLD_KEYS else None
+                       for name, values in scan.cold.arrays.items()})
         params.update(cold_lo=scan.cold.first, cold_hi=scan.cold.last,
                       cold_devices=list(scan.cold.devices))
     params["start_day"] = scan.start_day
@@ -360,7 +366,7 @@ def next_key_statement(scan: Scan) -> tuple[str, dict[str, Any]]:
     The OFFSET here is bounded by the page size (at most 10000 index entries), not by the
     position in the listing, which the keyset predicate already skips.
     """
-    params = _params(scan)
+    params = _params(scan, keys_only=True)
     params["limit"] = scan.limit
     return f"SELECT t.time, t.device {_tail_sql(_shape(scan))} OFFSET %(limit)s LIMIT 1", params
 
