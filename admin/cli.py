@@ -20,6 +20,7 @@ from admin import (
     alertreaders,
     alerts,
     backup,
+    cold,
     demo,
     devices,
     drill,
@@ -95,7 +96,7 @@ def db_status(obj: Context) -> None:
 
 for command in (people.org, people.user, people.location, people.apikey, teams.team,
                 devices.device, demo.demo, access.access_cli, aggregate.aggregate,
-                storage.storage_cli,
+                storage.storage_cli, cold.cold_cli,
                 quarantine.quarantine, simulate.simulate, backup.backup_cli, backup.restore,
                 backup.restore_beside_stop, backup.copy_back,
                 alerts.alert, alertreaders.alert_reader, water.water, recovery.recovery_cli,

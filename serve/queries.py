@@ -25,6 +25,7 @@ from psycopg import sql
 
 from serve.cursor import Position
 from shared import spreadsheet, units
+from shared.columns import TABLES as TABLES_BY_NAME
 from shared.columns import TS, Column, Table
 from shared.errors import UnknownDevice, UnknownLocation
 from shared.units import Unit
@@ -62,6 +63,19 @@ class Scan:
     # watermark, see sync_watermark).
     updated_since: datetime | None = None
     updated_before: datetime | None = None
+    # calibrated: the page's rows from the cold tier (serve.coldread), read with the table's.
+    cold: ColdRows | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ColdRows:
+    """A page's rows from the cold tier, as SQL array parameters, and the files read."""
+
+    files: tuple[int, ...]
+    arrays: dict[str, str]  # column name -> its values joined by ',' (serve.coldread)
+    first: datetime | None = None  # the span and devices of the rows
+    last: datetime | None = None
+    devices: tuple[str, ...] = ()
 
 
 def find_device(conn: psycopg.Connection, *, org: UUID, name: str) -> str:
@@ -170,7 +184,8 @@ def column_expr(col: Column, unit: Unit | None, *, csv: bool = False) -> sql.Com
     return sql.SQL("{} AS {}").format(expr, sql.Identifier(col.name))
 
 
-def _bounds(scan: Scan) -> tuple[datetime, datetime]:
+def bounds(scan: Scan) -> tuple[datetime, datetime]:
+    """The inclusive time range a page's statement reads (the window, the cursor's side)."""
     lo, hi = scan.start, scan.end
     if scan.start_day is not None:
         lo = lo - _LOCAL_DAY_MARGIN
@@ -198,6 +213,7 @@ class _Shape:
     start_day: bool
     end_day: bool
     descending: bool
+    cold: bool = False
 
 
 def _shape(scan: Scan) -> _Shape:
@@ -206,13 +222,35 @@ def _shape(scan: Scan) -> _Shape:
         scan.updated_since is not None, scan.location is not None,
         scan.only_devices is not None and scan.device is None,
         scan.after is not None and scan.device is None, scan.start_day is not None,
-        scan.end_day is not None, scan.descending)
+        scan.end_day is not None, scan.descending, bool(scan.cold and scan.cold.arrays))
+
+
+def _cold_source(table: str) -> sql.Composable:
+    """The table's rows and the cold rows passed as arrays (serve.coldread): the cold ones
+    only of devices the caller sees (the hypertables' own policy, 0051/0155) and only when
+    no hot copy exists (a file verified but not yet live; a late duplicate)."""
+    cols = [c for c in TABLES_BY_NAME[table].columns]
+    names = sql.SQL(", ").join(sql.Identifier(c.name) for c in cols)
+    arrays = sql.SQL(", ").join(
+        sql.SQL("string_to_array({}, ',', '')::{}[]").format(
+            sql.Placeholder(f"cold_{c.name}"), sql.SQL(c.dtype)) for c in cols)
+    # The hot copies are looked up once, in the cold rows' span and devices (a hash anti
+    # join): probed row by row, every chunk of the window was searched for each cold row.
+    return sql.SQL(
+        "(WITH hot_keys AS MATERIALIZED (SELECT device, time FROM {table}"
+        " WHERE time >= %(cold_lo)s AND time <= %(cold_hi)s AND device = ANY(%(cold_devices)s))"
+        " SELECT {names} FROM {table} UNION ALL SELECT {names} FROM unnest({arrays}) AS c({names})"
+        " WHERE c.device IN (SELECT name FROM devices) AND NOT EXISTS (SELECT 1 FROM hot_keys h"
+        " WHERE h.device = c.device AND h.time = c.time)) t").format(
+        names=names, table=sql.Identifier(table), arrays=arrays)
 
 
 @lru_cache(maxsize=256)
 def _tail_sql(shape: _Shape) -> str:
     """FROM ... WHERE ... ORDER BY ... shared by the page and next-key statements."""
     source: sql.Composable = sql.SQL("{} t").format(sql.Identifier(shape.table))
+    if shape.cold:
+        source = _cold_source(shape.table)
     where: list[sql.Composable] = [sql.SQL("t.time >= %(lo)s"), sql.SQL("t.time <= %(hi)s")]
     if shape.device:
         # The tenant check rides along (a one-time filter), so a device page is one statement;
@@ -248,8 +286,13 @@ def _tail_sql(shape: _Shape) -> str:
         source, sql.SQL(" AND ").join(where), direction, direction).as_string()
 
 
-def _params(scan: Scan) -> dict[str, Any]:
-    lo, hi = _bounds(scan)
+# What a next-page key statement reads of a cold row: the rest of its columns are sent as NULL
+# (unnest pads them), which saves parsing 20 arrays of up to 10,000 values.
+_COLD_KEYS = frozenset({"time", "device", "location"})
+
+
+def _params(scan: Scan, *, keys_only: bool = False) -> dict[str, Any]:
+    lo, hi = bounds(scan)
     params: dict[str, Any] = {"lo": lo, "hi": hi, "device": scan.device,
                               "location": scan.location, "org": scan.org}
     if scan.only_devices is not None:
@@ -262,6 +305,11 @@ def _params(scan: Scan) -> dict[str, Any]:
     if scan.after is not None:
         params["after_time"] = scan.after.time
         params["after_device"] = scan.after.device
+    if scan.cold is not None and scan.cold.arrays:
+        params.update({f"cold_{name}": values if not keys_only or name in _COLD_KEYS else None
+                       for name, values in scan.cold.arrays.items()})
+        params.update(cold_lo=scan.cold.first, cold_hi=scan.cold.last,
+                      cold_devices=list(scan.cold.devices))
     params["start_day"] = scan.start_day
     params["end_day"] = scan.end_day
     return params
@@ -318,7 +366,7 @@ def next_key_statement(scan: Scan) -> tuple[str, dict[str, Any]]:
     The OFFSET here is bounded by the page size (at most 10000 index entries), not by the
     position in the listing, which the keyset predicate already skips.
     """
-    params = _params(scan)
+    params = _params(scan, keys_only=True)
     params["limit"] = scan.limit
     return f"SELECT t.time, t.device {_tail_sql(_shape(scan))} OFFSET %(limit)s LIMIT 1", params
 

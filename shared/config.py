@@ -151,6 +151,11 @@ class Settings:
         None, "Directory the CSV.gz export of rows about to be dropped is written to (by device "
         "and month); retention drops nothing while it is unset")
     retention_interval: int = _f(3600, "Seconds between retention runs of the scheduler")
+    hot_days: int = _f(
+        0, "Cold tier (docs/operations.md \"Cold tier\"): calibrated readings in whole months "
+        "older than this many days move to Parquet files under SDS_COLD_PATH with `sds cold "
+        "move` (0: off, the default while /data reads cold rows only in plain pages)")
+    cold_path: str = _f(".state/cold", "Directory of the cold tier's Parquet files")
 
     # --- alerts (docs/alerts.md) ---
     alert_sweep_interval: float = _f(

@@ -7,9 +7,9 @@ takes one statement, the first chunk of rows plus one (so `X-Cursor-Next`, which
 before the body starts, is known too), with the device's tenant check inside it; longer pages
 continue in a REPEATABLE READ transaction with one more statement whose rows are streamed a
 chunk at a time. A CSV page is a COPY ... TO STDOUT streamed block by block, after the next
-page's key, in one REPEATABLE READ transaction. The page is then the response body
-(`serve.render` formats). An aggregated page (`interval=`, `points=`) is read whole in one
-statement by `serve.aggregation` after the same lookups.
+page's key, in one REPEATABLE READ transaction (so is every calibrated page, with its cold-tier
+rows: serve.coldread). The page is the response body (`serve.render` formats). An aggregated
+page (`interval=`, `points=`) is read whole by `serve.aggregation` after the same lookups.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
 from werkzeug.exceptions import HTTPException
 
-from serve import aggregation, caching, fairshare, queries, render
+from serve import aggregation, caching, coldread, fairshare, queries, render
 from serve import cursor as cursors
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
@@ -219,8 +219,7 @@ class DataPage:
     """One page of `/data`: owns one pooled connection from `plan()` until its body (this
     object, a WSGI iterable) is consumed or closed.
 
-    A class rather than a bare generator, because a generator never started (HEAD, or a client
-    gone before the first byte) does not run its `finally` on close(); this does.
+    A class: a generator never started (HEAD, a client gone) does not run its `finally`.
     """
 
     def __init__(self, req: DataRequest, conn_pool: ConnectionPool, key: bytes) -> None:
@@ -270,10 +269,11 @@ class DataPage:
             # the snapshot that reads rows (see queries.sync_watermark).
             _one_statement_each(conn)
             self.bound = queries.sync_watermark(conn)
-        if req.csv:
-            # Lookups, next-page key and COPY read one snapshot.
+        if req.csv or req.table.name == "calibrated":
+            # Lookups, next-page key and rows read one snapshot; on calibrated the cold tier's
+            # catalogue too, so a row moving cold meanwhile is seen once (serve.coldread).
             _one_snapshot(conn)
-            if req.device is not None:
+            if req.csv and req.device is not None:
                 queries.find_device(conn, org=org, name=req.device)
         else:
             # A JSON page usually takes one statement (see _plan_json): no transaction.
@@ -294,7 +294,7 @@ class DataPage:
             if req.updated_since is not None and self.bound is None:  # only with a leaked key
                 raise BadCursor("cursor: not from an updated_since listing; start again "
                                 "without cursor", errors={"cursor": ["invalid cursor"]})
-        return queries.Scan(
+        scan = queries.Scan(
             table=req.table, columns=req.columns, units=req.units, org=org, device=req.device,
             location=location, start=self.start, end=self.end,
             start_day=req.day(req.start_arg), end_day=req.day(req.end_arg),
@@ -302,26 +302,26 @@ class DataPage:
             only_devices=only_devices, devices=req.several,
             updated_since=req.updated_since.instant if req.updated_since else None,
             updated_before=self.bound)
+        if req.bucketing is not None:
+            coldread.refuse_aggregation(conn, scan)
+            return scan
+        return coldread.attach(conn, scan, current_app.extensions["settings"].cold_path)
 
     def _plan_json(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
-        """Next-page key and body of a JSON page; `conn` is in autocommit.
+        """Next-page key and body of a JSON page; `conn` is in autocommit (calibrated: in its
+        snapshot already).
 
         One statement reads the first chunk plus one row (with the tenant check of the device).
         When that answers the whole page (at most CHUNK_ROWS rows, or a listing ending within
         the chunk) the connection is freed before the body is sent. Otherwise a REPEATABLE READ
         transaction reads the next page's key and then the rest of the page, keyset-continued
-        from the first row not yet sent: the page holds exactly `limit` rows, none twice. (A row
-        stored behind that point after the first statement is not in this listing, as with any
-        row stored behind a cursor.)
+        from the first row not yet sent: the page holds exactly `limit` rows, none twice.
 
         The rest is one SELECT whose rows arrive CHUNK_ROWS at a time (libpq's chunked rows
         mode, libpq >= 17, which psycopg-binary bundles), so only one chunk is in memory here.
-        It was a server-side cursor fetched a chunk at a time; on the bench's 10k page that
-        cost a FETCH round trip per chunk and, with the default cursor_tuple_fraction, a
-        fast-start plan a third slower than the plain SELECT (docs/benchmarks.md). As one
-        statement the rest is under statement_timeout as a whole; at most 9,000 rows of binary
-        values, it fits the socket buffers, so PostgreSQL ends it without waiting for a slow
-        reader (and the edge buffers the answer anyway).
+        (A server-side cursor cost a FETCH round trip per chunk: docs/benchmarks.md.) As one
+        statement the rest is under statement_timeout as a whole; at most 9,000 rows, it fits
+        the socket buffers, so PostgreSQL ends it without waiting for a slow reader.
         """
         probe = min(scan.limit, CHUNK_ROWS)
         stmt, params = queries.page_statement(scan, limit=probe + 1)
@@ -434,6 +434,8 @@ def _one_statement_each(conn: psycopg.Connection) -> None:
 def _one_snapshot(conn: psycopg.Connection) -> None:
     """One read-only REPEATABLE READ transaction: the lookups, the next-page key and the rows
     all read the same snapshot."""
+    if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+        return  # already in one (a calibrated JSON page's, see DataPage._scan)
     conn.autocommit = False
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
@@ -474,10 +476,9 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
     req = DataRequest.parse(args, table, org=current_principal().org_id,
                             csv=render.wants_csv(request.accept_mimetypes),
                             sent=list(request.args.keys()))
-    # Reads go to the hot standby while it is current enough (SDS_DATABASE_READ_URL); the
-    # credential check and rate counting before this view used the primary. An updated_since
-    # listing reads the primary: its watermark is the primary's oldest running writer, and a
-    # standby may not have replayed every row stamped before it yet.
+    # Reads go to the hot standby while it is current enough (SDS_DATABASE_READ_URL). An
+    # updated_since listing reads the primary: its watermark is the primary's oldest running
+    # writer, which a standby may not have replayed every row stamped before yet.
     source = read_pool()
     if req.updated_since is not None and source.pool is not pool():
         source = ReadChoice(pool(), 'primary; reason="updated_since reads the primary"')
@@ -491,9 +492,8 @@ def get_data(args: Mapping[str, Any], table: str) -> Response:
         response.set_data(b"".join(page))
         response = caching.conditional(response)
     elif page.in_memory:
-        # The rows are all read and the connection is back in the pool: one write with a
-        # Content-Length instead of a chunk per part. An instance killed mid-answer then
-        # almost never leaves a half-sent page that the edge could not retry elsewhere.
+        # All read, the connection back: one write with a Content-Length, so an instance
+        # killed mid-answer almost never leaves a half-sent page the edge cannot retry.
         response.set_data(b"".join(page))
     if source.header is not None:
         response.headers["X-Read-Source"] = source.header

@@ -1,0 +1,205 @@
+"""The cold tier's mover: `calibrated` readings older than SDS_HOT_DAYS leave the table for
+Parquet files (zstd) under SDS_COLD_PATH, one per organisation-month (docs/decisions.md
+"Cold tier").
+
+Each file goes through steps a kill can interrupt anywhere (the chaos test kills the mover at
+every one of them), and the catalogue `cold_files` says where it got to:
+
+1. `pending`: a catalogue row names the file (committed before anything is written);
+2. the rows are read in one snapshot, written to `<path>.tmp`, fsynced, renamed, the directory
+   fsynced, then read back: row count and content checksum must equal the rows read;
+3. `verified`: the counts and checksum are recorded (readers now use the file, preferring a hot
+   copy of a row over the cold one, so nothing is counted twice);
+4. one transaction deletes the month's hot rows of the organisation with RETURNING, compares
+   their checksum with the file's, and marks the file `live`; any difference (a late reading,
+   a relabel, retention) rolls the delete back and the file is discarded, to be redone.
+
+A rerun first finishes or undoes what a killed run left: `pending` files are removed, a
+`verified` file takes step 4 again. So after any kill a reading is either hot or in a live (or
+verified) file, and readers count it once. Functions take `conn` (autocommit) first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from uuid import UUID
+
+import psycopg
+import pyarrow.parquet as pq
+from psycopg import sql
+
+from shared import coldfiles, locks
+
+log = logging.getLogger(__name__)
+
+Checkpoint = Callable[[str], None]  # called with each step's name: the chaos test's failpoint
+STEPS = ("pending", "written", "renamed", "verified", "deleted", "live")
+
+_COLS = sql.SQL(", ").join(sql.Identifier(n) for n in coldfiles.NAMES)
+# The month's rows of one organisation's devices (the file's rows, and the delete's).
+_WHERE = ("device IN (SELECT name FROM devices WHERE org_id = %(org)s)"
+          " AND time >= %(lo)s AND time < %(hi)s")
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """One file made live."""
+
+    org: UUID
+    month: date
+    path: str
+    rows: int
+    bytes: int
+
+
+def _month_bounds(month: date) -> tuple[datetime, datetime]:
+    lo = datetime(month.year, month.month, 1, tzinfo=UTC)
+    hi = datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=UTC)
+    return lo, hi
+
+
+def cutoff(hot_days: int, now: datetime | None = None) -> datetime:
+    """Months that end at or before this instant are cold: the first day of the month holding
+    now - hot_days (whole months only, so a file is a month)."""
+    edge = (now or datetime.now(UTC)) - timedelta(days=hot_days)
+    return datetime(edge.year, edge.month, 1, tzinfo=UTC)
+
+
+def candidates(conn: psycopg.Connection, before: datetime) -> list[tuple[UUID, date]]:
+    """(organisation, month) pairs with hot readings older than `before`, oldest first
+    (readings of devices in no organisation stay hot)."""
+    rows = conn.execute(
+        "SELECT d.org_id, date_trunc('month', c.time AT TIME ZONE 'UTC')::date AS m"
+        " FROM calibrated c JOIN devices d ON d.name = c.device"
+        " WHERE c.time < %s AND d.org_id IS NOT NULL GROUP BY 1, 2 ORDER BY 2, 1",
+        (before,)).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _discard(conn: psycopg.Connection, root: Path, file_id: int, rel: str) -> None:
+    for leftover in (root / rel, root / f"{rel}.tmp"):
+        leftover.unlink(missing_ok=True)
+    conn.execute("DELETE FROM cold_files WHERE id = %s AND state <> 'live'", (file_id,))
+
+
+def _make_live(conn: psycopg.Connection, file_id: int, org: UUID, month: date, checksum: str,
+               checkpoint: Checkpoint) -> bool:
+    """Step 4: delete exactly the file's rows and mark it live, or change nothing."""
+    lo, hi = _month_bounds(month)
+    try:
+        with conn.transaction():
+            stmt = sql.SQL("DELETE FROM calibrated WHERE " + _WHERE + " RETURNING {}").format(
+                _COLS)
+            deleted = conn.execute(stmt, {"org": org, "lo": lo, "hi": hi}).fetchall()
+            if coldfiles.content_checksum(coldfiles.table_from_rows(deleted)) != checksum:
+                raise _Changed
+            conn.execute("UPDATE cold_files SET state = 'live', live_at = now() WHERE id = %s",
+                         (file_id,))
+            checkpoint("deleted")
+    except _Changed:
+        return False
+    checkpoint("live")
+    return True
+
+
+class _Changed(Exception):
+    """The month's hot rows are no longer the file's rows: roll the delete back."""
+
+
+def recover(conn: psycopg.Connection, root: Path, checkpoint: Checkpoint) -> None:
+    """Finish or undo what a killed run left: pending files go, verified ones go live (or go,
+    when their rows changed since)."""
+    for file_id, org, month, rel, state, checksum in conn.execute(
+            "SELECT id, org_id, month, path, state, checksum FROM cold_files"
+            " WHERE state <> 'live' ORDER BY id").fetchall():
+        if state == "verified" and _make_live(conn, file_id, org, month, checksum, checkpoint):
+            log.info("cold: %s made live after an interrupted run", rel)
+            continue
+        _discard(conn, root, file_id, rel)
+
+
+def move_month(conn: psycopg.Connection, root: Path, org: UUID, month: date,
+               checkpoint: Checkpoint) -> Moved | None:
+    """Steps 1-4 for one organisation-month; None when its rows changed meanwhile."""
+    file_id = conn.execute("INSERT INTO cold_files (org_id, month, path) VALUES (%s, %s, '')"
+                           " RETURNING id", (org, month)).fetchone()[0]  # type: ignore[index]
+    rel = coldfiles.relative_path(org, month, file_id)
+    conn.execute("UPDATE cold_files SET path = %s WHERE id = %s", (rel, file_id))
+    checkpoint("pending")
+    lo, hi = _month_bounds(month)
+    rows = conn.execute(sql.SQL("SELECT {} FROM calibrated WHERE " + _WHERE).format(_COLS),
+                        {"org": org, "lo": lo, "hi": hi}).fetchall()
+    table = coldfiles.table_from_rows(rows)
+    checksum = coldfiles.content_checksum(table)
+    final = root / rel
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.with_name(final.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd", row_group_size=coldfiles.ROW_GROUP_ROWS)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    checkpoint("written")
+    os.replace(tmp, final)
+    _fsync_dir(final.parent)
+    checkpoint("renamed")
+    back = pq.read_table(final, schema=coldfiles.SCHEMA)
+    if back.num_rows != len(rows) or coldfiles.content_checksum(back) != checksum:
+        _discard(conn, root, file_id, rel)
+        raise OSError(f"cold file {final} does not read back as written")
+    size = final.stat().st_size
+    first = min(r[0] for r in rows) if rows else None
+    last = max(r[0] for r in rows) if rows else None
+    conn.execute("UPDATE cold_files SET state = 'verified', rows = %s, bytes = %s,"
+                 " checksum = %s, first_time = %s, last_time = %s WHERE id = %s",
+                 (len(rows), size, checksum, first, last, file_id))
+    checkpoint("verified")
+    if not _make_live(conn, file_id, org, month, checksum, checkpoint):
+        _discard(conn, root, file_id, rel)
+        log.info("cold: %s changed while it was written; it is moved again next run", rel)
+        return None
+    return Moved(org, month, rel, len(rows), size)
+
+
+def move(conn: psycopg.Connection, *, hot_days: int, cold_path: str,
+         checkpoint: Checkpoint = lambda _step: None, now: datetime | None = None,
+         ) -> list[Moved]:
+    """One mover pass: recover, then move every organisation-month past the cutoff.
+    `conn` must be in autocommit (each step commits on its own)."""
+    if hot_days <= 0:
+        raise ValueError("the cold tier is off (SDS_HOT_DAYS unset or 0)")
+    root = coldfiles.root(cold_path)
+    root.mkdir(parents=True, exist_ok=True)
+    # One mover at a time: a second one waits rather than racing on the same months.
+    lock = locks.SessionLock(conn.info.dsn, "sds cold mover", application_name="sds-cold-mover")
+    lock.lock(conn)
+    try:
+        recover(conn, root, checkpoint)
+        moved = []
+        for org, month in candidates(conn, cutoff(hot_days, now)):
+            done = move_month(conn, root, org, month, checkpoint)
+            if done is not None:
+                moved.append(done)
+        return moved
+    finally:
+        lock.unlock(conn)
+
+
+def status(conn: psycopg.Connection) -> dict[str, object]:
+    """What `sds cold status` shows: files and bytes by state, rows, oldest hot reading."""
+    by_state = {r[0]: (r[1], r[2], r[3]) for r in conn.execute(
+        "SELECT state, count(*), coalesce(sum(bytes), 0), coalesce(sum(rows), 0)"
+        " FROM cold_files GROUP BY state").fetchall()}
+    oldest = conn.execute("SELECT min(time) FROM calibrated").fetchone()
+    return {"by_state": by_state, "oldest_hot": oldest[0] if oldest else None}

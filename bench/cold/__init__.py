@@ -1,0 +1,1 @@
+"""Benchmark of the cold tier (issue 36): `python -m bench.cold`."""

@@ -1,0 +1,112 @@
+"""`/data/calibrated` across the cold tier (shared.coldfiles, aggregate.coldmove).
+
+A plain page reads its cold rows with pyarrow (the organisation's verified and live files that
+overlap the window, filtered by device or location, time and the cursor's key, sorted and cut
+at the page's size + 1) and hands them to the page's SQL as arrays: the statement reads
+`calibrated UNION ALL unnest(cold arrays)`, so units, rounding, `local_time`, CSV formatting,
+ordering, the keyset cursor and the tenant and team checks (the cold rows pass through
+`device IN (SELECT name FROM devices)`, the hypertables' own policy) are exactly the hot
+rows'. A cold row that also exists hot (a file verified but not yet live, a late copy) is
+dropped in SQL: the hot row wins, so nothing is counted twice.
+
+The catalogue is read in the page's REPEATABLE READ snapshot (serve.api.data), the one its
+hot rows are read in: the mover deletes a file's rows and marks it live in one transaction,
+so a page sees the rows either hot or in a file it reads, whatever a move does meanwhile.
+Aggregated pages (`interval`, `points`) do not read cold files yet and are refused (409) when
+their window reaches one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from serve.queries import ColdRows, Scan, bounds
+from shared import coldfiles
+from shared.errors import Conflict
+
+
+def _files(conn: psycopg.Connection, scan: Scan, lo: datetime, hi: datetime,
+           ) -> list[tuple[int, str]]:
+    if scan.table.name != "calibrated":
+        return []
+    rows = conn.execute(
+        "SELECT id, path FROM cold_files WHERE org_id = %s AND state = ANY(%s)"
+        " AND first_time <= %s AND last_time >= %s ORDER BY id",
+        (scan.org, list(coldfiles.READABLE), hi, lo)).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def _filter(scan: Scan, lo: datetime, hi: datetime) -> pc.Expression:
+    time, device = pc.field("time"), pc.field("device")
+    expr = (time >= pa.scalar(lo, pa.timestamp("us", tz="UTC"))) & (
+        time <= pa.scalar(hi, pa.timestamp("us", tz="UTC")))
+    if scan.device is not None:
+        expr &= device == scan.device
+    if scan.devices is not None:
+        expr &= device.isin(list(scan.devices))
+    if scan.location is not None:
+        expr &= pc.field("location") == str(scan.location)
+    if scan.only_devices is not None and scan.device is None:
+        expr &= device.isin(list(scan.only_devices))
+    if scan.after is not None and scan.device is None:
+        at = pa.scalar(scan.after.time, pa.timestamp("us", tz="UTC"))
+        if scan.descending:
+            expr &= (time < at) | ((time == at) & (device <= scan.after.device))
+        else:
+            expr &= (time > at) | ((time == at) & (device >= scan.after.device))
+    return expr
+
+
+def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
+    """`scan` with the cold rows its page may need (at most limit + 1, enough for the page and
+    the next page's key), or unchanged when no cold file overlaps it."""
+    lo, hi = bounds(scan)
+    files = _files(conn, scan, lo, hi)
+    if not files:
+        return dataclasses.replace(scan, cold=None)
+    root = coldfiles.root(cold_path)
+    dataset = ds.dataset([str(root / rel) for _, rel in files], schema=coldfiles.SCHEMA,
+                         format="parquet")
+    table = dataset.to_table(filter=_filter(scan, lo, hi))
+    # Only rows of devices the caller sees (tenancy and teams, as the SQL checks again) may
+    # count towards the limit + 1 kept: a location's file holds every device that stood there.
+    names = pc.unique(table.column("device")).to_pylist()
+    visible = [r[0] for r in conn.execute("SELECT name FROM devices WHERE name = ANY(%s)",
+                                          (names,)).fetchall()] if names else []
+    table = table.filter(pc.field("device").isin(visible)) if visible else table.slice(0, 0)
+    order = "descending" if scan.descending else "ascending"
+    table = table.sort_by([("time", order), ("device", order)]).slice(0, scan.limit + 1)
+    ids = tuple(i for i, _ in files)
+    if not table.num_rows:
+        return dataclasses.replace(scan, cold=ColdRows(ids, {}))
+    arrays = {name: _joined(table.column(name)) for name in coldfiles.NAMES}
+    span = pc.min_max(table.column("time")).as_py()
+    devices = tuple(pc.unique(table.column("device")).to_pylist())
+    return dataclasses.replace(scan, cold=ColdRows(ids, arrays, span["min"], span["max"],
+                                                   devices))
+
+
+def _joined(column: pa.ChunkedArray) -> str:
+    """One column as the text `string_to_array(text, ',', '')` splits back (NULL as ''),
+    formatted by Arrow in C: psycopg's per-value dumping of Python lists cost 10x the page
+    (docs/benchmarks.md "Cold tier"). Floats print in their shortest form, which PostgreSQL
+    reads back to the same float32; names cannot hold ',' (a device list's separator)."""
+    text = pc.cast(column.combine_chunks(), pa.string()).fill_null("")
+    offsets = pa.array([0, len(text)], pa.int32())
+    return str(pc.binary_join(pa.ListArray.from_arrays(offsets, text), ",")[0].as_py())
+
+
+def refuse_aggregation(conn: psycopg.Connection, scan: Scan) -> None:
+    """409 for an aggregated page whose window reaches cold readings (not read there yet)."""
+    lo, hi = bounds(scan)
+    if _files(conn, scan, lo, hi):
+        raise Conflict(
+            "interval/points: part of this window is in the cold tier, which aggregated pages "
+            "do not read yet; ask for plain rows, or start after the cold months",
+            errors={"start_time": ["window reaches cold-tier readings"]})
