@@ -100,7 +100,7 @@ def test_query_key_use_is_reported_per_key_and_minute(fresh_world: World, figure
     key, key_id = fresh_world.keys["locations"], str(fresh_world.key_ids["locations"])
     try:
         client = app.test_client()
-        with caplog.at_level(logging.INFO, logger="serve.auth"):
+        with caplog.at_level(logging.INFO, logger="serve.authenticator"):
             statuses = {client.get(f"/api/v2/locations?apikey={key}").status_code
                         for _ in range(20)}
             # The header form is not reported.

@@ -21,7 +21,8 @@ from admin.cold import FAILPOINT_ENV, cold_cli
 from aggregate import coldmove
 from people import accounts
 from shared import coldfiles, places
-from tests.support.rollups import insert_readings, make_location
+from tests.support.readings import insert_readings
+from tests.support.rollups import make_location
 
 pytestmark = pytest.mark.usefixtures("processes")
 
@@ -47,7 +48,7 @@ def _world(url: str) -> None:
                                  "precip": None if k % 5 else 0.2})
                     t += STEP
                     k += 1
-                insert_readings(conn, dev, loc, rows)
+                insert_readings(conn, dev, loc, rows, marks=True)
         conn.commit()
 
 
@@ -130,8 +131,7 @@ def test_late_reading_for_a_cold_month_gets_its_own_file(database_url: str,
         late = START + timedelta(days=3, minutes=1)
         loc = conn.execute("SELECT location FROM calibrated WHERE device = 'C1' LIMIT 1"
                            ).fetchone()
-        conn.execute("INSERT INTO calibrated (time, device, location, tair) VALUES"
-                     " (%s, 'C1', %s, 1.5)", (late, loc[0] if loc else None))
+        insert_readings(conn, "C1", loc[0] if loc else None, [{"time": late, "tair": 1.5}])
         second = coldmove.move(conn, hot_days=40, cold_path=str(root))
     assert first and [(m.month, m.rows) for m in second] == [(late.date().replace(day=1), 1)]
     shown = CliRunner().invoke(cold_cli, ["status"], env={

@@ -19,6 +19,7 @@ from flask.testing import FlaskClient
 from aggregate import coldmove
 from people import accounts
 from tests.support.data_world import World, get, seed
+from tests.support.readings import insert_readings, series
 
 BOUNDARY = datetime(2024, 8, 1, tzinfo=UTC)
 WINDOW = {"start_time": "2024-06-30T00:00:00Z", "end_time": "2024-08-02T00:00:00Z"}
@@ -44,18 +45,12 @@ def world(module_db: str) -> World:
     with psycopg.connect(module_db) as conn:
         ny, la = world.ny, world.la
         for device, loc in (("D1", la), ("D2", ny)):
-            conn.execute(
-                "INSERT INTO calibrated (time, device, location, tair, rh)"
-                " SELECT %s + g * interval '5 minutes', %s, %s, 15 + g * 0.13, 0.41"
-                " FROM generate_series(0, 47) g",
-                (BOUNDARY - timedelta(hours=2), device, loc))
+            insert_readings(conn, device, loc, series(
+                BOUNDARY - timedelta(hours=2), n=48, tair=lambda g, _t: 15 + g * 0.13, rh=0.41))
         # D3 (no deployment) has readings labelled NY, interleaved with D1's and D2's: w1
         # sees NY but not D3, so NY's cold file holds rows w1 must not get, and every page of
         # theirs must still be full.
-        conn.execute(
-            "INSERT INTO calibrated (time, device, location, tair)"
-            " SELECT %s + g * interval '5 minutes', 'D3', %s, 30 FROM generate_series(0, 575) g",
-            (datetime(2024, 7, 1, tzinfo=UTC), ny))
+        insert_readings(conn, "D3", ny, series(datetime(2024, 7, 1, tzinfo=UTC), n=576, tair=30))
         w1 = accounts.create_user(conn, org=world.org_a, email="w1@a.example",
                                   password="w1-password")
         team = conn.execute("INSERT INTO teams (org_id, name) VALUES (%s, 'T') RETURNING id",
