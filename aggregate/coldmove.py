@@ -101,8 +101,8 @@ def _make_live(conn: psycopg.Connection, file_id: int, org: UUID, month: date, c
     lo, hi = _month_bounds(month)
     try:
         with conn.transaction():
-            stmt = sql.SQL("DELETE FROM calibrated WHERE " + _WHERE + " RETURNING {}").format(
-                _COLS)
+            stmt = sql.SQL("DELETE FROM calibrated WHERE {} RETURNING {}").format(
+                sql.SQL(_WHERE), _COLS)
             deleted = conn.execute(stmt, {"org": org, "lo": lo, "hi": hi}).fetchall()
             if coldfiles.content_checksum(coldfiles.table_from_rows(deleted)) != checksum:
                 raise _Changed
@@ -140,8 +140,8 @@ def move_month(conn: psycopg.Connection, root: Path, org: UUID, month: date,
     conn.execute("UPDATE cold_files SET path = %s WHERE id = %s", (rel, file_id))
     checkpoint("pending")
     lo, hi = _month_bounds(month)
-    rows = conn.execute(sql.SQL("SELECT {} FROM calibrated WHERE " + _WHERE).format(_COLS),
-                        {"org": org, "lo": lo, "hi": hi}).fetchall()
+    stmt = sql.SQL("SELECT {} FROM calibrated WHERE {}").format(_COLS, sql.SQL(_WHERE))
+    rows = conn.execute(stmt, {"org": org, "lo": lo, "hi": hi}).fetchall()
     table = coldfiles.table_from_rows(rows)
     checksum = coldfiles.content_checksum(table)
     final = root / rel

@@ -48,6 +48,7 @@ TENANT_ROWS = {
     "alert_channels": "SELECT id::text FROM alert_channels WHERE org_id = %(org)s",
     "alert_deliveries": "SELECT id::text FROM alert_deliveries WHERE org_id = %(org)s",
     "org_smtp_settings": "SELECT org_id::text FROM org_smtp_settings WHERE org_id = %(org)s",
+    "cold_files": "SELECT id::text FROM cold_files WHERE org_id = %(org)s",
     "audit_log": "SELECT id::text FROM audit_log WHERE org_id = %(org)s",
     "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
     "teams": "SELECT id::text FROM teams WHERE org_id = %(org)s",
@@ -80,6 +81,7 @@ KEY_OF = {
     "alert_channels": ("id::text", "name"),
     "alert_deliveries": ("id::text", "last_error"),
     "org_smtp_settings": ("org_id::text", "host"),
+    "cold_files": ("id::text", "path"),
     "annotations": ("id::text", "text"),
     "teams": ("id::text", "name"),
     "team_members": ("team_id::text || user_id", "added"),
@@ -179,6 +181,8 @@ def rls_world(world: World) -> World:
             conn.execute("INSERT INTO org_smtp_settings (org_id, host, port, security,"
                          " from_address) VALUES (%s, 'smtp.x.example', 587, 'starttls',"
                          " 'a@x.example')", (org,))
+            conn.execute("INSERT INTO cold_files (org_id, month, path) VALUES"
+                         " (%s, '2024-04-01', %s)", (org, f"org={org}/2024-04-x.parquet"))
         for org, user, loc in ((world.org_a, world.a1, world.loc_a),
                                (world.org_b, world.b1, world.loc_b)):
             conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"

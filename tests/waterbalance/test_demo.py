@@ -36,11 +36,21 @@ def test_every_demo_site_has_a_balance(db, database_url: str) -> None:
             t += timedelta(minutes=5)
         insert_readings(db, device, location, rows, marks=True)
     run_all(db)
+    depleted = set()
     for device, *_rest in DEMO_SITES:
         rows = fetch(db, "SELECT etc, taw, depletion, days_to_raw FROM water_balance"
                          " WHERE device = %s ORDER BY time", device)
         complete = [r for r in rows if r["etc"] is not None]
         assert len(complete) >= 2, (device, rows)
         soil, roots, _crop = DEMO_WATER[device]
-        assert complete[0]["taw"] > 0 and max(r["depletion"] for r in rows) > 0, device
-        assert all(r["etc"] > 0 for r in complete), (device, soil, roots)
+        assert complete[0]["taw"] > 0, device
+        assert all(r["depletion"] is not None and r["depletion"] >= 0 for r in rows), device
+        # The first local day holds only the window's first hours: a western site's may be
+        # night only (0.0 mm); every whole day after it has crop water use.
+        assert complete[0]["etc"] >= 0 and all(r["etc"] > 0 for r in complete[1:]), \
+            (device, soil, roots, rows)
+        if max(r["depletion"] for r in rows) > 0:
+            depleted.add(device)
+    # The simulated weather of the last three days may rain a site's root zone full (CI saw
+    # A000104 at 0 mm depleted): not every site, but the demo's balances do move.
+    assert depleted, "no demo site's root zone dried at all in three days"
