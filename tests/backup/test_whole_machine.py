@@ -163,6 +163,10 @@ def test_whole_state_lost_comes_back_with_one_command(tree: Tree, figures: Figur
     wait_for(lambda: device_rows() == len(sent) + 1, 60, what="a reading after the recovery")
     Ledger("127.0.0.1", mqtt_port, username=reader_user, password=reader_pw).close()
     # The API key made before works, and its owner can still read it (the seal key is back).
+    # The edge answers 502 until the API instances behind it have started (a full run saw
+    # it once right after the recovery on a loaded machine): wait for them, then judge.
+    wait_for(lambda: api_get(tree, apikey, "devices?limit=1")[0] not in (502, 503, 504), 120,
+             what="the API behind the edge")
     status, body = api_get(tree, apikey, "devices?limit=1")
     assert status == 200, body
     figures.record(f"recovery.whole_machine{'' if loss == 'stopped' else '_killed'}", {

@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -84,16 +85,20 @@ class Tree:
 
 
 @pytest.fixture
-def tree(tmp_path: Path) -> Iterator[tuple[Tree, WebhookReceiver]]:
-    """A scratch tree and the webhook its Alertmanager posts to; stopped afterwards."""
+def tree() -> Iterator[tuple[Tree, WebhookReceiver]]:
+    """A scratch tree and the webhook its Alertmanager posts to; stopped afterwards. The tree
+    is under a short path: PostgreSQL's unix socket (.state/pg/run/.s.PGSQL.<port>) holds at
+    most 107 bytes, and under an xdist worker's tmp_path it came to 106-112."""
     hook = WebhookReceiver().start()
-    (tmp_path / "tree").mkdir()
-    t = Tree(tmp_path / "tree", hook)
+    base = Path(tempfile.mkdtemp(prefix="sds-mon-"))
+    (base / "tree").mkdir()
+    t = Tree(base / "tree", hook)
     try:
         yield t, hook
     finally:
         t.run("stop", timeout=300)
         hook.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def _health(t: Tree) -> dict[str, str]:
