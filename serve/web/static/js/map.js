@@ -77,6 +77,16 @@ function outline(topo, object, cls) {
                    {interactive: false, pane: "basemap", style: () => ({className: cls})});
 }
 
+/** The borders between the divisions of one country in `object` of `topo`, each drawn once as
+ *  lines with CSS class `cls`: drawn as polygons, each shared border came twice, and Leaflet's
+ *  per-polygon smoothing set the two copies apart (a doubled line at zoom 8). Coasts and
+ *  countries' borders are the 1:10m countries' to draw. */
+function borders(topo, object, cls) {
+  const inner = topojson.mesh(topo, topo.objects[object],
+                              (a, b) => a !== b && a.properties.country === b.properties.country);
+  return L.geoJSON(inner, {interactive: false, pane: "basemap", style: () => ({className: cls})});
+}
+
 /** The finer basemaps, each loaded once on the first zoom that needs it; the 1:110m world is
  *  hidden while the 1:10m countries show (their coasts would draw twice). */
 function detail(map, urls, world) {
@@ -88,7 +98,7 @@ function detail(map, urls, world) {
   const update = async () => {
     const z = map.getZoom();
     if (z >= COUNTRY_ZOOM) await load("countries", (t) => outline(t, "countries", "land fine"));
-    if (z >= PROVINCE_ZOOM) await load("provinces", (t) => outline(t, "states", "province"));
+    if (z >= PROVINCE_ZOOM) await load("provinces", (t) => borders(t, "states", "province"));
     if (z >= REGION_ZOOM) {
       await load("counties", (t) => L.layerGroup([outline(t, "counties", "county"),
                                                   outline(t, "states", "state")]));
