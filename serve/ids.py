@@ -1,4 +1,4 @@
-"""The one id parser of the API's object routes (issue 31): the `objid` URL converter.
+"""The one id parser of object routes, the API's and the dashboard's (issue 31): `objid`.
 
 A route names its object id as `<objid("channel"):channel_id>`; the view receives a `UUID`.
 A malformed id is the same 404 as an unknown one ("unknown channel 'x'"), decided here once:
