@@ -83,7 +83,7 @@ def accept_mine(conn: psycopg.Connection, settings: Settings, *, user: UUID, lin
     row = conn.execute("SELECT org_id, email, role, teams_only, proven"
                        " FROM sds_my_invitation_use(%s, %s)", (link, wanted)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown invitation {link}")
+        raise UnknownObject(f"unknown invitation '{link}'")
     org, email, role, teams_only, proven_now = row
     if not proven_now and not email_proven(conn, user):
         raise Conflict(UNPROVEN)

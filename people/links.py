@@ -134,7 +134,7 @@ def fetch_invite(conn: psycopg.Connection, org: UUID, link: UUID) -> dict[str, A
                           " AND used_at IS NULL AND revoked_at IS NULL AND expires_at > now()",
                           (link, org)).fetchone()
     if row is None:
-        raise UnknownObject(f"unknown invitation {link}")
+        raise UnknownObject(f"unknown invitation '{link}'")
     return row
 
 

@@ -1,9 +1,12 @@
-"""The one id parser of the API's object routes (issue 31): the `objid` URL converter.
+"""The one id parser of object routes, the API's and the dashboard's (issue 31): `objid`.
 
 A route names its object id as `<objid("channel"):channel_id>`; the view receives a `UUID`.
 A malformed id is the same 404 as an unknown one ("unknown channel 'x'"), decided here once:
 the converter lets the route match (so credentials and scopes are judged first, as for any
 id) and `refuse_malformed` answers the 404 right after authentication, before the view runs.
+The dashboard's pages use the same converter; a page judges its visitor in its own wrapper
+(serve/web/views.py `signed_in`: a signed-out visitor goes to the sign-in form whatever the
+id), so it is marked `judged_in_view` and calls `refuse` itself once the visitor is known.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from flask import Flask, request
+from flask import Flask, current_app, request
 from werkzeug.routing import BaseConverter, Map
 
 from shared.errors import UnknownObject
@@ -57,11 +60,23 @@ class ObjectId(BaseConverter):
         return str(value)
 
 
-def refuse_malformed() -> None:
-    """Before the view: a malformed id in the path is the 404 of an unknown object."""
+JUDGED_IN_VIEW = "judged_in_view"
+"""The attribute of a view that judges its caller itself, then calls `refuse`."""
+
+
+def refuse() -> None:
+    """A malformed id in the request's path is the 404 of an unknown object."""
     for value in (request.view_args or {}).values():
         if isinstance(value, Malformed):
             raise unknown(value.kind, value)
+
+
+def refuse_malformed() -> None:
+    """Before the view: `refuse`, unless the view judges its caller itself (and then
+    refuses)."""
+    view = current_app.view_functions.get(request.endpoint or "")
+    if not getattr(view, JUDGED_IN_VIEW, False):
+        refuse()
 
 
 def register(app: Flask) -> None:

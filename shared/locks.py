@@ -7,8 +7,9 @@ name's SHA-256 as a signed bigint, computed here so every process, the CLI and t
 without asking the database. It is a session lock on a dedicated autocommit connection: held
 exactly as long as that session lives, so a killed holder frees it. `Leadership` is the one
 helper of a process that leads by holding a lock (its session, confirming it, guarding a
-commit, the one `LeadershipLost`); what to do about a lost or busy lock (wait, step down,
-re-take) is the caller's policy.
+commit, the one `LeadershipLost`), for the ingester, the rollup scheduler and the alert
+evaluator; what to do about a lost or busy lock (wait, step down, re-take) is the caller's
+policy.
 """
 
 from __future__ import annotations
@@ -96,7 +97,8 @@ class LeadershipLost(RuntimeError):
 class Leadership:
     """Being the one process that holds a `SessionLock`: the lock's own autocommit session, and
     the checks a leader makes on it (thread-safe). The policy (poll until leader, re-take a
-    lost session or step down for good) is the caller's: aggregate/leader.py, ingest/leader.py.
+    lost session or step down for good) is the caller's: aggregate/leader.py, ingest/leader.py,
+    alerts/evaluator/service.py.
     """
 
     def __init__(self, lock: SessionLock) -> None:
@@ -111,6 +113,15 @@ class Leadership:
         """Every session a call may be blocked on (for a watchdog to break): the held lock's,
         and a lock attempt's while it waits for its answer."""
         return [self._conn, self._pending]
+
+    @property
+    def session(self) -> psycopg.Connection:
+        """The held lock's own session (a leader may LISTEN on it, so it hears nothing once it
+        has lost the lock); LeadershipLost when the lock is not held."""
+        conn = self._conn
+        if conn is None or not self.held():
+            raise LeadershipLost("not the leader")
+        return conn
 
     def held(self) -> bool:
         """Whether this process took the lock and its session is still open (not asked)."""

@@ -12,8 +12,9 @@ Notifications arriving together are folded into one pass (BURST seconds). Every
 SDS_ALERT_SWEEP_INTERVAL seconds a sweep passes over every watched device and table: it drives
 the `silent` kind, catches anything a missed NOTIFY would have missed, and reloads the rules.
 Each pass commits in one transaction after checking the lock is still this process's
-(alerts/evaluator/passes.py). Metrics (alerts/evaluator/metrics.py) on SDS_METRICS_BIND:
-SDS_ALERTS_METRICS_PORT.
+(alerts/evaluator/passes.py); the lock, its session and the one `LeadershipLost` are
+shared.locks.Leadership, as for the ingester and the rollup scheduler. Metrics
+(alerts/evaluator/metrics.py) on SDS_METRICS_BIND:SDS_ALERTS_METRICS_PORT.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from alerts.evaluator.metrics import Metrics
 from alerts.evaluator.passes import Evaluator
 from shared import db
 from shared.config import Settings
-from shared.locks import SessionLock
+from shared.locks import Leadership, LeadershipLost, SessionLock
 from shared.logs import configure_logging
 
 log = logging.getLogger("alerts.evaluator")
@@ -49,10 +50,6 @@ CHANNELS = ("sds_ingested", "sds_rollups", "sds_alert_rules")
 PURGE_EVERY = 3600.0  # seconds between deletions of events past their retention
 
 
-class LockLost(RuntimeError):
-    """The evaluator lock is no longer this process's: its pass must not commit."""
-
-
 class Process:
     """The evaluator process: lock, listen, evaluate; until `stop` is set."""
 
@@ -61,8 +58,9 @@ class Process:
         self.settings = settings
         self.stop = stop
         self.metrics = metrics or Metrics()
-        self.lock = SessionLock(settings, LOCK_NAME, application_name="sds-alerts-lock",
-                                keepalive_probes=2)
+        self.leadership = Leadership(SessionLock(settings, LOCK_NAME,
+                                                 application_name="sds-alerts-lock",
+                                                 keepalive_probes=2))
         self.passes = 0
 
     def run(self) -> None:
@@ -70,27 +68,24 @@ class Process:
         while not self.stop.is_set():
             try:
                 self._serve()
-            except (psycopg.OperationalError, psycopg.InterfaceError, LockLost) as exc:
+            except (psycopg.OperationalError, psycopg.InterfaceError, LeadershipLost) as exc:
                 log.warning("evaluator: %s; waiting %.0f s to start again", exc, LOCK_POLL)
                 self.stop.wait(LOCK_POLL)
 
-    def _take_lock(self) -> tuple[psycopg.Connection, int] | None:
+    def _take_lock(self) -> bool:
+        """Poll for the lock until taken (True) or stopped (False)."""
         while not self.stop.is_set():
-            conn = self.lock.connect()
-            pid = self.lock.try_lock(conn)
-            if pid is not None:
-                return conn, pid
-            conn.close()
+            if self.leadership.try_acquire():
+                return True
             self.stop.wait(LOCK_POLL)
-        return None
+        return False
 
     def _serve(self) -> None:
-        taken = self._take_lock()
-        if taken is None:
+        if not self._take_lock():
             return
-        lock_conn, pid = taken
         work = None
         try:
+            lock_conn = self.leadership.session
             for channel in CHANNELS:  # before the first pass: nothing committed after is missed
                 lock_conn.execute(f"LISTEN {channel}")
             # synchronous_commit off: a pass commits without waiting for its WAL flush (on a
@@ -100,24 +95,19 @@ class Process:
             work = db.connect(self.settings, name="sds-alerts", role=db.ROLE_ALERTS,
                               keepalive_probes=3,
                               server={"statement_timeout": 60000, "synchronous_commit": "off"})
-            log.info("evaluator lock taken (backend pid %s)", pid)
+            log.info("evaluator lock taken (backend pid %s)", self.leadership.pid)
             self.metrics.leader.set(1)
-            self._loop(lock_conn, work, pid)
+            self._loop(lock_conn, work)
         finally:
             self.metrics.leader.set(0)
             db.close_quietly(work)
-            db.close_quietly(lock_conn)
+            self.leadership.release()  # closing the lock session frees the lock
 
-    def _guard(self, pid: int) -> Callable[[psycopg.Connection], None]:
-        def check(conn: psycopg.Connection) -> None:
-            if not self.lock.held_by(conn, pid):
-                raise LockLost("the evaluator lock was lost")
-        return check
-
-    def _loop(self, lock_conn: psycopg.Connection, work: psycopg.Connection, pid: int) -> None:
+    def _loop(self, lock_conn: psycopg.Connection, work: psycopg.Connection) -> None:
         ev = Evaluator(self.settings)
         ev.reload(work)
-        guard = self._guard(pid)
+        # Each pass checks, inside its transaction, that the lock is still this process's.
+        guard = self.leadership.guard
         interval = max(0.5, self.settings.alert_sweep_interval)
         next_sweep = 0.0
         next_purge = time.monotonic() + 60.0

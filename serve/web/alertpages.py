@@ -11,6 +11,7 @@ shows the API's own message. Forms are POSTs carrying the session's CSRF value; 
 from __future__ import annotations
 
 from typing import Any, cast
+from uuid import UUID
 
 from flask import Response, redirect, render_template, request, url_for
 
@@ -170,17 +171,17 @@ def alert_rule_create(principal: Principal) -> Response:
                                    code=303))
 
 
-@blp.route(f"{PREFIX}/alerts/<rule_id>/edit", methods=["GET"])
+@blp.route(f"{PREFIX}/alerts/<objid('alert rule'):rule_id>/edit", methods=["GET"])
 @signed_in
-def alert_rule_edit(principal: Principal, rule_id: str) -> Response:
+def alert_rule_edit(principal: Principal, rule_id: UUID) -> Response:
     """The form holding one rule, to change it."""
     record = _answered(apicall.call("GET", f"/api/v2/alerts/{rule_id}"))
     return _rules_page(principal, form=form_of(record), editing=record["id"])
 
 
-@blp.route(f"{PREFIX}/alerts/<rule_id>", methods=["POST"])
+@blp.route(f"{PREFIX}/alerts/<objid('alert rule'):rule_id>", methods=["POST"])
 @signed_in
-def alert_rule_change(principal: Principal, rule_id: str) -> Response:
+def alert_rule_change(principal: Principal, rule_id: UUID) -> Response:
     """Change a rule from the form (through PATCH /api/v2/alerts/{id})."""
     web_session.check_csrf()
     form = request.form.to_dict()
@@ -188,13 +189,13 @@ def alert_rule_change(principal: Principal, rule_id: str) -> Response:
     if answer.status == 404:
         raise NotFound(answer.message)
     if not answer.ok:
-        return _refused(principal, answer, form, editing=rule_id)
+        return _refused(principal, answer, form, editing=str(rule_id))
     return cast(Response, redirect(url_for("web.alert_rules"), code=303))
 
 
-@blp.route(f"{PREFIX}/alerts/<rule_id>/active", methods=["POST"])
+@blp.route(f"{PREFIX}/alerts/<objid('alert rule'):rule_id>/active", methods=["POST"])
 @signed_in
-def alert_rule_pause(principal: Principal, rule_id: str) -> Response:
+def alert_rule_pause(principal: Principal, rule_id: UUID) -> Response:
     """Pause (`active=0`) or resume (`active=1`) a rule; its states are kept."""
     web_session.check_csrf()
     active = request.form.get("active", "")
@@ -208,9 +209,9 @@ def alert_rule_pause(principal: Principal, rule_id: str) -> Response:
     return cast(Response, redirect(url_for("web.alert_rules"), code=303))
 
 
-@blp.route(f"{PREFIX}/alerts/<rule_id>/delete", methods=["POST"])
+@blp.route(f"{PREFIX}/alerts/<objid('alert rule'):rule_id>/delete", methods=["POST"])
 @signed_in
-def alert_rule_delete(principal: Principal, rule_id: str) -> Response:
+def alert_rule_delete(principal: Principal, rule_id: UUID) -> Response:
     """Delete a rule (through DELETE /api/v2/alerts/{id}) once the page's confirmation was
     pressed; its events stay."""
     web_session.check_csrf()

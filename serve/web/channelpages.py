@@ -16,6 +16,7 @@ no forms. Forms are POSTs carrying the session's CSRF value.
 from __future__ import annotations
 
 from typing import Any, cast
+from uuid import UUID
 
 from flask import Response, redirect, render_template, request, url_for
 
@@ -116,7 +117,7 @@ def _list_page(principal: Principal, *, error: str | None = None,
         nav="channels"), status)
 
 
-def _channel_page(principal: Principal, channel_id: str, *, error: str | None = None,
+def _channel_page(principal: Principal, channel_id: UUID, *, error: str | None = None,
                   secret: str | None = None, status: int = 200) -> Response:
     channel = _get(f"/api/v2/channels/{channel_id}")
     test_event = request.args.get("test", "")[:64]
@@ -127,7 +128,7 @@ def _channel_page(principal: Principal, channel_id: str, *, error: str | None = 
         nav="channels"), status)
 
 
-def _back(channel_id: str, test: str | None = None) -> Response:
+def _back(channel_id: UUID | str, test: str | None = None) -> Response:
     target = url_for("web.channel", channel_id=channel_id)
     return cast(Response, redirect(target + (f"?test={test}" if test else ""), code=303))
 
@@ -155,16 +156,16 @@ def channel_create(principal: Principal) -> Response:
     return _back(made["id"])
 
 
-@blp.route(f"{PREFIX}/channels/<channel_id>", methods=["GET"])
+@blp.route(f"{PREFIX}/channels/<objid('channel'):channel_id>", methods=["GET"])
 @signed_in
-def channel(principal: Principal, channel_id: str) -> Response:
+def channel(principal: Principal, channel_id: UUID) -> Response:
     """One channel: its state, newest delivery, rules, and (writers) its forms."""
     return _channel_page(principal, channel_id)
 
 
-@blp.route(f"{PREFIX}/channels/<channel_id>", methods=["POST"])
+@blp.route(f"{PREFIX}/channels/<objid('channel'):channel_id>", methods=["POST"])
 @signed_in
-def channel_update(principal: Principal, channel_id: str) -> Response:
+def channel_update(principal: Principal, channel_id: UUID) -> Response:
     """Change a channel's name and target (PATCH /api/v2/channels/{id})."""
     web_session.check_csrf()
     current = _get(f"/api/v2/channels/{channel_id}")
@@ -177,9 +178,9 @@ def channel_update(principal: Principal, channel_id: str) -> Response:
     return _back(channel_id)
 
 
-@blp.route(f"{PREFIX}/channels/<channel_id>/active", methods=["POST"])
+@blp.route(f"{PREFIX}/channels/<objid('channel'):channel_id>/active", methods=["POST"])
 @signed_in
-def channel_active(principal: Principal, channel_id: str) -> Response:
+def channel_active(principal: Principal, channel_id: UUID) -> Response:
     """Pause (`active=false`) or enable (`active=true`, also after the deliverer disabled it)."""
     web_session.check_csrf()
     active = request.form.get("active") == "true"
@@ -192,9 +193,9 @@ def channel_active(principal: Principal, channel_id: str) -> Response:
     return _back(channel_id)
 
 
-@blp.route(f"{PREFIX}/channels/<channel_id>/test", methods=["POST"])
+@blp.route(f"{PREFIX}/channels/<objid('channel'):channel_id>/test", methods=["POST"])
 @signed_in
-def channel_test(principal: Principal, channel_id: str) -> Response:
+def channel_test(principal: Principal, channel_id: UUID) -> Response:
     """Send a test event (POST /api/v2/channels/{id}/test); the page that follows waits for
     its outcome and shows the receiver's answer."""
     web_session.check_csrf()
@@ -207,9 +208,9 @@ def channel_test(principal: Principal, channel_id: str) -> Response:
     return _back(channel_id, test=str(answer.body["event_id"]))
 
 
-@blp.route(f"{PREFIX}/channels/<channel_id>/delete", methods=["GET"])
+@blp.route(f"{PREFIX}/channels/<objid('channel'):channel_id>/delete", methods=["GET"])
 @signed_in
-def channel_delete_confirm(principal: Principal, channel_id: str) -> Response:
+def channel_delete_confirm(principal: Principal, channel_id: UUID) -> Response:
     """The confirmation page of a deletion."""
     channel = _get(f"/api/v2/channels/{channel_id}")
     return _html(render_template("web/channel_delete.html", c=channel,
@@ -218,9 +219,9 @@ def channel_delete_confirm(principal: Principal, channel_id: str) -> Response:
                                  nav="channels"))
 
 
-@blp.route(f"{PREFIX}/channels/<channel_id>/delete", methods=["POST"])
+@blp.route(f"{PREFIX}/channels/<objid('channel'):channel_id>/delete", methods=["POST"])
 @signed_in
-def channel_delete(principal: Principal, channel_id: str) -> Response:
+def channel_delete(principal: Principal, channel_id: UUID) -> Response:
     """Delete a channel (DELETE /api/v2/channels/{id}) after the confirmation page."""
     web_session.check_csrf()
     answer = apicall.call("DELETE", f"/api/v2/channels/{channel_id}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 from urllib.parse import urlencode
+from uuid import UUID
 
 from flask import Response, redirect, render_template, request, url_for
 
@@ -83,9 +84,9 @@ def _back() -> str:
     return back
 
 
-@blp.route(f"{PREFIX}/notifications/<event_id>/ack", methods=["POST"])
+@blp.route(f"{PREFIX}/notifications/<objid('notification'):event_id>/ack", methods=["POST"])
 @signed_in
-def notification_ack(principal: Principal, event_id: str) -> Response:
+def notification_ack(principal: Principal, event_id: UUID) -> Response:
     """Acknowledge an event (through POST /api/v2/notifications/{id}/ack)."""
     web_session.check_csrf()
     _answered(apicall.call("POST", f"/api/v2/notifications/{event_id}/ack", json={}))

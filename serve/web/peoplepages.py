@@ -15,6 +15,7 @@ are the API's rules (people/keypolicy.py, the OpenAPI document's role values, th
 from __future__ import annotations
 
 from typing import Any, cast
+from uuid import UUID
 
 from flask import Response, current_app, redirect, render_template, request, session, url_for
 
@@ -125,9 +126,9 @@ def api_key_create(principal: Principal) -> Response:
     return _keys_page(principal, created=answer.body)
 
 
-@blp.route(f"{PREFIX}/keys/<key_id>/active", methods=["POST"])
+@blp.route(f"{PREFIX}/keys/<objid('API key'):key_id>/active", methods=["POST"])
 @signed_in
-def api_key_active(principal: Principal, key_id: str) -> Response:
+def api_key_active(principal: Principal, key_id: UUID) -> Response:
     """Deactivate or reactivate a key (PUT /api/v2/apikeys/{id} {"active": ...})."""
     web_session.check_csrf()
     state = request.form.get("active", "")
@@ -137,14 +138,14 @@ def api_key_active(principal: Principal, key_id: str) -> Response:
     return cast(Response, redirect(url_for("web.api_keys"), code=303))
 
 
-@blp.route(f"{PREFIX}/keys/<key_id>/delete", methods=["POST"])
+@blp.route(f"{PREFIX}/keys/<objid('API key'):key_id>/delete", methods=["POST"])
 @signed_in
-def api_key_delete(principal: Principal, key_id: str) -> Response:
+def api_key_delete(principal: Principal, key_id: UUID) -> Response:
     """Delete a key (DELETE /api/v2/apikeys/{id}) once confirmed (`confirm=yes`; without it
     the page asks first); the page then says so. It fails on its next use."""
     web_session.check_csrf()
     if request.form.get("confirm") != "yes":
-        return _keys_page(principal, confirm=key_id)
+        return _keys_page(principal, confirm=str(key_id))
     answered(apicall.call("DELETE", f"/api/v2/apikeys/{key_id}"))
     return cast(Response, redirect(url_for("web.api_keys", deleted="1"), code=303))
 
@@ -227,17 +228,17 @@ def members(principal: Principal) -> Response:
     return _members_page(principal)
 
 
-def _member(user_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _member(user_id: UUID) -> tuple[dict[str, Any], dict[str, Any]]:
     user = me()
-    found = next((p for p in _members(user) if p["id"] == user_id), None)
+    found = next((p for p in _members(user) if p["id"] == str(user_id)), None)
     if found is None:
-        raise NotFound(f"unknown user {user_id!r}")
+        raise NotFound(f"unknown user {str(user_id)!r}")
     return user, found
 
 
-@blp.route(f"{PREFIX}/members/<user_id>/role", methods=["POST"])
+@blp.route(f"{PREFIX}/members/<objid('user'):user_id>/role", methods=["POST"])
 @signed_in
-def member_role(principal: Principal, user_id: str) -> Response:
+def member_role(principal: Principal, user_id: UUID) -> Response:
     """Change a member's role (PUT /api/v2/orgs/{id}/users/{user_id}); a refusal (the last
     administrator, a member asking) is shown on the page with the API's message."""
     web_session.check_csrf()
@@ -252,17 +253,17 @@ def member_role(principal: Principal, user_id: str) -> Response:
     return cast(Response, redirect(url_for("web.members"), code=303))
 
 
-@blp.route(f"{PREFIX}/members/<user_id>/remove", methods=["GET"])
+@blp.route(f"{PREFIX}/members/<objid('user'):user_id>/remove", methods=["GET"])
 @signed_in
-def member_remove_confirm(principal: Principal, user_id: str) -> Response:
+def member_remove_confirm(principal: Principal, user_id: UUID) -> Response:
     """The confirm step before removing a member: who, and what removal does."""
     _user, person = _member(user_id)
     return _html(render_template("web/member_remove.html", person=person, nav="members"))
 
 
-@blp.route(f"{PREFIX}/members/<user_id>/remove", methods=["POST"])
+@blp.route(f"{PREFIX}/members/<objid('user'):user_id>/remove", methods=["POST"])
 @signed_in
-def member_remove(principal: Principal, user_id: str) -> Response:
+def member_remove(principal: Principal, user_id: UUID) -> Response:
     """Remove a member (DELETE /api/v2/orgs/{id}/users/{user_id}): their account is
     deactivated and every token and key of theirs stops at once."""
     web_session.check_csrf()
@@ -301,9 +302,9 @@ def invitation_create(principal: Principal) -> Response:
     return _members_page(principal, invited=answer.body)
 
 
-@blp.route(f"{PREFIX}/invitations/<invitation_id>/revoke", methods=["POST"])
+@blp.route(f"{PREFIX}/invitations/<objid('invitation'):invitation_id>/revoke", methods=["POST"])
 @signed_in
-def invitation_revoke(principal: Principal, invitation_id: str) -> Response:
+def invitation_revoke(principal: Principal, invitation_id: UUID) -> Response:
     """Revoke a pending invitation (DELETE /api/v2/orgs/{id}/invitations/{id}): its link
     stops working at once."""
     web_session.check_csrf()
@@ -317,9 +318,9 @@ def invitation_revoke(principal: Principal, invitation_id: str) -> Response:
     return cast(Response, redirect(url_for("web.members", revoked=1), code=303))
 
 
-@blp.route(f"{PREFIX}/members/<user_id>/reset-link", methods=["POST"])
+@blp.route(f"{PREFIX}/members/<objid('user'):user_id>/reset-link", methods=["POST"])
 @signed_in
-def member_reset_link(principal: Principal, user_id: str) -> Response:
+def member_reset_link(principal: Principal, user_id: UUID) -> Response:
     """A password-reset link for a member (POST /api/v2/orgs/{id}/users/{id}/reset-link),
     shown once to the administrator, who passes it on."""
     web_session.check_csrf()
@@ -387,9 +388,10 @@ def account_save(principal: Principal) -> Response:
     return cast(Response, redirect(url_for("web.account", saved=1), code=303))
 
 
-@blp.route(f"{PREFIX}/account/invitations/<invitation_id>/accept", methods=["POST"])
+@blp.route(f"{PREFIX}/account/invitations/<objid('invitation'):invitation_id>/accept",
+           methods=["POST"])
 @signed_in
-def account_invitation_accept(principal: Principal, invitation_id: str) -> Response:
+def account_invitation_accept(principal: Principal, invitation_id: UUID) -> Response:
     """Accept one of the user's pending invitations (POST
     /api/v2/users/me/invitations/{id}/accept): the account's own consent, signed in."""
     web_session.check_csrf()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 from urllib.parse import urlencode
+from uuid import UUID
 
 from flask import Response, redirect, render_template, request, url_for
 
@@ -99,18 +100,18 @@ def _location_page(principal: Principal, location: dict[str, Any], *, error: str
         basemap=url_for("web.static", filename=BASEMAP)), status)
 
 
-@blp.route(f"{PREFIX}/locations/<location_id>", methods=["GET"])
+@blp.route(f"{PREFIX}/locations/<objid('location'):location_id>", methods=["GET"])
 @signed_in
-def location(principal: Principal, location_id: str) -> Response:
+def location(principal: Principal, location_id: UUID) -> Response:
     """One location: its record, and for administrators the form that changes it."""
     found = answered(apicall.call("GET", f"/api/v2/locations/{location_id}"))
     return _location_page(principal, found, saved=request.args.get("saved") == "1",
                           marked=request.args.get("marked"))
 
 
-@blp.route(f"{PREFIX}/locations/<location_id>", methods=["POST"])
+@blp.route(f"{PREFIX}/locations/<objid('location'):location_id>", methods=["POST"])
 @signed_in
-def location_save(principal: Principal, location_id: str) -> Response:
+def location_save(principal: Principal, location_id: UUID) -> Response:
     """Save the location form through PATCH /api/v2/locations/{id}; after a change of zone,
     coordinates, elevation or kc the page says how many rollup buckets will be recomputed."""
     web_session.check_csrf()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 from urllib.parse import quote
+from uuid import UUID
 
 from flask import Response, redirect, render_template, request, url_for
 
@@ -28,9 +29,9 @@ from shared.errors import NotFound
 KINDS = {"members": "member_list", "devices": "device_list", "locations": "location_list"}
 
 
-def _path(*parts: str) -> str:
+def _path(*parts: str | UUID) -> str:
     """An API path under /api/v2/teams, each part quoted (a device name is typed by people)."""
-    return "/api/v2/teams" + "".join("/" + quote(p, safe="") for p in parts)
+    return "/api/v2/teams" + "".join("/" + quote(str(p), safe="") for p in parts)
 
 
 def _kind(kind: str) -> str:
@@ -93,7 +94,7 @@ def _choices(team: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
     }
 
 
-def _team_page(principal: Principal, team_id: str, *, error: str | None = None,
+def _team_page(principal: Principal, team_id: UUID, *, error: str | None = None,
                status: int = 200) -> Response:
     team = answered(apicall.call("GET", _path(team_id)))
     manage = web_session.is_admin(principal)
@@ -109,14 +110,14 @@ def _team_page(principal: Principal, team_id: str, *, error: str | None = None,
         renamed=request.args.get("renamed") == "1", nav="teams"), status)
 
 
-@blp.route(f"{PREFIX}/teams/<team_id>", methods=["GET"])
+@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>", methods=["GET"])
 @signed_in
-def team(principal: Principal, team_id: str) -> Response:
+def team(principal: Principal, team_id: UUID) -> Response:
     """A team's members, devices and locations; administrators add, remove, rename, delete."""
     return _team_page(principal, team_id)
 
 
-def _write(principal: Principal, team_id: str, method: str, path: str,
+def _write(principal: Principal, team_id: UUID, method: str, path: str,
            body: Any = None) -> apicall.Answer | Response:
     """Call the API; a 404 is the page's 404, another refusal the team page with its message."""
     answer = apicall.call(method, path, json=body)
@@ -127,9 +128,9 @@ def _write(principal: Principal, team_id: str, method: str, path: str,
     return answer
 
 
-@blp.route(f"{PREFIX}/teams/<team_id>/rename", methods=["POST"])
+@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>/rename", methods=["POST"])
 @signed_in
-def team_rename(principal: Principal, team_id: str) -> Response:
+def team_rename(principal: Principal, team_id: UUID) -> Response:
     """Rename a team (PATCH /api/v2/teams/{id})."""
     web_session.check_csrf()
     name = request.form.get("name", "").strip()[:FIELD_MAX]
@@ -139,9 +140,9 @@ def team_rename(principal: Principal, team_id: str) -> Response:
     return cast(Response, redirect(url_for("web.team", team_id=team_id, renamed=1), code=303))
 
 
-@blp.route(f"{PREFIX}/teams/<team_id>/delete", methods=["POST"])
+@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>/delete", methods=["POST"])
 @signed_in
-def team_delete(principal: Principal, team_id: str) -> Response:
+def team_delete(principal: Principal, team_id: UUID) -> Response:
     """Delete a team (DELETE /api/v2/teams/{id}); its members, devices and locations stay."""
     web_session.check_csrf()
     done = _write(principal, team_id, "DELETE", _path(team_id))
@@ -150,9 +151,9 @@ def team_delete(principal: Principal, team_id: str) -> Response:
     return cast(Response, redirect(url_for("web.teams", deleted=1), code=303))
 
 
-@blp.route(f"{PREFIX}/teams/<team_id>/<kind>/add", methods=["POST"])
+@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>/<kind>/add", methods=["POST"])
 @signed_in
-def team_add(principal: Principal, team_id: str, kind: str) -> Response:
+def team_add(principal: Principal, team_id: UUID, kind: str) -> Response:
     """Add a member, device or location to the team (PUT /api/v2/teams/{id}/{kind}/{which})."""
     web_session.check_csrf()
     which = request.form.get("target", "").strip()[:FIELD_MAX]
@@ -165,9 +166,9 @@ def team_add(principal: Principal, team_id: str, kind: str) -> Response:
     return cast(Response, redirect(url_for("web.team", team_id=team_id), code=303))
 
 
-@blp.route(f"{PREFIX}/teams/<team_id>/<kind>/<target>/remove", methods=["POST"])
+@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>/<kind>/<target>/remove", methods=["POST"])
 @signed_in
-def team_remove(principal: Principal, team_id: str, kind: str, target: str) -> Response:
+def team_remove(principal: Principal, team_id: UUID, kind: str, target: str) -> Response:
     """Take a member, device or location out of the team (DELETE
     /api/v2/teams/{id}/{kind}/{which}): a teams-only member loses sight of it at once."""
     web_session.check_csrf()

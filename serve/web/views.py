@@ -35,7 +35,7 @@ from flask import (
 from werkzeug.exceptions import HTTPException
 
 from people.principal import Principal
-from serve import counts, preferences
+from serve import counts, ids, preferences
 from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
@@ -82,9 +82,12 @@ def signed_in(view: F) -> F:
             return redirect(url_for("web.login", next=_here(), ended=1))
         if principal is None:
             return redirect(url_for("web.login", next=_here()))
+        ids.refuse()  # a malformed id (serve/ids.py): the unknown object's 404, once signed in
         return view(principal, *args, **kwargs)
 
-    # The API's authentication hook lets it through; the wrapper does the dashboard's own.
+    # The API's authentication hook lets it through; the wrapper does the dashboard's own,
+    # then the id check the API's hook does before the view.
+    setattr(wrapper, ids.JUDGED_IN_VIEW, True)
     return cast(F, public(wrapper))
 
 

@@ -12,6 +12,7 @@ the page needs no script.
 from __future__ import annotations
 
 from typing import Any, cast
+from uuid import UUID
 
 from flask import Response, redirect, render_template, request, url_for
 
@@ -50,7 +51,7 @@ def chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "width": WIDTH, "height": HEIGHT, "pad": PAD, "bar": max(step / 3, 2)}
 
 
-def _page(principal: Principal, location_id: str, *, error: str | None = None,
+def _page(principal: Principal, location_id: UUID, *, error: str | None = None,
           status: int = 200, form: dict[str, str] | None = None) -> Response:
     location = answered(apicall.call("GET", f"/api/v2/locations/{location_id}"))
     water = answered(apicall.call("GET", f"/api/v2/locations/{location_id}/water"))
@@ -58,7 +59,7 @@ def _page(principal: Principal, location_id: str, *, error: str | None = None,
     device = water["forecast"][0]["device"] if water["forecast"] else None
     if device is not None:
         page = answered(apicall.call("GET", "/api/v2/data/water_balance", query={
-            "device": device, "location": location_id, "order": "desc",
+            "device": device, "location": str(location_id), "order": "desc",
             "limit": CHART_DAYS}))
         rows = list(reversed(page))
     return _html(render_template(
@@ -68,16 +69,16 @@ def _page(principal: Principal, location_id: str, *, error: str | None = None,
         recorded=request.args.get("recorded") == "1"), status)
 
 
-@blp.route(f"{PREFIX}/locations/<location_id>/water", methods=["GET"])
+@blp.route(f"{PREFIX}/locations/<objid('location'):location_id>/water", methods=["GET"])
 @signed_in
-def water(principal: Principal, location_id: str) -> Response:
+def water(principal: Principal, location_id: UUID) -> Response:
     """The location's root-zone water balance."""
     return _page(principal, location_id)
 
 
-@blp.route(f"{PREFIX}/locations/<location_id>/water", methods=["POST"])
+@blp.route(f"{PREFIX}/locations/<objid('location'):location_id>/water", methods=["POST"])
 @signed_in
-def water_irrigate(principal: Principal, location_id: str) -> Response:
+def water_irrigate(principal: Principal, location_id: UUID) -> Response:
     """Record an irrigation event through POST /api/v2/locations/{id}/irrigation."""
     web_session.check_csrf()
     form = {k: v[:500] for k, v in request.form.items() if k != "csrf"}

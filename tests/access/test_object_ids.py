@@ -1,7 +1,8 @@
 """One id parser for every object route (issue 31; serve/ids.py, the `objid` URL converter):
 a malformed id is the same 404 JSON as a well-formed id that names nothing, on every route,
 and only after the caller is judged (no credentials is still 401, a key without the scope
-403)."""
+403). The dashboard's pages use the same converter (their 404 page:
+tests/web/test_object_id_pages.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import psycopg
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.routing import IntegerConverter
 
 from serve import ids
 from tests.support.access_world import World, reset_memberships
@@ -33,6 +35,7 @@ ROUTES = [
     ("GET", "/api/v2/orgs/{}", None),
     ("GET", "/api/v2/locations/{}/water", None),
     ("DELETE", "/api/v2/orgs/{}/invitations/" + MISSING, None),
+    ("POST", "/api/v2/users/me/invitations/{}/accept", {}),
 ]
 
 
@@ -80,14 +83,19 @@ def test_the_caller_is_judged_before_the_id(client: FlaskClient) -> None:
 
 
 def test_every_object_route_parses_its_ids_with_the_converter(world: World) -> None:
-    """No object route takes its id as a plain string (which its view would parse by
-    hand): every `..._id` path argument is an `objid`."""
+    """No object route of the API or the dashboard takes its id as a plain string (which its
+    view would parse by hand, or pass on unparsed): every `..._id` path argument is an
+    `objid` (a quarantine row's number is an `int`)."""
     app: Flask = link_app(world)
     try:
-        plain = [rule.rule for rule in app.url_map.iter_rules()
-                 if rule.rule.startswith("/api/v2/")
-                 for name, conv in rule._converters.items()
-                 if name.endswith("_id") and not isinstance(conv, ids.ObjectId)]
+        rules = [rule for rule in app.url_map.iter_rules()
+                 if rule.rule.startswith(("/api/v2/", "/dashboard/"))]
+        plain = [rule.rule for rule in rules for name, conv in rule._converters.items()
+                 if name.endswith("_id")
+                 and not isinstance(conv, (ids.ObjectId, IntegerConverter))]
+        pages = [rule.rule for rule in rules if rule.rule.startswith("/dashboard/")
+                 and any(isinstance(c, ids.ObjectId) for c in rule._converters.values())]
     finally:
         close_app(app)
     assert plain == []
+    assert len(pages) >= 25, pages  # the dashboard's object pages are covered too

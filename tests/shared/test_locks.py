@@ -3,6 +3,9 @@ the holder (used by the scheduler's guard and `sds aggregate status`)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import psycopg
 import pytest
 
@@ -73,14 +76,30 @@ def test_connect_role_follows_settings(database_url: str) -> None:
     assert isinstance(conn, psycopg.Connection)
 
 
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("admin", "aggregate", "alerts", "ingest", "serve", "shared", "people", "testbed",
+            "client")
+# What only the one leadership helper may do: take a lock without waiting, ask who holds it,
+# declare its own "lost" exception.
+_LEADER_INLINE = re.compile(r"\.try_lock\(|\.held_by\(|^class \w*Lost\b", re.M)
+
+
 def test_one_leadership_helper_and_one_lost(database_url: str) -> None:
-    """The scheduler's and the ingester's leader policies share shared.locks.Leadership and its
-    one LeadershipLost (issue 31: three wrappers had three). One leader at a time; a guard on
-    another session sees whether the leader still holds the lock."""
+    """The scheduler's, the ingester's and the alert evaluator's leader policies share
+    shared.locks.Leadership and its one LeadershipLost (issue 31: three wrappers had three).
+    One leader at a time; a guard on another session sees whether the leader still holds the
+    lock."""
     from aggregate import leader as scheduler
+    from alerts.evaluator import service as evaluator
     from ingest import leader as ingester
 
     assert scheduler.LeadershipLost is ingester.LeadershipLost is LeadershipLost
+    assert evaluator.LeadershipLost is LeadershipLost
+    inline = sorted(str(path.relative_to(ROOT)) for package in PACKAGES
+                    for path in (ROOT / package).rglob("*.py")
+                    if path != ROOT / "shared" / "locks.py"
+                    and _LEADER_INLINE.search(path.read_text()))
+    assert inline == [], f"leadership handled outside shared.locks.Leadership: {inline}"
     a = Leadership(SessionLock(database_url, "test-leader", application_name="sds-test"))
     b = Leadership(SessionLock(database_url, "test-leader", application_name="sds-test"))
     with psycopg.connect(database_url) as other:

@@ -27,12 +27,15 @@ class EvaluatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def start(self, **changes: Any) -> EvaluatorProcess:
-        """Start it and wait until it holds the evaluator lock and listens."""
+    def start(self, *, standby: bool = False, **changes: Any) -> EvaluatorProcess:
+        """Start it and wait until it holds the evaluator lock and listens (`standby`: do not
+        wait, another process holds the lock)."""
         s = self.settings.replace(**({"alerts_metrics_port": 0} | changes))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "alerts.evaluator"], cwd=ROOT,
                                          env=settings_env(s), stdout=log, stderr=log)
+        if standby:
+            return self
         self.starts += 1
         wait_for(lambda: self.log().count("evaluator lock taken") >= self.starts, 90,
                  what=f"evaluator start #{self.starts}")
