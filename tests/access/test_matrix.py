@@ -70,6 +70,16 @@ def _a_rule(world: World, conn: psycopg.Connection) -> str:
     return str(rid)
 
 
+def _a_silence(world: World, conn: psycopg.Connection) -> str:
+    """A new silence of org A's device (one per cell: DELETE removes it)."""
+    row = conn.execute("INSERT INTO alert_silences (org_id, kind, device, starts_at, ends_at)"
+                       " VALUES (%s, 'silence', %s, now(), now() + interval '1 hour')"
+                       " RETURNING id", (world.org_a, world.dev_a)).fetchone()
+    conn.commit()
+    assert row is not None
+    return str(row[0])
+
+
 def _a_device(world: World, conn: psycopg.Connection) -> str:
     """A new device of org A (one per cell: retiring it is once only)."""
     name = f"mx-{uuid4().hex[:12]}"
@@ -411,6 +421,21 @@ ROUTES = [
     Route("notifications-ack", "POST", "/api/v2/notifications/ack",
           lambda w, c: "/api/v2/notifications/ack", "notifications:write",
           body={"ids": ["00000000-0000-0000-0000-000000000000"]}),
+    # Silences and quiet hours (issue 33): another organisation cannot name org A's device.
+    Route("silences", "GET", "/api/v2/silences", lambda w, c: "/api/v2/silences",
+          "notifications:read"),
+    Route("silences-create", "POST", "/api/v2/silences", lambda w, c: "/api/v2/silences",
+          "notifications:write", ok=201, body=lambda w: {"device": w.dev_a, "duration": 3600},
+          other_org_status=400),
+    Route("silence", "GET", "/api/v2/silences/<silence_id>",
+          lambda w, c: f"/api/v2/silences/{_a_silence(w, c)}", "notifications:read",
+          a_object=True),
+    Route("silence-expire", "POST", "/api/v2/silences/<silence_id>/expire",
+          lambda w, c: f"/api/v2/silences/{_a_silence(w, c)}/expire", "notifications:write",
+          a_object=True),
+    Route("silence-delete", "DELETE", "/api/v2/silences/<silence_id>",
+          lambda w, c: f"/api/v2/silences/{_a_silence(w, c)}", "notifications:write", ok=204,
+          a_object=True),
     # Annotations (issue 24): another organisation cannot name org A's device in a body (400).
     Route("annotations", "GET", "/api/v2/annotations", lambda w, c: "/api/v2/annotations",
           "annotations:read"),

@@ -39,6 +39,8 @@ DASHBOARD_RULES = {
     ("/dashboard/alerts/<rule_id>/edit", "GET"), ("/dashboard/alerts/<rule_id>", "POST"),
     ("/dashboard/alerts/<rule_id>/active", "POST"), ("/dashboard/alerts/preview", "POST"),
     ("/dashboard/notifications/ack", "POST"),
+    # Issue 33: silences from the inbox (silencepages.py), through the API, CSRF checked.
+    ("/dashboard/silences", "POST"), ("/dashboard/silences/<silence_id>/expire", "POST"),
     # The people pages (issue 23; serve/web/peoplepages.py, placepages.py): through the API.
     ("/dashboard/keys", "GET"), ("/dashboard/keys", "POST"),
     ("/dashboard/keys/<key_id>/active", "POST"), ("/dashboard/keys/<key_id>/delete", "POST"),
