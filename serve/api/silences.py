@@ -11,7 +11,7 @@ organisation's silence, rule or device is the same as a missing one.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -19,7 +19,7 @@ import psycopg
 from marshmallow import EXCLUDE, Schema, ValidationError, fields, validate, validates_schema
 from psycopg.rows import dict_row
 
-from serve.api.notifications import Instant
+from serve.args import Instant
 from serve.auth import audit_actor, current_principal, requires
 from serve.body import load, request_body
 from serve.errors import Blueprint
@@ -151,11 +151,12 @@ def create_silence() -> Any:
     args = load(SilenceSchema(), request_body(form=False),
                 read_only=("id", "state", "created_by", "created_at"))
     principal = current_principal()
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     starts = ends = None
     if args["kind"] == "silence":
-        starts = args.get("starts_at") or now
-        ends = args.get("ends_at") or starts + timedelta(seconds=args["duration"])
+        starts = args["starts_at"].instant if "starts_at" in args else now
+        ends = (args["ends_at"].instant if "ends_at" in args
+                else starts + timedelta(seconds=args["duration"]))
         if ends <= starts:
             raise _bad("ends_at", "must be after starts_at")
         if ends - starts > MAX_SILENCE or ends <= now:
@@ -201,7 +202,7 @@ def list_silences(limit: int, page: int, rule: UUID | None, device: str | None,
     """Silences and mutes newest first; `active=true`: those in effect now (a mute always)."""
     params = {"org": current_principal().org_id, "rule": rule, "device": device,
               "active": active}
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         found = cur.execute("SELECT count(*) AS n FROM alert_silences" + _FILTER,
                             params).fetchone()
@@ -235,7 +236,7 @@ def _fetch(cur: Any, sid: UUID) -> dict[str, Any]:
 def get_silence(silence_id: str) -> Any:
     """One silence or mute."""
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        return silence_record(_fetch(cur, _silence_id(silence_id)), datetime.now(timezone.utc))
+        return silence_record(_fetch(cur, _silence_id(silence_id)), datetime.now(UTC))
 
 
 @blp.route("/<silence_id>/expire", methods=["POST"])
@@ -261,7 +262,7 @@ def expire_silence(silence_id: str) -> Any:
             audit.record(conn, org=principal.org_id, actor=audit_actor(conn),
                          action="alert.silence_expire", target_type="alert_silence",
                          target_id=sid)
-        return silence_record(row, datetime.now(timezone.utc))
+        return silence_record(row, datetime.now(UTC))
 
 
 @blp.route("/<silence_id>", methods=["DELETE"])

@@ -42,6 +42,11 @@ ALTER TABLE alert_silences FORCE ROW LEVEL SECURITY;
 CREATE POLICY owner_all ON alert_silences TO CURRENT_USER USING (true) WITH CHECK (true);
 CREATE POLICY api_tenant ON alert_silences TO sds_api
     USING (org_id = sds_request_org()) WITH CHECK (org_id = sds_request_org());
+-- A teams-only member sees the silences of the devices and rules their teams see (0155).
+CREATE POLICY api_teams ON alert_silences AS RESTRICTIVE TO sds_api
+    USING (NOT sds_request_teams_only()
+           OR ((device IS NULL OR device IN (SELECT d.name FROM devices d))
+               AND (rule_id IS NULL OR rule_id IN (SELECT r.id FROM alert_rules r))));
 GRANT SELECT ON alert_silences TO sds_alerts;
 CREATE POLICY deliver_read ON alert_silences FOR SELECT TO sds_alerts USING (true);
 GRANT SELECT, INSERT, UPDATE, DELETE ON alert_silences TO sds_api;

@@ -474,7 +474,8 @@ BASIC_CALLERS = {"basic", "other_org_basic", "owner", "admin", "viewer", "other_
 # location, team_out's holds nothing. Neither is in the matrix's own team ("matrix-team"),
 # so its routes are 404 to both; team_out sees none of A's device, location, the event about
 # the device, the annotation on the location, and cannot annotate the device (400, as another
-# organisation). Alert rules for the whole organisation stay readable to both.
+# organisation), nor see or silence it. Alert rules for the whole organisation stay readable
+# to both.
 TEAM_ROUTES = {"team", "team-members", "team-devices", "team-locations"}
 TEAM_HIDDEN = {
     "team_in": dict.fromkeys(TEAM_ROUTES, 404),
@@ -482,9 +483,10 @@ TEAM_HIDDEN = {
         "device", "device-deployments", "location", "data-device", "data-location",
         "notification",
         "notification-ack", "annotation", "annotation-update", "annotation-delete",
-        "location-water", "location-water-put", "irrigation-create", "irrigation-delete"},
+        "location-water", "location-water-put", "irrigation-create", "irrigation-delete",
+        "silence", "silence-expire", "silence-delete"},
         404),
-        "annotations-create": 400},
+        "annotations-create": 400, "silences-create": 400},
 }
 # The B-homed viewer of A, acting in B, sees A as one of their own organisations there.
 MULTI_DIFFERS = {"org": 200, "org-members": 403}

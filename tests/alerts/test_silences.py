@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -190,7 +190,7 @@ def test_weekly_window_in_the_zone(conn: psycopg.Connection, local: str, weekday
     zone = ZoneInfo("Europe/Paris")
     at = datetime.fromisoformat(local).replace(tzinfo=zone)
     # given in UTC: the function finds the local day and minute itself
-    at = at.astimezone(timezone.utc)
+    at = at.astimezone(UTC)
     start, end = (int(t[:2]) * 60 + int(t[3:]) for t in window)
     row = conn.execute("SELECT sds_in_weekly_window(%s, %s::smallint[], %s::smallint,"
                        " %s::smallint, 'Europe/Paris')",

@@ -47,6 +47,7 @@ TENANT_ROWS = {
     "alert_states": "SELECT rule_id::text || device FROM alert_states WHERE org_id = %(org)s",
     "alert_channels": "SELECT id::text FROM alert_channels WHERE org_id = %(org)s",
     "alert_deliveries": "SELECT id::text FROM alert_deliveries WHERE org_id = %(org)s",
+    "alert_silences": "SELECT id::text FROM alert_silences WHERE org_id = %(org)s",
     "audit_log": "SELECT id::text FROM audit_log WHERE org_id = %(org)s",
     "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
     "teams": "SELECT id::text FROM teams WHERE org_id = %(org)s",
@@ -78,6 +79,7 @@ KEY_OF = {
     "alert_states": ("rule_id::text || device", "value"),
     "alert_channels": ("id::text", "name"),
     "alert_deliveries": ("id::text", "last_error"),
+    "alert_silences": ("id::text", "comment"),
     "annotations": ("id::text", "text"),
     "teams": ("id::text", "name"),
     "team_members": ("team_id::text || user_id", "added"),
@@ -95,6 +97,7 @@ API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDAT
                 "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
                 "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
+                "alert_silences": "UPDATE DELETE",
                 "annotations": "UPDATE DELETE", "one_time_links": "UPDATE",
                 "teams": "UPDATE DELETE", "team_members": "UPDATE DELETE",
                 "team_devices": "UPDATE DELETE", "team_locations": "UPDATE DELETE",
@@ -170,6 +173,9 @@ def rls_world(world: World) -> World:
                          " (%s, 'c', 'mqtt') RETURNING id, org_id) INSERT INTO alert_deliveries"
                          " (event_id, org_id, channel_id) SELECT e.id, c.org_id, c.id FROM c"
                          " JOIN alert_events e ON e.org_id = c.org_id", (org,))
+            conn.execute("INSERT INTO alert_silences (org_id, kind, weekdays, start_minute,"
+                         " end_minute, time_zone) VALUES (%s, 'mute', '{1}', 0, 60, 'UTC')",
+                         (org,))
         for org, user, loc in ((world.org_a, world.a1, world.loc_a),
                                (world.org_b, world.b1, world.loc_b)):
             conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"
