@@ -4,15 +4,46 @@ ends it; bad input a 400; a viewer is shown neither button and the API refuses t
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import Any
+from uuid import UUID
 
+import orjson
 import psycopg
 from flask.testing import FlaskClient
 
 from people import accounts
 from tests.support.dashboard import World, csrf_of, sign_in
-from tests.web.test_inbox_pages import USER, _auth, _event, _row, _text
+
+
+def _auth(email: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{email}:{password}".encode()).decode()}
+
+
+USER = _auth("user@a.example", "user-a-password")
+
+
+def _text(response: Any) -> str:
+    return str(response.get_data(as_text=True))
+
+
+def _event(url: str, org: UUID, rule: dict[str, Any], *, value: float, column: str,
+           unit: str, device: str = "A1") -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "INSERT INTO alert_events (org_id, kind, rule_id, device, column_name, value, unit,"
+            " at, title, body) VALUES (%s, 'firing', %s, %s, %s, %s, %s, now(), 'raw title',"
+            " %s) RETURNING id", (org, rule["id"], device, column, value, unit,
+                                  orjson.dumps({"rule": rule}).decode())).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _row(page: str, event_id: str) -> str:
+    found = re.search(rf'<tr class="\w+" data-id="{event_id}".*?</tr>', page, re.S)
+    assert found, page
+    return found.group(0)
 
 
 def _silences(page: str) -> list[str]:
