@@ -436,6 +436,10 @@ ROUTES = [
     Route("silence-delete", "DELETE", "/api/v2/silences/<silence_id>",
           lambda w, c: f"/api/v2/silences/{_a_silence(w, c)}", "notifications:write", ok=204,
           a_object=True),
+    Route("digest", "GET", "/api/v2/digest", lambda w, c: "/api/v2/digest",
+          "notifications:read"),
+    Route("digest-put", "PUT", "/api/v2/digest", lambda w, c: "/api/v2/digest",
+          "notifications:write", body={"active": False}),
     # Annotations (issue 24): another organisation cannot name org A's device in a body (400).
     Route("annotations", "GET", "/api/v2/annotations", lambda w, c: "/api/v2/annotations",
           "annotations:read"),

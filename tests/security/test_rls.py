@@ -48,6 +48,7 @@ TENANT_ROWS = {
     "alert_channels": "SELECT id::text FROM alert_channels WHERE org_id = %(org)s",
     "alert_deliveries": "SELECT id::text FROM alert_deliveries WHERE org_id = %(org)s",
     "alert_silences": "SELECT id::text FROM alert_silences WHERE org_id = %(org)s",
+    "alert_digests": "SELECT org_id::text FROM alert_digests WHERE org_id = %(org)s",
     "audit_log": "SELECT id::text FROM audit_log WHERE org_id = %(org)s",
     "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
     "teams": "SELECT id::text FROM teams WHERE org_id = %(org)s",
@@ -80,6 +81,7 @@ KEY_OF = {
     "alert_channels": ("id::text", "name"),
     "alert_deliveries": ("id::text", "last_error"),
     "alert_silences": ("id::text", "comment"),
+    "alert_digests": ("org_id::text", "hour"),
     "annotations": ("id::text", "text"),
     "teams": ("id::text", "name"),
     "team_members": ("team_id::text || user_id", "added"),
@@ -97,7 +99,7 @@ API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDAT
                 "locations": "UPDATE", "crop_coefficients": "DELETE",
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
                 "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
-                "alert_silences": "UPDATE DELETE",
+                "alert_silences": "UPDATE DELETE", "alert_digests": "UPDATE DELETE",
                 "annotations": "UPDATE DELETE", "one_time_links": "UPDATE",
                 "teams": "UPDATE DELETE", "team_members": "UPDATE DELETE",
                 "team_devices": "UPDATE DELETE", "team_locations": "UPDATE DELETE",
@@ -176,6 +178,7 @@ def rls_world(world: World) -> World:
             conn.execute("INSERT INTO alert_silences (org_id, kind, weekdays, start_minute,"
                          " end_minute, time_zone) VALUES (%s, 'mute', '{1}', 0, 60, 'UTC')",
                          (org,))
+            conn.execute("INSERT INTO alert_digests (org_id) VALUES (%s)", (org,))
         for org, user, loc in ((world.org_a, world.a1, world.loc_a),
                                (world.org_b, world.b1, world.loc_b)):
             conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"
