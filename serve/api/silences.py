@@ -166,7 +166,7 @@ def create_silence() -> Any:
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         _check_targets(conn, principal.org_id, args)
         row = cur.execute(
-            "INSERT INTO alert_silences (org_id, kind, rule_id, device, starts_at, ends_at,"
+            "INSERT INTO alert_silences (org_id, kind, rule_id, device, starts_at, ends_at,"  # nosec B608  constants of this module
             " weekdays, start_minute, end_minute, time_zone, comment, created_by)"
             " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING " + _COLUMNS,
             (principal.org_id, args["kind"], args["rule"], args["device"], starts, ends,
@@ -204,7 +204,7 @@ def list_silences(limit: int, page: int, rule: UUID | None, device: str | None,
               "active": active}
     now = datetime.now(UTC)
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        found = cur.execute("SELECT count(*) AS n FROM alert_silences" + _FILTER,
+        found = cur.execute("SELECT count(*) AS n FROM alert_silences" + _FILTER,  # nosec B608  constants of this module
                             params).fetchone()
         total = found["n"] if found else 0
         pages = check_page(total, limit, page)
@@ -255,7 +255,7 @@ def expire_silence(silence_id: str) -> Any:
                              "DELETE /api/v2/silences/{id}",
                              errors={"json": {"kind": ["a mute cannot expire"]}})
         changed = cur.execute(
-            "UPDATE alert_silences SET ends_at = now(), starts_at = least(starts_at, now())"
+            "UPDATE alert_silences SET ends_at = now(), starts_at = least(starts_at, now())"  # nosec B608  constants of this module
             " WHERE id = %s AND ends_at > now() RETURNING " + _COLUMNS, (sid,)).fetchone()
         if changed is not None:
             row = dict(changed)
