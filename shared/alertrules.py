@@ -25,6 +25,9 @@ NEGATION = {"<": ">=", "<=": ">", ">": "<=", ">=": "<"}
 BELOW = ("<", "<=")
 NAME_MAX = 120
 DURATION_MAX = 366 * 86400  # a year and a day: longer pending times are mistakes
+# A firing rule's reminders (docs/alerts.md "Repeat interval"): from 5 minutes (the evaluator's
+# sweep is 30 s) to a week.
+REPEAT_MIN, REPEAT_MAX = 300, 7 * 86400
 REPORTING_INTERVAL_MIN = 5  # a device reports every 5 minutes (the calibrated grid)
 THRESHOLD_MAX = 1e9  # canonical; beyond it a threshold is a typo (and could overflow a unit)
 QUARANTINE_WINDOW_S = 3600  # the `quarantine` kind counts quarantined messages in an hour
@@ -53,7 +56,7 @@ BUILTINS = {
                          "root-zone depletion reaches RAW in {n} days or less (0: beyond RAW)"),
 }
 _FIELDS = ("name", "kind", "table", "column", "scope", "condition", "for", "clear", "clear_for",
-           "units", "channels", "active")
+           "units", "channels", "active", "repeat_interval")
 READ_ONLY = ("id", "unit", "created_at", "updated_at", "org_id", "states")
 
 
@@ -77,6 +80,7 @@ class Rule:
     units: dict[str, str] = field(default_factory=dict)
     channels: tuple[UUID, ...] | None = None
     active: bool = True
+    repeat_interval: int | None = None  # seconds; a firing state is announced again each
     id: UUID | None = None
     org_id: UUID | None = None
 
@@ -202,6 +206,18 @@ def _seconds(raw: Any, name: str, errs: _Errors) -> int | None:
     if isinstance(raw, bool) or not isinstance(raw, int | float) or raw != int(raw) \
             or not 0 <= raw <= DURATION_MAX:
         errs.add(name, f"must be whole seconds from 0 to {DURATION_MAX}")
+        return None
+    return int(raw)
+
+
+def _repeat(raw: Any, errs: _Errors) -> int | None:
+    """A repeat interval: null (off) or whole seconds from REPEAT_MIN to REPEAT_MAX."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or raw != int(raw) \
+            or not REPEAT_MIN <= raw <= REPEAT_MAX:
+        errs.add("repeat_interval", f"must be null or whole seconds from {REPEAT_MIN} to "
+                                    f"{REPEAT_MAX}")
         return None
     return int(raw)
 
@@ -364,6 +380,8 @@ def parse(body: dict[str, Any], *, base: Rule | None = None,
         errs.add("active", "must be true or false")
     channels = _channels(body["channels"], errs) if "channels" in body else \
         (base.channels if base else None)
+    repeat = _repeat(body["repeat_interval"], errs) if "repeat_interval" in body else \
+        (base.repeat_interval if base else None)
     clear_op: str | None
     clear_raw: float | None
     if body.get("clear") is not None:
@@ -385,7 +403,8 @@ def parse(body: dict[str, Any], *, base: Rule | None = None,
                 threshold=0.0, clear_op=clear_op, clear_threshold=0.0,
                 for_seconds=for_s or 0, clear_for_seconds=clear_for or 0, device=device,
                 location_id=location, units={}, channels=channels, active=active,
-                id=base.id if base else None, org_id=base.org_id if base else None)
+                repeat_interval=repeat, id=base.id if base else None,
+                org_id=base.org_id if base else None)
     col = _column(kind, source, column)
     kept = {p: c for p, c in chosen.items()
             if col is not None and col.measure is not None and p == units.param_for(col.measure)}
@@ -453,6 +472,7 @@ def record(rule: Rule) -> dict[str, Any]:
         "units": dict(rule.units),
         "channels": [str(c) for c in rule.channels] if rule.channels is not None else None,
         "active": rule.active,
+        "repeat_interval": rule.repeat_interval,
         "unit": unit_label(rule),
         "description": describe(rule),
     }

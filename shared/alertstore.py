@@ -18,7 +18,7 @@ from shared.locks import lock_key
 COLUMNS = """
 r.id, r.org_id, r.name, r.kind, r.source, r.column_name, d.name AS device, r.location_id,
 r.op, r.threshold, r.clear_op, r.clear_threshold, r.for_seconds, r.clear_for_seconds,
-r.units, r.channels, r.active, r.created_at, r.updated_at
+r.units, r.channels, r.active, r.created_at, r.updated_at, r.repeat_interval_s
 """
 FROM = " FROM alert_rules r LEFT JOIN devices d ON d.id = r.device_id "
 
@@ -26,13 +26,14 @@ FROM = " FROM alert_rules r LEFT JOIN devices d ON d.id = r.device_id "
 def rule_of(row: tuple[Any, ...]) -> tuple[Rule, Any, Any]:
     """(Rule, created_at, updated_at) of a row selected with COLUMNS."""
     (rid, org, name, kind, source, column, device, location, op, threshold, clear_op,
-     clear_threshold, for_s, clear_for_s, chosen, channels, active, created, updated) = row
+     clear_threshold, for_s, clear_for_s, chosen, channels, active, created, updated,
+     repeat) = row
     rule = Rule(name=name, kind=kind, source=source, column=column, op=op, threshold=threshold,
                 clear_op=clear_op, clear_threshold=clear_threshold, for_seconds=for_s,
                 clear_for_seconds=clear_for_s, device=device, location_id=location,
                 units=dict(chosen or {}),
                 channels=tuple(channels) if channels is not None else None, active=active,
-                id=rid, org_id=org)
+                repeat_interval=repeat, id=rid, org_id=org)
     return rule, created, updated
 
 
@@ -72,7 +73,7 @@ def _values(conn: psycopg.Connection, org: UUID, rule: Rule) -> dict[str, Any]:
             "clear_threshold": rule.clear_threshold, "for_s": rule.for_seconds,
             "clear_for_s": rule.clear_for_seconds, "units": Jsonb(rule.units),
             "channels": list(rule.channels) if rule.channels is not None else None,
-            "active": rule.active}
+            "active": rule.active, "repeat": rule.repeat_interval}
 
 
 def announce(conn: psycopg.Connection) -> None:
@@ -103,10 +104,11 @@ def create(conn: psycopg.Connection, org: UUID, rule: Rule) -> UUID:
     row = conn.execute(
         "INSERT INTO alert_rules (org_id, name, kind, source, column_name, device_id,"
         " location_id, op, threshold, clear_op, clear_threshold, for_seconds,"
-        " clear_for_seconds, units, channels, active) VALUES (%(org)s, %(name)s, %(kind)s,"
-        " %(source)s, %(column)s, %(device)s, %(location)s, %(op)s, %(threshold)s,"
-        " %(clear_op)s, %(clear_threshold)s, %(for_s)s, %(clear_for_s)s, %(units)s,"
-        " %(channels)s, %(active)s) RETURNING id", _values(conn, org, rule)).fetchone()
+        " clear_for_seconds, units, channels, active, repeat_interval_s) VALUES (%(org)s,"
+        " %(name)s, %(kind)s, %(source)s, %(column)s, %(device)s, %(location)s, %(op)s,"
+        " %(threshold)s, %(clear_op)s, %(clear_threshold)s, %(for_s)s, %(clear_for_s)s,"
+        " %(units)s, %(channels)s, %(active)s, %(repeat)s) RETURNING id",
+        _values(conn, org, rule)).fetchone()
     assert row is not None
     announce(conn)
     rid: UUID = row[0]
@@ -128,7 +130,8 @@ def update(conn: psycopg.Connection, org: UUID, base: Rule, rule: Rule) -> None:
         " op = %(op)s, threshold = %(threshold)s, clear_op = %(clear_op)s,"
         " clear_threshold = %(clear_threshold)s, for_seconds = %(for_s)s,"
         " clear_for_seconds = %(clear_for_s)s, units = %(units)s, channels = %(channels)s,"
-        " active = %(active)s, updated_at = now() WHERE org_id = %(org)s AND id = %(id)s",
+        " active = %(active)s, repeat_interval_s = %(repeat)s, updated_at = now()"
+        " WHERE org_id = %(org)s AND id = %(id)s",
         _values(conn, org, rule) | {"id": base.id})
     if condition_of(rule) != condition_of(base):
         conn.execute("DELETE FROM alert_states WHERE org_id = %s AND rule_id = %s",

@@ -30,16 +30,29 @@ _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\\\ud800-\udfff]")
 
 _FANOUT_SQL = """
 WITH todo AS (
-    SELECT e.id, e.org_id, e.kind, e.channels, e.admins_only FROM alert_events e
+    SELECT e.id, e.org_id, e.kind, e.channels, e.admins_only, s.id AS silence
+    FROM alert_events e
+    -- The notification policy: a silence or mute matching the event when it was created
+    -- (docs/alerts.md "Silences and quiet hours"); the event goes to no channel.
+    LEFT JOIN LATERAL (
+        SELECT s.id FROM alert_silences s
+        WHERE s.org_id = e.org_id AND e.kind IN ('firing', 'resolved')
+          AND (s.rule_id IS NULL OR s.rule_id = e.rule_id)
+          AND (s.device IS NULL OR s.device = e.device)
+          AND CASE WHEN s.kind = 'silence'
+                   THEN e.created_at >= s.starts_at AND e.created_at < s.ends_at
+                   ELSE sds_in_weekly_window(e.created_at, s.weekdays, s.start_minute,
+                                             s.end_minute, s.time_zone) END
+        ORDER BY s.created_at LIMIT 1) s ON true
     WHERE NOT EXISTS (SELECT 1 FROM alert_event_fanout f WHERE f.event_id = e.id)
     ORDER BY e.created_at LIMIT %(batch)s
 ), marked AS (
-    INSERT INTO alert_event_fanout (event_id) SELECT id FROM todo
+    INSERT INTO alert_event_fanout (event_id, silence_id) SELECT id, silence FROM todo
     ON CONFLICT DO NOTHING RETURNING event_id
 ), to_channels AS (
     INSERT INTO alert_deliveries (event_id, org_id, channel_id)
     SELECT t.id, t.org_id, c.id FROM todo t JOIN alert_channels c ON c.org_id = t.org_id
-    WHERE NOT t.admins_only
+    WHERE NOT t.admins_only AND t.silence IS NULL
       AND (t.channels IS NULL OR c.id = ANY (t.channels))
       -- a disabled or paused channel receives nothing, tests included (issue 33)
       AND c.active AND c.disabled_at IS NULL

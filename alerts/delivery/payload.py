@@ -59,7 +59,10 @@ def email_text(event: dict[str, Any]) -> tuple[str, str]:
                        ("Event id", "id")):
         if data.get(key) is not None:
             lines.append(f"{label}: {data[key]}")
+    if event["kind"] == "digest":  # the day's events, one a line, before the JSON
+        lines += [""] + [f"{e.get('at', '')[:16]} {e.get('kind')}: {e.get('title')}"
+                         for e in data.get("events") or []]
     lines += ["", "The event as JSON:", orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()]
     prefix = {"firing": "[ALERT]", "resolved": "[RESOLVED]", "channel_disabled": "[CHANNEL "
-              "DISABLED]", "test": "[TEST]"}.get(event["kind"], "[ALERT]")
+              "DISABLED]", "test": "[TEST]", "digest": "[DIGEST]"}.get(event["kind"], "[ALERT]")
     return f"{prefix} {data['title']}", "\n".join(lines) + "\n"

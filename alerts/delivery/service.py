@@ -33,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from alerts.delivery import formats, mail, outbox, payload, webhook
+from alerts.delivery import digests, formats, mail, outbox, payload, webhook
 from alerts.delivery.metrics import Metrics
 from alerts.delivery.mqttpub import Publisher
 from alerts.delivery.webhook import Outcome
@@ -299,6 +299,15 @@ class Deliverer:
     # ---- fan-out ---------------------------------------------------------------------------
 
     def _fanout(self, conn: psycopg.Connection) -> None:
+        if self.settings.smtp_host:  # the daily digests, by email
+            try:
+                if digests.write_due(conn):
+                    log.info("daily digests written")
+            except psycopg.Error as exc:  # a digest must not stop the delivery of alerts
+                if conn.broken:
+                    raise
+                self.metrics.errors.labels("database").inc()
+                log.warning("daily digest: %s", exc)
         while True:
             events, made = outbox.fanout(conn, email=bool(self.settings.smtp_host))
             if made:

@@ -29,7 +29,7 @@ from types import FrameType
 
 import psycopg
 
-from alerts.evaluator import store
+from alerts.evaluator import repeats, store
 from alerts.evaluator.metrics import Metrics
 from alerts.evaluator.passes import Evaluator
 from shared import db
@@ -117,6 +117,7 @@ class Process:
                 ev.reload(work)
                 self.metrics.rules.set(len(ev.catalogue.rules))
                 self._pass(ev, work, None, rollups=True, guard=guard)
+                self._remind(work, guard)
                 next_sweep = time.monotonic() + interval
             if now >= next_purge:
                 self._purge(work)
@@ -151,6 +152,16 @@ class Process:
             log.info("pass over %s: %d samples, %d events (%.3f s)",
                      "all devices" if devices is None else f"{len(devices)} devices",
                      outcome.samples, len(outcome.events), time.monotonic() - started)
+
+    def _remind(self, work: psycopg.Connection,
+                guard: Callable[[psycopg.Connection], None]) -> None:
+        """The repeat interval's reminders of rules still firing (alerts/evaluator/repeats)."""
+        with work.transaction():
+            n = repeats.remind(work)
+            guard(work)
+        if n:
+            self.metrics.events.labels("firing").inc(n)
+            log.info("%d reminders of rules still firing", n)
 
     def _purge(self, work: psycopg.Connection) -> None:
         days = self.settings.alert_event_retention_days

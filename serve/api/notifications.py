@@ -28,7 +28,7 @@ from shared.timeutil import parse_instant
 blp = Blueprint("notifications", __name__, url_prefix="/api/v2/notifications",
                 description="Alert events (notifications) of the caller's organisation.")
 
-EVENT_KINDS = ("firing", "resolved", "channel_disabled", "test")
+EVENT_KINDS = ("firing", "resolved", "channel_disabled", "test", "digest")
 # Static statements (no SQL is put together at run time): a filter not given is NULL and
 # matches every row.
 _FILTER = """ WHERE org_id = %(org)s

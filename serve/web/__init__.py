@@ -21,6 +21,7 @@ from serve.web import (
     peoplepages,
     placepages,
     session,
+    silencepages,
     teampages,
     views,
     waterpages,
@@ -29,7 +30,7 @@ from shared.config import Settings
 
 # Modules whose routes are on `views.blp`: imported before it is registered.
 PAGE_MODULES = (views, alertpages, alertpreview, inboxpages, notepages, channelpages, peoplepages,
-                placepages, acceptpage, teampages, waterpages, fleetpages)
+                placepages, acceptpage, teampages, waterpages, fleetpages, silencepages)
 
 
 def init_app(app: Flask, settings: Settings) -> None:

@@ -71,8 +71,14 @@ def notifications(principal: Principal) -> Response:
     base = {k: v for k, v in query.items() if k != "page"}
     links = {n: f"{url_for('web.notifications')}?{urlencode({**base, 'page': n})}"
              for n in (page["page"] - 1, page["page"] + 1) if 1 <= n <= page["pages"]}
+    silences = _answered(apicall.call("GET", "/api/v2/silences",
+                                      query={"active": "true", "limit": MAX_LIMIT}))["items"]
     return _html(render_template(
         "web/notifications.html", events=events, page=page, query=query, kinds=EVENT_KINDS,
+        silences=silences, rule_names={e["rule_id"]: e["body"]["rule"]["name"] for e in events
+                                       if e["rule_id"] and isinstance(e.get("body"), dict)
+                                       and isinstance(e["body"].get("rule"), dict)
+                                       and "name" in e["body"]["rule"]},
         links=links, here=request.full_path.rstrip("?"),
         can_write=principal.allows("notifications:write"), nav="notifications"))
 

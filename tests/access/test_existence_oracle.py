@@ -237,6 +237,14 @@ PROBES = [
     Probe("channel-test", "POST", lambda w: f"/api/v2/channels/{w.channel_a}/test",
           f"/api/v2/channels/{MISSING_UUID}/test", lambda w: str(w.channel_a), MISSING_UUID,
           rule="/api/v2/channels/<channel_id>/test"),
+    # Silences (issue 33).
+    Probe("silence", "GET", lambda w: f"/api/v2/silences/{w.silence_a}",
+          f"/api/v2/silences/{MISSING_UUID}", lambda w: str(w.silence_a), MISSING_UUID),
+    Probe("silence-expire", "POST", lambda w: f"/api/v2/silences/{w.silence_a}/expire",
+          f"/api/v2/silences/{MISSING_UUID}/expire", lambda w: str(w.silence_a), MISSING_UUID,
+          rule="/api/v2/silences/<silence_id>/expire"),
+    Probe("silence-delete", "DELETE", lambda w: f"/api/v2/silences/{w.silence_a}",
+          f"/api/v2/silences/{MISSING_UUID}", lambda w: str(w.silence_a), MISSING_UUID),
     # Annotations: API keys of the world hold no annotations scope (403 before any lookup).
     Probe("annotation", "GET", lambda w: f"/api/v2/annotations/{w.annotation_a}",
           f"/api/v2/annotations/{MISSING_UUID}", lambda w: str(w.annotation_a), MISSING_UUID,

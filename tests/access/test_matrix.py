@@ -72,6 +72,16 @@ def _a_rule(world: World, conn: psycopg.Connection) -> str:
     return str(rid)
 
 
+def _a_silence(world: World, conn: psycopg.Connection) -> str:
+    """A new silence of org A's device (one per cell: DELETE removes it)."""
+    row = conn.execute("INSERT INTO alert_silences (org_id, kind, device, starts_at, ends_at)"
+                       " VALUES (%s, 'silence', %s, now(), now() + interval '1 hour')"
+                       " RETURNING id", (world.org_a, world.dev_a)).fetchone()
+    conn.commit()
+    assert row is not None
+    return str(row[0])
+
+
 def _a_device(world: World, conn: psycopg.Connection) -> str:
     """A new device of org A (one per cell: retiring it is once only)."""
     name = f"mx-{uuid4().hex[:12]}"
@@ -422,6 +432,25 @@ ROUTES = [
     Route("notifications-ack", "POST", "/api/v2/notifications/ack",
           lambda w, c: "/api/v2/notifications/ack", "notifications:write",
           body={"ids": ["00000000-0000-0000-0000-000000000000"]}),
+    # Silences and quiet hours (issue 33): another organisation cannot name org A's device.
+    Route("silences", "GET", "/api/v2/silences", lambda w, c: "/api/v2/silences",
+          "notifications:read"),
+    Route("silences-create", "POST", "/api/v2/silences", lambda w, c: "/api/v2/silences",
+          "notifications:write", ok=201, body=lambda w: {"device": w.dev_a, "duration": 3600},
+          other_org_status=400),
+    Route("silence", "GET", "/api/v2/silences/<silence_id>",
+          lambda w, c: f"/api/v2/silences/{_a_silence(w, c)}", "notifications:read",
+          a_object=True),
+    Route("silence-expire", "POST", "/api/v2/silences/<silence_id>/expire",
+          lambda w, c: f"/api/v2/silences/{_a_silence(w, c)}/expire", "notifications:write",
+          a_object=True),
+    Route("silence-delete", "DELETE", "/api/v2/silences/<silence_id>",
+          lambda w, c: f"/api/v2/silences/{_a_silence(w, c)}", "notifications:write", ok=204,
+          a_object=True),
+    Route("digest", "GET", "/api/v2/digest", lambda w, c: "/api/v2/digest",
+          "notifications:read"),
+    Route("digest-put", "PUT", "/api/v2/digest", lambda w, c: "/api/v2/digest",
+          "notifications:write", body={"active": False}),
     # Annotations (issue 24): another organisation cannot name org A's device in a body (400).
     Route("annotations", "GET", "/api/v2/annotations", lambda w, c: "/api/v2/annotations",
           "annotations:read"),
@@ -460,7 +489,8 @@ BASIC_CALLERS = {"basic", "other_org_basic", "owner", "admin", "viewer", "other_
 # location, team_out's holds nothing. Neither is in the matrix's own team ("matrix-team"),
 # so its routes are 404 to both; team_out sees none of A's device, location, the event about
 # the device, the annotation on the location, and cannot annotate the device (400, as another
-# organisation). Alert rules for the whole organisation stay readable to both.
+# organisation), nor see or silence it. Alert rules for the whole organisation stay readable
+# to both.
 TEAM_ROUTES = {"team", "team-members", "team-devices", "team-locations"}
 TEAM_HIDDEN = {
     "team_in": dict.fromkeys(TEAM_ROUTES, 404),
@@ -468,9 +498,10 @@ TEAM_HIDDEN = {
         "device", "device-deployments", "location", "data-device", "data-location",
         "notification",
         "notification-ack", "annotation", "annotation-update", "annotation-delete",
-        "location-water", "location-water-put", "irrigation-create", "irrigation-delete"},
+        "location-water", "location-water-put", "irrigation-create", "irrigation-delete",
+        "silence", "silence-expire", "silence-delete"},
         404),
-        "annotations-create": 400},
+        "annotations-create": 400, "silences-create": 400},
 }
 # The B-homed viewer of A, acting in B, sees A as one of their own organisations there.
 MULTI_DIFFERS = {"org": 200, "org-members": 403}

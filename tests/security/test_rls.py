@@ -49,6 +49,8 @@ TENANT_ROWS = {
     "alert_deliveries": "SELECT id::text FROM alert_deliveries WHERE org_id = %(org)s",
     "org_smtp_settings": "SELECT org_id::text FROM org_smtp_settings WHERE org_id = %(org)s",
     "cold_files": "SELECT id::text FROM cold_files WHERE org_id = %(org)s",
+    "alert_silences": "SELECT id::text FROM alert_silences WHERE org_id = %(org)s",
+    "alert_digests": "SELECT org_id::text FROM alert_digests WHERE org_id = %(org)s",
     "audit_log": "SELECT id::text FROM audit_log WHERE org_id = %(org)s",
     "annotations": "SELECT id::text FROM annotations WHERE org_id = %(org)s",
     "teams": "SELECT id::text FROM teams WHERE org_id = %(org)s",
@@ -82,6 +84,8 @@ KEY_OF = {
     "alert_deliveries": ("id::text", "last_error"),
     "org_smtp_settings": ("org_id::text", "host"),
     "cold_files": ("id::text", "path"),
+    "alert_silences": ("id::text", "comment"),
+    "alert_digests": ("org_id::text", "hour"),
     "annotations": ("id::text", "text"),
     "teams": ("id::text", "name"),
     "team_members": ("team_id::text || user_id", "added"),
@@ -100,6 +104,7 @@ API_WRITABLE = {"organisations": "UPDATE", "users": "UPDATE", "api_keys": "UPDAT
                 "alert_events": "UPDATE", "alert_rules": "UPDATE DELETE",
                 "alert_states": "DELETE", "alert_channels": "UPDATE DELETE",
                 "org_smtp_settings": "UPDATE DELETE",
+                "alert_silences": "UPDATE DELETE", "alert_digests": "UPDATE DELETE",
                 "annotations": "UPDATE DELETE", "one_time_links": "UPDATE",
                 "teams": "UPDATE DELETE", "team_members": "UPDATE DELETE",
                 "team_devices": "UPDATE DELETE", "team_locations": "UPDATE DELETE",
@@ -183,6 +188,10 @@ def rls_world(world: World) -> World:
                          " 'a@x.example')", (org,))
             conn.execute("INSERT INTO cold_files (org_id, month, path) VALUES"
                          " (%s, '2024-04-01', %s)", (org, f"org={org}/2024-04-x.parquet"))
+            conn.execute("INSERT INTO alert_silences (org_id, kind, weekdays, start_minute,"
+                         " end_minute, time_zone) VALUES (%s, 'mute', '{1}', 0, 60, 'UTC')",
+                         (org,))
+            conn.execute("INSERT INTO alert_digests (org_id) VALUES (%s)", (org,))
         for org, user, loc in ((world.org_a, world.a1, world.loc_a),
                                (world.org_b, world.b1, world.loc_b)):
             conn.execute("INSERT INTO annotations (org_id, location_id, start_time, text,"

@@ -50,6 +50,8 @@ DASHBOARD_RULES = {
     ("/dashboard/channels/<channel_id>/delete", "POST"),
     ("/dashboard/channels/email-settings", "POST"),
     ("/dashboard/channels/email-settings/delete", "POST"),
+    # Issue 33: silences from the inbox (silencepages.py), through the API, CSRF checked.
+    ("/dashboard/silences", "POST"), ("/dashboard/silences/<silence_id>/expire", "POST"),
     # The people pages (issue 23; serve/web/peoplepages.py, placepages.py): through the API.
     ("/dashboard/keys", "GET"), ("/dashboard/keys", "POST"),
     ("/dashboard/keys/<key_id>/active", "POST"), ("/dashboard/keys/<key_id>/delete", "POST"),

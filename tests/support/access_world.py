@@ -70,6 +70,7 @@ class World:
     key_ids: dict[str, UUID] = field(default_factory=dict)
     tokens: dict[str, str] = field(default_factory=dict)
     channel_a: UUID | None = None  # an alert delivery channel of org A (issue 24)
+    silence_a: UUID | None = None  # an expired silence of org A's device (holds nothing)
     annotation_a: UUID | None = None  # an annotation of org A on its location
 
     def secrets(self) -> list[str]:
@@ -163,6 +164,11 @@ def seed(url: str) -> World:
         row = conn.execute("INSERT INTO alert_channels (org_id, name, kind) VALUES"
                            " (%s, 'valve', 'mqtt') RETURNING id", (org_a,)).fetchone()
         world.channel_a = row[0] if row else None
+        row = conn.execute("INSERT INTO alert_silences (org_id, kind, device, starts_at, ends_at)"
+                           " VALUES (%s, 'silence', %s, now() - interval '2 days',"
+                           " now() - interval '1 day')"
+                           " RETURNING id", (org_a, world.dev_a)).fetchone()
+        world.silence_a = row[0] if row else None
         conn.execute("UPDATE api_keys SET exp = now() - interval '1 hour' WHERE id = %s",
                      (world.key_ids["expired"],))
         conn.execute("UPDATE api_keys SET active = false WHERE id = %s",
