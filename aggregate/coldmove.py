@@ -22,18 +22,16 @@ verified) file, and readers count it once. Functions take `conn` (autocommit) fi
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 from uuid import UUID
 
 import psycopg
-import pyarrow.parquet as pq
 from psycopg import sql
 
 from shared import coldfiles, locks
+from shared.coldstore import ColdStore, open_store
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +79,8 @@ def candidates(conn: psycopg.Connection, before: datetime) -> list[tuple[UUID, d
     return [(r[0], r[1]) for r in rows]
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _discard(conn: psycopg.Connection, root: Path, file_id: int, rel: str) -> None:
-    for leftover in (root / rel, root / f"{rel}.tmp"):
-        leftover.unlink(missing_ok=True)
+def _discard(conn: psycopg.Connection, store: ColdStore, file_id: int, rel: str) -> None:
+    store.delete(rel)
     conn.execute("DELETE FROM cold_files WHERE id = %s AND state <> 'live'", (file_id,))
 
 
@@ -119,7 +108,7 @@ class _Changed(Exception):
     """The month's hot rows are no longer the file's rows: roll the delete back."""
 
 
-def recover(conn: psycopg.Connection, root: Path, checkpoint: Checkpoint) -> None:
+def recover(conn: psycopg.Connection, store: ColdStore, checkpoint: Checkpoint) -> None:
     """Finish or undo what a killed run left: pending files go, verified ones go live (or go,
     when their rows changed since)."""
     for file_id, org, month, rel, state, checksum in conn.execute(
@@ -128,10 +117,10 @@ def recover(conn: psycopg.Connection, root: Path, checkpoint: Checkpoint) -> Non
         if state == "verified" and _make_live(conn, file_id, org, month, checksum, checkpoint):
             log.info("cold: %s made live after an interrupted run", rel)
             continue
-        _discard(conn, root, file_id, rel)
+        _discard(conn, store, file_id, rel)
 
 
-def move_month(conn: psycopg.Connection, root: Path, org: UUID, month: date,
+def move_month(conn: psycopg.Connection, store: ColdStore, org: UUID, month: date,
                checkpoint: Checkpoint) -> Moved | None:
     """Steps 1-4 for one organisation-month; None when its rows changed meanwhile."""
     file_id = conn.execute("INSERT INTO cold_files (org_id, month, path) VALUES (%s, %s, '')"
@@ -144,21 +133,11 @@ def move_month(conn: psycopg.Connection, root: Path, org: UUID, month: date,
     rows = conn.execute(stmt, {"org": org, "lo": lo, "hi": hi}).fetchall()
     table = coldfiles.table_from_rows(rows)
     checksum = coldfiles.content_checksum(table)
-    final = root / rel
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.with_name(final.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd", row_group_size=coldfiles.ROW_GROUP_ROWS)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    checkpoint("written")
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
-    checkpoint("renamed")
-    back = pq.read_table(final, schema=coldfiles.SCHEMA)
+    size = store.write(rel, table, checkpoint)
+    back = store.read(rel)
     if back.num_rows != len(rows) or coldfiles.content_checksum(back) != checksum:
-        _discard(conn, root, file_id, rel)
-        raise OSError(f"cold file {final} does not read back as written")
-    size = final.stat().st_size
+        _discard(conn, store, file_id, rel)
+        raise OSError(f"cold file {store.location(rel)} does not read back as written")
     first = min(r[0] for r in rows) if rows else None
     last = max(r[0] for r in rows) if rows else None
     conn.execute("UPDATE cold_files SET state = 'verified', rows = %s, bytes = %s,"
@@ -166,7 +145,7 @@ def move_month(conn: psycopg.Connection, root: Path, org: UUID, month: date,
                  (len(rows), size, checksum, first, last, file_id))
     checkpoint("verified")
     if not _make_live(conn, file_id, org, month, checksum, checkpoint):
-        _discard(conn, root, file_id, rel)
+        _discard(conn, store, file_id, rel)
         log.info("cold: %s changed while it was written; it is moved again next run", rel)
         return None
     return Moved(org, month, rel, len(rows), size)
@@ -179,16 +158,15 @@ def move(conn: psycopg.Connection, *, hot_days: int, cold_path: str,
     `conn` must be in autocommit (each step commits on its own)."""
     if hot_days <= 0:
         raise ValueError("the cold tier is off (SDS_HOT_DAYS unset or 0)")
-    root = coldfiles.root(cold_path)
-    root.mkdir(parents=True, exist_ok=True)
+    store = open_store(cold_path)
     # One mover at a time: a second one waits rather than racing on the same months.
     lock = locks.SessionLock(conn.info.dsn, "sds cold mover", application_name="sds-cold-mover")
     lock.lock(conn)
     try:
-        recover(conn, root, checkpoint)
+        recover(conn, store, checkpoint)
         moved = []
         for org, month in candidates(conn, cutoff(hot_days, now)):
-            done = move_month(conn, root, org, month, checkpoint)
+            done = move_month(conn, store, org, month, checkpoint)
             if done is not None:
                 moved.append(done)
         return moved

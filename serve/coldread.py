@@ -24,10 +24,10 @@ from datetime import datetime
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from serve.queries import ColdRows, Scan, bounds
 from shared import coldfiles
+from shared.coldstore import open_store
 from shared.errors import Conflict
 
 
@@ -70,9 +70,7 @@ def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
     files = _files(conn, scan, lo, hi)
     if not files:
         return dataclasses.replace(scan, cold=None)
-    root = coldfiles.root(cold_path)
-    dataset = ds.dataset([str(root / rel) for _, rel in files], schema=coldfiles.SCHEMA,
-                         format="parquet")
+    dataset = open_store(cold_path).dataset(rel for _, rel in files)
     table = dataset.to_table(filter=_filter(scan, lo, hi))
     # Only rows of devices the caller sees (tenancy and teams, as the SQL checks again) may
     # count towards the limit + 1 kept: a location's file holds every device that stood there.

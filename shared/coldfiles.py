@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from datetime import date
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -70,8 +69,3 @@ def content_checksum(table: pa.Table) -> str:
         else:
             digest.update(np.asarray(arr.fill_null(0.0)).tobytes())
     return digest.hexdigest()
-
-
-def root(cold_path: str) -> Path:
-    """The cold tier's directory (created by the mover)."""
-    return Path(cold_path)
