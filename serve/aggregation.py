@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 from psycopg import sql
 
-from serve import queries, render
+from serve import coldagg, queries, render
 from serve.cursor import Position
 from shared import spreadsheet, units
 from shared.columns import TABLES, Column, Rollup, reading_rule
@@ -316,10 +316,10 @@ def _from_readings(columns: tuple[Column, ...], interval: Interval, scan: querie
     direction = sql.SQL("DESC" if scan.descending else "ASC")
     return sql.SQL(
         "SELECT {start} AS time, t.device, last(t.location, t.time) AS location, {tz} AS tz,"
-        " count(*)::int AS samples{values} FROM calibrated t{join} WHERE {where}"
+        " count(*)::int AS samples{values} FROM {src}{join} WHERE {where}"
         " GROUP BY 1, 2 ORDER BY 1 {d}, 2 {d} OFFSET 0").format(
         start=start, tz=tz, values=sql.SQL("").join(sql.SQL(", ") + v for v in values),
-        join=join, where=sql.SQL(" AND ").join(where), d=direction)
+        src=coldagg.source(scan), join=join, where=sql.SQL(" AND ").join(where), d=direction)
 
 
 def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, scan: queries.Scan
@@ -336,9 +336,9 @@ def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, sc
                      " + %(margin)s, {tz}) - s.time) / 300").format(tz=tz)
              if interval.local else sql.SQL("12"))
     counts = sql.SQL(
-        "SELECT {start} AS time, t.device, count(*)::int AS n FROM calibrated t{join}"
+        "SELECT {start} AS time, t.device, count(*)::int AS n FROM {src}{join}"
         " WHERE {where} GROUP BY 1, 2").format(
-        start=start, join=join, where=sql.SQL(" AND ").join(
+        start=start, src=coldagg.source(scan), join=join, where=sql.SQL(" AND ").join(
             [sql.SQL("t.time >= %(lo)s"), sql.SQL("t.time < %(hi)s"), *_filters("t", scan)]))
     stored_rows = sql.SQL(
         "SELECT s.time, s.device, s.location, {tz} AS tz,"
@@ -403,16 +403,8 @@ def _unit_for(col: Column, chosen: Mapping[str, Unit]) -> Unit | None:
 
 def _params(scan: queries.Scan, interval: Interval, limit: int, local: str | int | None
             ) -> dict[str, Any]:
-    # Rows of the buckets starting in [start, end]: a bucket starts at or before its readings,
-    # so none is before start; the last one ends within a width (and a DST hour) after end.
-    reach = interval.width + (_DST_MARGIN if interval.local else timedelta(0))
-    lo, hi = scan.start, scan.end + reach
+    lo, hi = reading_window(scan, interval)
     after: Position | None = scan.after
-    if after is not None:
-        if scan.descending:
-            hi = min(hi, after.time + reach)
-        else:
-            lo = max(lo, after.time)
     params: dict[str, Any] = {
         "lo": lo, "hi": hi, "start": scan.start, "end": scan.end, "width": interval.width,
         "margin": _DST_MARGIN, "device": scan.device, "location": scan.location,
@@ -423,7 +415,23 @@ def _params(scan: queries.Scan, interval: Interval, limit: int, local: str | int
         params["only_devices"] = list(scan.only_devices)
     if after is not None:
         params["after_time"], params["after_device"] = after.time, after.device
+    params.update(coldagg.params(scan))
     return params
+
+
+def reading_window(scan: queries.Scan, interval: Interval) -> tuple[datetime, datetime]:
+    """[lo, hi): the readings a page of buckets reads (its cold rows too, serve.coldagg)."""
+    # Rows of the buckets starting in [start, end]: a bucket starts at or before its readings,
+    # so none is before start; the last one ends within a width (and a DST hour) after end.
+    reach = interval.width + (_DST_MARGIN if interval.local else timedelta(0))
+    lo, hi = scan.start, scan.end + reach
+    if scan.after is not None:
+        if scan.descending:
+            hi = min(hi, scan.after.time + reach)
+        else:
+            lo = max(lo, scan.after.time)
+    return lo, hi
+
 
 
 def header_names(columns: tuple[Column, ...]) -> list[str]:

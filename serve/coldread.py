@@ -12,8 +12,7 @@ dropped in SQL: the hot row wins, so nothing is counted twice.
 The catalogue is read in the page's REPEATABLE READ snapshot (serve.api.data), the one its
 hot rows are read in: the mover deletes a file's rows and marks it live in one transaction,
 so a page sees the rows either hot or in a file it reads, whatever a move does meanwhile.
-Aggregated pages (`interval`, `points`) do not read cold files yet and are refused (409) when
-their window reaches one.
+Aggregated pages (`interval`, `points`) read theirs through serve.coldagg.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import pyarrow.compute as pc
 from serve.queries import ColdRows, Scan, bounds
 from shared import coldfiles
 from shared.coldstore import open_store
-from shared.errors import Conflict
 
 
 def _files(conn: psycopg.Connection, scan: Scan, lo: datetime, hi: datetime,
@@ -98,13 +96,3 @@ def _joined(column: pa.ChunkedArray) -> str:
     text = pc.cast(column.combine_chunks(), pa.string()).fill_null("")
     offsets = pa.array([0, len(text)], pa.int32())
     return str(pc.binary_join(pa.ListArray.from_arrays(offsets, text), ",")[0].as_py())
-
-
-def refuse_aggregation(conn: psycopg.Connection, scan: Scan) -> None:
-    """409 for an aggregated page whose window reaches cold readings (not read there yet)."""
-    lo, hi = bounds(scan)
-    if _files(conn, scan, lo, hi):
-        raise Conflict(
-            "interval/points: part of this window is in the cold tier, which aggregated pages "
-            "do not read yet; ask for plain rows, or start after the cold months",
-            errors={"start_time": ["window reaches cold-tier readings"]})

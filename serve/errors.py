@@ -25,6 +25,7 @@ from werkzeug.exceptions import HTTPException, InternalServerError
 from serve.fairshare import Busy
 from shared.errors import (
     BadRequest,
+    ColdTierUnavailable,
     Conflict,
     Forbidden,
     NotFound,
@@ -44,6 +45,7 @@ STATUS: dict[type[ServiceError], int] = {
     Conflict: 409,
     TooManyRequests: 429,
     Busy: 503,  # the server's heavy-page pool is full, not the caller's budget
+    ColdTierUnavailable: 503,  # a cold-tier file missing or unreadable (serve.coldguard)
 }
 
 

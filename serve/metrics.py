@@ -69,6 +69,10 @@ class ApiMetrics:
             "sds_api_db_pool_connect_errors",
             "Failed attempts of the pool to open a connection (database down or refusing)",
             ["pool"], registry=r)
+        self.cold_unavailable = Counter(
+            "sds_api_cold_unavailable",
+            "Pages answered 503 because a cold-tier file they reach is missing or unreadable, "
+            "by reason (missing, unreadable)", ["reason"], registry=r)
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         """Count one answered request."""

@@ -6,7 +6,8 @@
     ├── Conflict            -> 409   (DuplicateName, OverlappingDeployment)
     ├── Unauthorized        -> 401
     ├── Forbidden           -> 403
-    └── TooManyRequests     -> 429
+    ├── TooManyRequests     -> 429
+    └── ColdTierUnavailable -> 503   (a cold-tier file missing or unreadable: serve.coldguard)
     InvalidReading          (ingest: a reading or message that goes to quarantine)
 
 `serve.errors` maps these classes to status codes in one table.
@@ -97,6 +98,10 @@ class TooManyRequests(ServiceError):
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class ColdTierUnavailable(ServiceError):
+    """Readings the request reaches are in a cold-tier file that cannot be read."""
 
 
 class InvalidReading(Exception):

@@ -9,7 +9,9 @@ continue in a REPEATABLE READ transaction with one more statement whose rows are
 chunk at a time. A CSV page is a COPY ... TO STDOUT streamed block by block, after the next
 page's key, in one REPEATABLE READ transaction (so is every calibrated page, with its cold-tier
 rows: serve.coldread). The page is the response body (`serve.render` formats). An aggregated
-page (`interval=`, `points=`) is read whole by `serve.aggregation` after the same lookups.
+page (`interval=`, `points=`) is read whole by `serve.aggregation` after the same lookups,
+with its window's cold readings (serve.coldagg); a cold file that cannot be read answers 503
+(serve.coldtier).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
 from werkzeug.exceptions import HTTPException
 
-from serve import aggregation, caching, coldread, fairshare, queries, render
+from serve import aggregation, caching, coldtier, fairshare, queries, render
 from serve import cursor as cursors
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
@@ -302,10 +304,8 @@ class DataPage:
             only_devices=only_devices, devices=req.several,
             updated_since=req.updated_since.instant if req.updated_since else None,
             updated_before=self.bound)
-        if req.bucketing is not None:
-            coldread.refuse_aggregation(conn, scan)
-            return scan
-        return coldread.attach(conn, scan, current_app.extensions["settings"].cold_path)
+        return coldtier.attach(conn, scan, req.bucketing, (self.start, self.end),
+                               current_app.extensions["settings"].cold_path)
 
     def _plan_json(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
         """Next-page key and body of a JSON page; `conn` is in autocommit (calibrated: in its
