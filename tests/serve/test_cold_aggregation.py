@@ -184,8 +184,8 @@ def before_and_after(client_module: FlaskClient, world: World, cold_dir: Path,
                               (BOUNDARY,)).fetchone()[0]  # type: ignore[index]
     again = [_walk(client_module, world, *r) for r in reqs]
     return {"reqs": reqs, "before": before, "after": after, "moved": moved,
-            "hot_july": hot_july, "kept": kept, "again": again, "copies": copies, "resumed": resumed,
-            "sources": (sources, sources_after)}
+            "hot_july": hot_july, "kept": kept, "again": again, "copies": copies,
+            "resumed": resumed, "sources": (sources, sources_after)}
 
 
 def test_july_moved_cold(before_and_after: dict[str, Any]) -> None:

@@ -1,0 +1,1 @@
+"""Benchmark of aggregated pages over the cold tier (issue 36): `python -m bench.coldagg`."""
