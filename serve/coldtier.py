@@ -22,10 +22,12 @@ from uuid import UUID
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from flask import current_app, has_app_context
 
 from serve import aggregation, coldagg, coldread, queries
 from serve.metrics import EXTENSION, metrics_of
+from shared import coldfiles
 from shared.coldstore import open_store
 from shared.errors import ColdTierUnavailable
 
@@ -47,6 +49,30 @@ def attach(conn: psycopg.Connection, scan: queries.Scan,
     with reading(conn, scan.org, window, cold_path):
         return coldagg.attach(conn, scan, window, aggregation.output_columns(scan.columns),
                               cold_path)
+
+
+def latest_time(conn: psycopg.Connection, org: UUID, device: str, cold_path: str,
+                ) -> datetime | None:
+    """Time of `device`'s newest reading in the cold tier (for a device with none hot: its
+    charts' default range ends there). Files newest first; stops once no older file can hold a
+    later reading. A file that cannot be read is skipped (the page still renders)."""
+    rows = conn.execute(
+        "SELECT path, last_time FROM cold_files WHERE org_id = %s AND state = ANY(%s)"
+        " ORDER BY last_time DESC", (org, list(coldfiles.READABLE))).fetchall()
+    store, best = open_store(cold_path), None
+    for rel, last in rows:
+        if best is not None and last <= best:
+            break
+        try:
+            times = store.dataset([rel]).to_table(
+                columns=["time"], filter=pc.field("device") == device).column("time")
+        except (OSError, pa.ArrowException) as exc:
+            log.warning("cold tier: file %s skipped (%s)", rel, exc)
+            continue
+        found = pc.max(times).as_py() if len(times) else None
+        if found is not None and (best is None or found > best):
+            best = found
+    return best
 
 
 def diagnose(cold_path: str, rels: list[str]) -> list[tuple[str, str]]:

@@ -39,7 +39,8 @@ def _pages(location: str) -> dict[str, str]:
         "one device, 1h, every column (1,488 buckets)": f"{base}device=S000&{WINDOW}&interval=1h",
         "one device, 15m, tair (5,952 buckets)":
             f"{base}device=S000&{WINDOW}&interval=15m&select=time,tair&limit=10000",
-        "one device, 1d local, every column (62 buckets)": f"{base}device=S000&{WINDOW}&interval=1d",
+        "one device, 1d local, every column (62 buckets)":
+            f"{base}device=S000&{WINDOW}&interval=1d",
         "location, points=100 (12h), every column":
             f"{base}location={location}&{WINDOW}&points=100",
     }

@@ -35,7 +35,7 @@ from flask import (
 from werkzeug.exceptions import HTTPException
 
 from people.principal import Principal
-from serve import counts, ids, preferences
+from serve import coldtier, counts, ids, preferences
 from serve.args import MAX_LIMIT
 from serve.auth import public
 from serve.pool import pool
@@ -203,11 +203,12 @@ def logout() -> Response:
 # ---- signed-in pages ---------------------------------------------------------------------
 
 
-def _latest_time(conn: psycopg.Connection, device: str) -> datetime | None:
-    """Time of the device's newest 5-minute reading (where the charts' default range ends)."""
+def _latest_time(conn: psycopg.Connection, org: UUID, device: str) -> datetime | None:
+    """Time of the device's newest 5-minute reading (where the charts' default range ends),
+    hot or, for a device with none hot, in the cold tier."""
     row = conn.execute("SELECT time FROM calibrated WHERE device = %s ORDER BY time DESC"
                        " LIMIT 1", (device,)).fetchone()
-    return row[0] if row else None
+    return row[0] if row else coldtier.latest_time(conn, org, device, _settings().cold_path)
 
 
 @blp.route(f"{PREFIX}/devices/<name>")
@@ -218,7 +219,7 @@ def device(principal: Principal, name: str) -> Response:
         record = model.device(conn, org=principal.org_id, name=name)
         if record is None:
             raise NotFound(f"unknown device {name!r}")
-        latest = _latest_time(conn, name)
+        latest = _latest_time(conn, principal.org_id, name)
         quarantined = conn.execute(
             "SELECT count(*) FROM org_quarantine WHERE device = %s AND received_at > now() - %s",
             (name, model.RECENT)).fetchone()

@@ -81,8 +81,8 @@ def broken(app: Flask, world: World, cold_dir: Path) -> dict[str, Any]:
     with psycopg.connect(world.url, autocommit=True) as conn:
         moved = coldmove.move(conn, hot_days=1, cold_path=str(cold_dir),
                               now=BOUNDARY + timedelta(days=2))
-        paths = dict(conn.execute("SELECT org_id, path FROM cold_files WHERE state = 'live'")
-                     .fetchall())
+        paths: dict[Any, str] = dict(conn.execute(
+            "SELECT org_id, path FROM cold_files WHERE state = 'live'").fetchall())
     assert len(moved) == 2
     intact = _ask(client, world)
     records = _Records()
