@@ -307,6 +307,9 @@ def _from_readings(columns: tuple[Column, ...], interval: Interval, scan: querie
     where = [sql.SQL("t.time >= %(lo)s"), sql.SQL("t.time < %(hi)s"), *_filters("t", scan)]
     if only is not None:
         where.append(only)
+    if coldagg.partials(scan):  # cold buckets' partials (serve.coldagg) merged with the hot
+        return coldagg.buckets(columns, scan, start, join, where, local=interval.local,
+                               behind=only is not None)
     tz = sql.SQL("min(coalesce(z.tz_name, 'UTC'))") if interval.local else sql.SQL("'UTC'")
     # OFFSET 0 keeps the outer filter on the bucket start out of the scan: pushed down, its
     # guessed selectivity made the planner sort the readings (to disk) instead of reading
@@ -316,10 +319,10 @@ def _from_readings(columns: tuple[Column, ...], interval: Interval, scan: querie
     direction = sql.SQL("DESC" if scan.descending else "ASC")
     return sql.SQL(
         "SELECT {start} AS time, t.device, last(t.location, t.time) AS location, {tz} AS tz,"
-        " count(*)::int AS samples{values} FROM {src}{join} WHERE {where}"
+        " count(*)::int AS samples{values} FROM calibrated t{join} WHERE {where}"
         " GROUP BY 1, 2 ORDER BY 1 {d}, 2 {d} OFFSET 0").format(
         start=start, tz=tz, values=sql.SQL("").join(sql.SQL(", ") + v for v in values),
-        src=coldagg.source(scan), join=join, where=sql.SQL(" AND ").join(where), d=direction)
+        join=join, where=sql.SQL(" AND ").join(where), d=direction)
 
 
 def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, scan: queries.Scan
@@ -335,11 +338,8 @@ def _from_stored(table: str, columns: tuple[Column, ...], interval: Interval, sc
     slots = (sql.SQL("date_part('epoch', time_bucket(%(width)s, s.time + %(width)s"
                      " + %(margin)s, {tz}) - s.time) / 300").format(tz=tz)
              if interval.local else sql.SQL("12"))
-    counts = sql.SQL(
-        "SELECT {start} AS time, t.device, count(*)::int AS n FROM {src}{join}"
-        " WHERE {where} GROUP BY 1, 2").format(
-        start=start, src=coldagg.source(scan), join=join, where=sql.SQL(" AND ").join(
-            [sql.SQL("t.time >= %(lo)s"), sql.SQL("t.time < %(hi)s"), *_filters("t", scan)]))
+    counts = coldagg.counts(scan, start, join, sql.SQL(" AND ").join(
+        [sql.SQL("t.time >= %(lo)s"), sql.SQL("t.time < %(hi)s"), *_filters("t", scan)]))
     stored_rows = sql.SQL(
         "SELECT s.time, s.device, s.location, {tz} AS tz,"
         " round(s.sample_pct * {slots})::int AS samples{values}"

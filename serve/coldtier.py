@@ -45,10 +45,11 @@ def attach(conn: psycopg.Connection, scan: queries.Scan,
     if bucketing is None:
         with reading(conn, scan.org, queries.bounds(scan), cold_path):
             return coldread.attach(conn, scan, cold_path)
-    window = aggregation.reading_window(scan, bucketing.resolve(*listing))
+    interval = bucketing.resolve(*listing)
+    window = aggregation.reading_window(scan, interval)
     with reading(conn, scan.org, window, cold_path):
         return coldagg.attach(conn, scan, window, aggregation.output_columns(scan.columns),
-                              cold_path)
+                              interval.width, interval.local, cold_path)
 
 
 def latest_time(conn: psycopg.Connection, org: UUID, device: str, cold_path: str,
