@@ -42,7 +42,7 @@ from serve.pool import pool
 from serve.readmodels import location_summary, summary_page
 from serve.web import assets, charts, model
 from serve.web import session as web_session
-from shared import quarantinecodes, units
+from shared import coldfiles, quarantinecodes, units
 from shared.config import Settings
 from shared.errors import (
     BadRequest,
@@ -381,7 +381,10 @@ def compare(principal: Principal) -> Response:
     with pool().connection() as conn:
         prefs = preferences.read(conn, user=principal.user_id, org=principal.org_id)
         found = model.device_list(conn, org=principal.org_id, settings=_settings())
-        row = conn.execute("SELECT max(time) FROM calibrated").fetchone()
+        row = conn.execute(  # the newest reading, hot or cold (serve.coldtier)
+            "SELECT greatest((SELECT max(time) FROM calibrated), (SELECT max(last_time)"
+            " FROM cold_files WHERE org_id = %s AND state = ANY(%s)))",
+            (principal.org_id, list(coldfiles.READABLE))).fetchone()
     end = (row[0] if row and row[0] else datetime.now(UTC)).astimezone(UTC)
     config = charts.config(device="", zone=None, end=format_utc_z_exact(end),
                            chosen=charts.chosen_units(preferences.chosen_units(
