@@ -18,7 +18,10 @@ CAL = TABLES["calibrated"]
 T0 = datetime(2024, 7, 31, 23, 0, tzinfo=UTC)
 
 
-def _table(rows: list[tuple[datetime, str, str | None, float | None, float | None]]) -> pa.Table:
+Row = tuple[datetime, str, str | None, float | None, float | None]
+
+
+def _table(rows: list[Row]) -> pa.Table:
     times, devices, places, tair, wd = zip(*rows, strict=True)
     return pa.table({"time": pa.array(times, pa.timestamp("us", tz="UTC")),
                      "device": pa.array(devices, pa.string()),
@@ -34,7 +37,7 @@ def test_reading_names_are_keys_and_the_sources_of_the_columns_asked_for() -> No
 
 def test_partials_per_bucket_device_and_location() -> None:
     five = timedelta(minutes=5)
-    rows = [(T0 + i * five, "D1", "L1" if i < 14 else "L2", 21.3 + i, 350.0 if i % 2 else 10.0)
+    rows: list[Row] = [(T0 + i * five, "D1", "L1" if i < 14 else "L2", 21.3 + i, 350.0 if i % 2 else 10.0)
             for i in range(15)]
     rows.append((T0, "D2", None, None, None))
     table = _table(rows)
