@@ -37,8 +37,8 @@ def test_reading_names_are_keys_and_the_sources_of_the_columns_asked_for() -> No
 
 def test_partials_per_bucket_device_and_location() -> None:
     five = timedelta(minutes=5)
-    rows: list[Row] = [(T0 + i * five, "D1", "L1" if i < 14 else "L2", 21.3 + i, 350.0 if i % 2 else 10.0)
-            for i in range(15)]
+    rows: list[Row] = [(T0 + i * five, "D1", "L1" if i < 14 else "L2", 21.3 + i,
+                        350.0 if i % 2 else 10.0) for i in range(15)]
     rows.append((T0, "D2", None, None, None))
     table = _table(rows)
     micros = table.column("time").cast(pa.int64()).to_numpy()
