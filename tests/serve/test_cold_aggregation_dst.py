@@ -6,7 +6,6 @@ moves cold, `interval=1d` and `7d` pages (whose edges serve.coldagg takes from P
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import psycopg
