@@ -38,7 +38,7 @@ def world(module_db: str) -> World:
     return world
 
 
-REQUESTS = [
+REQUESTS: list[tuple[str | None, dict[str, Any]]] = [
     ("text/csv", {"device": "D2", "interval": "1d", "local_time": "America/New_York"}),
     (None, {"device": "D1,D2", "interval": "1d", "select": "device,time,tair,precip",
             "order": "desc", "limit": 9}),
