@@ -433,7 +433,6 @@ def reading_window(scan: queries.Scan, interval: Interval) -> tuple[datetime, da
     return lo, hi
 
 
-
 def header_names(columns: tuple[Column, ...]) -> list[str]:
     """The answer's field names in order (local_time, when asked for, follows)."""
     return [c.name for c in columns] + list(BOOKKEEPING)

@@ -3,9 +3,8 @@ page's from serve.coldread, an aggregated page's from serve.coldagg), and a cold
 cannot be read (deleted by an operator, its disk gone, truncated or corrupt) answers 503
 naming the file and "cold tier unavailable", not a 500 with a traceback.
 
-`reading()` wraps a page's cold read: pyarrow's error is
-turned into `ColdTierUnavailable`, after finding which of the page's files is at fault (each
-is checked: there, then read whole). The first failure of a file in a process is logged (one
+`reading()` wraps a page's cold read: pyarrow's error is turned into `ColdTierUnavailable`,
+after finding which of the page's files is at fault (each is checked: there, then read whole). The first failure of a file in a process is logged (one
 line, not a traceback per request); every refused page is counted in
 `sds_api_cold_unavailable_total{reason}` (reason `missing` or `unreadable`). Pages whose
 window reaches no broken file never open it, so they keep working.
@@ -56,7 +55,8 @@ def latest_time(conn: psycopg.Connection, org: UUID, device: str, cold_path: str
                 ) -> datetime | None:
     """Time of `device`'s newest reading in the cold tier (for a device with none hot: its
     charts' default range ends there). Files newest first; stops once no older file can hold a
-    later reading. A file that cannot be read is skipped (the page still renders)."""
+    later reading (a device with no cold rows costs a look at every file's row-group
+    statistics). A file that cannot be read is skipped (the page still renders)."""
     rows = conn.execute(
         "SELECT path, last_time FROM cold_files WHERE org_id = %s AND state = ANY(%s)"
         " ORDER BY last_time DESC", (org, list(coldfiles.READABLE))).fetchall()
