@@ -4,10 +4,11 @@ cannot be read (deleted by an operator, its disk gone, truncated or corrupt) ans
 naming the file and "cold tier unavailable", not a 500 with a traceback.
 
 `reading()` wraps a page's cold read: pyarrow's error is turned into `ColdTierUnavailable`,
-after finding which of the page's files is at fault (each is checked: there, then read whole). The first failure of a file in a process is logged (one
-line, not a traceback per request); every refused page is counted in
-`sds_api_cold_unavailable_total{reason}` (reason `missing` or `unreadable`). Pages whose
-window reaches no broken file never open it, so they keep working.
+after finding which of the page's files is at fault (each is checked: there, then read
+whole). The first failure of a file in a process is logged (one line, not a traceback per
+request); every refused page is counted in `sds_api_cold_unavailable_total{reason}` (reason
+`missing` or `unreadable`). Pages whose window reaches no broken file never open it, so they
+keep working.
 """
 
 from __future__ import annotations
