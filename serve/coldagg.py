@@ -15,10 +15,11 @@ per bucket and applies the registry's formulas, so a bucket half hot and half co
 A local day or week's edges come from PostgreSQL (`time_bucket` in the location's zone), so
 Python never applies time zone rules of its own.
 
-Sums of float32 readings in float8 are exact unless a bucket's values span more than ~29
-binary orders of magnitude, so merging partials gives the very mean the hot page gives; sines
-and cosines may differ in the last bit from PostgreSQL's, far below the degree's tenth the
-answer is rounded to.
+A float8 sum of float32 readings (24-bit mantissas) is exact while a bucket's nonzero values
+span fewer than 29 - log2(readings) binary orders of magnitude (18 for a week of 5-minute
+readings), so merged partials give the very mean and total the hot page gives, in whatever
+order they are added; sines and cosines may differ from PostgreSQL's in the last bit, far
+below the tenth of a degree the answer is rounded to.
 """
 
 from __future__ import annotations
