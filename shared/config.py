@@ -154,7 +154,7 @@ class Settings:
     hot_days: int = _f(
         0, "Cold tier (docs/operations.md \"Cold tier\"): calibrated readings in whole months "
         "older than this many days move to Parquet files under SDS_COLD_PATH with `sds cold "
-        "move` (0: off, the default while /data reads cold rows only in plain pages)")
+        "move` (0: off, the default until the mover runs on a schedule)")
     cold_path: str = _f(".state/cold", "Directory of the cold tier's Parquet files")
 
     # --- alerts (docs/alerts.md) ---
