@@ -118,6 +118,18 @@ def apply(conn: psycopg.Connection, settings: Settings, export_dir: Path,
     now = now or datetime.now(UTC)
     result = lifecycle.Result("calibrated (cold)")
     store = open_store(settings.cold_path)
+    zone = conn.execute("SHOW TimeZone").fetchone()
+    # The export prints times in the session's zone: UTC, as the hot export's (SET LOCAL there).
+    conn.execute("SET TimeZone = 'UTC'")
+    try:
+        _apply(conn, settings, store, export_dir, now, checkpoint, result)
+    finally:
+        conn.execute(sql.SQL("SET TimeZone = {}").format(sql.Literal(zone[0] if zone else "UTC")))
+    return result
+
+
+def _apply(conn: psycopg.Connection, settings: Settings, store: ColdStore, export_dir: Path,
+           now: datetime, checkpoint: Checkpoint, result: lifecycle.Result) -> None:
     with coldmove.holding_lock(conn):
         coldmove.recover(conn, store, checkpoint)
         for group in lifecycle.groups(conn, settings, "calibrated"):
@@ -129,14 +141,13 @@ def apply(conn: psycopg.Connection, settings: Settings, export_dir: Path,
             if pending and pending[0]:
                 result.blocked = (f"{pending[0]} rollup buckets before {cutoff.isoformat()} "
                                   "are still pending")
-                return result
+                return
             months = conn.execute(
                 "SELECT DISTINCT month FROM cold_files WHERE org_id = %s AND state = 'live'"
                 " AND first_time < %s ORDER BY 1", (group.org, cutoff)).fetchall()
             for (month,) in months:
                 _one_month(conn, store, export_dir, group.org, month, cutoff, now, result,
                            checkpoint)
-    return result
 
 
 def _one_month(conn: psycopg.Connection, store: ColdStore, export_dir: Path, org: object,
