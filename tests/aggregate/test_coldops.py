@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -373,3 +374,78 @@ def test_cold_retention_killed_at_each_step_loses_and_doubles_nothing(
     assert {d for d, _t in _exported(exports)} == {"O1", "O2"}
     assert len(set(_exported(exports))) == len(gone)
     _tidy(database_url, root)
+
+
+# ---- (1) the scheduler runs the mover, on by default; status shows it ---------------------------
+
+def _wait(check: Any, seconds: float, what: str) -> None:
+    """Poll `check` (a database question, no event to wait on) until true or fail."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_the_scheduler_moves_months_past_the_default_hot_window(
+        conn: psycopg.Connection, database_url: str, tmp_path: Path) -> None:
+    settings = Settings()
+    assert settings.hot_days >= settings.ingest_horizon_days + lifecycle.INGEST_MARGIN_DAYS
+    edge = coldmove.cutoff(settings.hot_days)
+    old = datetime(edge.year - 1, edge.month, 1, tzinfo=UTC)  # 12 months before the cutoff
+    org = accounts.create_org(conn, name="Sched")
+    places.register_device(conn, org=org, name="S1")
+    insert_readings(conn, "S1", None, [{"time": old + timedelta(hours=6 * k), "tair": 1.0}
+                                       for k in range(4 * 62)] + [{"time": NOW, "tair": 2.0}])
+    conn.commit()
+    root = tmp_path / "cold"
+    env = {**os.environ, "SDS_DATABASE_URL": database_url, "SDS_COLD_PATH": str(root),
+           "SDS_AGGREGATE_INTERVAL": "1", "SDS_AGGREGATE_METRICS_PORT": "0"}
+    env.pop("SDS_HOT_DAYS", None)  # the default
+    with (tmp_path / "aggregate.log").open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "aggregate"], cwd=ROOT, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with psycopg.connect(database_url, autocommit=True) as watch:
+            _wait(lambda: watch.execute("SELECT count(*) FROM job_runs WHERE job = 'cold'"
+                                        " AND finished IS NOT NULL").fetchone()[0], 120,
+                  "the scheduler's first cold run")
+            runs = watch.execute("SELECT ok, buckets FROM job_runs WHERE job = 'cold'").fetchall()
+            files = watch.execute("SELECT month, rows FROM cold_files WHERE state = 'live'"
+                                  " ORDER BY month").fetchall()
+            hot = watch.execute("SELECT min(time) FROM calibrated").fetchone()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert runs[0] == (True, 3), (tmp_path / "aggregate.log").read_text()[-3000:]
+    assert [f[0] for f in files] == [(old + timedelta(days=31 * i)).date().replace(day=1)
+                                     for i in range(3)]
+    assert sum(f[1] for f in files) == 4 * 62 and hot == (NOW,)
+    shown = _sds({**env, "SDS_DB_ROLES": "false"}, "cold", "status")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("live: 3 files, ") and lines[0].endswith(f", {4 * 62} rows")
+    assert f"store: {root}" in lines
+    assert f"oldest hot reading: {NOW:%Y-%m-%d}" in lines
+    assert any(line.startswith("last mover run: ") and line.endswith(" UTC") and "(ok)" in line
+               for line in lines), lines
+
+
+def test_cold_status_names_what_needs_an_operator(conn: psycopg.Connection, database_url: str,
+                                                  tmp_path: Path) -> None:
+    org = accounts.create_org(conn, name="Stuck")
+    conn.execute("INSERT INTO cold_files (org_id, month, path, state, created) VALUES"
+                 " (%s, '2024-04-01', 'x.parquet', 'verified', now() - interval '2 days')",
+                 (org,))
+    conn.execute("INSERT INTO aggregate_runs (job, last_start, last_ok, last_error,"
+                 " last_error_at) VALUES ('cold', now(), now() - interval '1 hour',"
+                 " 'OSError: disk full', now())")
+    conn.commit()
+    env = _env(database_url, tmp_path / "cold", None)
+    shown = _sds(env, "cold", "status")
+    assert shown.returncode == 3, shown.stdout + shown.stderr
+    problems = [line for line in shown.stdout.splitlines() if line.startswith("PROBLEM: ")]
+    assert len(problems) == 2, shown.stdout
+    assert "neither live nor removed" in problems[0]
+    assert problems[1].endswith("OSError: disk full")
+    assert "verified: 1 files, 0 bytes (0 B), 0 rows" in shown.stdout.splitlines()
