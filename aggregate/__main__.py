@@ -209,6 +209,11 @@ def main() -> int:
                 break
             scheduler.start()  # blocks until the watchdog or a signal shuts it down
             current.clear()
+            # shutdown(wait=False) left the running jobs going: they finish (a lost lock stops
+            # them at their next guard) before the pool closes under them (PoolClosed
+            # tracebacks otherwise, more likely since the cold job's first run is long).
+            for executor in scheduler._executors.values():  # no public accessor in 3.x
+                executor.shutdown(wait=True)
             metrics.leader.set(0)
             leader.release()
     finally:

@@ -97,8 +97,15 @@ def _steps(device: str, location: UUID, lo: datetime, hi: datetime | None, tz: Z
 def apply(conn: psycopg.Connection, store: ColdStore, relabel_id: int, device: str,
           location: UUID, lo: datetime, hi: datetime | None,
           checkpoint: Checkpoint = lambda _s: None, guard: Guard = lambda _c: None) -> int:
-    """Do one queued relabel and remove it from the queue; the months rewritten."""
-    tz_row = conn.execute("SELECT tz_name FROM locations WHERE id = %s", (location,)).fetchone()
+    """Do one queued relabel and remove it from the queue; the months rewritten. A relabel to a
+    location of another organisation than the device's is dropped unapplied (the queue has no
+    row-level security of its own)."""
+    tz_row = conn.execute("SELECT l.tz_name FROM locations l JOIN devices d ON d.org_id ="
+                          " l.org_id WHERE l.id = %s AND d.name = %s",
+                          (location, device)).fetchone()
+    if tz_row is None:
+        log.warning("cold: relabel %d of %s to location %s dropped: not a location of the "
+                    "device's organisation", relabel_id, device, location)
     done = 0
     for org, month in _months(conn, device, lo, hi):
         guard(conn)
