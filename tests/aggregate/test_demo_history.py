@@ -54,4 +54,4 @@ def test_demo_history_gives_the_cold_tier_months_to_move(database_url: str,
     shown = CliRunner().invoke(main, ["cold", "status"], env=env, catch_exceptions=False)
     assert shown.output.startswith(f"live: {months} files, ")
     print(f"demo history: {sum(counts.values())} readings, seed and rollups {seeded:.1f} s;"
-          f" {months} cold months moved in {move_s:.1f} s")
+          f" {months} cold months moved in {move_s:.1f} s\n{shown.output}")
