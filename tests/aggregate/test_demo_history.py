@@ -34,8 +34,8 @@ def test_demo_history_gives_the_cold_tier_months_to_move(database_url: str,
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     start, end = today - timedelta(days=470), today - timedelta(days=400)
     with psycopg.connect(database_url) as conn:
-        counts = dict(conn.execute("SELECT device, count(*) FROM calibrated GROUP BY 1"
-                                   ).fetchall())
+        counts: dict[str, int] = dict(conn.execute(
+            "SELECT device, count(*) FROM calibrated GROUP BY 1").fetchall())
         bad = conn.execute("SELECT count(*) FROM calibrated WHERE tdew IS NULL OR rh > 1"
                            " OR rh <= 0 OR slp IS NULL OR vpd < 0").fetchone()
         daily = conn.execute("SELECT count(*), count(*) FILTER (WHERE low_quality)"
