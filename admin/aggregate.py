@@ -94,7 +94,8 @@ def backfill(tables: tuple[str, ...], devices: tuple[str, ...], start: str, end:
                                 devices=list(devices) or None,
                                 low_quality_pct=settings.low_quality_pct,
                                 chunk_days=chunk_days, progress=progress, workers=workers,
-                                connect=lambda: context.plain_connection(settings, name=CLI_NAME))
+                                connect=lambda: context.plain_connection(settings, name=CLI_NAME),
+                                cold_path=settings.cold_path)
     click.echo(f"{written} rows written")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from admin import demohistory
 from admin.brokeraccounts import set_mqtt_passwords, set_rabbitmq_users
 from admin.context import Context, pass_ctx
 from admin.people import sealer
@@ -54,13 +55,21 @@ DEMO_RULE = {"name": "Frost", "table": "calibrated", "column": "tair",
 @click.option("--rabbitmq-definitions", type=click.Path(path_type=Path), default=None,
               help="RabbitMQ definitions file to add the demo devices to (cluster profile).")
 @click.option("--days", default=30, show_default=True, help="Deployments start this many days ago.")
+@click.option("--history-days", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Write this many days of 5-minute readings up to --history-until days ago "
+                   "(and their rollups), deployed from then (deploy/run.sh: 500).")
+@click.option("--history-until", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Days before today where the written history ends (the simulator's "
+                   "backfill covers the rest).")
 @pass_ctx
 def demo(obj: Context, credentials_out: Path | None, mqtt_passwd_file: Path | None,
-         rabbitmq_definitions: Path | None, days: int) -> None:
+         rabbitmq_definitions: Path | None, days: int, history_days: int,
+         history_until: int) -> None:
     """Create a demo organisation, user, locations in several zones, devices and an API key."""
     password = secrets.token_urlsafe(12)
-    start = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(
-        days=days)
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    start = today - timedelta(days=max(days, history_days))
+    history: list[tuple[str, object, float, float, float]] = []
     device_passwords: dict[str, str] = {}
     with obj.conn() as conn:
         exists = conn.execute("SELECT 1 FROM organisations WHERE name = %s",
@@ -75,6 +84,7 @@ def demo(obj: Context, credentials_out: Path | None, mqtt_passwd_file: Path | No
                 name=loc_name, tz_name=tz, lat=lat, lon=lon, elev=elev, kc=kc))
             places.register_device(conn, org=oid, name=dev, type="weather", model="SDS-1")
             places.deploy_device(conn, device=dev, location=lid, start=start)
+            history.append((dev, lid, lat, lon, elev))
             soil, roots, crop = DEMO_WATER[dev]
             irrigation.put_settings(conn, lid, {"soil": soil, "root_depth": roots,
                                                 "crop": crop})
@@ -89,6 +99,12 @@ def demo(obj: Context, credentials_out: Path | None, mqtt_passwd_file: Path | No
         if rabbitmq_definitions:
             set_rabbitmq_users(rabbitmq_definitions, device_passwords,
                                 obj.settings.topic_prefix)
+    if history_days > history_until:
+        with obj.conn() as conn:
+            n = demohistory.seed(conn, history, start, today - timedelta(days=history_until),
+                                 low_quality_pct=obj.settings.low_quality_pct,
+                                 cold_path=obj.settings.cold_path)
+        click.echo(f"history:      {n} readings from {start:%Y-%m-%d}, rolled up")
     if credentials_out:
         credentials_out.write_text(json.dumps(device_passwords, indent=2))
         credentials_out.chmod(0o600)

@@ -11,8 +11,8 @@ import click
 import psycopg
 from psycopg import sql
 
-from admin import context
-from aggregate import lifecycle, storage
+from admin import cold, context
+from aggregate import coldretention, lifecycle, storage
 from people import accounts
 from shared.config import Settings
 
@@ -125,6 +125,8 @@ def retention(dry_run: bool, tables: tuple[str, ...], export_dir: Path | None) -
             conn.rollback()
             return
         results = lifecycle.run(conn, settings, chosen)
+        if "calibrated" in chosen:  # and readings in the cold tier (aggregate/coldretention.py)
+            results.append(coldretention.run(conn, settings, checkpoint=cold.checkpoint))
     for r in results:
         if r.blocked:
             click.echo(f"{r.table}: nothing removed, held back: {r.blocked}")

@@ -1,9 +1,9 @@
 """`python -m aggregate`: the rollup scheduler, one active instance per database.
 
 The process waits for the scheduler lock (aggregate.leader), then runs a BlockingScheduler in
-UTC with one interval job per rollup table, the backup jobs (aggregate/backups.py, with
-SDS_BACKUP_CONFIG) plus a watchdog that stops the scheduler when the
-lock is lost; it then waits for the lock again. Jobs are defined here in code (fixed ids,
+UTC with one interval job per rollup table, the cold tier's mover (SDS_HOT_DAYS), the backup
+jobs (aggregate/backups.py, with SDS_BACKUP_CONFIG) plus a watchdog that stops the scheduler
+when the lock is lost; it then waits for the lock again. Jobs are defined here in code (fixed ids,
 replace_existing) with APScheduler's default in-memory job store: no shared persistent store,
 so restarts never duplicate jobs (reliability plan R30-R34).
 """
@@ -82,6 +82,16 @@ def build_scheduler(
     elif settings.retention_calibrated_days or settings.retention_health_days:
         log.warning("retention horizons are set but SDS_RETENTION_EXPORT_DIR is not: nothing "
                     "is removed until it names the directory for the export")
+
+    if settings.hot_days > 0:
+        # The cold tier's mover (docs/operations.md "Cold tier"): relabels, moves, compaction.
+        scheduler.add_job(
+            jobs.run_cold, IntervalTrigger(seconds=max(60, settings.cold_interval),
+                                           timezone=UTC),
+            id=jobs.COLD_JOB, name="cold tier mover", replace_existing=True, coalesce=True,
+            max_instances=1, misfire_grace_time=MISFIRE_GRACE, next_run_time=datetime.now(UTC),
+            kwargs={"pool": pool, "settings": settings, "guard": leader.guard,
+                    "runner": runner, "metrics": metrics})
 
     if settings.audit_retention_days > 0:
         scheduler.add_job(
@@ -199,6 +209,11 @@ def main() -> int:
                 break
             scheduler.start()  # blocks until the watchdog or a signal shuts it down
             current.clear()
+            # shutdown(wait=False) left the running jobs going: they finish (a lost lock stops
+            # them at their next guard) before the pool closes under them (PoolClosed
+            # tracebacks otherwise, more likely since the cold job's first run is long).
+            for executor in scheduler._executors.values():  # no public accessor in 3.x
+                executor.shutdown(wait=True)
             metrics.leader.set(0)
             leader.release()
     finally:

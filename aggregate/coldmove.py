@@ -15,14 +15,20 @@ every one of them), and the catalogue `cold_files` says where it got to:
    a relabel, retention) rolls the delete back and the file is discarded, to be redone.
 
 A rerun first finishes or undoes what a killed run left: `pending` files are removed, a
-`verified` file takes step 4 again. So after any kill a reading is either hot or in a live (or
-verified) file, and readers count it once. Functions take `conn` (autocommit) first.
+`verified` file takes step 4 again, and what an interrupted rewrite left (aggregate.coldrewrite:
+`staged` and `retired` files) is removed. So after any kill a reading is either hot or in a
+live (or verified) file, and readers count it once.
+
+A month that already has a live file (late readings arrived after it went cold) is not given a
+second file: it is compacted, its files and hot rows rewritten into one (aggregate.coldrewrite),
+and so is a month left with several files. Functions take `conn` (autocommit) first.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from uuid import UUID
@@ -30,6 +36,9 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
+from aggregate.coldrewrite import COLS as _COLS
+from aggregate.coldrewrite import WHERE as _WHERE
+from aggregate.coldrewrite import Rewritten, live_files, month_bounds, rewrite
 from shared import coldfiles, locks
 from shared.coldstore import ColdStore, open_store
 
@@ -38,10 +47,8 @@ log = logging.getLogger(__name__)
 Checkpoint = Callable[[str], None]  # called with each step's name: the chaos test's failpoint
 STEPS = ("pending", "written", "renamed", "verified", "deleted", "live")
 
-_COLS = sql.SQL(", ").join(sql.Identifier(n) for n in coldfiles.NAMES)
-# The month's rows of one organisation's devices (the file's rows, and the delete's).
-_WHERE = ("device IN (SELECT name FROM devices WHERE org_id = %(org)s)"
-          " AND time >= %(lo)s AND time < %(hi)s")
+LOCK_NAME = "sds cold mover"  # one writer of the cold tier at a time (mover, retention, relabels)
+Guard = Callable[[psycopg.Connection], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +60,7 @@ class Moved:
     path: str
     rows: int
     bytes: int
-
-
-def _month_bounds(month: date) -> tuple[datetime, datetime]:
-    lo = datetime(month.year, month.month, 1, tzinfo=UTC)
-    hi = datetime(month.year + (month.month == 12), month.month % 12 + 1, 1, tzinfo=UTC)
-    return lo, hi
+    compacted: bool = False  # several files and late hot rows rewritten as this one
 
 
 def cutoff(hot_days: int, now: datetime | None = None) -> datetime:
@@ -87,7 +89,7 @@ def _discard(conn: psycopg.Connection, store: ColdStore, file_id: int, rel: str)
 def _make_live(conn: psycopg.Connection, file_id: int, org: UUID, month: date, checksum: str,
                checkpoint: Checkpoint) -> bool:
     """Step 4: delete exactly the file's rows and mark it live, or change nothing."""
-    lo, hi = _month_bounds(month)
+    lo, hi = month_bounds(month)
     try:
         with conn.transaction():
             stmt = sql.SQL("DELETE FROM calibrated WHERE {} RETURNING {}").format(
@@ -109,8 +111,8 @@ class _Changed(Exception):
 
 
 def recover(conn: psycopg.Connection, store: ColdStore, checkpoint: Checkpoint) -> None:
-    """Finish or undo what a killed run left: pending files go, verified ones go live (or go,
-    when their rows changed since)."""
+    """Finish or undo what a killed run left: pending, staged and retired files go, verified
+    ones go live (or go, when their rows changed since)."""
     for file_id, org, month, rel, state, checksum in conn.execute(
             "SELECT id, org_id, month, path, state, checksum FROM cold_files"
             " WHERE state <> 'live' ORDER BY id").fetchall():
@@ -128,7 +130,7 @@ def move_month(conn: psycopg.Connection, store: ColdStore, org: UUID, month: dat
     rel = coldfiles.relative_path(org, month, file_id)
     conn.execute("UPDATE cold_files SET path = %s WHERE id = %s", (rel, file_id))
     checkpoint("pending")
-    lo, hi = _month_bounds(month)
+    lo, hi = month_bounds(month)
     stmt = sql.SQL("SELECT {} FROM calibrated WHERE {}").format(_COLS, sql.SQL(_WHERE))
     rows = conn.execute(stmt, {"org": org, "lo": lo, "hi": hi}).fetchall()
     table = coldfiles.table_from_rows(rows)
@@ -151,33 +153,61 @@ def move_month(conn: psycopg.Connection, store: ColdStore, org: UUID, month: dat
     return Moved(org, month, rel, len(rows), size)
 
 
-def move(conn: psycopg.Connection, *, hot_days: int, cold_path: str,
-         checkpoint: Checkpoint = lambda _step: None, now: datetime | None = None,
-         ) -> list[Moved]:
-    """One mover pass: recover, then move every organisation-month past the cutoff.
-    `conn` must be in autocommit (each step commits on its own)."""
-    if hot_days <= 0:
-        raise ValueError("the cold tier is off (SDS_HOT_DAYS unset or 0)")
-    store = open_store(cold_path)
-    # One mover at a time: a second one waits rather than racing on the same months.
-    lock = locks.SessionLock(conn.info.dsn, "sds cold mover", application_name="sds-cold-mover")
+@contextmanager
+def holding_lock(conn: psycopg.Connection) -> Iterator[None]:
+    """The cold tier's writer lock on `conn`'s session, waited for: the mover, retention's
+    cold part and relabels never rewrite the same month at once."""
+    lock = locks.SessionLock(conn.info.dsn, LOCK_NAME, application_name="sds-cold-mover")
     lock.lock(conn)
     try:
-        recover(conn, store, checkpoint)
-        moved = []
-        for org, month in candidates(conn, cutoff(hot_days, now)):
-            done = move_month(conn, store, org, month, checkpoint)
-            if done is not None:
-                moved.append(done)
-        return moved
+        yield
     finally:
         lock.unlock(conn)
 
 
-def status(conn: psycopg.Connection) -> dict[str, object]:
-    """What `sds cold status` shows: files and bytes by state, rows, oldest hot reading."""
-    by_state = {r[0]: (r[1], r[2], r[3]) for r in conn.execute(
-        "SELECT state, count(*), coalesce(sum(bytes), 0), coalesce(sum(rows), 0)"
-        " FROM cold_files GROUP BY state").fetchall()}
-    oldest = conn.execute("SELECT min(time) FROM calibrated").fetchone()
-    return {"by_state": by_state, "oldest_hot": oldest[0] if oldest else None}
+def crowded(conn: psycopg.Connection) -> list[tuple[UUID, date]]:
+    """Organisation-months with more than one live file (a compaction's work)."""
+    rows = conn.execute("SELECT org_id, month FROM cold_files WHERE state = 'live'"
+                        " GROUP BY 1, 2 HAVING count(*) > 1 ORDER BY 2, 1").fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def compact(conn: psycopg.Connection, store: ColdStore, org: UUID, month: date,
+            checkpoint: Checkpoint) -> Moved | None:
+    """The month's live files and hot rows rewritten as one file (aggregate.coldrewrite)."""
+    done: Rewritten | None = rewrite(conn, store, org, month, merge_hot=True,
+                                     checkpoint=checkpoint)
+    if done is None or done.path is None:
+        return None
+    log.info("cold: %s compacted from %d file(s) and %d hot rows", done.path,
+             len(done.replaced), done.merged_hot)
+    return Moved(org, month, done.path, done.rows, done.bytes, compacted=True)
+
+
+def move(conn: psycopg.Connection, *, hot_days: int, cold_path: str,
+         checkpoint: Checkpoint = lambda _step: None, now: datetime | None = None,
+         guard: Guard = lambda _c: None) -> list[Moved]:
+    """One mover pass: recover, then move every organisation-month past the cutoff (a month
+    that already has a file is compacted with its new hot rows), then compact months left with
+    several files. `conn` must be in autocommit (each step commits on its own); `guard` runs
+    before each month (the scheduler's leader check: raising stops the pass there)."""
+    if hot_days <= 0:
+        raise ValueError("the cold tier is off (SDS_HOT_DAYS unset or 0)")
+    store = open_store(cold_path)
+    with holding_lock(conn):
+        recover(conn, store, checkpoint)
+        moved = []
+        for org, month in candidates(conn, cutoff(hot_days, now)):
+            guard(conn)
+            if live_files(conn, org, month):
+                done = compact(conn, store, org, month, checkpoint)
+            else:
+                done = move_month(conn, store, org, month, checkpoint)
+            if done is not None:
+                moved.append(done)
+        for org, month in crowded(conn):
+            guard(conn)
+            done = compact(conn, store, org, month, checkpoint)
+            if done is not None:
+                moved.append(done)
+        return moved

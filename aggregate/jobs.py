@@ -21,11 +21,20 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from aggregate import lifecycle, rollups, water
+from aggregate import (
+    coldmove,
+    coldrelabel,
+    coldretention,
+    coldstatus,
+    lifecycle,
+    rollups,
+    water,
+)
 from aggregate.leader import LeadershipLost
 from aggregate.metrics import Metrics
-from shared import audit
+from shared import audit, db
 from shared.config import Settings
+from shared.db import ROLE_AGGREGATE
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +86,7 @@ def _finish(pool: ConnectionPool, job: str, run_id: int, *, buckets: int,
 
 def drain(
     pool: ConnectionPool, *, table: str, low_quality_pct: float, guard: Guard = _no_guard,
-    batch: int = BATCH, max_batches: int = MAX_BATCHES,
+    batch: int = BATCH, max_batches: int = MAX_BATCHES, cold_path: str | None = None,
 ) -> int:
     """Process `table`'s pending marks, one transaction per batch; returns marks processed.
 
@@ -89,7 +98,7 @@ def drain(
         with pool.connection() as conn, conn.transaction():
             guard(conn)
             n = rollups.process_marks(conn, table=table, limit=batch,
-                                      low_quality_pct=low_quality_pct)
+                                      low_quality_pct=low_quality_pct, cold_path=cold_path)
             if table == "daily":
                 # The root-zone balance follows the daily rows it reads, in their transaction
                 # (aggregate/water.py; marks from the trigger on daily and from settings).
@@ -149,7 +158,7 @@ def run_job(
 
     def work() -> tuple[int, str | None]:
         return drain(pool, table=table, low_quality_pct=settings.low_quality_pct,
-                     guard=guard), None
+                     guard=guard, cold_path=settings.cold_path), None
 
     n = _recorded(pool, table, work, guard=guard, runner=runner, metrics=metrics)
     if n is None:
@@ -179,6 +188,8 @@ def run_retention(
     def work() -> tuple[int, str | None]:
         with pool.connection() as conn:
             results.extend(lifecycle.run(conn, settings, guard=guard))
+            # Readings past a horizon in the cold tier (aggregate/coldretention.py).
+            results.append(coldretention.run(conn, settings, guard=guard))
         blocked = "; ".join(f"{r.table}: {r.blocked}" for r in results if r.blocked)
         # A run held back by pending rollups is not an error, but status must say why.
         return sum(r.rows for r in results), f"held back: {blocked}" if blocked else None
@@ -190,6 +201,34 @@ def run_retention(
         log.info("retention %s: %d rows exported to %s and removed%s", r.table, r.rows,
                  r.manifest or "-", f" (held back: {r.blocked})" if r.blocked else "")
     return removed
+
+
+COLD_JOB = coldstatus.COLD_JOB
+
+
+def run_cold(
+    pool: ConnectionPool, settings: Settings, *, guard: Guard = _no_guard,
+    runner: str | None = None, metrics: Metrics | None = None,
+) -> int:
+    """One scheduled pass of the cold tier (docs/operations.md "Cold tier"): queued relabels of
+    cold readings, then the mover (aggregate.coldmove: finish what a killed run left, move the
+    months past SDS_HOT_DAYS, compact), recorded as job `cold` with the files made live or
+    rewritten as its count. Its own autocommit session, since every step commits alone."""
+
+    def work() -> tuple[int, str | None]:
+        with db.connect(settings, name="sds-cold-mover", autocommit=True,
+                        role=ROLE_AGGREGATE) as conn:
+            relabelled = coldrelabel.run(conn, cold_path=settings.cold_path, guard=guard)
+            moved = coldmove.move(conn, hot_days=settings.hot_days,
+                                  cold_path=settings.cold_path, guard=guard)
+        for m in moved:
+            log.info("cold: %s %s %s: %d rows, %d bytes", m.path,
+                     "compacted" if m.compacted else "moved", f"{m.month:%Y-%m}", m.rows,
+                     m.bytes)
+        return len(moved) + relabelled, None
+
+    done = _recorded(pool, COLD_JOB, work, guard=guard, runner=runner, metrics=metrics)
+    return done or 0
 
 
 AUDIT_RETENTION_JOB = "audit_retention"
@@ -247,7 +286,7 @@ def backfill(
     conn: psycopg.Connection, *, tables: Sequence[str], start: datetime, end: datetime,
     devices: Sequence[str] | None, low_quality_pct: float, chunk_days: int = 7,
     progress: Callable[[Progress], None] | None = None, workers: int = 1,
-    connect: Callable[[], psycopg.Connection] | None = None,
+    connect: Callable[[], psycopg.Connection] | None = None, cold_path: str | None = None,
 ) -> int:
     """Recompute every bucket of `tables` with readings in `[start, end)`, in pieces of
     `chunk_days`, each one transaction (committed as it goes) that reads the piece's readings
@@ -256,7 +295,8 @@ def backfill(
 
     With `workers` > 1 (and `connect` for their connections) the devices are split between
     workers by a hash of their name; each worker goes through the pieces in order, so two
-    transactions never write the same row.
+    transactions never write the same row. With `cold_path` (SDS_COLD_PATH) cold readings
+    of the range are read too (aggregate.coldrows).
     """
     pieces = chunks(start, end, chunk_days)
     chosen = [t for t in rollups.TABLE_ORDER if t in tables]
@@ -271,7 +311,8 @@ def backfill(
                 n, readings = rollups.recompute_range(
                     c, tables=chosen, start=lo, end=hi, first=i == 0,
                     last=i == len(pieces) - 1, devices=devices,
-                    low_quality_pct=low_quality_pct, share=share, shares=shares)
+                    low_quality_pct=low_quality_pct, share=share, shares=shares,
+                    cold_path=cold_path)
             written += n
             if progress is not None:
                 with lock:

@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 
-from aggregate import statements
+from aggregate import coldrows, statements
 from shared import timeutil
 from shared.timeutil import hour_bounds, slots, zone
 
@@ -62,19 +62,21 @@ def claim_marks(conn: psycopg.Connection, *, table: str, limit: int) -> list[tup
 
 
 def resolve_marks(
-    conn: psycopg.Connection, *, table: str, marks: Sequence[tuple[str, datetime]]
+    conn: psycopg.Connection, *, table: str, marks: Sequence[tuple[str, datetime]],
+    cold: bool = False,
 ) -> list[Bucket]:
     """The buckets the claimed `marks` name.
 
     A local mark carries only (device, start); the bucket's location is the one on the
     readings whose zone starts a bucket at exactly that instant. A mark that matches no
     location (its readings were moved or deleted) yields no bucket, and its row is removed.
+    `cold`: cold readings were staged (aggregate.coldrows) and carry locations too.
     """
     if table == "hourly":
         return [Bucket(d, s, hour_bounds(s)[1]) for d, s in marks]
     if not marks:
         return []
-    rows = conn.execute(statements.CANDIDATE_LOCATIONS, {
+    rows = conn.execute(statements.candidate_locations(cold), {
         "device": [m[0] for m in marks], "bucket": [m[1] for m in marks],
         "span": _SPAN[table]}).fetchall()
     found: list[Bucket] = []
@@ -87,16 +89,21 @@ def resolve_marks(
 
 
 def process_marks(
-    conn: psycopg.Connection, *, table: str, limit: int, low_quality_pct: float
+    conn: psycopg.Connection, *, table: str, limit: int, low_quality_pct: float,
+    cold_path: str | None = None,
 ) -> int:
-    """Claim up to `limit` marks of `table` and recompute their buckets; returns marks claimed."""
+    """Claim up to `limit` marks of `table` and recompute their buckets; returns marks claimed.
+    With `cold_path` (SDS_COLD_PATH) buckets in months already cold read the cold readings
+    too (aggregate.coldrows)."""
     marks = claim_marks(conn, table=table, limit=limit)
     if not marks:
         log.debug("already rolled up %s: no pending marks", table)
         return 0
-    buckets = resolve_marks(conn, table=table, marks=marks)
+    cold = coldrows.stage(conn, cold_path, min(m[1] for m in marks),
+                          max(m[1] for m in marks) + LOOKAHEAD, sorted({m[0] for m in marks}))
+    buckets = resolve_marks(conn, table=table, marks=marks, cold=cold)
     rows = recompute(conn, table=table, buckets=buckets, clear=marks,
-                     low_quality_pct=low_quality_pct)
+                     low_quality_pct=low_quality_pct, cold=cold)
     log.info("rolled up %s %s-%s: %d rows from %d marks", table, marks[0][1].isoformat(),
              max(m[1] for m in marks).isoformat(), rows, len(marks))
     return len(marks)
@@ -158,13 +165,14 @@ def _write(conn: psycopg.Connection, table: str, scope: str, params: dict[str, A
 
 def recompute(
     conn: psycopg.Connection, *, table: str, buckets: Sequence[Bucket],
-    clear: Iterable[tuple[str, datetime]] = (), low_quality_pct: float,
+    clear: Iterable[tuple[str, datetime]] = (), low_quality_pct: float, cold: bool = False,
 ) -> int:
     """Recompute `buckets` of `table` from calibrated and write them; returns rows written.
 
     One pass over the buckets' readings into partials per cell, merged into the buckets,
     with ET, rounded, written once. Rows at the (device, start) pairs in `clear` or `buckets`
-    that end up with no readings are deleted. The caller owns the transaction.
+    that end up with no readings are deleted. `cold`: read the staged cold readings too
+    (aggregate.coldrows.stage). The caller owns the transaction.
     """
     _prepare(conn)
     local = table in LOCAL_TABLES
@@ -179,7 +187,7 @@ def recompute(
         # compared 100x more rows than it kept): each bucket is one index range scan on
         # (device, time).
         conn.execute("SET LOCAL enable_mergejoin = off; SET LOCAL enable_hashjoin = off")
-        conn.execute(statements.load_partials_buckets(table), {
+        conn.execute(statements.load_partials_buckets(table, cold), {
             "device": [b.device for b in buckets],
             "location": [b.location for b in buckets],
             "start": [b.start for b in buckets],
@@ -220,6 +228,7 @@ def recompute_range(
     conn: psycopg.Connection, *, tables: Sequence[str], start: datetime, end: datetime,
     first: bool, last: bool, devices: Sequence[str] | None, low_quality_pct: float,
     share: int = 0, shares: int = 1, timings: dict[str, float] | None = None,
+    cold_path: str | None = None,
 ) -> tuple[int, int]:
     """Recompute every bucket of `tables` that starts in `[start, end)`, from one pass over the
     readings; returns (rows written, readings read). Caller owns the transaction.
@@ -228,6 +237,7 @@ def recompute_range(
     past `end` (buckets are always recomputed whole). Rows starting in the piece whose
     buckets have no readings are deleted. `share`/`shares` split devices between workers.
     `timings`, when given, accumulates seconds per step (cells, partials, each table).
+    With `cold_path` (SDS_COLD_PATH) the cold readings of the range are read too.
     """
     clock = _Clock(timings)
     _prepare(conn)
@@ -237,14 +247,15 @@ def recompute_range(
         zones = [zone(r[0]) for r in conn.execute("SELECT DISTINCT tz_name FROM locations")]
         load_cells(conn, {z: [(lo, hi)] for z in zones})
     clock.lap("cells")
+    cold = coldrows.stage(conn, cold_path, lo, hi, devices)
     params: dict[str, Any] = {
         "lo": lo, "hi": hi, "devices": list(devices) if devices else None, "share": share,
         "shares": shares, "low_quality_pct": low_quality_pct}
     # The planner cannot estimate the cells per reading and sorts 100% of the rows for a
     # GroupAggregate; hashing the few locations' offset runs and the cells is 2x faster.
     conn.execute("SET LOCAL enable_sort = off; SET LOCAL enable_mergejoin = off")
-    conn.execute(statements.load_partials_range(tuple(t for t in TABLE_ORDER if t in tables)),
-                 params)
+    conn.execute(statements.load_partials_range(tuple(t for t in TABLE_ORDER if t in tables),
+                                                cold), params)
     conn.execute("RESET enable_sort; RESET enable_mergejoin")
     total = ("SELECT coalesce(sum(n), 0) FROM "  # nosec B608  a constant table name, not input
              + statements.PARTIALS)

@@ -24,6 +24,7 @@ from functools import cache
 
 from psycopg import sql
 
+from aggregate.coldrows import readings
 from aggregate.et_statements import CELLS, PARTIALS, column_of, et_expr, rs_fill, so_far
 from shared.columns import TABLES, Column, Rollup
 from shared.units import stored_rounding
@@ -219,7 +220,7 @@ def _load(source: sql.Composable, where: sql.Composable, tables: tuple[str, ...]
 
 
 @cache
-def load_partials_buckets(table: str) -> sql.Composed:
+def load_partials_buckets(table: str, cold: bool = False) -> sql.Composed:
     """Partials for `table` of the readings in the buckets %(device)s/%(location)s/%(start)s/
     %(end)s (arrays): each bucket is one index range scan on (device, time); for the local
     tables only the readings taken at the bucket's location."""
@@ -228,13 +229,14 @@ def load_partials_buckets(table: str) -> sql.Composed:
     source = sql.SQL(
         "unnest(%(device)b::text[], %(location)b::uuid[], %(start)b::timestamptz[],"
         " %(end)b::timestamptz[]) AS b(device, location, start, \"end\")"
-        " JOIN calibrated c ON c.device = b.device AND c.time >= b.start AND c.time < b.end{m}"
-    ).format(m=match)
+        " JOIN {r} c ON c.device = b.device AND c.time >= b.start AND c.time < b.end{m}"
+    ).format(m=match, r=readings(cold))
     return _load(source, sql.SQL(""), (table,))
 
 
 @cache
-def load_partials_range(tables: tuple[str, ...] = ALL_TABLES) -> sql.Composed:
+def load_partials_range(tables: tuple[str, ...] = ALL_TABLES, cold: bool = False
+                        ) -> sql.Composed:
     """Partials of every reading in [%(lo)s, %(hi)s), of the devices %(devices)s (NULL: all)
     in worker share %(share)s of %(shares)s (hash of the device name; bigint, since abs() of the
     smallest integer hashtext can return overflows an integer)."""
@@ -243,7 +245,7 @@ def load_partials_range(tables: tuple[str, ...] = ALL_TABLES) -> sql.Composed:
         " AND (%(devices)s::text[] IS NULL OR c.device = ANY(%(devices)s::text[]))"
         " AND (%(shares)s::int = 1 OR abs(hashtext(c.device)::bigint) %% %(shares)s::int"
         " = %(share)s::int)")
-    return _load(sql.SQL("calibrated c"), where, tables)
+    return _load(sql.SQL("{} c").format(readings(cold)), where, tables)
 
 
 UNMATCHED_CELLS = sql.SQL(
@@ -483,11 +485,14 @@ CLAIM = sql.SQL(
     " RETURNING device, bucket")
 """Claim up to %(limit)s marks of one rollup: SKIP LOCKED lets a second worker take others."""
 
-CANDIDATE_LOCATIONS = sql.SQL(
-    "SELECT m.device, m.bucket, l.id, l.tz_name FROM"
-    " unnest(%(device)b::text[], %(bucket)b::timestamptz[]) AS m(device, bucket)"
-    " CROSS JOIN LATERAL (SELECT DISTINCT c.location FROM calibrated c"
-    "  WHERE c.device = m.device AND c.time >= m.bucket AND c.time < m.bucket + %(span)s"
-    "  AND c.location IS NOT NULL) AS f"
-    " JOIN locations l ON l.id = f.location")
-"""Locations a device's readings carry just after each marked bucket start (with zones)."""
+@cache
+def candidate_locations(cold: bool = False) -> sql.Composed:
+    """Locations a device's readings carry just after each marked bucket start (with zones)."""
+    return sql.SQL(
+        "SELECT m.device, m.bucket, l.id, l.tz_name FROM"
+        " unnest(%(device)b::text[], %(bucket)b::timestamptz[]) AS m(device, bucket)"
+        " CROSS JOIN LATERAL (SELECT DISTINCT c.location FROM {r} c"
+        "  WHERE c.device = m.device AND c.time >= m.bucket AND c.time < m.bucket + %(span)s"
+        "  AND c.location IS NOT NULL) AS f"
+        " JOIN locations l ON l.id = f.location").format(r=readings(cold))
+

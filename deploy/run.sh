@@ -12,7 +12,8 @@
 #                    SDS_BACKUP_* settings, with SDS_RECOVERY_KEY (docs/operations.md), then start
 #   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
 #   status           what is running, with each process's restarts and last exit, the last
-#                    backup's age and the WAL archive's state (deploy/lib/pg_backup.sh)
+#                    backup's age and the WAL archive's state (deploy/lib/pg_backup.sh), the
+#                    cold tier (sds cold status)
 #   monitor [off]    also run Prometheus, Alertmanager and node_exporter with deploy/prometheus/
 #                    (remembered: later starts include them; `monitor off` stops and forgets;
 #                    docs/operations.md "Monitoring and alerts")
@@ -325,6 +326,16 @@ status_all() {
         fi
     done
     bash "$REPO/deploy/services.sh" status || rc=3
+    # The cold tier: files, bytes, rows, the oldest hot day, the last mover run; exit 3 names a
+    # problem (a stuck file, a failing mover).
+    if [[ -f $SECRETS && -x $VENV/bin/sds ]]; then
+        say "cold tier (sds cold status):"
+        # Its settings and relative SDS_COLD_PATH as the processes have them (run from $REPO).
+        # shellcheck source=/dev/null
+        (cd "$REPO" && set -a && . "$SECRETS" && set +a && "$VENV/bin/sds" cold status) 2>&1 \
+            | sed 's/^/  /'
+        ((PIPESTATUS[0] == 0)) || rc=3
+    fi
     return $rc
 }
 
@@ -409,8 +420,10 @@ start_all() {
         broker_logs="$STATE/rabbitmq/node*/log/"
     fi
     if [[ ! -f $DEMO_STAMP ]]; then
-        say "creating the demo organisation, devices and API key (first run only)"
-        (umask 077 && "$VENV/bin/sds" demo --credentials-out "$DEMO_DEVICES" \
+        say "creating the demo organisation, devices, API key and 500 days of history (first run only)"
+        # 500 days: older than the default SDS_HOT_DAYS (430), so the scheduler's mover puts the
+        # oldest months in the cold tier at once (docs/operations.md "Cold tier").
+        (umask 077 && "$VENV/bin/sds" demo --credentials-out "$DEMO_DEVICES" --history-days 500 \
             "${accounts[@]}" >"$DEMO_OUT") || die "sds demo failed"
         touch "$DEMO_STAMP"
         cat "$DEMO_OUT"
@@ -472,6 +485,7 @@ $headline
   logs          $LOGS/{ingest*,aggregate,alerts-evaluate,alerts-deliver,serve-*,simulate,access}.log, $EDGE_DIR/{access,error}.log, $(db_files postgres.log), $broker_logs
   supervision   every process is restarted when it dies: $SUPERVISE/supervise.log, $SUPERVISE/*.prom
   backups       pgBackRest into $(db_files pgbackrest) (the scheduler takes the first full backup now); sds backup status
+  cold tier     readings older than SDS_HOT_DAYS (${SDS_HOT_DAYS:-430} days) as Parquet in ${SDS_COLD_PATH:-$REPO/.state/cold}; sds cold status
   monitoring    $(monitoring_on && echo "Prometheus http://$MBIND:$PROM_PORT/alerts, Alertmanager http://$MBIND:$AM_PORT (alerts to ${SDS_ALERT_WEBHOOK_URL:-$DEFAULT_ALERT_WEBHOOK_URL}); off: deploy/run.sh monitor off" || echo "off (deploy/run.sh monitor: Prometheus, Alertmanager, node_exporter)")
   pids          $PIDS
   stop          deploy/run.sh stop        status: deploy/run.sh status

@@ -152,10 +152,13 @@ class Settings:
         "and month); retention drops nothing while it is unset")
     retention_interval: int = _f(3600, "Seconds between retention runs of the scheduler")
     hot_days: int = _f(
-        0, "Cold tier (docs/operations.md \"Cold tier\"): calibrated readings in whole months "
-        "older than this many days move to Parquet files under SDS_COLD_PATH with `sds cold "
-        "move` (0: off, the default until the mover runs on a schedule)")
+        430, "Cold tier (docs/operations.md \"Cold tier\"): calibrated readings in whole months "
+        "older than this many days move to Parquet files under SDS_COLD_PATH, by the "
+        "scheduler every SDS_COLD_INTERVAL s (0: off). The default keeps the rollups' "
+        "re-aggregation window hot: SDS_INGEST_HORIZON_DAYS (400) plus retention's 2-day margin "
+        "plus 28 days (docs/decisions.md \"Cold tier\")")
     cold_path: str = _f(".state/cold", "Directory of the cold tier's Parquet files")
+    cold_interval: int = _f(3600, "Seconds between the scheduler's cold tier runs (at least 60)")
 
     # --- alerts (docs/alerts.md) ---
     alert_sweep_interval: float = _f(

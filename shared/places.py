@@ -136,7 +136,8 @@ def move_device(
     A device's current open-ended deployment that began before `start` is closed at `start`
     (the device moved). Any other overlap raises OverlappingDeployment and changes nothing.
     Readings already stored in the new range are relabelled with the location and their
-    rollup buckets marked dirty, so rollups follow the move.
+    rollup buckets marked dirty, so rollups follow the move; readings of the range already in
+    the cold tier are queued for the scheduler to relabel (aggregate/coldrelabel.py).
     """
     if start.tzinfo is None:
         raise BadParameter("start: must include a UTC offset")
@@ -176,6 +177,14 @@ def move_device(
                 (location, device, start, end, end))
             marked = dirty.write_marks(conn, dirty.bucket_marks(
                 device, (r[0] for r in moved), zone(tz_row[0]))) if moved else 0
+            # Readings already in the cold tier are relabelled by the scheduler, which rewrites
+            # their files (aggregate/coldrelabel.py) and marks their rollups then.
+            conn.execute(
+                "INSERT INTO cold_relabels (device, location, lo, hi) SELECT %s, %s, %s, %s"
+                " WHERE EXISTS (SELECT 1 FROM cold_files f JOIN devices d ON d.org_id = f.org_id"
+                " WHERE d.name = %s AND f.state IN ('verified', 'live') AND f.last_time >= %s"
+                " AND (%s::timestamptz IS NULL OR f.first_time < %s))",
+                (device, location, start, end, device, start, end, end))
     except pgerr.ExclusionViolation:
         raise OverlappingDeployment(
             f"device {device!r} is already deployed during that time; end or move the other "

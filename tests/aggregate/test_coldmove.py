@@ -122,8 +122,8 @@ def test_mover_killed_at_each_step_loses_and_doubles_nothing(
     assert _all_rows(database_url) != before  # something did move
 
 
-def test_late_reading_for_a_cold_month_gets_its_own_file(database_url: str,
-                                                        tmp_path: Path) -> None:
+def test_late_reading_for_a_cold_month_is_compacted_into_its_file(database_url: str,
+                                                                  tmp_path: Path) -> None:
     _world(database_url)
     root = tmp_path / "cold"
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -133,11 +133,14 @@ def test_late_reading_for_a_cold_month_gets_its_own_file(database_url: str,
                            ).fetchone()
         insert_readings(conn, "C1", loc[0] if loc else None, [{"time": late, "tair": 1.5}])
         second = coldmove.move(conn, hot_days=40, cold_path=str(root))
-    assert first and [(m.month, m.rows) for m in second] == [(late.date().replace(day=1), 1)]
+    month = late.date().replace(day=1)
+    was = next(m for m in first if m.month == month and m.path.startswith(f"org={second[0].org}"))
+    # The month's file and the late reading became one file (aggregate.coldrewrite).
+    assert [(m.month, m.rows, m.compacted) for m in second] == [(month, was.rows + 1, True)]
     shown = CliRunner().invoke(cold_cli, ["status"], env={
         "SDS_DATABASE_URL": database_url, "SDS_DB_ROLES": "false", "SDS_COLD_PATH": str(root)})
     assert shown.exit_code == 0, shown.output
-    files = sum(m.bytes for m in first + second)
-    assert f"live: {len(first) + 1} files, {files} bytes" in shown.output.splitlines()[0]
+    files = sum(m.bytes for m in first if m.path != was.path) + second[0].bytes
+    assert shown.output.splitlines()[0].startswith(f"live: {len(first)} files, {files} bytes")
     # N1, registered to no organisation, keeps its oldest readings hot.
     assert f"oldest hot reading: {START.date()}" in shown.output

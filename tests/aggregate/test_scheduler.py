@@ -33,8 +33,10 @@ def test_scheduler_runs_in_utc_on_interval_triggers_with_fixed_jobs() -> None:
     scheduler = build_scheduler(None, settings, leader, "test:1")  # type: ignore[arg-type]
     assert str(scheduler.timezone) == "UTC"
     jobs = {j.id: j for j in scheduler.get_jobs()}
-    # The rollups, the leader watchdog and the audit log's retention (SDS_AUDIT_RETENTION_DAYS).
-    assert set(jobs) == {"hourly", "local_hourly", "daily", "leader-watchdog", "audit_retention"}
+    # The rollups, the leader watchdog, the audit log's retention (SDS_AUDIT_RETENTION_DAYS)
+    # and the cold tier's mover (SDS_HOT_DAYS, on by default).
+    assert set(jobs) == {"hourly", "local_hourly", "daily", "leader-watchdog", "audit_retention",
+                         "cold"}
     for job in jobs.values():
         assert isinstance(job.trigger, IntervalTrigger)
         assert str(job.trigger.timezone) == "UTC"
@@ -228,7 +230,7 @@ def _stop(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
         proc.wait(5)
 
 
-JOB_IDS = ["audit_retention", "daily", "hourly", "leader-watchdog", "local_hourly"]
+JOB_IDS = ["audit_retention", "cold", "daily", "hourly", "leader-watchdog", "local_hourly"]
 ROLLUP_JOBS = ("hourly", "local_hourly", "daily")
 STARTED = re.compile(r"scheduler started with (\d+) jobs: (.*)$", re.M)
 
@@ -285,7 +287,7 @@ def test_restarts_define_the_same_jobs_once(database_url, tmp_path, figures) -> 
                    section="scheduler",
                    title="Scheduler process restarted 5 times (SIGTERM/SIGKILL): jobs held "
                          "after each start (R34)",
-                   target="same 5 jobs each start; 0 duplicates",
+                   target=f"same {len(JOB_IDS)} jobs each start; 0 duplicates",
                    source="tests/aggregate/test_scheduler.py")
 
 

@@ -124,6 +124,9 @@ SERVICE_TABLES = {
     "quarantine_unkept": "rejections counted, not kept, over a device's budget (0163); read by "
                          "the operator's `sds quarantine stats`, not granted to the API",
     "rollup_dirty": "per-device bucket marks; written by the ingester, claimed by the rollups",
+    "cold_relabels": "device moves over cold readings, queued by the move (INSERT only for the "
+                     "API) and applied by the scheduler only when the location is of the "
+                     "device's organisation (0230)",
     "recovery_files": "the recovery kit (0177): .state's files sealed with SDS_RECOVERY_KEY, "
                       "which the database never holds; written and read by the operator's "
                       "`sds`/run.sh as the owner, granted to no process role",

@@ -27,14 +27,15 @@ def make_location(conn: psycopg.Connection, tz: str, **fields: Any) -> UUID:
     return places.create_location(conn, org=org, loc=loc)
 
 
-def run_all(conn: psycopg.Connection, *, limit: int = 100000, low_quality_pct: float = 80.0
-            ) -> int:
-    """Process every pending mark of every table (in one transaction); returns marks claimed."""
+def run_all(conn: psycopg.Connection, *, limit: int = 100000, low_quality_pct: float = 80.0,
+            cold_path: str | None = None) -> int:
+    """Process every pending mark of every table (in one transaction); returns marks claimed.
+    `cold_path`: read the cold tier's readings too, as the scheduler does (aggregate.coldrows)."""
     total = 0
     for table in rollups.TABLE_ORDER:
         while True:
             n = rollups.process_marks(conn, table=table, limit=limit,
-                                      low_quality_pct=low_quality_pct)
+                                      low_quality_pct=low_quality_pct, cold_path=cold_path)
             if table == "daily":  # as the daily job does (aggregate/jobs.py)
                 n += water.process(conn, limit=limit)
             total += n
