@@ -155,7 +155,19 @@ class Settings:
         0, "Cold tier (docs/operations.md \"Cold tier\"): calibrated readings in whole months "
         "older than this many days move to Parquet files under SDS_COLD_PATH with `sds cold "
         "move` (0: off, the default while /data reads cold rows only in plain pages)")
-    cold_path: str = _f(".state/cold", "Directory of the cold tier's Parquet files")
+    cold_path: str = _f(
+        ".state/cold", "Where the cold tier's Parquet files live: a directory (a second disk or "
+        "a network mount), or s3://bucket/prefix for S3-compatible object storage (the "
+        "SDS_COLD_S3_* settings; docs/operations.md \"Cold tier\")")
+    cold_s3_endpoint: str | None = _f(
+        None, "S3 endpoint URL of the cold tier, scheme://host[:port] (e.g. "
+        "https://s3.eu-west-1.amazonaws.com, http://backup.example:9000; unset: AWS for "
+        "SDS_COLD_S3_REGION); buckets are addressed by path when it is set")
+    cold_s3_region: str = _f("us-east-1", "S3 region of the cold tier's bucket")
+    cold_s3_key: str | None = _f(
+        None, "S3 access key of the cold tier (unset: the AWS default chain: AWS_* variables, "
+        "~/.aws, an instance role)", secret=True)
+    cold_s3_secret: str | None = _f(None, "S3 secret access key of the cold tier", secret=True)
 
     # --- alerts (docs/alerts.md) ---
     alert_sweep_interval: float = _f(
