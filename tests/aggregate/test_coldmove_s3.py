@@ -4,7 +4,6 @@
 every reading counted once; the rerun finishes with objects that read back to the catalogue's
 rows, checksums and sizes, and nothing else under the prefix."""
 
-# ruff: noqa: F811 (the imported fixture is a parameter of the tests below)
 from __future__ import annotations
 
 import os
@@ -23,7 +22,6 @@ from testbed.process import REPO
 from testbed.s3 import S3Server
 from tests.support.readings import insert_readings
 from tests.support.rollups import make_location
-from tests.support.s3 import s3_server  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.usefixtures("processes")
 

@@ -5,7 +5,6 @@ the data world's June and July as objects in the bucket, and the same requests (
 another organisation's key) answer byte-for-byte as they did while the months were hot.
 tests/serve/test_cold_tier.py is the same over a directory, with every parameter family."""
 
-# ruff: noqa: F811 (the imported fixture is a parameter of the tests below)
 from __future__ import annotations
 
 from datetime import UTC, datetime
@@ -19,7 +18,6 @@ from aggregate import coldmove
 from shared import coldstore
 from testbed.s3 import S3Server
 from tests.support.data_world import World, get
-from tests.support.s3 import s3_server  # noqa: F401 (fixture)
 
 COLD = "s3://cold/tier"
 WINDOW = {"start_time": "2024-06-01T00:00:00Z", "end_time": "2024-12-01T00:00:00Z"}
