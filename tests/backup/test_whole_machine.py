@@ -26,6 +26,7 @@ import pytest
 
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, iso, now_slot, wait_for
+from tests.support.readings import insert_readings, series
 from tests.support.restoring import SECRETS, Tree, kill9, supervisor_pids
 
 pytestmark = [
@@ -132,12 +133,11 @@ def test_whole_state_lost_comes_back_with_one_command(tree: Tree, figures: Figur
     # (.state/cold by default; each file copied beside the repository on the second disk).
     month = (datetime.now(UTC) - timedelta(days=200)).replace(day=1, hour=0, minute=0,
                                                                second=0, microsecond=0)
-    old = tree.sh("deploy/services.sh psql -c \"INSERT INTO calibrated (time, device, location, "
-                  "tair) SELECT t, 'field-1', l.id, 5 + (extract(epoch FROM t)::bigint % 97) / 10.0"
-                  f" FROM generate_series('{iso(month)}'::timestamptz, '{iso(month)}'::timestamptz"
-                  " + interval '3 days', interval '5 minutes') t, locations l WHERE l.org_id = "
-                  f"'{org}' AND l.name = '{loc}'\"")
-    assert old.returncode == 0 and "INSERT 0 865" in old.stdout, old.stdout + old.stderr
+    with psycopg.connect(tree.url()) as c:
+        loc_id = c.execute("SELECT id FROM locations WHERE org_id = %s AND name = %s",
+                           (org, loc)).fetchone()[0]
+        insert_readings(c, "field-1", loc_id,
+                        series(month, n=865, tair=lambda i, _t: 5 + (i % 97) / 10))
     moved = tree.sh(SECRETS + ".venv/bin/sds cold move --hot-days 150")
     assert moved.returncode == 0 and "1 file(s) made live" in moved.stdout, moved.stdout + \
         moved.stderr
