@@ -18,7 +18,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from admin import context
-from shared import backup, undo
+from shared import backup, coldstore, undo
 from shared.config import Settings
 
 
@@ -346,6 +346,20 @@ def restore(to: str | None, target_dir: str | None, beside: bool, port: int | No
     click.echo(f"3. restored in {took:.1f} s. On its next start PostgreSQL replays archived WAL "
                f"up to {until}, then promotes itself (a new timeline) and accepts writes.")
     click.echo("   Start it: deploy/run.sh (or deploy/services.sh start)")
+    _restore_cold_files(settings)
+
+
+def _restore_cold_files(settings: Settings) -> None:
+    """The cold tier's files that the store lacks, copied back from their backup copies (a
+    local store's, beside a posix repository; docs/operations.md "Cold tier"): the restored
+    catalogue may name any file written before the target."""
+    store = coldstore.open_store(settings.cold_path)
+    if store.backup_dir is None or not store.backup_dir.is_dir():
+        return
+    brought = store.restore_from_backup()
+    click.echo(f"4. cold tier: {len(brought)} file(s) brought back from {store.backup_dir} "
+               f"into {store.describe()}; once started, `sds cold check` confirms that "
+               "every file the catalogue names is there")
 
 
 

@@ -9,9 +9,11 @@ import sys
 from datetime import datetime
 
 import click
+import psycopg
 
 from admin import context
 from aggregate import coldmove, coldrelabel, coldstatus, storage
+from shared import coldfiles, coldstore
 from shared.coldstore import open_store
 
 # A failpoint for the chaos test (tests/aggregate/test_coldmove.py): the mover kills itself
@@ -89,3 +91,43 @@ def status() -> None:
         click.echo(f"PROBLEM: {problem}")
     if shown.problems:
         sys.exit(3)
+
+
+def catalogue_problems(conn: psycopg.Connection, store: coldstore.ColdStore,
+                       ) -> list[tuple[int, str, str, str]]:
+    """(id, path, state, problem) of each readable catalogue entry whose file is not in the
+    store, or not of the recorded size: readings a page would miss (after a restore that did
+    not bring the files back, a lost disk, a file deleted by hand)."""
+    problems = []
+    for file_id, rel, state, size in conn.execute(
+            "SELECT id, path, state, bytes FROM cold_files WHERE state = ANY(%s) ORDER BY id",
+            (list(coldfiles.READABLE),)).fetchall():
+        found = store.size(rel)
+        if found is None:
+            problems.append((file_id, rel, state, "missing"))
+        elif size is not None and found != size:
+            problems.append((file_id, rel, state, f"{found} bytes, catalogue says {size}"))
+    return problems
+
+
+@cold_cli.command("check")
+def check() -> None:
+    """Every readable file of the catalogue is in the store at its recorded size (exit status
+    3 naming each that is not); run it after a restore (docs/operations.md "Cold tier")."""
+    settings = context.settings_from_env()
+    store = coldstore.open_store(settings.cold_path)
+    with context.connection(settings, name="sds-cold-check") as conn:
+        problems = catalogue_problems(conn, store)
+        listed = conn.execute("SELECT count(*) FROM cold_files WHERE state = ANY(%s)",
+                              (list(coldfiles.READABLE),)).fetchone()
+    click.echo(f"store: {store.describe()}")
+    for file_id, rel, state, problem in problems:
+        click.echo(f"MISSING cold file {file_id} ({state}) {store.location(rel)}: {problem}",
+                   err=True)
+    total = listed[0] if listed else 0
+    if problems:
+        click.echo(f"{len(problems)} of {total} cold files are not readable: their readings "
+                   "are missing from /data (restore them: docs/operations.md \"Cold tier\")",
+                   err=True)
+        raise SystemExit(3)
+    click.echo(f"ok: all {total} cold files present")

@@ -13,7 +13,7 @@ from uuid import UUID
 import click
 import psycopg
 
-from shared import audit, db
+from shared import audit, coldstore, db
 from shared.config import Settings
 from shared.errors import ServiceError
 
@@ -21,9 +21,11 @@ from shared.errors import ServiceError
 def settings_from_env() -> Settings:
     """The SDS_* settings; a bad value is a ClickException naming it."""
     try:
-        return Settings.from_env(os.environ)
+        settings = Settings.from_env(os.environ)
     except ValueError as exc:
         raise click.ClickException(f"bad configuration: {exc}") from None
+    coldstore.configure(settings)  # the cold tier's S3 access and backup copies
+    return settings
 
 
 @contextmanager

@@ -37,6 +37,7 @@ from psycopg_pool import ConnectionPool
 from aggregate import backups, jobs, rollups
 from aggregate.leader import LeaderLock, LeadershipLost
 from aggregate.metrics import Metrics
+from shared import coldstore
 from shared.config import Settings
 from shared.db import ROLE_AGGREGATE, make_pool
 from shared.logs import configure_logging
@@ -174,6 +175,7 @@ def main() -> int:
     """Run the scheduler until SIGTERM/SIGINT."""
     settings = Settings.from_env(os.environ)
     configure_logging(settings)
+    coldstore.configure(settings)  # the cold tier's S3 access and backup copies
     # APScheduler logs every execution at INFO: with the 2 s watchdog that is ~90k lines a day.
     # Our jobs log their own summaries; keep the scheduler's warnings and errors.
     logging.getLogger("apscheduler.executors").setLevel(

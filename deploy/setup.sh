@@ -248,6 +248,26 @@ else
 fi
 say "venv $VENV: $venv_step"
 
+# ---- 5b. The tests' S3-compatible server ------------------------------------------------------------
+# moto's server mode (S3 only) in a venv of its own, pinned in deploy/s3server-constraints.txt:
+# testbed/s3.py runs it for the cold tier's tests (docs/decisions.md "Cold tier"). Its own venv
+# because botocore needs python-dateutil < 3 and the service pins 4.0.0.
+S3_VENV=$REPO/.venv-s3
+s3_stamp=$S3_VENV/.sds-install-stamp
+s3_hash=$(sha256sum "$REPO/deploy/s3server-constraints.txt" | cut -d' ' -f1)
+if [[ -x $S3_VENV/bin/moto_server && -f $s3_stamp && $(<"$s3_stamp") == "$s3_hash" ]]; then
+    s3_step="up to date"
+else
+    [[ -x $S3_VENV/bin/python ]] || /usr/bin/python3 -m venv "$S3_VENV" \
+        || die "could not create the venv in $S3_VENV"
+    s3_log=$LOGS/pip-install-s3.log
+    "$S3_VENV/bin/pip" install --disable-pip-version-check -r "$REPO/deploy/s3server-constraints.txt" \
+        >"$s3_log" 2>&1 || { log_tail "$s3_log" 40; die "pip install failed (full log: $s3_log)"; }
+    echo "$s3_hash" >"$s3_stamp"
+    s3_step="installed"
+fi
+say "S3 test server venv $S3_VENV: $s3_step"
+
 # ---- 6. Dashboard assets --------------------------------------------------------------------------
 # The chart library (uPlot) from npm into serve/web/static/vendor (docs/dashboard.md).
 bash "$REPO/deploy/lib/web_assets.sh"

@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 from serve import auth, cursor, errors, fairshare, ids, metrics, web
 from serve.api import BLUEPRINTS
 from serve.pool import ReadRouter, attach, attach_reads
+from shared import coldstore
 from shared.config import Settings
 from shared.db import ROLE_API, ROLE_AUTH, make_pool, role_for, set_request_scope
 from shared.errors import Forbidden
@@ -69,6 +70,7 @@ Python, the `sds_client` package does the paging, pandas DataFrames and incremen
 def create_app(settings: Settings | None = None) -> Flask:
     """Build the API app: settings from the environment unless given (tests pass their own)."""
     settings = settings if settings is not None else Settings.from_env(os.environ)
+    coldstore.configure(settings)  # the cold tier's S3 access (serve.coldread)
     # Flask's own static route serves the Swagger UI files from the installed package: no CDN.
     app = Flask(__name__, static_folder=swagger_ui_bundle.swagger_ui_path,
                 static_url_path=DOC_ASSETS)

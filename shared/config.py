@@ -157,8 +157,20 @@ class Settings:
         "scheduler every SDS_COLD_INTERVAL s (0: off). The default keeps the rollups' "
         "re-aggregation window hot: SDS_INGEST_HORIZON_DAYS (400) plus retention's 2-day margin "
         "plus 28 days (docs/decisions.md \"Cold tier\")")
-    cold_path: str = _f(".state/cold", "Directory of the cold tier's Parquet files")
+    cold_path: str = _f(
+        ".state/cold", "Where the cold tier's Parquet files live: a directory (a second disk or "
+        "a network mount), or s3://bucket/prefix for S3-compatible object storage (the "
+        "SDS_COLD_S3_* settings; docs/operations.md \"Cold tier\")")
     cold_interval: int = _f(3600, "Seconds between the scheduler's cold tier runs (at least 60)")
+    cold_s3_endpoint: str | None = _f(
+        None, "S3 endpoint URL of the cold tier, scheme://host[:port] (e.g. "
+        "https://s3.eu-west-1.amazonaws.com, http://backup.example:9000; unset: AWS for "
+        "SDS_COLD_S3_REGION); buckets are addressed by path when it is set")
+    cold_s3_region: str = _f("us-east-1", "S3 region of the cold tier's bucket")
+    cold_s3_key: str | None = _f(
+        None, "S3 access key of the cold tier (unset: the AWS default chain: AWS_* variables, "
+        "~/.aws, an instance role)", secret=True)
+    cold_s3_secret: str | None = _f(None, "S3 secret access key of the cold tier", secret=True)
 
     # --- alerts (docs/alerts.md) ---
     alert_sweep_interval: float = _f(

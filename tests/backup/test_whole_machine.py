@@ -26,6 +26,7 @@ import pytest
 
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, iso, now_slot, wait_for
+from tests.support.readings import insert_readings, series
 from tests.support.restoring import SECRETS, Tree, kill9, supervisor_pids
 
 pytestmark = [
@@ -60,6 +61,17 @@ def api_get(tree: Tree, key: str, path: str) -> tuple[int, object]:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, None
+
+
+def api_bytes(tree: Tree, key: str, path: str) -> tuple[int, bytes]:
+    """Status and body of a GET through the edge, as bytes."""
+    req = urllib.request.Request(f"http://{tree.env['SDS_EDGE_BIND']}/api/v2/{path}",
+                                 headers={"Authorization": f"Apikey {key}"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:  # nosec B310  loopback test URL
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def stream_flushed_past(tree: Tree, lsn: str) -> bool:
@@ -117,6 +129,22 @@ def test_whole_state_lost_comes_back_with_one_command(tree: Tree, figures: Figur
                              ("field-1",)).fetchone()[0]
 
     wait_for(lambda: device_rows() == len(sent), 60, what="the device's readings stored")
+    # A cold month: field-1's readings of a month 200 days back move to the cold tier
+    # (.state/cold by default; each file copied beside the repository on the second disk).
+    month = (datetime.now(UTC) - timedelta(days=200)).replace(day=1, hour=0, minute=0,
+                                                               second=0, microsecond=0)
+    with psycopg.connect(tree.url()) as c:
+        loc_id = c.execute("SELECT id FROM locations WHERE org_id = %s AND name = %s",
+                           (org, loc)).fetchone()[0]
+        insert_readings(c, "field-1", loc_id,
+                        series(month, n=865, tair=lambda i, _t: 5 + (i % 97) / 10))
+    moved = tree.sh(SECRETS + ".venv/bin/sds cold move --hot-days 150")
+    assert moved.returncode == 0 and "1 file(s) made live" in moved.stdout, moved.stdout + \
+        moved.stderr
+    cold_page = (f"data/calibrated?device=field-1&start_time={iso(month)}"
+                 f"&end_time={iso(month + timedelta(days=4))}&limit=2000")
+    cold_before = api_bytes(tree, apikey, cold_page)
+    assert cold_before[0] == 200 and len(json.loads(cold_before[1])) == 865
     with psycopg.connect(tree.url()) as c:
         stored = c.execute("SELECT count(*) FROM calibrated").fetchone()[0]
     assert api_get(tree, apikey, "devices?limit=1")[0] == 200
@@ -169,6 +197,12 @@ def test_whole_state_lost_comes_back_with_one_command(tree: Tree, figures: Figur
              what="the API behind the edge")
     status, body = api_get(tree, apikey, "devices?limit=1")
     assert status == 200, body
+    # The cold month came back from the copies beside the repository (sds restore's step 4).
+    assert "4. cold tier: 1 file(s) brought back" in back.stdout
+    assert api_bytes(tree, apikey, cold_page) == cold_before
+    checked = tree.sh(SECRETS + ".venv/bin/sds cold check")
+    assert checked.returncode == 0 and "ok: all 1 cold files present" in checked.stdout, \
+        checked.stdout + checked.stderr
     figures.record(f"recovery.whole_machine{'' if loss == 'stopped' else '_killed'}", {
         "readings before": stored, "readings after": restored, "recover s": round(recover_s),
         "device login": "old password", "api key": "works",
