@@ -8,7 +8,8 @@ lock's own session:
 - `sds_rollups` (aggregate/jobs.py, after rollup buckets were rewritten) -> a pass over the
   rewritten buckets;
 - `sds_alert_rules` (the API, after a rule changed) -> the rules are read again.
-Notifications arriving together are folded into one pass (BURST seconds). Every
+Notifications arriving together are folded into one pass (BURST seconds; while behind, as
+long as they keep coming, up to GATHER_MAX seconds). Every
 SDS_ALERT_SWEEP_INTERVAL seconds a sweep passes over every watched device and table: it drives
 the `silent` kind, catches anything a missed NOTIFY would have missed, and reloads the rules.
 Each pass commits in one transaction after checking the lock is still this process's
@@ -46,6 +47,13 @@ LOCK_POLL = 2.0  # seconds between a standby's attempts at the lock
 # with its round trips and commit (bench.alerts: 23 passes for 12,000 readings at 0.05 s).
 # A reading waits at most this long more for its event.
 BURST = 0.25
+# Behind (notifications were waiting when the last pass ended: a backlog's drain), the gather
+# goes on while each BURST brings more, up to this many seconds: fewer, larger passes (each
+# device's rows read by one index scan instead of several). A lone reading is not behind.
+GATHER_MAX = 2.0
+# Seconds between writes of the cursors (alerts/evaluator/passes.py explains why a restart
+# may read again, but never evaluate twice, the readings of these last seconds).
+CURSOR_EVERY = 5.0
 CHANNELS = ("sds_ingested", "sds_rollups", "sds_alert_rules")
 PURGE_EVERY = 3600.0  # seconds between deletions of events past their retention
 
@@ -104,7 +112,7 @@ class Process:
             self.leadership.release()  # closing the lock session frees the lock
 
     def _loop(self, lock_conn: psycopg.Connection, work: psycopg.Connection) -> None:
-        ev = Evaluator(self.settings)
+        ev = Evaluator(self.settings, cursor_every=CURSOR_EVERY)
         ev.reload(work)
         # Each pass checks, inside its transaction, that the lock is still this process's.
         guard = self.leadership.guard
@@ -128,6 +136,9 @@ class Process:
                 self.metrics.rules.set(len(ev.catalogue.rules))
             if devices or rollups:
                 self._pass(ev, work, devices, rollups=rollups, guard=guard)
+            elif ev.unsaved and ev.cursors_due():
+                ev.flush(work, guard)  # idle: the last passes' cursors
+        ev.flush(work, guard)  # a clean stop: a restart starts where this one ended
 
     def _pass(self, ev: Evaluator, work: psycopg.Connection, devices: set[str] | None, *,
               rollups: bool, guard: Callable[[psycopg.Connection], None]) -> None:
@@ -177,12 +188,14 @@ class Process:
 
 
 def _gather(conn: psycopg.Connection, timeout: float) -> tuple[set[str], bool, bool]:
-    """Notifications within `timeout` s (and the burst after the first): devices written,
+    """Notifications within `timeout` s (and the burst after the first; while behind, the
+    bursts that follow as long as each brings more, up to GATHER_MAX s): devices written,
     whether rollups were rewritten, whether rules changed."""
     devices: set[str] = set()
     rollups = rules = False
-    waits = [(max(0.0, timeout), 1), (BURST, None)]
-    for wait, most in waits:
+
+    def take(wait: float, most: int | None) -> int:
+        nonlocal rollups, rules
         got = 0
         for note in conn.notifies(timeout=wait, stop_after=most):
             got += 1
@@ -192,8 +205,14 @@ def _gather(conn: psycopg.Connection, timeout: float) -> tuple[set[str], bool, b
                 rollups = True
             else:
                 rules = True
-        if not got:
-            break
+        return got
+
+    behind = take(0.0, None) > 0  # already waiting: they came during the last pass
+    if not behind and not take(max(0.0, timeout), 1):
+        return devices, rollups, rules
+    ends = time.monotonic() + GATHER_MAX
+    while take(BURST, None) and behind and time.monotonic() + BURST <= ends:
+        pass
     return devices, rollups, rules
 
 
