@@ -47,11 +47,11 @@ LOCK_POLL = 2.0  # seconds between a standby's attempts at the lock
 # with its round trips and commit (bench.alerts: 23 passes for 12,000 readings at 0.05 s).
 # A reading waits at most this long more for its event.
 BURST = 0.25
-# Behind (notifications were waiting when the last pass ended: a backlog's drain), the gather
-# goes on while each BEHIND_BURST brings more, up to GATHER_MAX seconds: fewer, larger passes
-# (each device's rows read by one index scan instead of several; bench.alerts' drain of
-# 12,000 readings: 10-19 passes before, with commits 0.2-0.3 s apart on a loaded machine).
-# A lone reading is not behind: it waits BURST, as before.
+# Behind (the last pass took longer than BURST and notifications were waiting as it ended: a
+# backlog's drain), the gather goes on while each BEHIND_BURST brings more, up to GATHER_MAX
+# seconds: fewer, larger passes (each device's rows read by one index scan instead of several;
+# bench.alerts' drain of 12,000 readings made 10-24 passes, with commits 0.2-0.3 s apart on a
+# loaded machine). A lone reading, or a steady stream the passes keep up with, waits BURST.
 BEHIND_BURST = 0.5
 GATHER_MAX = 2.0
 # Seconds between writes of the cursors (alerts/evaluator/passes.py explains why a restart
@@ -73,6 +73,7 @@ class Process:
                                                  application_name="sds-alerts-lock",
                                                  keepalive_probes=2))
         self.passes = 0
+        self.last_pass = 0.0  # seconds the last pass took
 
     def run(self) -> None:
         """Serve as evaluator whenever holding the lock, until stopped."""
@@ -133,7 +134,8 @@ class Process:
             if now >= next_purge:
                 self._purge(work)
                 next_purge = time.monotonic() + PURGE_EVERY
-            devices, rollups, rules = _gather(lock_conn, min(1.0, next_sweep - now))
+            devices, rollups, rules = _gather(lock_conn, min(1.0, next_sweep - now),
+                                              busy=self.last_pass >= BURST)
             if rules:
                 ev.reload(work)
                 self.metrics.rules.set(len(ev.catalogue.rules))
@@ -153,7 +155,8 @@ class Process:
             self.metrics.failures.inc()
             raise
         m = self.metrics
-        m.passes.labels(trigger).observe(time.monotonic() - started)
+        self.last_pass = time.monotonic() - started
+        m.passes.labels(trigger).observe(self.last_pass)
         for phase, seconds in outcome.seconds.items():
             m.phases.labels(phase).inc(seconds)
         m.samples.inc(outcome.samples)
@@ -190,10 +193,12 @@ class Process:
             log.warning("alert event retention: %s", exc)
 
 
-def _gather(conn: psycopg.Connection, timeout: float) -> tuple[set[str], bool, bool]:
-    """Notifications within `timeout` s (and the burst after the first; while behind, the
-    longer bursts that follow as long as each brings more, up to GATHER_MAX s): devices written,
-    whether rollups were rewritten, whether rules changed."""
+def _gather(conn: psycopg.Connection, timeout: float, *, busy: bool = False
+            ) -> tuple[set[str], bool, bool]:
+    """Notifications within `timeout` s and the burst after the first; behind (`busy`: the
+    last pass was long, and notifications are already waiting), the longer bursts that follow
+    as long as each brings more, up to GATHER_MAX s. Devices written, whether rollups were
+    rewritten, whether rules changed."""
     devices: set[str] = set()
     rollups = rules = False
 
@@ -210,8 +215,9 @@ def _gather(conn: psycopg.Connection, timeout: float) -> tuple[set[str], bool, b
                 rules = True
         return got
 
-    behind = take(0.0, None) > 0  # already waiting: they came during the last pass
-    if not behind and not take(max(0.0, timeout), 1):
+    waiting = take(0.0, None) > 0  # they came during the last pass
+    behind = waiting and busy
+    if not waiting and not take(max(0.0, timeout), 1):
         return devices, rollups, rules
     ends = time.monotonic() + GATHER_MAX
     burst = BEHIND_BURST if behind else BURST
