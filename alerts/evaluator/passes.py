@@ -13,6 +13,19 @@ Sources and their cursors (docs/alerts.md "Evaluation"):
 States live in memory while this process is the evaluator and are written when their status
 changes; after a failed pass, everything is read again from the database, so memory never
 holds what did not commit.
+
+Cursors are written at most every `cursor_every` seconds (the service: CURSOR_EVERY), with
+the pass that is due or by `flush` when idle and at a clean stop, not with every pass: they
+were an upsert of about one row per reading, the size of the ingest's own writes. A restart
+(even SIGKILL) or a new leader then reads again from the stored cursors the readings of the
+last seconds, whose transitions already committed with their states: the state machine
+ignores a sample older than the newest one its state applied and applies that newest one
+again without a second transition (shared/alertmachine.py), and a sample after it but
+already evaluated changed nothing that was written (a state is written whenever its status,
+`since` or `clearing_since` changes; what `at` and `value` alone do does not decide a later
+transition), so the same input gives the same transitions; an event written again keeps its
+id (event_id_of) and is stored once. Cursors written later than their states are never
+ahead of what committed: the write-ahead log replays commits in order.
 """
 
 from __future__ import annotations
@@ -59,13 +72,18 @@ class Outcome:
 class Evaluator:
     """The evaluator's memory (rules, states, cursors) and its pass."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, cursor_every: float = 0.0) -> None:
         self.settings = settings
+        # Seconds between writes of the cursors (0: with every pass).
+        self.cursor_every = cursor_every
         self.catalogue = Catalogue()
         # (rule id's int, device) -> state: an int hashes in C, a UUID's hash is a Python call
         # (a pass looks states up for every rule of every device it reads).
         self.states: dict[tuple[int, str], State] = {}
         self.cursors: dict[tuple[str, str], datetime] = {}
+        # Cursors of committed passes not written yet, and when they were last written.
+        self.unsaved: dict[tuple[str, str], datetime] = {}
+        self.saved_at = time.monotonic()
 
     def reload(self, conn: psycopg.Connection) -> None:
         """Read rules, states and cursors again (at start, after a failed pass, when rules
@@ -79,7 +97,8 @@ class Evaluator:
             store.forget_rules(conn, changed)
             self.states = {(rule.int, device): state for (rule, device), state
                            in store.load_states(conn).items()}
-            self.cursors = store.load_cursors(conn)
+            # Cursors not written yet are ahead of the stored ones (cursors only advance).
+            self.cursors = store.load_cursors(conn) | self.unsaved
         self.catalogue = cat
 
     def run(self, conn: psycopg.Connection, devices: set[str] | None, *, rollups: bool,
@@ -109,6 +128,9 @@ class Evaluator:
                              lambda d: store.quarantined_last_hour(conn, d))
                 times["read_step"] = time.monotonic() - started
                 work.commit()
+                due = self.cursors_due()
+                if due:
+                    store.save_cursors(conn, self.unsaved | work.cursors)
                 if guard is not None:
                     guard(conn)
                 times["write"] = time.monotonic() - started - times["read_step"]
@@ -118,7 +140,28 @@ class Evaluator:
             raise
         self.states.update(work.states)
         self.cursors.update(work.cursors)
+        if due:
+            self.unsaved = {}
+            self.saved_at = time.monotonic()
+        else:
+            self.unsaved.update(work.cursors)
         return work.outcome
+
+    def cursors_due(self) -> bool:
+        """Whether the cursors are to be written now (with this pass, or by `flush`)."""
+        return time.monotonic() - self.saved_at >= self.cursor_every
+
+    def flush(self, conn: psycopg.Connection,
+              guard: Callable[[psycopg.Connection], None] | None = None) -> None:
+        """Write the cursors not written yet, in a transaction of their own (`guard` inside:
+        a process that lost the lock writes nothing)."""
+        if self.unsaved:
+            with conn.transaction():
+                store.save_cursors(conn, self.unsaved)
+                if guard is not None:
+                    guard(conn)
+            self.unsaved = {}
+        self.saved_at = time.monotonic()
 
     def reload_quietly(self, conn: psycopg.Connection) -> None:
         """Reload after a failure; on a broken connection, empty memory (the next start
@@ -126,7 +169,7 @@ class Evaluator:
         try:
             self.reload(conn)
         except psycopg.Error:
-            self.states, self.cursors = {}, {}
+            self.states, self.cursors, self.unsaved = {}, {}, {}
             self.catalogue = Catalogue()
 
 
@@ -309,7 +352,7 @@ class _Work:
                 self.apply(rule, device, location, [(now, value)])
 
     def commit(self) -> None:
-        """Write the pass's events, changed states and cursors (the caller's transaction)."""
+        """Write the pass's events and changed states (the caller's transaction; the cursors
+        go with it when due: Evaluator.run)."""
         store.insert_events(self.conn, self.outcome.events)
         store.save_states(self.conn, self.dirty.values())
-        store.save_cursors(self.conn, self.cursors)

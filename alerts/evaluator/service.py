@@ -8,7 +8,8 @@ lock's own session:
 - `sds_rollups` (aggregate/jobs.py, after rollup buckets were rewritten) -> a pass over the
   rewritten buckets;
 - `sds_alert_rules` (the API, after a rule changed) -> the rules are read again.
-Notifications arriving together are folded into one pass (BURST seconds). Every
+Notifications arriving together are folded into one pass (BURST seconds; while behind, as
+long as they keep coming, up to GATHER_MAX seconds). Every
 SDS_ALERT_SWEEP_INTERVAL seconds a sweep passes over every watched device and table: it drives
 the `silent` kind, catches anything a missed NOTIFY would have missed, and reloads the rules.
 Each pass commits in one transaction after checking the lock is still this process's
@@ -46,6 +47,18 @@ LOCK_POLL = 2.0  # seconds between a standby's attempts at the lock
 # with its round trips and commit (bench.alerts: 23 passes for 12,000 readings at 0.05 s).
 # A reading waits at most this long more for its event.
 BURST = 0.25
+# Behind (the last pass took BEHIND_PASS seconds or more and notifications were waiting as
+# it ended: a backlog's drain), the gather goes on while each BEHIND_BURST brings more, up to
+# GATHER_MAX seconds: fewer, larger passes (each device's rows read by one index scan instead
+# of several; bench.alerts' drain of 12,000 readings made 10-24 passes, with commits 0.2-0.3 s
+# apart on a loaded machine). A lone reading, or a steady stream of passes that stay short
+# (tests/alerts/test_delivery_ledger.py: 15 readings a second), waits BURST.
+BEHIND_BURST = 0.5
+BEHIND_PASS = 0.1  # a pass over 1,000 devices on a loaded machine; one device's: milliseconds
+GATHER_MAX = 2.0
+# Seconds between writes of the cursors (alerts/evaluator/passes.py explains why a restart
+# may read again, but never evaluate twice, the readings of these last seconds).
+CURSOR_EVERY = 5.0
 CHANNELS = ("sds_ingested", "sds_rollups", "sds_alert_rules")
 PURGE_EVERY = 3600.0  # seconds between deletions of events past their retention
 
@@ -62,6 +75,7 @@ class Process:
                                                  application_name="sds-alerts-lock",
                                                  keepalive_probes=2))
         self.passes = 0
+        self.last_pass = 0.0  # seconds the last pass took
 
     def run(self) -> None:
         """Serve as evaluator whenever holding the lock, until stopped."""
@@ -104,7 +118,7 @@ class Process:
             self.leadership.release()  # closing the lock session frees the lock
 
     def _loop(self, lock_conn: psycopg.Connection, work: psycopg.Connection) -> None:
-        ev = Evaluator(self.settings)
+        ev = Evaluator(self.settings, cursor_every=CURSOR_EVERY)
         ev.reload(work)
         # Each pass checks, inside its transaction, that the lock is still this process's.
         guard = self.leadership.guard
@@ -122,12 +136,16 @@ class Process:
             if now >= next_purge:
                 self._purge(work)
                 next_purge = time.monotonic() + PURGE_EVERY
-            devices, rollups, rules = _gather(lock_conn, min(1.0, next_sweep - now))
+            devices, rollups, rules = _gather(lock_conn, min(1.0, next_sweep - now),
+                                              busy=self.last_pass >= BEHIND_PASS)
             if rules:
                 ev.reload(work)
                 self.metrics.rules.set(len(ev.catalogue.rules))
             if devices or rollups:
                 self._pass(ev, work, devices, rollups=rollups, guard=guard)
+            elif ev.unsaved and ev.cursors_due():
+                ev.flush(work, guard)  # idle: the last passes' cursors
+        ev.flush(work, guard)  # a clean stop: a restart starts where this one ended
 
     def _pass(self, ev: Evaluator, work: psycopg.Connection, devices: set[str] | None, *,
               rollups: bool, guard: Callable[[psycopg.Connection], None]) -> None:
@@ -139,7 +157,8 @@ class Process:
             self.metrics.failures.inc()
             raise
         m = self.metrics
-        m.passes.labels(trigger).observe(time.monotonic() - started)
+        self.last_pass = time.monotonic() - started
+        m.passes.labels(trigger).observe(self.last_pass)
         for phase, seconds in outcome.seconds.items():
             m.phases.labels(phase).inc(seconds)
         m.samples.inc(outcome.samples)
@@ -176,13 +195,17 @@ class Process:
             log.warning("alert event retention: %s", exc)
 
 
-def _gather(conn: psycopg.Connection, timeout: float) -> tuple[set[str], bool, bool]:
-    """Notifications within `timeout` s (and the burst after the first): devices written,
-    whether rollups were rewritten, whether rules changed."""
+def _gather(conn: psycopg.Connection, timeout: float, *, busy: bool = False
+            ) -> tuple[set[str], bool, bool]:
+    """Notifications within `timeout` s and the burst after the first; behind (`busy`: the
+    last pass was long, and notifications are already waiting), the longer bursts that follow
+    as long as each brings more, up to GATHER_MAX s. Devices written, whether rollups were
+    rewritten, whether rules changed."""
     devices: set[str] = set()
     rollups = rules = False
-    waits = [(max(0.0, timeout), 1), (BURST, None)]
-    for wait, most in waits:
+
+    def take(wait: float, most: int | None) -> int:
+        nonlocal rollups, rules
         got = 0
         for note in conn.notifies(timeout=wait, stop_after=most):
             got += 1
@@ -192,8 +215,17 @@ def _gather(conn: psycopg.Connection, timeout: float) -> tuple[set[str], bool, b
                 rollups = True
             else:
                 rules = True
-        if not got:
-            break
+        return got
+
+    waiting = take(0.0, None) > 0  # they came during the last pass
+    behind = waiting and busy
+    if not waiting and not take(max(0.0, timeout), 1):
+        return devices, rollups, rules
+    ends = time.monotonic() + GATHER_MAX
+    burst = BEHIND_BURST if behind else BURST
+    while take(min(burst, max(0.0, ends - time.monotonic())), None) and behind \
+            and time.monotonic() < ends:
+        pass
     return devices, rollups, rules
 
 

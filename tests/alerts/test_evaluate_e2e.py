@@ -174,6 +174,30 @@ def test_sigkill_mid_stream_loses_and_repeats_nothing(
                    source="tests/alerts/test_evaluate_e2e.py")
 
 
+def test_the_cursors_are_written_when_idle_and_at_a_clean_stop(
+        conn: psycopg.Connection, site: Site, mqtt_settings: Settings,
+        ingester: RunningIngester, publisher: Ledger, evaluator: EvaluatorProcess,
+        database_url: str) -> None:
+    """The cursors are written every few seconds rather than with every pass: an idle
+    evaluator writes those of its last passes, and a stopped one leaves them where it ended
+    (a restart reads nothing again)."""
+    add_rule(database_url, site.org, FROST | {"scope": {"device": site.device}})
+    evaluator.start()
+
+    def cursor() -> object:
+        row = conn.execute("SELECT at FROM alert_cursors WHERE source = 'calibrated'"
+                           " AND device = %s", (site.device,)).fetchone()
+        conn.rollback()
+        return row[0] if row else None
+
+    reading(publisher, mqtt_settings, site.device, 15, -2.0)
+    wait_for(lambda: cursor() == slot(15), 60, what="the cursor written while idle")
+    reading(publisher, mqtt_settings, site.device, 10, 1.5)
+    wait_for(lambda: len(events(database_url)) == 2, 30, what="the resolved event")
+    assert evaluator.stop() == 0
+    assert cursor() == slot(10)
+
+
 def test_the_evaluator_exports_the_time_of_its_last_pass(evaluator: EvaluatorProcess) -> None:
     """`sds_alerts_last_pass_timestamp_seconds` (what SdsAlertEvaluatorBehind watches) is set
     by the first pass, the sweep at start."""

@@ -206,3 +206,50 @@ def test_passes_of_one_reading_equal_the_state_machine(
     _state, want = machine.run(alertrules.parse(body), list(zip(times, plan, strict=True)))
     assert len(want) >= 4
     assert [(e[1], e[2]) for e in events(database_url)] == [(t.kind, t.at) for t in want]
+
+
+def test_a_restart_between_cursor_writes_reads_again_but_evaluates_nothing_twice(
+        conn: psycopg.Connection, settings: Settings, database_url: str) -> None:
+    """The evaluator writes its cursors every few seconds, not with every pass
+    (alerts/evaluator/passes.py): an evaluator that ends without writing them (SIGKILL, a
+    lost lock) leaves states newer than the stored cursors, and the next one reads those
+    readings again. Killed where the state is pending, firing, clearing and ok again, the
+    events over the whole plan are still the pure state machine's, each once."""
+    site = make_site(conn, device="K1")
+    body = {"name": "Cold", "table": "calibrated", "column": "tair", "scope": {"device": "K1"},
+            "condition": {"op": "<", "threshold": 0}, "clear": {"op": ">=", "threshold": 1},
+            "for": 600, "clear_for": 900}
+    add_rule(database_url, site.org, body)
+    # Replayed onto the state it led to, the opening clear values would resolve the rule
+    # that fired at index 6: the machine ignores samples older than its state's.
+    plan = [2, 2, 2, 2, -1, -2, -1, 0.5, 2, 2, -1, 2, 2, 2, 2, 0.5, -1, -1, -1, 2, 2, 2, 2, 2]
+    times = [now_slot(5 * (len(plan) - i)) for i in range(len(plan))]
+    kills = {5, 6, 9, 12, 16, 20}  # pending, fired, clearing, clearing again, pending, ok
+    written = 13  # one flush between two kills
+
+    def stored_cursor() -> object:
+        row = conn.execute("SELECT at FROM alert_cursors WHERE source = 'calibrated'"
+                           " AND device = 'K1'").fetchone()
+        conn.commit()
+        return row[0] if row else None
+
+    with evaluator_conn(settings) as work:
+        ev = Evaluator(settings, cursor_every=3600.0)
+        ev.reload(work)
+        for i, (at, tair) in enumerate(zip(times, plan, strict=True)):
+            insert_readings(conn, "K1", site.location, [{"time": at, "tair": tair}])
+            conn.commit()
+            ev.run(work, {"K1"}, rollups=False)
+            if i == written:
+                ev.flush(work)
+            if i in kills:
+                # Killed before its next write: the next evaluator reads again every reading
+                # after the stored cursor (none stored: every reading of the last day).
+                assert stored_cursor() == (times[written] if i > written else None)
+                ev = Evaluator(settings, cursor_every=3600.0)
+                ev.reload(work)
+        ev.flush(work)
+    assert stored_cursor() == times[-1]
+    _state, want = machine.run(alertrules.parse(body), list(zip(times, plan, strict=True)))
+    assert len(want) >= 4
+    assert [(e[1], e[2]) for e in events(database_url)] == [(t.kind, t.at) for t in want]
