@@ -27,6 +27,7 @@ from apscheduler.events import (
     JobExecutionEvent,
     SchedulerEvent,
 )
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.blocking import BlockingScheduler
 from apscheduler.triggers.cron import CronTrigger
@@ -49,16 +50,19 @@ log = logging.getLogger("aggregate")
 MISFIRE_GRACE = 24 * 3600
 WATCHDOG_SECONDS = 2.0
 LOCK_POLL_SECONDS = 1.0
+JOB_THREADS = 10  # APScheduler's default pool size, named so main can own the executor
 
 
 def build_scheduler(
     pool: ConnectionPool, settings: Settings, leader: LeaderLock, runner: str,
-    metrics: Metrics | None = None,
+    metrics: Metrics | None = None, executor: ThreadPoolExecutor | None = None,
 ) -> BlockingScheduler:
-    """The scheduler with its jobs (UTC, interval triggers) and the error listener."""
+    """The scheduler with its jobs (UTC, interval triggers) and the error listener; its jobs
+    run on `executor` (a new thread pool when None)."""
     scheduler = BlockingScheduler(
         timezone=UTC,
         jobstores={"default": MemoryJobStore()},  # jobs live in code, never in a shared store
+        executors={"default": executor or ThreadPoolExecutor(JOB_THREADS)},
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": MISFIRE_GRACE},
     )
     interval = max(1, settings.aggregate_interval)
@@ -171,6 +175,19 @@ def scheduler_pool(settings: Settings) -> ConnectionPool:
                      check=ConnectionPool.check_connection)
 
 
+def finish_running_jobs(executor: ThreadPoolExecutor) -> None:
+    """Wait for the jobs still running on a stopped scheduler's `executor`.
+
+    `shutdown(wait=False)` (from the signal handler, which must not block, or from the
+    watchdog, a job itself) only stops new runs. A job still running would otherwise outlive
+    the lock it guards its commits with and the pool it takes connections from: main closed
+    both right after `start()` returned, and the job's next `pool.connection()` failed with
+    PoolClosed, leaving its run unfinished in job_runs. Each job's work is per-batch
+    transactions, so a stop that outlasts the service manager's timeout (SIGKILL) loses only
+    the open batch."""
+    executor.shutdown(wait=True)
+
+
 def main() -> int:
     """Run the scheduler until SIGTERM/SIGINT."""
     settings = Settings.from_env(os.environ)
@@ -205,17 +222,18 @@ def main() -> int:
             log.info("aggregate scheduler %s is the leader; jobs every %d s", runner,
                      settings.aggregate_interval)
             metrics.leader.set(1)
-            scheduler = build_scheduler(pool, settings, leader, runner, metrics)
+            executor = ThreadPoolExecutor(JOB_THREADS)  # one per scheduler: no restart
+            scheduler = build_scheduler(pool, settings, leader, runner, metrics, executor)
             current[:] = [scheduler]
             if stop.is_set():
                 break
             scheduler.start()  # blocks until the watchdog or a signal shuts it down
             current.clear()
-            # shutdown(wait=False) left the running jobs going: they finish (a lost lock stops
-            # them at their next guard) before the pool closes under them (PoolClosed
-            # tracebacks otherwise, more likely since the cold job's first run is long).
-            for executor in scheduler._executors.values():  # no public accessor in 3.x
-                executor.shutdown(wait=True)
+            # Before the lock is given up and (on a signal) the pool closed: see
+            # finish_running_jobs.
+            log.info("scheduler stopped: waiting for running jobs to finish")
+            finish_running_jobs(executor)
+            log.info("running jobs finished")
             metrics.leader.set(0)
             leader.release()
     finally:

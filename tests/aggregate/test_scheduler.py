@@ -384,3 +384,57 @@ def test_long_run_is_skipped_counted_and_caught_up(db, database_url, tmp_path, f
                    title="Rollup run longer than its interval, held by a table lock (R32)",
                    target="no overlap; skips logged and counted; next run catches up",
                    source="tests/aggregate/test_scheduler.py")
+
+
+@pytest.mark.chaos
+def test_sigterm_waits_for_a_running_job_before_closing_the_pool(db, database_url,
+                                                                  tmp_path) -> None:
+    """SIGTERM while the hourly rollup is mid-statement (waiting on a table lock this test
+    holds): the process keeps its pool and its scheduler lock until the job has finished, so
+    the run commits and is recorded, and nothing fails with PoolClosed. (Before: main released
+    the lock and closed the pool as soon as APScheduler's shutdown(wait=False) returned; the
+    job then lost its guard and its `_finish` hit the closed pool, its run left unfinished.)"""
+    from tests.support.readings import insert_readings, series
+    from tests.support.rollups import make_location
+
+    start = datetime(2024, 7, 1, tzinfo=UTC)
+    loc = make_location(db, "UTC")
+    insert_readings(db, "S0", loc, series(start, start + timedelta(hours=6),
+                                          tair=lambda k, t: float(k % 11)), marks=True)
+    db.commit()
+    log = tmp_path / "aggregate.log"
+    holder = psycopg.connect(database_url)
+    holder.execute("LOCK TABLE hourly IN EXCLUSIVE MODE")  # the hourly rollup's writes wait
+    proc = _spawn(database_url, log)
+    try:
+        with psycopg.connect(database_url, autocommit=True) as watch:
+
+            def sessions(where: str) -> int:
+                return int(watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE " + where).fetchone()[0])
+
+            _wait(lambda: sessions("application_name LIKE 'sds-aggregate%%'"
+                                   " AND wait_event_type = 'Lock'") == 1,
+                  30, "the hourly rollup waiting on the lock")
+            proc.send_signal(signal.SIGTERM)
+            # Stopped as far as it goes while the job waits: today it says so and waits; the
+            # old order had dropped the lock session (and closed the pool) at this point.
+            _wait(lambda: "waiting for running jobs" in log.read_text() or sessions(
+                "application_name = 'sds-aggregate-leader'") == 0,
+                30, "the scheduler stopped with the job still running")
+            assert proc.poll() is None, "exited with the job still running"
+            holder.rollback()
+            proc.wait(30)
+            hourly = watch.execute("SELECT finished IS NOT NULL, ok FROM job_runs WHERE job ="
+                                   " 'hourly' ORDER BY started").fetchall()
+            left = watch.execute("SELECT count(*) FROM rollup_dirty WHERE rollup = 'hourly'"
+                                 ).fetchone()[0]
+    finally:
+        holder.close()
+        _stop(proc)
+    text = log.read_text()
+    assert "PoolClosed" not in text and "Traceback" not in text, text[-3000:]
+    assert proc.returncode == 0, text[-3000:]
+    assert hourly and hourly[-1] == (True, True), hourly
+    assert "running jobs finished" in text
+    assert left == 0  # the run that was waiting committed its buckets

@@ -55,8 +55,24 @@ def sign_in(driver: WebDriver, base: str, email: str) -> None:
     driver.find_element(By.ID, "email").send_keys(email)
     driver.find_element(By.ID, "password").send_keys(PASSWORDS[email])
     driver.find_element(By.ID, "sign-in").click()
+    # Null-safe: the probe may land on the next page before its heading is parsed.
     wait_for(driver, "document.getElementById('devices') !== null || "
-                     "document.querySelector('main h1').textContent === 'Devices'")
+                     "(document.querySelector('main h1') || {}).textContent === 'Devices'")
+
+
+def submit(driver: WebDriver, element: str, ready: str, by: str = By.ID) -> None:
+    """Click `element` (a submit button, a link) and wait for the next page: loaded, with an
+    element of id `ready`.
+
+    The old page is told apart by a mark on its window object, which a new document never
+    has. (Selenium's staleness_of probes the old <html> element instead, and a probe that
+    lands while Chromium swaps the documents is answered "unknown error: Node with given id
+    does not belong to the document", not the stale-element error it waits for: CI saw it
+    once under full load.)"""
+    driver.execute_script("window.sdsLeaving = true")
+    driver.find_element(by, element).click()
+    wait_for(driver, "window.sdsLeaving === undefined && document.readyState === 'complete'"
+                     f" && document.getElementById('{ready}') !== null")
 
 
 def fetch(driver: WebDriver, path: str) -> tuple[int, str]:

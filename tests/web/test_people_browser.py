@@ -14,12 +14,11 @@ import psycopg
 import requests
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from people import accounts
 from testbed.browser import console_errors, wait_for
-from tests.support.browsing import sign_in, snap
+from tests.support.browsing import sign_in, snap, submit
 from tests.support.dashboard import PASSWORDS, World
 
 PAGES = ("/dashboard/keys", "/dashboard/members", "/dashboard/account", "/dashboard/audit")
@@ -29,15 +28,6 @@ OVERFLOW = ("return [document.documentElement.scrollWidth, document.documentElem
 def _go(driver: WebDriver, url: str, ready: str) -> None:
     driver.get(url)
     wait_for(driver, f"document.getElementById('{ready}') !== null")
-
-
-def _submit(driver: WebDriver, element: str, ready: str, by: str = By.ID) -> None:
-    """Click a submit button and wait for the next page (the old one gone) and its `ready`."""
-    old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(by, element).click()
-    WebDriverWait(driver, 20).until(staleness_of(old))
-    wait_for(driver, f"document.readyState === 'complete' && "
-                     f"document.getElementById('{ready}') !== null")
 
 
 def test_admin_uses_the_people_pages(server: str, browser: WebDriver, world: World,
@@ -58,7 +48,7 @@ def test_admin_uses_the_people_pages(server: str, browser: WebDriver, world: Wor
     for scope in ("data:read", "devices:read"):
         browser.find_element(By.CSS_SELECTOR, f"input[name=scopes][value='{scope}']").click()
     assert browser.find_elements(By.CSS_SELECTOR, "input[name=scopes][value='orgs:write']")
-    _submit(browser, "key-create", "key-created")
+    submit(browser, "key-create", "key-created")
     value = browser.find_element(By.ID, "new-key").get_attribute("value")
     assert value and value.startswith("sdsk_")
     browser.execute_cdp_cmd("Browser.grantPermissions", {
@@ -75,16 +65,16 @@ def test_admin_uses_the_people_pages(server: str, browser: WebDriver, world: Wor
     browser.get(f"{server}/dashboard/keys")
     assert value not in browser.page_source  # once only
     row = "//tr[td[1][normalize-space()='logger']]"
-    _submit(browser, f"{row}//button[contains(@class,'toggle-key')]", "keys", By.XPATH)
+    submit(browser, f"{row}//button[contains(@class,'toggle-key')]", "keys", By.XPATH)
     assert browser.find_element(By.XPATH, row).get_attribute("data-active") == "false"
     assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 401
-    _submit(browser, f"{row}//button[contains(@class,'toggle-key')]", "keys", By.XPATH)
+    submit(browser, f"{row}//button[contains(@class,'toggle-key')]", "keys", By.XPATH)
     assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 200
-    _submit(browser, f"{row}//button[contains(@class,'delete-key')]", "key-confirm-delete",
+    submit(browser, f"{row}//button[contains(@class,'delete-key')]", "key-confirm-delete",
             By.XPATH)
     assert "logger" in browser.find_element(By.ID, "key-confirm-delete").text
     assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 200
-    _submit(browser, "confirm-delete-key", "key-deleted")
+    submit(browser, "confirm-delete-key", "key-deleted")
     assert not browser.find_elements(By.XPATH, row)
     assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 401
 
@@ -100,13 +90,13 @@ def test_admin_uses_the_people_pages(server: str, browser: WebDriver, world: Wor
         By.XPATH, f"{member_row}//select/option")]
     assert roles == ["owner", "admin", "member", "viewer"]  # the API's roles
     Select(browser.find_element(By.XPATH, f"{member_row}//select")).select_by_value("admin")
-    _submit(browser, f"{member_row}//button", "members", By.XPATH)
+    submit(browser, f"{member_row}//button", "members", By.XPATH)
     assert browser.find_element(By.XPATH, member_row).get_attribute("data-role") == "admin"
     browser.find_element(By.XPATH, f"{member_row}//a[contains(@class,'remove-member')]").click()
     wait_for(browser, "document.getElementById('confirm-remove') !== null")
     assert "temp@a.example" in browser.find_element(By.TAG_NAME, "h1").text
     snap(browser, shots, "41-member-remove-confirm")
-    _submit(browser, "confirm-remove", "member-removed")
+    submit(browser, "confirm-remove", "member-removed")
     assert not browser.find_elements(By.XPATH, member_row)
     assert requests.get(f"{server}/api/v2/devices", headers=temp, timeout=10).status_code == 401
 
@@ -122,7 +112,7 @@ def test_admin_uses_the_people_pages(server: str, browser: WebDriver, world: Wor
     schedule = browser.find_element(By.ID, "loc-kc-schedule")
     schedule.clear()
     schedule.send_keys("2026-03-01 0.4\n2026-03-06 1.05")
-    _submit(browser, "location-save", "location-saved")
+    submit(browser, "location-save", "location-saved")
     said = browser.find_element(By.ID, "location-saved").text
     assert "will be recomputed" in said
     record = requests.get(f"{server}/api/v2/locations/{world.north}", timeout=10,
@@ -134,7 +124,7 @@ def test_admin_uses_the_people_pages(server: str, browser: WebDriver, world: Wor
     box = browser.find_element(By.ID, "loc-tz")
     box.clear()
     box.send_keys("Mars/Olympus")
-    _submit(browser, "location-save", "location-error")
+    submit(browser, "location-save", "location-error")
     assert "unknown time zone" in browser.find_element(By.ID, "location-error").text
     assert browser.find_element(By.ID, "loc-tz").get_attribute("value") == "Mars/Olympus"
 
@@ -144,7 +134,7 @@ def test_admin_uses_the_people_pages(server: str, browser: WebDriver, world: Wor
     zone = browser.find_element(By.ID, "account-zone")
     zone.clear()
     zone.send_keys("UTC")
-    _submit(browser, "account-save", "account-saved")
+    submit(browser, "account-save", "account-saved")
     _go(browser, f"{server}/dashboard/devices/A1", "unit-temp")
     wait_for(browser, "document.getElementById('unit-temp').value === 'f'")
 

@@ -18,12 +18,11 @@ from pathlib import Path
 import requests
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 from people import links
 from testbed.browser import console_errors, wait_for
-from tests.support.browsing import chart_drawn, fetch, sign_in, snap
+from tests.support.browsing import chart_drawn, fetch, sign_in, snap, submit
 from tests.support.dashboard import World
 
 EMAIL, PASSWORD = "crew@a.example", "crew-member-passphrase-3"
@@ -35,16 +34,8 @@ def _ready(driver: WebDriver, element: str) -> None:
                      f"document.getElementById('{element}') !== null")
 
 
-def _submit(driver: WebDriver, element: str, ready: str) -> None:
-    """Click a submit button and wait for the next page (the old one gone) and its `ready`."""
-    old = driver.find_element(By.TAG_NAME, "html")
-    driver.find_element(By.ID, element).click()
-    WebDriverWait(driver, 20).until(staleness_of(old))
-    _ready(driver, ready)
-
-
 def _sign_out(driver: WebDriver) -> None:
-    _submit(driver, "sign-out", "email")
+    submit(driver, "sign-out", "email")
 
 
 def _sign_in_crew(driver: WebDriver, server: str) -> None:
@@ -52,7 +43,7 @@ def _sign_in_crew(driver: WebDriver, server: str) -> None:
     _ready(driver, "email")
     driver.find_element(By.ID, "email").send_keys(EMAIL)
     driver.find_element(By.ID, "password").send_keys(PASSWORD)
-    _submit(driver, "sign-in", "devices")
+    submit(driver, "sign-in", "devices")
 
 
 def _error_page(driver: WebDriver, server: str, name: str) -> str:
@@ -70,11 +61,11 @@ def test_admin_invites_into_a_team_member_sees_only_it_until_removed(
     browser.find_element(By.LINK_TEXT, "Teams").click()
     _ready(browser, "team-form")
     browser.find_element(By.ID, "team-name").send_keys("Field crew")
-    _submit(browser, "team-create", "team-title")
+    submit(browser, "team-create", "team-title")
     team_url = browser.current_url
     assert browser.find_element(By.ID, "team-title").text == "Field crew"
     Select(browser.find_element(By.ID, "add-devices-target")).select_by_value("A1")
-    _submit(browser, "add-devices-button", "team-devices")
+    submit(browser, "add-devices-button", "team-devices")
     held = [e.get_attribute("data-label") for e in browser.find_elements(
         By.CSS_SELECTOR, "#team-devices li[data-label]")]
     assert held == ["A1"]
@@ -85,7 +76,7 @@ def test_admin_invites_into_a_team_member_sees_only_it_until_removed(
     browser.find_element(By.ID, "invite-email").send_keys(EMAIL)
     Select(browser.find_element(By.ID, "invite-role")).select_by_value("member")
     browser.find_element(By.ID, "invite-teams-only").click()
-    _submit(browser, "invite-send", "invite-link")
+    submit(browser, "invite-send", "invite-link")
     assert "Not mailed" in browser.find_element(By.ID, "invite-not-mailed").text
     link = browser.find_element(By.ID, "invite-link").get_attribute("value")
     assert link and links.ACCEPT_PATH in link
@@ -98,7 +89,8 @@ def test_admin_invites_into_a_team_member_sees_only_it_until_removed(
         " navigator.clipboard.readText().then(done, e => done('ERR ' + e));")
     assert pasted == link
     row = browser.find_element(By.CSS_SELECTOR, f"#invitations tr[data-email='{EMAIL}']")
-    assert "yes" in row.text and "member" in row.text  # pending, teams only
+    cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+    assert cells[:3] == [EMAIL, "member", "yes"], cells  # pending, teams only
     snap(browser, shots, "team-01-invited")
     _sign_out(browser)
 
@@ -106,18 +98,19 @@ def test_admin_invites_into_a_team_member_sees_only_it_until_removed(
     # deployment's edge) and sets a password.
     browser.get(server + links.ACCEPT_PATH + link.rsplit("/", 1)[1])
     _ready(browser, "accept-what")
-    assert "member" in browser.find_element(By.ID, "accept-what").text
+    assert [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#accept-what strong")
+            ][1:] == ["member", EMAIL]
     browser.find_element(By.ID, "name").send_keys("Crew")
     browser.find_element(By.ID, "password").send_keys(PASSWORD)
     browser.find_element(By.ID, "again").send_keys(PASSWORD)
-    _submit(browser, "accept", "login-message")
+    submit(browser, "accept", "login-message")
 
     # The owner adds them to the team on its page.
     sign_in(browser, server, "admin@a.example")
     browser.get(team_url)
     _ready(browser, "add-members-target")
     Select(browser.find_element(By.ID, "add-members-target")).select_by_visible_text(EMAIL)
-    _submit(browser, "add-members-button", "team-members")
+    submit(browser, "add-members-button", "team-members")
     assert browser.find_elements(By.CSS_SELECTOR, f"#team-members li[data-label='{EMAIL}']")
     snap(browser, shots, "team-02-team-page")
     _sign_out(browser)
@@ -141,7 +134,7 @@ def test_admin_invites_into_a_team_member_sees_only_it_until_removed(
     browser.find_element(By.ID, "key-name").send_keys("crew script")
     for scope in ("devices:read", "data:read"):
         browser.find_element(By.CSS_SELECTOR, f"input[name=scopes][value='{scope}']").click()
-    _submit(browser, "key-create", "key-created")
+    submit(browser, "key-create", "key-created")
     value = browser.find_element(By.ID, "new-key").get_attribute("value")
     key = {"Authorization": f"Apikey {value}"}
     listed = requests.get(f"{server}/api/v2/devices", headers=key, timeout=10)
@@ -168,7 +161,7 @@ def test_admin_invites_into_a_team_member_sees_only_it_until_removed(
     browser.find_element(
         By.XPATH, f"//tr[@data-email='{EMAIL}']//a[contains(@class,'remove-member')]").click()
     _ready(browser, "confirm-remove")
-    _submit(browser, "confirm-remove", "member-removed")
+    submit(browser, "confirm-remove", "member-removed")
     assert requests.get(f"{server}/api/v2/devices", headers=key, timeout=10).status_code == 401
 
     # 360 px: the teams, team and members pages without horizontal scroll.

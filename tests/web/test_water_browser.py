@@ -11,13 +11,11 @@ from pathlib import Path
 import psycopg
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.expected_conditions import staleness_of
-from selenium.webdriver.support.ui import WebDriverWait
 
 from aggregate import water
 from shared import irrigation
 from testbed.browser import wait_for
-from tests.support.browsing import sign_in
+from tests.support.browsing import sign_in, submit
 from tests.support.dashboard import World
 
 
@@ -56,10 +54,7 @@ def test_record_irrigation_and_see_the_depletion_drop(server: str, browser: WebD
     browser.find_element(By.ID, "irr-day").send_keys(
         datetime.strptime(day, "%Y-%m-%d").strftime("%m%d%Y"))
     browser.find_element(By.ID, "irr-mm").send_keys("25")
-    old = browser.find_element(By.TAG_NAME, "html")
-    browser.find_element(By.ID, "irrigation-save").click()
-    WebDriverWait(browser, 20).until(staleness_of(old))
-    wait_for(browser, "document.getElementById('water-recorded') !== null")
+    submit(browser, "irrigation-save", "water-recorded")
     assert browser.find_elements(By.CSS_SELECTOR, f"#irrigation-events tr[data-day='{day}']")
 
     _scheduler(world.url)
