@@ -25,7 +25,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from serve.queries import ColdRows, Scan, bounds
+from serve.queries import ColdRows, Scan, any_hot_row, bounds
 from shared import coldfiles
 from shared.coldstore import open_store
 from shared.errors import Conflict
@@ -83,11 +83,29 @@ def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
     ids = tuple(i for i, _ in files)
     if not table.num_rows:
         return dataclasses.replace(scan, cold=ColdRows(ids, {}))
+    if _wholly_cold(conn, scan, table):
+        return dataclasses.replace(scan, cold=ColdRows(ids, {}, page=table))
     arrays = {name: _joined(table.column(name)) for name in coldfiles.NAMES}
     span = pc.min_max(table.column("time")).as_py()
     devices = tuple(pc.unique(table.column("device")).to_pylist())
     return dataclasses.replace(scan, cold=ColdRows(ids, arrays, span["min"], span["max"],
                                                    devices))
+
+
+def _wholly_cold(conn: psycopg.Connection, scan: Scan, table: pa.Table) -> bool:
+    """Whether the page is exactly its cold rows: no hot row of the listing lies before the
+    next page's first cold row (or, on a last page, anywhere in the window). The usual case
+    (live files, no late reading), read in the page's snapshot: such a page is written by
+    serve.coldpage without passing its rows through SQL. (updated_since and local-day
+    bounds, which calibrated pages do not combine with cold rows today, take the SQL.)"""
+    if scan.updated_since is not None or scan.start_day is not None or scan.end_day is not None:
+        return False
+    span = dataclasses.replace(scan, cold=None)
+    if table.num_rows > scan.limit:
+        edge = table.column("time")[scan.limit].as_py()
+        span = (dataclasses.replace(span, start=max(scan.start, edge)) if scan.descending
+                else dataclasses.replace(span, end=min(scan.end, edge)))
+    return not any_hot_row(conn, span)
 
 
 def _joined(column: pa.ChunkedArray) -> str:

@@ -76,6 +76,9 @@ class ColdRows:
     first: datetime | None = None  # the span and devices of the rows
     last: datetime | None = None
     devices: tuple[str, ...] = ()
+    # The whole page (its rows and the next page's first, as an Arrow table) when no hot row
+    # lies in its span: serve.coldpage writes it without PostgreSQL; `arrays` is then empty.
+    page: Any = None
 
 
 def find_device(conn: psycopg.Connection, *, org: UUID, name: str) -> str:
@@ -369,6 +372,14 @@ def next_key_statement(scan: Scan) -> tuple[str, dict[str, Any]]:
     params = _params(scan, keys_only=True)
     params["limit"] = scan.limit
     return f"SELECT t.time, t.device {_tail_sql(_shape(scan))} OFFSET %(limit)s LIMIT 1", params
+
+
+def any_hot_row(conn: psycopg.Connection, scan: Scan) -> bool:
+    """Whether the listing has a hot row in the span `scan` reads (its cold rows aside)."""
+    params = _params(scan)
+    shape = _shape(scan)
+    assert not shape.cold
+    return conn.execute(f"SELECT 1 {_tail_sql(shape)} LIMIT 1", params).fetchone() is not None
 
 
 def next_key(conn: psycopg.Connection, scan: Scan) -> Position | None:

@@ -30,7 +30,7 @@ from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
 from werkzeug.exceptions import HTTPException
 
-from serve import aggregation, caching, coldread, fairshare, queries, render
+from serve import aggregation, caching, coldpage, coldread, fairshare, queries, render
 from serve import cursor as cursors
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
@@ -217,10 +217,8 @@ class DataRequest:
 
 class DataPage:
     """One page of `/data`: owns one pooled connection from `plan()` until its body (this
-    object, a WSGI iterable) is consumed or closed.
-
-    A class: a generator never started (HEAD, a client gone) does not run its `finally`.
-    """
+    object, a WSGI iterable: a generator never started, on HEAD or a client gone, would not
+    run its `finally`) is consumed or closed."""
 
     def __init__(self, req: DataRequest, conn_pool: ConnectionPool, key: bytes) -> None:
         self.req = req
@@ -248,6 +246,9 @@ class DataPage:
                 self.close()  # the page is in memory
                 self._body, self.following = buckets.body, buckets.following
                 self.headers = buckets.headers
+            elif scan.cold is not None and scan.cold.page is not None:  # wholly cold
+                self._body, self.following = coldpage.body(scan, self.req.local_tz, conn)
+                self.close()
             elif self.req.csv:
                 self._plan_csv(conn, scan)
             else:
@@ -308,8 +309,7 @@ class DataPage:
         return coldread.attach(conn, scan, current_app.extensions["settings"].cold_path)
 
     def _plan_json(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
-        """Next-page key and body of a JSON page; `conn` is in autocommit (calibrated: in its
-        snapshot already).
+        """Next-page key and body of a JSON page; `conn` in autocommit (calibrated: a snapshot).
 
         One statement reads the first chunk plus one row (with the tenant check of the device).
         When that answers the whole page (at most CHUNK_ROWS rows, or a listing ending within
