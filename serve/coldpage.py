@@ -15,6 +15,8 @@ tests/serve/test_cold_tier.py. Passing 10,000 rows through SQL cost 2-4x the hot
 from __future__ import annotations
 
 import math
+from decimal import Decimal, localcontext
+from fractions import Fraction
 from collections.abc import Iterator
 from datetime import UTC, datetime, tzinfo
 
@@ -33,15 +35,55 @@ from shared.timeutil import format_local
 # float8out writes a double in fixed notation when its decimal exponent is in [-4, 15), else
 # as `1.5e-05` / `1e+15`; Arrow's own thresholds differ, so those values are written here.
 _FIXED_LO, _FIXED_HI = 1e-4, 1e15
+# Below this a double's shortest text cannot lie exactly between two doubles (a midpoint has
+# more than 17 digits there), so Python's shortest is PostgreSQL's.
+_TIES = 2.0 ** 52
 # Session time zones whose datetimes psycopg returns at offset 0 (Arrow reads UTC).
 _UTC_KEYS = frozenset({"UTC", "Etc/UTC"})
 
 
 def float8(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """`x::text::float8` of a float32 column: its shortest decimal text, read back as the
-    nearest double (Arrow prints a float32 shortest, and parses text correctly rounded)."""
+    nearest double. Arrow prints a float32 shortest and parses text correctly rounded; where
+    that shortest text lies exactly halfway between two float32 values (it reads back right,
+    rounding half to even), PostgreSQL's printer takes a longer one: see _inside."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
-    return pc.cast(pc.cast(arr, pa.string()), pa.float64())
+    values = pc.cast(pc.cast(arr, pa.string()), pa.float64())
+    d = values.to_numpy(zero_copy_only=False).copy()
+    f = arr.to_numpy(zero_copy_only=False).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        exact = f.astype(np.float64)
+        toward = np.nextafter(f, np.where(d > exact, np.float32(np.inf), np.float32(-np.inf)))
+        ties = np.isfinite(d) & (d != exact) & (d - exact == toward.astype(np.float64) - d)
+    ties &= ~np.asarray(arr.is_null())
+    if not ties.any():
+        return values
+    for i in np.flatnonzero(ties):
+        d[i] = float(_float32_inside(float(f[i])))
+    return pa.array(d, mask=np.asarray(arr.is_null()))
+
+
+def _inside(value: float, down: float, up: float, max_digits: int) -> Decimal:
+    """The shortest decimal strictly between the rounding bounds of `value` (whose neighbours
+    are `down` and `up`), the closest to it: what PostgreSQL's printers (Ryu, not accepting
+    the bounds) write where the shortest text lies exactly on a bound."""
+    exact = Fraction(value)
+    lo, hi = (exact + Fraction(down)) / 2, (exact + Fraction(up)) / 2
+    for digits in range(1, max_digits + 1):
+        with localcontext() as ctx:
+            ctx.prec = digits
+            near = Decimal(exact.numerator) / Decimal(exact.denominator)
+            step = Decimal(1).scaleb(near.adjusted() - digits + 1)
+        candidates = [c for c in (near - step, near, near + step) if lo < Fraction(c) < hi]
+        if candidates:
+            return min(candidates, key=lambda c: abs(Fraction(c) - exact))
+    return Decimal(value)
+
+
+def _float32_inside(value: float) -> Decimal:
+    f = np.float32(value)
+    return _inside(value, float(np.nextafter(f, np.float32(-np.inf))),
+                   float(np.nextafter(f, np.float32(np.inf))), 9)
 
 
 def converted(values: pa.Array, col: Column, unit: units.Unit | None) -> pa.Array:
@@ -65,6 +107,16 @@ def pg_float8(value: float) -> str:
         return "NaN"
     if math.isinf(value):
         return "Infinity" if value > 0 else "-Infinity"
+    if abs(value) >= _TIES:
+        shortest = Decimal(repr(value))
+        if Fraction(shortest) in ((Fraction(value) + Fraction(math.nextafter(value, side))) / 2
+                                  for side in (-math.inf, math.inf)):
+            sign, digits, exp = _inside(value, math.nextafter(value, -math.inf),
+                                        math.nextafter(value, math.inf), 17).as_tuple()
+            text = "".join(map(str, digits)).rstrip("0")
+            power = len(digits) - 1 + int(exp)
+            return (f"{'-' if sign else ''}{text[0]}{'.' + text[1:] if len(text) > 1 else ''}"
+                    f"e+{power:02d}")
     text = repr(value)
     if "e" in text:
         return text  # Python and PostgreSQL agree on `1.5e-05` and `1e+16`
@@ -73,8 +125,8 @@ def pg_float8(value: float) -> str:
         return text
     # 1e15 <= |value| < 1e16: fixed in Python, scientific in PostgreSQL.
     sign, digits = ("-", text[1:]) if text[0] == "-" else ("", text)
-    exp = len(digits) - 1
-    digits = digits.rstrip("0")
+    whole, _, fraction = digits.partition(".")
+    exp, digits = len(whole) - 1, (whole + fraction).rstrip("0")
     return f"{sign}{digits[0]}{'.' + digits[1:] if len(digits) > 1 else ''}e+{exp:02d}"
 
 
