@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
-from collections.abc import Iterator
-from datetime import UTC, datetime, tzinfo
+from collections.abc import Callable, Iterator
+from datetime import UTC, tzinfo
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -130,54 +131,68 @@ def pg_float8(value: float) -> str:
     return f"{sign}{digits[0]}{'.' + digits[1:] if len(digits) > 1 else ''}e+{exp:02d}"
 
 
-def csv_numbers(values: pa.Array) -> list[str]:
+def csv_numbers(values: pa.Array) -> pa.Array:
     """A float8 column as COPY writes it: float8out's text, '' for NULL (Arrow formats the
     common values in C; the ones whose notation differs are written by pg_float8)."""
     arrow = pc.cast(values, pa.string())
-    text = arrow.fill_null("").to_pylist()
     x = values.to_numpy(zero_copy_only=False)
     with np.errstate(invalid="ignore"):
         ax = np.abs(x)
         odd = ~np.isfinite(x) | ((ax < _FIXED_LO) & (ax != 0)) | (ax >= _FIXED_HI)
     odd |= np.asarray(pc.match_substring(arrow, "e").fill_null(False))
     odd &= ~np.asarray(values.is_null())
+    return _patched(arrow.fill_null(""), odd, lambda i: pg_float8(float(x[i])))
+
+
+def _patched(text: pa.Array, odd: np.ndarray, write: Callable[[int], str]) -> pa.Array:
+    """`text` with the values at the indexes `odd` marks rewritten by `write` (rare)."""
+    if not odd.any():
+        return text
+    values = text.to_pylist()
     for i in np.flatnonzero(odd):
-        text[i] = pg_float8(float(x[i]))
-    return text
+        values[i] = write(int(i))
+    return pa.array(values, pa.string())
 
 
-def csv_field(value: str | None) -> str:
+def csv_field(value: str | None, *, alone: bool = False) -> str:
     """One text field as COPY (FORMAT csv) writes it: NULL empty, '' quoted, quoted when it
-    holds a comma, quote, CR or LF (quotes doubled)."""
+    holds a comma, quote, CR or LF (quotes doubled), or is a lone `\\.` (`alone`)."""
     if value is None:
         return ""
-    if value == "" or any(c in value for c in ',"\n\r'):
+    if value == "" or any(c in value for c in ',"\n\r') or (alone and value == "\\."):
         return '"' + value.replace('"', '""') + '"'
     return value
 
 
-def _csv_time(times: pa.Array) -> list[str]:
+def csv_texts(arr: pa.Array, *, guard: bool, alone: bool = False) -> pa.Array:
+    """A text column as COPY writes it, made spreadsheet-safe first when `guard`
+    (shared.spreadsheet); `alone`: the only column, where COPY also quotes a lone `\\.`."""
+    odd = pc.match_substring_regex(arr, _QUOTED_ALONE if alone else _QUOTED)
+    if guard:
+        odd = pc.or_(odd, pc.match_substring_regex(arr, _FORMULA))
+    values = arr.to_pylist()
+    return _patched(arr.fill_null(""), np.asarray(odd.fill_null(False)), lambda i: csv_field(
+        spreadsheet.escape(values[i]) if guard else values[i], alone=alone))
+
+
+# What COPY quotes (an empty string, a comma, quote, CR or LF) and what starts a formula.
+_QUOTED = r'^$|[,"\r\n]'
+_QUOTED_ALONE = _QUOTED + r"|^\\\.$"
+_FORMULA = "^[" + "".join("\\" + c if c in "-" else c for c in spreadsheet.FORMULA_STARTS) + "]"
+
+
+def _csv_time(times: pa.Array) -> pa.Array:
     """`sds_iso_time(t, interval '0')`: `2019-07-01T00:00:00+0000`, `.ffffff` when present."""
     try:
         whole = pc.cast(times, pa.timestamp("s", tz="UTC"))  # refused when any has micros
     except pa.ArrowInvalid:
-        return [format_local(t, UTC) for t in times.to_pylist()]
-    return pc.strftime(whole, format="%Y-%m-%dT%H:%M:%S+0000").to_pylist()
+        return pa.array([format_local(t, UTC) for t in times.to_pylist()], pa.string())
+    return pc.strftime(whole, format="%Y-%m-%dT%H:%M:%S+0000")
 
 
-def _column(table: pa.Table, col: Column, scan: Scan, csv: bool) -> list[object]:
-    arr = table.column(col.name).combine_chunks()
-    if col.dtype == "real":
-        values = converted(float8(arr), col, unit_for(col, scan.units))
-        return csv_numbers(values) if csv else values.to_pylist()
-    if col.dtype == TS:
-        return _csv_time(arr) if csv else arr.to_pylist()
-    names = arr.to_pylist()
-    if not csv:
-        return names
-    if col.dtype == "text":
-        names = [None if v is None else spreadsheet.escape(v) for v in names]
-    return [csv_field(v) for v in names]
+def _values(arr: pa.Array, col: Column, scan: Scan) -> pa.Array:
+    """A real column's values as the page's SQL computes them (float8, converted)."""
+    return converted(float8(arr), col, unit_for(col, scan.units))
 
 
 def _following(table: pa.Table, limit: int) -> Position | None:
@@ -186,34 +201,60 @@ def _following(table: pa.Table, limit: int) -> Position | None:
     return Position(table.column("time")[limit].as_py(), table.column("device")[limit].as_py())
 
 
+def _json_times(times: pa.Array, conn_tz: tzinfo) -> list[Any]:
+    """`time` as the JSON writer gets it from psycopg: its text `2019-07-01T00:00:00Z` (what
+    orjson writes of a UTC datetime of whole seconds), else datetimes in the session's zone."""
+    if getattr(conn_tz, "key", None) in _UTC_KEYS or conn_tz is UTC:
+        try:
+            whole = pc.cast(times, pa.timestamp("s", tz="UTC"))
+            return pc.strftime(whole, format="%Y-%m-%dT%H:%M:%SZ").to_pylist()
+        except pa.ArrowInvalid:
+            return times.to_pylist()
+    return [t.astimezone(conn_tz) for t in times.to_pylist()]
+
+
 def json_body(table: pa.Table, scan: Scan, local_tz: tzinfo | None, conn_tz: tzinfo,
               ) -> tuple[Iterator[bytes], Position | None]:
     """The JSON body of the page (table: the page's rows and the next page's first row, in
     order) and the next page's key, as serve.api.data writes a hot page."""
     following = _following(table, scan.limit)
-    rows = table.slice(0, scan.limit)
-    times: list[datetime] = rows.column("time").to_pylist()
-    if getattr(conn_tz, "key", None) not in _UTC_KEYS and conn_tz is not UTC:
-        times = [t.astimezone(conn_tz) for t in times]  # as the session's TimeZone reads them
-    columns = [times if c.dtype == TS else _column(rows, c, scan, False) for c in scan.columns]
-    tuples = list(zip(*columns, times, rows.column("device").to_pylist(), strict=True))
+    rows = table.slice(0, scan.limit).combine_chunks()
+    columns: list[list[Any]] = []
+    for col in scan.columns:
+        arr = rows.column(col.name).chunk(0) if rows.num_rows else pa.array([], pa.null())
+        columns.append(_json_times(arr, conn_tz) if col.dtype == TS else (
+            _values(arr, col, scan) if col.dtype == "real" else arr).to_pylist())
+    if local_tz is not None:  # local_time is formatted from the row's time, after the values
+        columns.append(rows.column("time").to_pylist())
     writer = render.JsonRows([c.name for c in scan.columns], local_tz)
+    tuples = list(zip(*columns, strict=True))
     return render.json_body(writer, tuples, list, len(tuples) + 1), following
 
 
 def csv_body(table: pa.Table, scan: Scan, local_tz: tzinfo | None,
              ) -> tuple[Iterator[bytes], Position | None]:
-    """The CSV body of the page (header line included) and the next page's key."""
+    """The CSV body of the page (header line included) and the next page's key: each column
+    made text as COPY writes it, the lines joined by Arrow."""
     following = _following(table, scan.limit)
-    rows = table.slice(0, scan.limit)
-    columns = [_column(rows, c, scan, True) for c in scan.columns]
-    if local_tz is not None:
-        columns.append([format_local(t, local_tz) for t in rows.column("time").to_pylist()])
-    if len(columns) == 1:  # COPY quotes a lone `\.` (an end-of-data marker in CSV input)
-        columns[0] = ['"\\."' if v == "\\." else v for v in columns[0]]
-    lines = "".join(",".join(r) + "\n" for r in zip(*columns, strict=True))
+    rows = table.slice(0, scan.limit).combine_chunks()
     header = render.csv_header(scan.columns, local_tz is not None)
-    return iter((header + lines.encode(),)), following
+    if not rows.num_rows:
+        return iter((header,)), following
+    columns: list[pa.Array] = []
+    for col in scan.columns:
+        arr = rows.column(col.name).chunk(0)
+        columns.append(
+            csv_numbers(_values(arr, col, scan)) if col.dtype == "real" else
+            _csv_time(arr) if col.dtype == TS else
+            csv_texts(arr, guard=col.dtype == "text", alone=len(scan.columns) == 1
+                      and local_tz is None))
+    if local_tz is not None:
+        columns.append(pa.array([format_local(t, local_tz)
+                                 for t in rows.column("time").to_pylist()], pa.string()))
+    lines = pc.binary_join_element_wise(*columns, ",") if len(columns) > 1 else columns[0]
+    offsets = pa.array([0, len(lines)], pa.int32())
+    text = pc.binary_join(pa.ListArray.from_arrays(offsets, lines), "\n")[0].as_py()
+    return iter((header + text.encode() + b"\n",)), following
 
 
 def body(scan: Scan, local_tz: tzinfo | None, conn: psycopg.Connection,

@@ -84,7 +84,7 @@ def test_numbers_as_copy_writes_them(conn: psycopg.Connection) -> None:
                for _ in range(5000)]
     doubles += [v * 10 ** e for v in (1.0, 1.5, 1.234567890123456, 7.0) for e in range(-8, 22)]
     doubles += [-v for v in doubles] + [float(v) for v in _float32s(2000, 4)] + [0.0, -0.0]
-    got = coldpage.csv_numbers(pa.array([*doubles, None], pa.float64()))
+    got = coldpage.csv_numbers(pa.array([*doubles, None], pa.float64())).to_pylist()
     with conn.cursor() as cur, cur.copy(
             "COPY (SELECT x FROM unnest(%s::float8[]) WITH ORDINALITY AS u(x, i) ORDER BY i)"
             " TO STDOUT (FORMAT csv)", ([*doubles, None],)) as copy:
@@ -97,20 +97,21 @@ def test_text_fields_and_times_as_copy_writes_them(conn: psycopg.Connection) -> 
              "'q", None]
     times = [JULY, JULY + timedelta(microseconds=250), datetime(1999, 12, 31, 23, 59, 59,
                                                                  tzinfo=UTC)]
-    got = [",".join((coldpage.csv_field(None if v is None else spreadsheet.escape(v)), "1"))
-           for v in texts]
-    stmt = sql.SQL("COPY (SELECT {}, 1 FROM unnest(%s::text[]) WITH ORDINALITY AS t(d, i)"
-                   " ORDER BY i) TO STDOUT (FORMAT csv)").format(
-        spreadsheet.text_expr(sql.SQL("t.d")))
-    with conn.cursor() as cur, cur.copy(stmt, (texts,)) as copy:
-        want = b"".join(bytes(b) for b in copy).decode()
-    assert "".join(f"{line}\n" for line in got) == want
+    got = coldpage.csv_texts(pa.array(texts, pa.string()), guard=True).to_pylist()
+    alone = coldpage.csv_texts(pa.array(texts, pa.string()), guard=False, alone=True)
+    for expr, fields, ones in ((spreadsheet.text_expr(sql.SQL("t.d")), got, ", 1"),
+                               (sql.SQL("t.d"), alone.to_pylist(), "")):
+        stmt = sql.SQL("COPY (SELECT {}{} FROM unnest(%s::text[]) WITH ORDINALITY AS t(d, i)"
+                       " ORDER BY i) TO STDOUT (FORMAT csv)").format(expr, sql.SQL(ones))
+        with conn.cursor() as cur, cur.copy(stmt, (texts,)) as copy:
+            want = b"".join(bytes(b) for b in copy).decode()
+        assert ("".join(f"{f}{',1' if ones else ''}\n" for f in fields)).split("\n") == want.split("\n")
     iso = [r[0] for r in conn.execute(
         "SELECT sds_iso_time(t, interval '0') FROM unnest(%s::timestamptz[])"
         " WITH ORDINALITY AS u(t, i) ORDER BY i", (times,))]
-    assert coldpage._csv_time(pa.array(times, pa.timestamp("us", tz="UTC"))) == iso
-    assert coldpage._csv_time(pa.array(times[:1] + times[2:], pa.timestamp("us", tz="UTC"))
-                              ) == iso[:1] + iso[2:]
+    stamps = pa.array(times, pa.timestamp("us", tz="UTC"))
+    assert coldpage._csv_time(stamps).to_pylist() == iso
+    assert coldpage._csv_time(stamps.filter([True, False, True])).to_pylist() == [iso[0], iso[2]]
 
 
 # ---- whole answers ------------------------------------------------------------------------
