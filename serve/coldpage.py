@@ -15,13 +15,14 @@ tests/serve/test_cold_tier.py. Passing 10,000 rows through SQL cost 2-4x the hot
 from __future__ import annotations
 
 import math
-from decimal import Decimal, localcontext
-from fractions import Fraction
 from collections.abc import Callable, Iterator
 from datetime import UTC, tzinfo
+from decimal import Decimal, localcontext
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import orjson
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -112,12 +113,12 @@ def pg_float8(value: float) -> str:
         shortest = Decimal(repr(value))
         if Fraction(shortest) in ((Fraction(value) + Fraction(math.nextafter(value, side))) / 2
                                   for side in (-math.inf, math.inf)):
-            sign, digits, exp = _inside(value, math.nextafter(value, -math.inf),
-                                        math.nextafter(value, math.inf), 17).as_tuple()
-            text = "".join(map(str, digits)).rstrip("0")
-            power = len(digits) - 1 + int(exp)
-            return (f"{'-' if sign else ''}{text[0]}{'.' + text[1:] if len(text) > 1 else ''}"
-                    f"e+{power:02d}")
+            inside = _inside(value, math.nextafter(value, -math.inf),
+                             math.nextafter(value, math.inf), 17).as_tuple()
+            mantissa = "".join(map(str, inside.digits)).rstrip("0")
+            power = len(inside.digits) - 1 + int(inside.exponent)
+            return (f"{'-' if inside.sign else ''}{mantissa[0]}"
+                    f"{'.' + mantissa[1:] if len(mantissa) > 1 else ''}e+{power:02d}")
     text = repr(value)
     if "e" in text:
         return text  # Python and PostgreSQL agree on `1.5e-05` and `1e+16`
@@ -125,10 +126,10 @@ def pg_float8(value: float) -> str:
     if abs(value) < _FIXED_HI:
         return text
     # 1e15 <= |value| < 1e16: fixed in Python, scientific in PostgreSQL.
-    sign, digits = ("-", text[1:]) if text[0] == "-" else ("", text)
-    whole, _, fraction = digits.partition(".")
-    exp, digits = len(whole) - 1, (whole + fraction).rstrip("0")
-    return f"{sign}{digits[0]}{'.' + digits[1:] if len(digits) > 1 else ''}e+{exp:02d}"
+    sign, unsigned = ("-", text[1:]) if text[0] == "-" else ("", text)
+    whole, _, fraction = unsigned.partition(".")
+    exp, kept = len(whole) - 1, (whole + fraction).rstrip("0")
+    return f"{sign}{kept[0]}{'.' + kept[1:] if len(kept) > 1 else ''}e+{exp:02d}"
 
 
 def csv_numbers(values: pa.Array) -> pa.Array:
@@ -190,9 +191,32 @@ def _csv_time(times: pa.Array) -> pa.Array:
     return pc.strftime(whole, format="%Y-%m-%dT%H:%M:%S+0000")
 
 
-def _values(arr: pa.Array, col: Column, scan: Scan) -> pa.Array:
-    """A real column's values as the page's SQL computes them (float8, converted)."""
-    return converted(float8(arr), col, unit_for(col, scan.units))
+def numbers(arr: pa.Array, col: Column, unit: units.Unit | None, *, json: bool) -> pa.Array:
+    """A real column as the page writes it: JSON (orjson's text) or CSV (float8out's).
+
+    Unconverted, the text is Arrow's shortest text of the float32 itself: PostgreSQL's float8
+    of that text prints back as the same digits, and where the notations differ (tiny and big
+    values, and from 2^20 on, where the shortest text can lie on a rounding bound: float8)
+    the value goes the long way. Converted values are computed in float8 first."""
+    scale, offset = units.factors(col, unit) if unit is not None else (1.0, 0.0)
+    if (scale, offset) != (1.0, 0.0):
+        values = converted(float8(arr), col, unit)
+        return json_numbers(values) if json else csv_numbers(values)
+    text = pc.cast(arr, pa.string())
+    with np.errstate(invalid="ignore"):
+        ax = np.abs(arr.to_numpy(zero_copy_only=False).astype(np.float64))
+        odd = ~np.isfinite(ax) | ((ax < _FIXED_LO * 1.0001) & (ax != 0)) | (ax >= 2.0 ** 20)
+    odd |= np.asarray(pc.match_substring(text, "e").fill_null(False))
+    odd &= ~np.asarray(arr.is_null())
+    if json:
+        whole = pc.invert(pc.match_substring(text, ".").fill_null(True))
+        text = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
+    if odd.any():
+        slow = float8(arr.filter(pa.array(odd))).to_pylist()
+        written = dict(zip(np.flatnonzero(odd).tolist(), slow, strict=True))
+        return _patched(text.fill_null("null" if json else ""), odd, lambda i: (
+            orjson.dumps(written[i]).decode() if json else pg_float8(written[i])))
+    return text.fill_null("null" if json else "")
 
 
 def _following(table: pa.Table, limit: int) -> Position | None:
@@ -201,34 +225,69 @@ def _following(table: pa.Table, limit: int) -> Position | None:
     return Position(table.column("time")[limit].as_py(), table.column("device")[limit].as_py())
 
 
-def _json_times(times: pa.Array, conn_tz: tzinfo) -> list[Any]:
-    """`time` as the JSON writer gets it from psycopg: its text `2019-07-01T00:00:00Z` (what
-    orjson writes of a UTC datetime of whole seconds), else datetimes in the session's zone."""
+def _json_times(times: pa.Array, conn_tz: tzinfo) -> pa.Array:
+    """`time` as orjson writes the datetime psycopg reads (`"2019-07-01T00:00:00Z"` in a
+    UTC session; microseconds or another session zone: orjson's own text of each)."""
     if getattr(conn_tz, "key", None) in _UTC_KEYS or conn_tz is UTC:
         try:
             whole = pc.cast(times, pa.timestamp("s", tz="UTC"))
-            return pc.strftime(whole, format="%Y-%m-%dT%H:%M:%SZ").to_pylist()
+            return pc.strftime(whole, format='"%Y-%m-%dT%H:%M:%SZ"')
         except pa.ArrowInvalid:
-            return times.to_pylist()
-    return [t.astimezone(conn_tz) for t in times.to_pylist()]
+            pass
+    return pa.array([orjson.dumps(t.astimezone(conn_tz), option=orjson.OPT_UTC_Z).decode()
+                     for t in times.to_pylist()], pa.string())
+
+
+def json_numbers(values: pa.Array) -> pa.Array:
+    """A float8 column as orjson writes each value (`21.0`, `0.00001`, `1e+16`, null for NULL,
+    NaN and infinities): Arrow's text where the two notations agree (fixed, |v| in [1e-4,
+    1e15), with `.0` added to whole numbers), orjson's own for the rest."""
+    arrow = pc.cast(values, pa.string())
+    x = values.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        ax = np.abs(x)
+        odd = ~np.isfinite(x) | ((ax < _FIXED_LO) & (ax != 0)) | (ax >= _FIXED_HI)
+    odd |= np.asarray(pc.match_substring(arrow, "e").fill_null(False))
+    odd &= ~np.asarray(values.is_null())
+    whole = pc.invert(pc.match_substring(arrow, ".").fill_null(True))
+    text = pc.if_else(whole, pc.binary_join_element_wise(arrow, ".0", ""), arrow)
+    return _patched(text.fill_null("null"), odd, lambda i: orjson.dumps(float(x[i])).decode())
+
+
+def _json_texts(arr: pa.Array) -> pa.Array:
+    """A text column as JSON strings (orjson's escaping where a value needs any)."""
+    odd = np.asarray(pc.match_substring_regex(arr, r'["\\\x00-\x1f]').fill_null(False))
+    quoted = pc.binary_join_element_wise('"', arr, '"', "")
+    values = arr.to_pylist()
+    return _patched(quoted.fill_null("null"), odd, lambda i: orjson.dumps(values[i]).decode())
 
 
 def json_body(table: pa.Table, scan: Scan, local_tz: tzinfo | None, conn_tz: tzinfo,
               ) -> tuple[Iterator[bytes], Position | None]:
     """The JSON body of the page (table: the page's rows and the next page's first row, in
-    order) and the next page's key, as serve.api.data writes a hot page."""
+    order) and the next page's key, byte for byte as serve.render writes the hot page with
+    orjson: each value made JSON text as orjson writes it, the objects joined by Arrow."""
     following = _following(table, scan.limit)
     rows = table.slice(0, scan.limit).combine_chunks()
-    columns: list[list[Any]] = []
+    if not rows.num_rows:
+        return iter((b"[]",)), following
+    names = [c.name for c in scan.columns] + (["local_time"] if local_tz is not None else [])
+    texts: list[pa.Array] = []
     for col in scan.columns:
-        arr = rows.column(col.name).chunk(0) if rows.num_rows else pa.array([], pa.null())
-        columns.append(_json_times(arr, conn_tz) if col.dtype == TS else (
-            _values(arr, col, scan) if col.dtype == "real" else arr).to_pylist())
+        arr = rows.column(col.name).chunk(0)
+        texts.append(numbers(arr, col, unit_for(col, scan.units), json=True)
+                     if col.dtype == "real" else
+                     _json_times(arr, conn_tz) if col.dtype == TS else _json_texts(arr))
     if local_tz is not None:  # local_time is formatted from the row's time, after the values
-        columns.append(rows.column("time").to_pylist())
-    writer = render.JsonRows([c.name for c in scan.columns], local_tz)
-    tuples = list(zip(*columns, strict=True))
-    return render.json_body(writer, tuples, list, len(tuples) + 1), following
+        texts.append(_json_texts(pa.array([format_local(t, local_tz) for t in
+                                           rows.column("time").to_pylist()], pa.string())))
+    parts: list[Any] = []
+    for k, (name, text) in enumerate(zip(names, texts, strict=True)):
+        parts += [("{" if k == 0 else ",") + orjson.dumps(name).decode() + ":", text]
+    objects = pc.binary_join_element_wise(*parts, "}", "")
+    offsets = pa.array([0, len(objects)], pa.int32())
+    body = pc.binary_join(pa.ListArray.from_arrays(offsets, objects), ",")[0].as_py()
+    return iter((b"[" + body.encode() + b"]",)), following
 
 
 def csv_body(table: pa.Table, scan: Scan, local_tz: tzinfo | None,
@@ -244,7 +303,8 @@ def csv_body(table: pa.Table, scan: Scan, local_tz: tzinfo | None,
     for col in scan.columns:
         arr = rows.column(col.name).chunk(0)
         columns.append(
-            csv_numbers(_values(arr, col, scan)) if col.dtype == "real" else
+            numbers(arr, col, unit_for(col, scan.units), json=False)
+            if col.dtype == "real" else
             _csv_time(arr) if col.dtype == TS else
             csv_texts(arr, guard=col.dtype == "text", alone=len(scan.columns) == 1
                       and local_tz is None))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import psycopg
 import pyarrow as pa
 import pytest
@@ -59,7 +60,7 @@ def test_float32_text_read_back_as_float8_equals_postgresqls(conn: psycopg.Conne
     want = [r[0] for r in conn.execute(
         "SELECT x::text::float8 FROM unnest(%s::float8[]::real[]) WITH ORDINALITY AS u(x, i)"
         " ORDER BY i", (values,))]
-    bad = [(v, g, w) for v, g, w in zip(values, got, want) if not _same([g], [w])]
+    bad = [(v, g, w) for v, g, w in zip(values, got, want, strict=True) if not _same([g], [w])]
     assert not bad, (len(bad), bad[:8])
 
 
@@ -92,6 +93,28 @@ def test_numbers_as_copy_writes_them(conn: psycopg.Connection) -> None:
     assert got == want
 
 
+@pytest.mark.parametrize(("name", "param", "label"), [
+    ("tair", "temp", "c"), ("tair", "temp", "f"), ("rh", "ratio", "pct"), ("swdw", None, None),
+    ("wind_speed", "speed", "kph"), ("p", "pres", "kp")])
+def test_columns_written_as_json_and_copy_write_them(conn: psycopg.Connection, name: str,
+                                                      param: str | None,
+                                                      label: str | None) -> None:
+    col = CALIBRATED.column(name)
+    unit = units.UNITS[param][label] if param and label else None
+    values = [*_float32s(4000, 5), None, 1048576.0, 2097153.0, 16777217.0]
+    arr = pa.array(values, pa.float32())
+    expr = queries.column_expr(col, unit)
+    stmt = sql.SQL("SELECT {} FROM unnest(%s::float8[]::real[]) WITH ORDINALITY AS t({}, i)"
+                   " ORDER BY i").format(expr, sql.Identifier(col.name))
+    sent = [r[0] for r in conn.execute(stmt, (values,))]
+    assert coldpage.numbers(arr, col, unit, json=True).to_pylist() == [
+        orjson.dumps(v).decode() for v in sent]
+    copy_stmt = sql.SQL("COPY ({}) TO STDOUT (FORMAT csv)").format(stmt)
+    with conn.cursor() as cur, cur.copy(copy_stmt, (values,)) as copy:
+        want = b"".join(bytes(b) for b in copy).decode().split("\n")[:-1]
+    assert coldpage.numbers(arr, col, unit, json=False).to_pylist() == want
+
+
 def test_text_fields_and_times_as_copy_writes_them(conn: psycopg.Connection) -> None:
     texts = ["D1", "", "a,b", 'q"x', "two\nlines", "cr\r", "=1+2", "-3", "@x", "\\.", " sp",
              "'q", None]
@@ -105,7 +128,8 @@ def test_text_fields_and_times_as_copy_writes_them(conn: psycopg.Connection) -> 
                        " ORDER BY i) TO STDOUT (FORMAT csv)").format(expr, sql.SQL(ones))
         with conn.cursor() as cur, cur.copy(stmt, (texts,)) as copy:
             want = b"".join(bytes(b) for b in copy).decode()
-        assert ("".join(f"{f}{',1' if ones else ''}\n" for f in fields)).split("\n") == want.split("\n")
+        lines = "".join(f"{f}{',1' if ones else ''}\n" for f in fields)
+        assert lines.split("\n") == want.split("\n")
     iso = [r[0] for r in conn.execute(
         "SELECT sds_iso_time(t, interval '0') FROM unnest(%s::timestamptz[])"
         " WITH ORDINALITY AS u(t, i) ORDER BY i", (times,))]
@@ -247,7 +271,7 @@ def answers(app: Any, world: ColdWorld, cold_dir: Path) -> dict[str, Any]:
         with_late = _walk(client, *reqs[0])
         after_late_pages = len(written)
     finally:
-        coldpage.body = real  # type: ignore[assignment]
+        coldpage.body = real
     return {"reqs": reqs, "before": before, "after": after, "moved": moved,
             "cold_pages": cold_pages, "with_late": with_late, "late_pages": after_late_pages}
 
