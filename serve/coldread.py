@@ -118,6 +118,11 @@ def _joined(column: pa.ChunkedArray) -> str:
     return str(pc.binary_join(pa.ListArray.from_arrays(offsets, text), ",")[0].as_py())
 
 
+def reaches(conn: psycopg.Connection, scan: Scan) -> bool:
+    """Whether a readable cold file of the organisation overlaps the page's window."""
+    return bool(_files(conn, scan, *bounds(scan)))
+
+
 def refuse_aggregation(conn: psycopg.Connection, scan: Scan) -> None:
     """409 for an aggregated page whose window reaches cold readings (not read there yet)."""
     lo, hi = bounds(scan)
