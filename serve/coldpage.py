@@ -40,6 +40,7 @@ _FIXED_LO, _FIXED_HI = 1e-4, 1e15
 # Below this a double's shortest text cannot lie exactly between two doubles (a midpoint has
 # more than 17 digits there), so Python's shortest is PostgreSQL's.
 _TIES = 2.0 ** 52
+_WHOLE = r"^(-?[0-9]+)$"  # a whole number as Arrow writes it (odd notations go elsewhere)
 # Session time zones whose datetimes psycopg returns at offset 0 (Arrow reads UTC).
 _UTC_KEYS = frozenset({"UTC", "Etc/UTC"})
 
@@ -209,8 +210,7 @@ def numbers(arr: pa.Array, col: Column, unit: units.Unit | None, *, json: bool) 
     odd |= np.asarray(pc.match_substring(text, "e").fill_null(False))
     odd &= ~np.asarray(arr.is_null())
     if json:
-        whole = pc.invert(pc.match_substring(text, ".").fill_null(True))
-        text = pc.if_else(whole, pc.binary_join_element_wise(text, ".0", ""), text)
+        text = pc.replace_substring_regex(text, _WHOLE, r"\1.0")
     if odd.any():
         slow = float8(arr.filter(pa.array(odd))).to_pylist()
         written = dict(zip(np.flatnonzero(odd).tolist(), slow, strict=True))
@@ -249,8 +249,7 @@ def json_numbers(values: pa.Array) -> pa.Array:
         odd = ~np.isfinite(x) | ((ax < _FIXED_LO) & (ax != 0)) | (ax >= _FIXED_HI)
     odd |= np.asarray(pc.match_substring(arrow, "e").fill_null(False))
     odd &= ~np.asarray(values.is_null())
-    whole = pc.invert(pc.match_substring(arrow, ".").fill_null(True))
-    text = pc.if_else(whole, pc.binary_join_element_wise(arrow, ".0", ""), arrow)
+    text = pc.replace_substring_regex(arrow, _WHOLE, r"\1.0")  # orjson writes 21 as 21.0
     return _patched(text.fill_null("null"), odd, lambda i: orjson.dumps(float(x[i])).decode())
 
 

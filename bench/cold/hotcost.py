@@ -1,7 +1,9 @@
 """The hot path's share of the cold tier: a `/data/calibrated` JSON page of an organisation
-with no cold file, with the page's snapshot and catalogue lookup (serve.coldread) as shipped,
-and with both toggled off (the page as it was read before the cold tier: one statement in
-autocommit), alternated so both see the same load (docs/benchmarks.md "Cold tier").
+with no cold file, read three ways, alternated so all see the same load (docs/benchmarks.md
+"Cold tier"): as shipped (one statement in autocommit that checks the catalogue itself,
+queries.Scan.guard); as the cold tier first read it (a REPEATABLE READ snapshot and a
+catalogue lookup before the statement); and with no cold read at all (the page as it was
+read before the cold tier).
 
     .venv/bin/python -m bench.cold.hotcost [--runs N] [--database-url URL]
 """
@@ -14,6 +16,7 @@ import statistics
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from bench.cold.__main__ import _rows
 from bench.common import scratch_database
@@ -51,12 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--database-url")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
-    shipped = (data._one_snapshot, coldread.attach)
+    shipped = (data._one_snapshot, coldread.attach, data.DataPage._scan)
+    modes = ("guarded", "snapshot", "none")
 
-    def toggle(on: bool) -> None:
-        if on:
-            data._one_snapshot, coldread.attach = shipped
-        else:
+    def unguarded(page: data.DataPage, conn: Any) -> Any:
+        page._guard = False
+        return shipped[2](page, conn)
+
+    def toggle(mode: str) -> None:
+        data._one_snapshot, coldread.attach, data.DataPage._scan = shipped  # type: ignore[method-assign]
+        if mode != "guarded":
+            data.DataPage._scan = unguarded  # type: ignore[method-assign]
+        if mode == "none":
             data._one_snapshot = data._one_statement_each
             coldread.attach = lambda conn, scan, cold_path: scan
 
@@ -70,23 +79,24 @@ def main(argv: list[str] | None = None) -> int:
         for limit in (10, 100, 1000, 10000):
             page = (f"/api/v2/data/calibrated?device=P000&start_time=2025-07-02T00:00:00Z"
                     f"&end_time=2025-08-08T00:00:00Z&limit={limit}")
-            times: dict[bool, list[float]] = {True: [], False: []}
-            bodies: dict[bool, bytes] = {}
+            times: dict[str, list[float]] = {m: [] for m in modes}
+            bodies: dict[str, bytes] = {}
             runs = max(5, args.runs * 10 // limit) if limit > 100 else args.runs
             for i in range(runs + 2):
-                for on in (True, False):
-                    toggle(on)
+                for mode in modes:
+                    toggle(mode)
                     t0 = time.perf_counter()
                     got = client.get(page, headers=headers)
-                    bodies[on] = got.get_data()
+                    bodies[mode] = got.get_data()
                     if i >= 2:  # the first two warm the pool and the statement caches
-                        times[on].append((time.perf_counter() - t0) * 1000)
-            toggle(True)
-            assert bodies[True] == bodies[False]
-            on_ms, off_ms = statistics.median(times[True]), statistics.median(times[False])
-            print(f"{limit:>6}-row JSON page: {on_ms:7.2f} ms with the cold read, "
-                  f"{off_ms:7.2f} ms without ({(on_ms / off_ms - 1) * 100:+.1f} %, "
-                  f"{on_ms - off_ms:+.2f} ms; medians of {runs})")
+                        times[mode].append((time.perf_counter() - t0) * 1000)
+            toggle("guarded")
+            assert len(set(bodies.values())) == 1
+            ms = {m: statistics.median(times[m]) for m in modes}
+            print(f"{limit:>6}-row JSON page, medians of {runs}: shipped {ms['guarded']:.2f} ms, "
+                  f"snapshot + lookup {ms['snapshot']:.2f} ms, no cold read {ms['none']:.2f} ms "
+                  f"(shipped {(ms['guarded'] / ms['none'] - 1) * 100:+.1f} %, snapshot "
+                  f"{(ms['snapshot'] / ms['none'] - 1) * 100:+.1f} %)")
     print(f"load average (1 min): {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end "
           f"({os.cpu_count()} cores)")
     return 0
