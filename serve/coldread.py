@@ -2,7 +2,9 @@
 
 A plain page reads its cold rows with pyarrow (the organisation's verified and live files that
 overlap the window, filtered by device or location, time and the cursor's key, sorted and cut
-at the page's size + 1) and hands them to the page's SQL as arrays: the statement reads
+at the page's size + 1). When no hot row of the listing lies in the page's span, the page is
+exactly those rows and serve.coldpage writes it without SQL. Otherwise they go to the page's
+SQL as arrays: the statement reads
 `calibrated UNION ALL unnest(cold arrays)`, so units, rounding, `local_time`, CSV formatting,
 ordering, the keyset cursor and the tenant and team checks (the cold rows pass through
 `device IN (SELECT name FROM devices)`, the hypertables' own policy) are exactly the hot
