@@ -44,6 +44,11 @@ def _files(conn: psycopg.Connection, scan: Scan, lo: datetime, hi: datetime,
     return [(r[0], r[1]) for r in rows]
 
 
+def reaches(conn: psycopg.Connection, scan: Scan) -> bool:
+    """Whether a readable cold file of the organisation overlaps the page's window."""
+    return bool(_files(conn, scan, *bounds(scan)))
+
+
 def _filter(scan: Scan, lo: datetime, hi: datetime) -> pc.Expression:
     time, device = pc.field("time"), pc.field("device")
     expr = (time >= pa.scalar(lo, pa.timestamp("us", tz="UTC"))) & (
@@ -67,7 +72,10 @@ def _filter(scan: Scan, lo: datetime, hi: datetime) -> pc.Expression:
 
 def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
     """`scan` with the cold rows its page may need (at most limit + 1, enough for the page and
-    the next page's key), or unchanged when no cold file overlaps it."""
+    the next page's key), or unchanged when no cold file overlaps it (or `scan.guard`: its
+    statement checks the catalogue itself, serve.api.data)."""
+    if scan.guard:
+        return scan
     lo, hi = bounds(scan)
     files = _files(conn, scan, lo, hi)
     if not files:
@@ -118,11 +126,6 @@ def _joined(column: pa.ChunkedArray) -> str:
     text = pc.cast(column.combine_chunks(), pa.string()).fill_null("")
     offsets = pa.array([0, len(text)], pa.int32())
     return str(pc.binary_join(pa.ListArray.from_arrays(offsets, text), ",")[0].as_py())
-
-
-def reaches(conn: psycopg.Connection, scan: Scan) -> bool:
-    """Whether a readable cold file of the organisation overlaps the page's window."""
-    return bool(_files(conn, scan, *bounds(scan)))
 
 
 def refuse_aggregation(conn: psycopg.Connection, scan: Scan) -> None:

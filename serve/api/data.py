@@ -8,7 +8,8 @@ body starts), with the device's tenant check (on calibrated, the cold tier's) in
 pages continue in a REPEATABLE READ transaction. A CSV page is a COPY ... TO STDOUT streamed
 after the next page's key, in one REPEATABLE READ transaction (so is a calibrated page whose
 window reaches cold files, with their rows: serve.coldread, serve.coldpage). `serve.render`
-formats; an aggregated page (`interval=`, `points=`) is read whole by `serve.aggregation`.
+formats; an aggregated page (`interval=`, `points=`) is read whole by `serve.aggregation`
+(with its window's cold readings: serve.coldagg; a broken cold file answers 503).
 """
 
 from __future__ import annotations
@@ -296,14 +297,12 @@ class DataPage:
             location=location, start=self.start, end=self.end,
             start_day=req.day(req.start_arg), end_day=req.day(req.end_arg),
             after=after, descending=req.descending, limit=req.limit, csv=req.csv,
-            only_devices=only_devices, devices=req.several,
+            only_devices=only_devices, devices=req.several, guard=guard,
             updated_since=req.updated_since.instant if req.updated_since else None,
             updated_before=self.bound)
         if req.bucketing is not None:
             coldread.refuse_aggregation(conn, scan)
             return scan
-        if guard:
-            return dataclasses.replace(scan, guard=True)
         return coldread.attach(conn, scan, current_app.extensions["settings"].cold_path)
 
     def _plan_json(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
