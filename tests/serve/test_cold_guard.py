@@ -82,15 +82,14 @@ def _counting(calls: list[str], name: str, real: Callable[..., Any]) -> Callable
 def test_a_page_with_no_cold_file_takes_no_snapshot_or_lookup(
         client: FlaskClient, world: GuardWorld, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
-    for name in ("attach", "reaches"):
-        monkeypatch.setattr(coldread, name, _counting(calls, name, getattr(coldread, name)))
+    monkeypatch.setattr(coldread, "_files", _counting(calls, "catalogue", coldread._files))
     monkeypatch.setattr(data, "_one_snapshot", _counting(calls, "snapshot", data._one_snapshot))
     status, cursor, body = _get(client, world, **AUGUST, limit=800)
     assert status == 200 and cursor is not None and body.count(b'"time"') == 800
     assert calls == []  # one statement in autocommit, the catalogue checked inside it
     status, cursor, body = _get(client, world, **AUGUST, limit=1100)
     assert status == 200 and body.count(b'"time"') == 1100
-    assert calls == ["snapshot", "reaches"]  # the rest of a long page: one lookup, no file
+    assert calls == ["snapshot", "catalogue"]  # the rest of a long page: one lookup, no file
     assert _get(client, world, device="G1", start_time="2020-01-01T00:00:00Z",
                 end_time="2020-01-02T00:00:00Z")[::2] == (200, b"[]")
     assert _get(client, world, device="G9")[0] == 404
