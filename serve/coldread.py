@@ -2,7 +2,9 @@
 
 A plain page reads its cold rows with pyarrow (the organisation's verified and live files that
 overlap the window, filtered by device or location, time and the cursor's key, sorted and cut
-at the page's size + 1) and hands them to the page's SQL as arrays: the statement reads
+at the page's size + 1). When no hot row of the listing lies in the page's span, the page is
+exactly those rows and serve.coldpage writes it without SQL. Otherwise they go to the page's
+SQL as arrays: the statement reads
 `calibrated UNION ALL unnest(cold arrays)`, so units, rounding, `local_time`, CSV formatting,
 ordering, the keyset cursor and the tenant and team checks (the cold rows pass through
 `device IN (SELECT name FROM devices)`, the hypertables' own policy) are exactly the hot
@@ -24,7 +26,7 @@ import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from serve.queries import ColdRows, Scan, bounds
+from serve.queries import ColdRows, Scan, any_hot_row, bounds
 from shared import coldfiles
 from shared.coldstore import open_store
 
@@ -38,6 +40,11 @@ def _files(conn: psycopg.Connection, scan: Scan, lo: datetime, hi: datetime,
         " AND first_time <= %s AND last_time >= %s ORDER BY id",
         (scan.org, list(coldfiles.READABLE), hi, lo)).fetchall()
     return [(r[0], r[1]) for r in rows]
+
+
+def reaches(conn: psycopg.Connection, scan: Scan) -> bool:
+    """Whether a readable cold file of the organisation overlaps the page's window."""
+    return bool(_files(conn, scan, *bounds(scan)))
 
 
 def _filter(scan: Scan, lo: datetime, hi: datetime) -> pc.Expression:
@@ -63,7 +70,10 @@ def _filter(scan: Scan, lo: datetime, hi: datetime) -> pc.Expression:
 
 def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
     """`scan` with the cold rows its page may need (at most limit + 1, enough for the page and
-    the next page's key), or unchanged when no cold file overlaps it."""
+    the next page's key), or unchanged when no cold file overlaps it (or `scan.guard`: its
+    statement checks the catalogue itself, serve.api.data)."""
+    if scan.guard:
+        return scan
     lo, hi = bounds(scan)
     files = _files(conn, scan, lo, hi)
     if not files:
@@ -81,11 +91,29 @@ def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
     ids = tuple(i for i, _ in files)
     if not table.num_rows:
         return dataclasses.replace(scan, cold=ColdRows(ids, {}))
+    if _wholly_cold(conn, scan, table):
+        return dataclasses.replace(scan, cold=ColdRows(ids, {}, page=table))
     arrays = {name: _joined(table.column(name)) for name in coldfiles.NAMES}
     span = pc.min_max(table.column("time")).as_py()
     devices = tuple(pc.unique(table.column("device")).to_pylist())
     return dataclasses.replace(scan, cold=ColdRows(ids, arrays, span["min"], span["max"],
                                                    devices))
+
+
+def _wholly_cold(conn: psycopg.Connection, scan: Scan, table: pa.Table) -> bool:
+    """Whether the page is exactly its cold rows: no hot row of the listing lies before the
+    next page's first cold row (or, on a last page, anywhere in the window). The usual case
+    (live files, no late reading), read in the page's snapshot: such a page is written by
+    serve.coldpage without passing its rows through SQL. (updated_since and local-day
+    bounds, which calibrated pages do not combine with cold rows today, take the SQL.)"""
+    if scan.updated_since is not None or scan.start_day is not None or scan.end_day is not None:
+        return False
+    span = dataclasses.replace(scan, cold=None)
+    if table.num_rows > scan.limit:
+        edge = table.column("time")[scan.limit].as_py()
+        span = (dataclasses.replace(span, start=max(scan.start, edge)) if scan.descending
+                else dataclasses.replace(span, end=min(scan.end, edge)))
+    return not any_hot_row(conn, span)
 
 
 def _joined(column: pa.ChunkedArray) -> str:

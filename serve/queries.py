@@ -24,7 +24,7 @@ import psycopg
 from psycopg import sql
 
 from serve.cursor import Position
-from shared import spreadsheet, units
+from shared import coldfiles, spreadsheet, units
 from shared.columns import TABLES as TABLES_BY_NAME
 from shared.columns import TS, Column, Table
 from shared.errors import UnknownDevice, UnknownLocation
@@ -65,6 +65,10 @@ class Scan:
     updated_before: datetime | None = None
     # calibrated: the page's rows from the cold tier (serve.coldread), read with the table's.
     cold: ColdRows | None = None
+    # calibrated, read in autocommit: the statement itself checks that no readable cold file
+    # of the organisation overlaps the window, so its rows are the whole listing (an empty
+    # answer may mean a file is there: serve.api.data then reads the page in a snapshot).
+    guard: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,9 @@ class ColdRows:
     first: datetime | None = None  # the span and devices of the rows
     last: datetime | None = None
     devices: tuple[str, ...] = ()
+    # The whole page (its rows and the next page's first, as an Arrow table) when no hot row
+    # lies in its span: serve.coldpage writes it without PostgreSQL; `arrays` is then empty.
+    page: Any = None
 
 
 def find_device(conn: psycopg.Connection, *, org: UUID, name: str) -> str:
@@ -214,6 +221,7 @@ class _Shape:
     end_day: bool
     descending: bool
     cold: bool = False
+    guard: bool = False
 
 
 def _shape(scan: Scan) -> _Shape:
@@ -222,7 +230,8 @@ def _shape(scan: Scan) -> _Shape:
         scan.updated_since is not None, scan.location is not None,
         scan.only_devices is not None and scan.device is None,
         scan.after is not None and scan.device is None, scan.start_day is not None,
-        scan.end_day is not None, scan.descending, bool(scan.cold and scan.cold.arrays))
+        scan.end_day is not None, scan.descending, bool(scan.cold and scan.cold.arrays),
+        scan.guard)
 
 
 def _cold_source(table: str) -> sql.Composable:
@@ -266,6 +275,12 @@ def _tail_sql(shape: _Shape) -> str:
                              " AND t.update_time < %(updated_before)s"))
     if shape.location:
         where.append(sql.SQL("t.location = %(location)s"))
+    if shape.guard:
+        # Uncorrelated: one index probe of the catalogue per statement (a one-time filter).
+        where.append(sql.SQL("NOT EXISTS (SELECT 1 FROM cold_files f WHERE f.org_id = %(org)s"
+                             " AND f.state IN ({}) AND f.first_time <= %(hi)s"
+                             " AND f.last_time >= %(lo)s)").format(
+            sql.SQL(", ").join(sql.Literal(s) for s in coldfiles.READABLE)))
     if shape.only_devices:
         where.append(sql.SQL("t.device = ANY(%(only_devices)s)"))
     if shape.after_row:
@@ -369,6 +384,14 @@ def next_key_statement(scan: Scan) -> tuple[str, dict[str, Any]]:
     params = _params(scan, keys_only=True)
     params["limit"] = scan.limit
     return f"SELECT t.time, t.device {_tail_sql(_shape(scan))} OFFSET %(limit)s LIMIT 1", params
+
+
+def any_hot_row(conn: psycopg.Connection, scan: Scan) -> bool:
+    """Whether the listing has a hot row in the span `scan` reads (its cold rows aside)."""
+    params = _params(scan)
+    shape = _shape(scan)
+    assert not shape.cold
+    return conn.execute(f"SELECT 1 {_tail_sql(shape)} LIMIT 1", params).fetchone() is not None
 
 
 def next_key(conn: psycopg.Connection, scan: Scan) -> Position | None:

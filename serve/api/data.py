@@ -3,15 +3,13 @@
 A request goes parse -> plan -> stream. `DataRequest.parse` validates the parameters before
 any database work. `DataPage.plan` takes one pooled connection, which the page owns until its
 body is consumed or closed, and runs the lookups and the first statements: a JSON page usually
-takes one statement, the first chunk of rows plus one (so `X-Cursor-Next`, which must be known
-before the body starts, is known too), with the device's tenant check inside it; longer pages
-continue in a REPEATABLE READ transaction with one more statement whose rows are streamed a
-chunk at a time. A CSV page is a COPY ... TO STDOUT streamed block by block, after the next
-page's key, in one REPEATABLE READ transaction (so is every calibrated page, with its cold-tier
-rows: serve.coldread). The page is the response body (`serve.render` formats). An aggregated
-page (`interval=`, `points=`) is read whole by `serve.aggregation` after the same lookups,
-with its window's cold readings (serve.coldagg); a cold file that cannot be read answers 503
-(serve.coldtier).
+takes one statement, the first chunk of rows plus one (so `X-Cursor-Next` is known before the
+body starts), with the device's tenant check (on calibrated, the cold tier's) inside it; longer
+pages continue in a REPEATABLE READ transaction. A CSV page is a COPY ... TO STDOUT streamed
+after the next page's key, in one REPEATABLE READ transaction (so is a calibrated page whose
+window reaches cold files, with their rows: serve.coldread, serve.coldpage). `serve.render`
+formats; an aggregated page (`interval=`, `points=`) is read whole by `serve.aggregation`
+(with its window's cold readings: serve.coldagg; a broken cold file answers 503).
 """
 
 from __future__ import annotations
@@ -32,7 +30,7 @@ from flask import Response, current_app, request
 from psycopg_pool import ConnectionPool
 from werkzeug.exceptions import HTTPException
 
-from serve import aggregation, caching, coldtier, fairshare, queries, render
+from serve import aggregation, caching, coldpage, coldread, coldtier, fairshare, queries, render
 from serve import cursor as cursors
 from serve.args import DataArgs, TimeArg, check_parameters, ignored_header
 from serve.auth import current_principal, requires
@@ -218,11 +216,8 @@ class DataRequest:
 
 
 class DataPage:
-    """One page of `/data`: owns one pooled connection from `plan()` until its body (this
-    object, a WSGI iterable) is consumed or closed.
-
-    A class: a generator never started (HEAD, a client gone) does not run its `finally`.
-    """
+    """One page of `/data`, owning one pooled connection from `plan()` until its body (this
+    object: a generator never started, on HEAD, would not run `finally`) is consumed or closed."""
 
     def __init__(self, req: DataRequest, conn_pool: ConnectionPool, key: bytes) -> None:
         self.req = req
@@ -236,6 +231,7 @@ class DataPage:
         self.bound: datetime | None = None  # updated_since: the listing's watermark
         self.following: cursors.Position | None = None
         self.headers: dict[str, str] = {}  # an aggregated page's X-Aggregated-From, ...
+        self._guard = True  # calibrated JSON: try the one guarded statement first
 
     # -- plan ----------------------------------------------------------------------------------
 
@@ -250,7 +246,7 @@ class DataPage:
                 self.close()  # the page is in memory
                 self._body, self.following = buckets.body, buckets.following
                 self.headers = buckets.headers
-            elif self.req.csv:
+            elif self.req.csv and (scan.cold is None or scan.cold.page is None):
                 self._plan_csv(conn, scan)
             else:
                 self._plan_json(conn, scan)
@@ -266,19 +262,19 @@ class DataPage:
     def _scan(self, conn: psycopg.Connection) -> queries.Scan:
         """The tenant-checked lookups and the cursor: what one statement of the page reads."""
         req, org = self.req, self.req.org
-        if req.updated_since is not None and req.cursor is None:
-            # The first page fixes the listing's watermark, in a statement of its own before
-            # the snapshot that reads rows (see queries.sync_watermark).
+        if req.updated_since is not None and req.cursor is None and self.bound is None:
+            # The first page fixes the watermark before the snapshot (queries.sync_watermark).
             _one_statement_each(conn)
             self.bound = queries.sync_watermark(conn)
-        if req.csv or req.table.name == "calibrated":
-            # Lookups, next-page key and rows read one snapshot; on calibrated the cold tier's
-            # catalogue too, so a row moving cold meanwhile is seen once (serve.coldread).
+        # calibrated JSON: first one statement checking the cold tier itself (Scan.guard)
+        guard = (self._guard and not req.csv and req.table.name == "calibrated"
+                 and req.bucketing is None)
+        if req.csv or (req.table.name == "calibrated" and not guard):
+            # Lookups, next key, rows (and the cold catalogue: serve.coldread) in one snapshot.
             _one_snapshot(conn)
             if req.csv and req.device is not None:
                 queries.find_device(conn, org=org, name=req.device)
-        else:
-            # A JSON page usually takes one statement (see _plan_json): no transaction.
+        else:  # a JSON page usually takes one statement (see _plan_json): no transaction
             _one_statement_each(conn)
         if req.several is not None:
             queries.find_devices(conn, org=org, names=req.several)
@@ -301,32 +297,33 @@ class DataPage:
             location=location, start=self.start, end=self.end,
             start_day=req.day(req.start_arg), end_day=req.day(req.end_arg),
             after=after, descending=req.descending, limit=req.limit, csv=req.csv,
-            only_devices=only_devices, devices=req.several,
+            only_devices=only_devices, devices=req.several, guard=guard,
             updated_since=req.updated_since.instant if req.updated_since else None,
             updated_before=self.bound)
         return coldtier.attach(conn, scan, req.bucketing, (self.start, self.end),
                                current_app.extensions["settings"].cold_path)
 
     def _plan_json(self, conn: psycopg.Connection, scan: queries.Scan) -> None:
-        """Next-page key and body of a JSON page; `conn` is in autocommit (calibrated: in its
-        snapshot already).
+        """Next-page key and body of a JSON page; `conn` in autocommit (or a snapshot).
 
-        One statement reads the first chunk plus one row (with the tenant check of the device).
-        When that answers the whole page (at most CHUNK_ROWS rows, or a listing ending within
-        the chunk) the connection is freed before the body is sent. Otherwise a REPEATABLE READ
-        transaction reads the next page's key and then the rest of the page, keyset-continued
-        from the first row not yet sent: the page holds exactly `limit` rows, none twice.
-
-        The rest is one SELECT whose rows arrive CHUNK_ROWS at a time (libpq's chunked rows
-        mode, libpq >= 17, which psycopg-binary bundles), so only one chunk is in memory here.
-        (A server-side cursor cost a FETCH round trip per chunk: docs/benchmarks.md.) As one
-        statement the rest is under statement_timeout as a whole; at most 9,000 rows, it fits
-        the socket buffers, so PostgreSQL ends it without waiting for a slow reader.
+        One statement reads the first chunk plus one row (with the tenant check of the device);
+        when that answers the whole page the connection is freed before the body is sent.
+        Otherwise a REPEATABLE READ transaction reads the next page's key and the rest,
+        keyset-continued from the first row not yet sent (exactly `limit` rows, none twice),
+        as one SELECT whose rows arrive CHUNK_ROWS at a time (libpq's chunked rows mode: a
+        server-side cursor cost a FETCH round trip per chunk, docs/benchmarks.md); at most
+        9,000 rows, it fits the socket buffers, so it ends without waiting for a slow reader.
         """
+        if scan.cold is not None and scan.cold.page is not None:  # wholly cold, JSON or CSV
+            self._body, self.following = coldpage.body(scan, self.req.local_tz, conn)
+            return self.close()
         probe = min(scan.limit, CHUNK_ROWS)
         stmt, params = queries.page_statement(scan, limit=probe + 1)
         with conn.cursor(binary=True) as cur:
             first = cur.execute(stmt, params).fetchall()
+        if not first and scan.guard:  # nothing, or a cold file there: read it in a snapshot
+            self._guard = False
+            return self._plan_json(conn, self._scan(conn))
         if not first and scan.device is not None:
             queries.find_device(conn, org=scan.org, name=scan.device)  # 404 when not the caller's
         writer = render.JsonRows([c.name for c in scan.columns], self.req.local_tz)
@@ -341,6 +338,9 @@ class DataPage:
                                                                    first[probe][-1]),
                                    limit=scan.limit - probe)
         _one_snapshot(conn)
+        if scan.guard and coldread.reaches(conn, rest):  # a file went live since: start over
+            self._guard = False
+            return self._plan_json(conn, self._scan(conn))
         self.following = queries.next_key(conn, rest)
         stmt, params = queries.page_statement(rest)
         cursor = self._resources.enter_context(conn.cursor(binary=True))
@@ -408,8 +408,7 @@ class DataPage:
             self.close()
 
     def close(self) -> None:
-        """End the cursor or COPY and give the connection back to the pool, as it came (once;
-        WSGI servers may call this after iterating too)."""
+        """End the cursor or COPY, give the connection back as it came (once; WSGI may repeat)."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -426,14 +425,12 @@ class DataPage:
 # How a page's connection runs its statements: the only two modes, set only here (and reset
 # by DataPage.close, as the pool hands connections out).
 def _one_statement_each(conn: psycopg.Connection) -> None:
-    """Autocommit: each statement its own transaction (the watermark; a JSON page's single
-    statement, which then holds no snapshot open while its rows are sent)."""
+    """Autocommit: each statement its own transaction (no snapshot held while rows go out)."""
     conn.autocommit = True
 
 
 def _one_snapshot(conn: psycopg.Connection) -> None:
-    """One read-only REPEATABLE READ transaction: the lookups, the next-page key and the rows
-    all read the same snapshot."""
+    """One read-only REPEATABLE READ transaction: lookups, next key and rows in one snapshot."""
     if conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
         return  # already in one (a calibrated JSON page's, see DataPage._scan)
     conn.autocommit = False
