@@ -15,9 +15,8 @@ import paho.mqtt.client as mqtt
 import pytest
 from click.testing import CliRunner
 
-from admin import rabbit
+from admin import migrate, rabbit
 from admin.cli import main
-from shared import migrate
 from testbed.process import REPO, free_port, port_open
 
 pytestmark = [
