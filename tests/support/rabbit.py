@@ -36,6 +36,7 @@ from testbed.process import (
     chown_tree,
     ensure_traversable,
     free_port,
+    poll,
     port_open,
     stop_process,
     tail,
@@ -179,16 +180,18 @@ class RabbitCluster:
         return list(json.loads(out).get("running_nodes", []))
 
     def wait_members(self, count: int, timeout: float = START_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
         last: list[str] = []
-        while time.monotonic() < deadline:
+
+        def counted() -> bool:
+            nonlocal last
             try:
                 last = self.members()
-                if len(last) == count:
-                    return
             except ServiceError:
-                pass
-            time.sleep(1)
+                return False
+            return len(last) == count
+
+        if poll(counted, timeout, 1.0):
+            return
         raise ServiceError(f"cluster has {len(last)} running members, wanted {count}: {last}")
 
     def queue_leader(self, queue: str) -> int:
@@ -290,16 +293,17 @@ class RabbitCluster:
                 extra_groups=[] if user else None, start_new_session=True)
 
     def _await_node(self, node: RabbitNode) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if node.proc is None or node.proc.poll() is not None:
-                raise ServiceError(f"rabbitmq node {node.name} exited at start\n"
-                                   f"{tail(node.dir / 'stdout.log')}\n"
-                                   f"{tail(node.log_dir / (node.name + '.log'))}")
-            # The MQTT listener opens last, once the node and its plugins have booted.
-            if port_open(node.mqtt_port):
-                return
-            time.sleep(0.2)
+        def gone() -> bool:
+            return node.proc is None or node.proc.poll() is not None
+
+        # The MQTT listener opens last, once the node and its plugins have booted.
+        poll(lambda: gone() or port_open(node.mqtt_port), START_TIMEOUT, 0.2)
+        if gone():
+            raise ServiceError(f"rabbitmq node {node.name} exited at start\n"
+                               f"{tail(node.dir / 'stdout.log')}\n"
+                               f"{tail(node.log_dir / (node.name + '.log'))}")
+        if port_open(node.mqtt_port):
+            return
         raise ServiceError(f"rabbitmq node {node.name}: MQTT port {node.mqtt_port} not open "
                            f"after {START_TIMEOUT}s\n{tail(node.dir / 'stdout.log')}")
 

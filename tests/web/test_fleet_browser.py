@@ -61,17 +61,18 @@ def _connect(host: str, port: int, user: str, password: str, client_id: str
 def _until_login(creds: dict[str, str], *, works: bool) -> mqtt.Client | None:
     """Log in until the broker (which rereads its password file at the SIGHUP the server sent)
     accepts (`works`) or refuses the device's credentials."""
-    deadline = time.monotonic() + 20
-    while True:
-        client, refused = _connect(creds["-h"], int(creds["-p"]), creds["-u"], creds["-P"],
-                                   creds["-i"])
+    def tried() -> list[mqtt.Client | None]:
+        client, _refused = _connect(creds["-h"], int(creds["-p"]), creds["-u"], creds["-P"],
+                                    creds["-i"])
         if (client is not None) == works:
-            return client
+            return [client]
         if client is not None:
             client.loop_stop()
             client.disconnect()
-        assert time.monotonic() < deadline, f"login still {'refused' if works else 'accepted'}"
-        time.sleep(0.2)
+        return []
+
+    return wait_until(tried, 20, every=0.2,
+                      what=f"the login {'accepted' if works else 'refused'}")[0]
 
 
 def _no_side_scroll(driver: WebDriver, what: str) -> None:
