@@ -36,7 +36,6 @@ from testbed.process import (
     chown_tree,
     ensure_traversable,
     free_port,
-    poll,
     port_open,
     stop_process,
     tail,
@@ -180,18 +179,16 @@ class RabbitCluster:
         return list(json.loads(out).get("running_nodes", []))
 
     def wait_members(self, count: int, timeout: float = START_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
         last: list[str] = []
-
-        def counted() -> bool:
-            nonlocal last
+        while time.monotonic() < deadline:
             try:
                 last = self.members()
+                if len(last) == count:
+                    return
             except ServiceError:
-                return False
-            return len(last) == count
-
-        if poll(counted, timeout, 1.0):
-            return
+                pass
+            time.sleep(1)
         raise ServiceError(f"cluster has {len(last)} running members, wanted {count}: {last}")
 
     def queue_leader(self, queue: str) -> int:
@@ -293,17 +290,16 @@ class RabbitCluster:
                 extra_groups=[] if user else None, start_new_session=True)
 
     def _await_node(self, node: RabbitNode) -> None:
-        def gone() -> bool:
-            return node.proc is None or node.proc.poll() is not None
-
-        # The MQTT listener opens last, once the node and its plugins have booted.
-        poll(lambda: gone() or port_open(node.mqtt_port), START_TIMEOUT, 0.2)
-        if gone():
-            raise ServiceError(f"rabbitmq node {node.name} exited at start\n"
-                               f"{tail(node.dir / 'stdout.log')}\n"
-                               f"{tail(node.log_dir / (node.name + '.log'))}")
-        if port_open(node.mqtt_port):
-            return
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if node.proc is None or node.proc.poll() is not None:
+                raise ServiceError(f"rabbitmq node {node.name} exited at start\n"
+                                   f"{tail(node.dir / 'stdout.log')}\n"
+                                   f"{tail(node.log_dir / (node.name + '.log'))}")
+            # The MQTT listener opens last, once the node and its plugins have booted.
+            if port_open(node.mqtt_port):
+                return
+            time.sleep(0.2)
         raise ServiceError(f"rabbitmq node {node.name}: MQTT port {node.mqtt_port} not open "
                            f"after {START_TIMEOUT}s\n{tail(node.dir / 'stdout.log')}")
 
