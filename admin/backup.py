@@ -17,8 +17,8 @@ import click
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from admin import context
-from shared import backup, coldstore, undo
+from admin import context, undo
+from shared import backup, coldstore
 from shared.config import Settings
 
 

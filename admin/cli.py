@@ -25,6 +25,7 @@ from admin import (
     devices,
     drill,
     invites,
+    migrate,
     people,
     quarantine,
     rabbitcli,
@@ -35,7 +36,7 @@ from admin import (
     water,
 )
 from admin.context import Context, pass_ctx
-from shared import config, migrate
+from shared import config
 from shared.logs import configure_logging
 
 

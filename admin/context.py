@@ -52,10 +52,11 @@ def connection(settings: Settings, *, name: str | None = None,
         conn.close()
 
 
-def plain_connection(settings: Settings, *, name: str) -> psycopg.Connection:
-    """A connection for work that manages its own transactions (the backfill's workers); the
-    caller closes it."""
-    return db.connect(settings, name=name)
+def plain_connection(settings: Settings | str, *, name: str,
+                     autocommit: bool = False) -> psycopg.Connection:
+    """A connection for work that manages its own transactions (the backfill's workers, the
+    migrator, which testbed/ also runs with a URL); the caller closes it."""
+    return db.connect(settings, name=name, autocommit=autocommit)
 
 
 # The tables whose rows name the organisation an operator's change belongs to.

@@ -1,7 +1,8 @@
 """The durable mail outbox (migration 0180; docs/auth.md "Invitations and password reset"): the
 one way the service's own mail (invitation and password-reset links) leaves it. A mail is a
-`mail_outbox` row written in the transaction that makes its link (people/links.py), then sent,
-retried with back-off and given up after SDS_DELIVERY_MAX_ATTEMPTS by the deliverer
+`mail_outbox` row written in the transaction that makes its link (people/links.py; for a reset
+asked for by email, when the deliverer resolves the queued request: `resolve_reset_requests`),
+then sent, retried with back-off and given up after SDS_DELIVERY_MAX_ATTEMPTS by the deliverer
 (alerts/delivery/service.py), whichever process or worker is up: nothing is dropped when busy
 or lost on a restart. Two processes use it (the API and `sds` queue, the deliverer sends), so it
 lives in shared/.
@@ -50,6 +51,25 @@ def queue_link(conn: psycopg.Connection, settings: Settings, *, link: UUID, subj
     if row is None or row[0] is None:
         raise RuntimeError(f"link {link} was not made in this transaction")  # a caller's bug
     return UUID(str(row[0]))
+
+
+RESOLVE_BATCH = 100  # reset requests resolved per transaction
+
+
+def resolve_reset_requests(conn: psycopg.Connection) -> int:
+    """Resolve the queued password-reset requests (migration 0255; queued by people/links.py
+    whatever the email, so the request's time tells nothing): an active account's becomes its
+    link, its mail in this outbox and its audit entry; any other is dropped. Run by the
+    deliverer; returns how many were resolved."""
+    total = 0
+    while True:
+        with conn.transaction():
+            row = conn.execute("SELECT sds_reset_requests_resolve(%s)",
+                               (RESOLVE_BATCH,)).fetchone()
+        done = int(row[0]) if row and row[0] is not None else 0
+        total += done
+        if done < RESOLVE_BATCH:
+            return total
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from shared import migrate
+from admin import migrate
 
 DEPLOY_DB = Path(__file__).resolve().parent.parent / "deploy" / "db"
 ROLES_SQL = DEPLOY_DB / "roles.sql"

@@ -31,7 +31,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from psycopg import sql
 
-from shared import migrate
+from admin import migrate
 from shared.config import Settings
 from shared.db import ROLES
 from testbed.mosquitto import (

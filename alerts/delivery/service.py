@@ -299,6 +299,11 @@ class Deliverer:
     # ---- fan-out ---------------------------------------------------------------------------
 
     def _fanout(self, conn: psycopg.Connection) -> None:
+        # Queued password-reset requests become links and mails (or are dropped): here, off
+        # the request, so the request's time says nothing of the account (migration 0255).
+        if mailbox.resolve_reset_requests(conn):
+            for wake in self._wakes:
+                wake.set()
         if self.settings.smtp_host:  # the daily digests, by email
             try:
                 if digests.write_due(conn):

@@ -21,10 +21,10 @@ SERVER_OPTIONS = "max_fails=1 fail_timeout=1s"
 
 
 def _asset_version() -> str:
-    """shared/assetversion.py's digest of STATIC, loaded by path (standard library only; the
+    """serve/web/assetversion.py's digest of STATIC, loaded by path (standard library only; the
     system python3 running this has no virtualenv and the repository is not on its path)."""
     spec = importlib.util.spec_from_file_location(
-        "sds_assetversion", REPO / "shared" / "assetversion.py")
+        "sds_assetversion", REPO / "serve" / "web" / "assetversion.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -15,7 +15,7 @@ from typing import Any
 
 from flask import Response, send_from_directory
 
-from shared import assetversion
+from serve.web import assetversion
 
 STATIC = Path(__file__).resolve().parent / "static"
 # A year: the longest max-age HTTP caches are asked to honour (RFC 9111 suggests it as "never

@@ -34,12 +34,6 @@ def _path(*parts: str | UUID) -> str:
     return "/api/v2/teams" + "".join("/" + quote(str(p), safe="") for p in parts)
 
 
-def _kind(kind: str) -> str:
-    if kind not in KINDS:
-        raise NotFound(f"unknown list {kind!r}: members, devices or locations")
-    return kind
-
-
 def _teams_page(principal: Principal, *, error: str | None = None, typed: str = "",
                 status: int = 200) -> Response:
     answer = apicall.call("GET", "/api/v2/teams", query={"limit": MAX_LIMIT})
@@ -98,12 +92,12 @@ def _team_page(principal: Principal, team_id: UUID, *, error: str | None = None,
                status: int = 200) -> Response:
     team = answered(apicall.call("GET", _path(team_id)))
     manage = web_session.is_admin(principal)
-    # A member's path segment for removal: devices go by name in the API, the rest by id.
-    for row in team["device_list"]:
-        row["segment"] = row["name"]
-    for key in ("member_list", "location_list"):
+    # Each row's removal route: devices go by name in the API, the rest by id.
+    for kind, key in KINDS.items():
+        arg = REMOVE_ARGS[kind].rpartition(":")[2]
         for row in team[key]:
-            row["segment"] = row["id"]
+            row["remove"] = url_for(f"web.team_remove_{kind}", team_id=team_id,
+                                    **{arg: row["name" if kind == "devices" else "id"]})
     return _html(render_template(
         "web/team.html", team=team, manage=manage, kinds=KINDS,
         choices=_choices(team) if manage else {}, error=error,
@@ -151,28 +145,62 @@ def team_delete(principal: Principal, team_id: UUID) -> Response:
     return cast(Response, redirect(url_for("web.teams", deleted=1), code=303))
 
 
-@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>/<kind>/add", methods=["POST"])
-@signed_in
-def team_add(principal: Principal, team_id: UUID, kind: str) -> Response:
-    """Add a member, device or location to the team (PUT /api/v2/teams/{id}/{kind}/{which})."""
+def _add(principal: Principal, team_id: UUID, kind: str) -> Response:
+    """Add a member, device or location to the team (PUT /api/v2/teams/{id}/{kind}/{which});
+    the form's `target` goes to the API, whose converter judges an id (serve/ids.py)."""
     web_session.check_csrf()
     which = request.form.get("target", "").strip()[:FIELD_MAX]
     if not which:
         return _team_page(principal, team_id, status=400,
-                          error=f"target: choose one of the organisation's {_kind(kind)}")
-    done = _write(principal, team_id, "PUT", _path(team_id, _kind(kind), which))
+                          error=f"target: choose one of the organisation's {kind}")
+    done = _write(principal, team_id, "PUT", _path(team_id, kind, which))
     if isinstance(done, Response):
         return done
     return cast(Response, redirect(url_for("web.team", team_id=team_id), code=303))
 
 
-@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>/<kind>/<target>/remove", methods=["POST"])
-@signed_in
-def team_remove(principal: Principal, team_id: UUID, kind: str, target: str) -> Response:
+def _remove(principal: Principal, team_id: UUID, kind: str, which: str | UUID) -> Response:
     """Take a member, device or location out of the team (DELETE
     /api/v2/teams/{id}/{kind}/{which}): a teams-only member loses sight of it at once."""
     web_session.check_csrf()
-    done = _write(principal, team_id, "DELETE", _path(team_id, _kind(kind), target))
+    done = _write(principal, team_id, "DELETE", _path(team_id, kind, which))
     if isinstance(done, Response):
         return done
     return cast(Response, redirect(url_for("web.team", team_id=team_id), code=303))
+
+
+def _routes(kind: str, target: str) -> None:
+    """The add and remove routes of one list: the list is a literal segment, and what is
+    removed is named as the API names it (`target`: an id through the `objid` converter, so
+    a malformed one is the unknown object's 404 once the visitor is signed in; a device goes
+    by its name)."""
+    arg = target.rpartition(":")[2]
+    team = f"{PREFIX}/teams/<objid('team'):team_id>/{kind}"
+
+    def add(principal: Principal, team_id: UUID) -> Response:
+        return _add(principal, team_id, kind)
+
+    def remove(principal: Principal, team_id: UUID, **which: str | UUID) -> Response:
+        return _remove(principal, team_id, kind, which[arg])
+
+    for view, name in ((add, f"team_add_{kind}"), (remove, f"team_remove_{kind}")):
+        view.__name__ = view.__qualname__ = name
+        view.__doc__ = (_add if view is add else _remove).__doc__
+    blp.route(f"{team}/add", methods=["POST"], endpoint=f"team_add_{kind}")(signed_in(add))
+    blp.route(f"{team}/<{target}>/remove", methods=["POST"],
+              endpoint=f"team_remove_{kind}")(signed_in(remove))
+
+
+REMOVE_ARGS = {"members": "objid('user'):user_id", "devices": "device_name",
+               "locations": "objid('location'):location_id"}
+"""Each list's removal argument, as the API's team routes take it (serve/api/teams.py)."""
+for _kind_name, _target in REMOVE_ARGS.items():
+    _routes(_kind_name, _target)
+
+
+@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>/<kind>/add", methods=["POST"])
+@blp.route(f"{PREFIX}/teams/<objid('team'):team_id>/<kind>/<name>/remove", methods=["POST"])
+@signed_in
+def team_other_list(principal: Principal, team_id: UUID, kind: str, name: str = "") -> Response:
+    """A list a team does not have (the three above are literal routes, which win): 404."""
+    raise NotFound(f"unknown list {kind[:80]!r}: members, devices or locations")

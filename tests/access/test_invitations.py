@@ -7,7 +7,9 @@ reset that ends the user's tokens, no account oracle in reset requests, and the 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -21,7 +23,7 @@ from tests.support.access_world import PASSWORDS, World, basic, bearer
 from tests.support.apps import close_app
 from tests.support.dashboard import csrf_of
 from tests.support.ingesting import wait_for
-from tests.support.invites import A1, NEW_PASSWORD
+from tests.support.invites import A1, NEW_PASSWORD, resolve_resets
 from tests.support.invites import answer as _json
 from tests.support.invites import link_app as _app
 from tests.support.invites import link_in as _link_in
@@ -278,10 +280,34 @@ def test_an_administrator_makes_a_reset_link_for_a_member(link_world: World,
                       headers=A1).status_code == 404
 
 
+ORACLE_PAIRS = 80
+"""Paired requests (an account's, no account's) per phase of the oracle test."""
+
+
+def _paired_gap(ask: Callable[[str], tuple[float, Any]], pairs: int, tag: str
+                ) -> tuple[float, float]:
+    """(median of an account's time minus no account's, over `pairs` adjacent pairs in
+    alternating order; median time of one request), each pair's two answers equal."""
+    diffs, durations = [], []
+    for i in range(pairs):
+        known, unknown = ("a2@a.example", f"nobody-{tag}{i}@a.example")
+        order = (known, unknown) if i % 2 else (unknown, known)
+        first, second = ask(order[0]), ask(order[1])
+        assert first[1] == second[1]
+        t_known, t_unknown = (first[0], second[0]) if order[0] == known else (second[0],
+                                                                             first[0])
+        diffs.append(t_known - t_unknown)
+        durations.append(t_unknown)
+    return statistics.median(diffs), statistics.median(durations)
+
+
 def test_reset_requests_are_no_account_oracle(link_world: World, sink: Receiver,
                                               figures: Any) -> None:
     """The same answer (status, headers, body) for an account and for no account, and the
-    same time: the median of paired differences stays under a quarter of one request."""
+    same time: the median of 80 paired differences stays under a quarter of one request, alone
+    and again while a thread asks for other resets (accounts and not) on the same app. The
+    request queues one row either way; the deliverer makes the links and mails them (the
+    database's side, without the HTTP stack's noise: tests/access/test_reset_queue.py)."""
     app = _app(link_world, sink, login_max_failures=10_000, login_address_max_failures=10_000)
     try:
         client = app.test_client()
@@ -292,27 +318,45 @@ def test_reset_requests_are_no_account_oracle(link_world: World, sink: Receiver,
             took = time.perf_counter() - start
             return took, (r.status_code, sorted(r.headers.items()), r.get_data())
 
-        for _ in range(5):  # warm up both paths
+        for _ in range(10):  # warm up both paths
             ask("a2@a.example")
             ask("nobody@a.example")
-        diffs, durations = [], []
-        for i in range(30):
-            known, unknown = ("a2@a.example", f"nobody{i}@a.example")
-            order = (known, unknown) if i % 2 else (unknown, known)
-            first, second = ask(order[0]), ask(order[1])
-            assert first[1] == second[1]
-            t_known, t_unknown = (first[0], second[0]) if order[0] == known else (second[0],
-                                                                                 first[0])
-            diffs.append(t_known - t_unknown)
-            durations.append(t_unknown)
-        gap, typical = statistics.median(diffs), statistics.median(durations)
+        gap, typical = _paired_gap(ask, ORACLE_PAIRS, "alone")
+        stop, load_known = threading.Event(), [0]
+
+        def load() -> None:
+            other = app.test_client()
+            n = 0
+            while not stop.is_set():
+                known = n % 2 == 0
+                r = other.post("/api/v2/auth/password-reset", json={
+                    "email": "a1@a.example" if known else f"load{n}@a.example"})
+                assert r.status_code == 202
+                load_known[0] += known
+                n += 1
+
+        loader = threading.Thread(target=load, name="reset-load", daemon=True)
+        loader.start()
+        try:
+            loaded_gap, loaded_typical = _paired_gap(ask, ORACLE_PAIRS, "loaded")
+        finally:
+            stop.set()
+            loader.join(30)
+        assert not loader.is_alive()
         figures.record("s8_reset_request_gap_ms", round(gap * 1e3, 2), section="security",
                        title="Password-reset request: median time of an account's minus "
-                             "no account's (paired)", target="< 25% of one request",
+                             "no account's (80 pairs)", target="< 25% of one request",
+                       source="tests/access/test_invitations.py")
+        figures.record("s8_reset_request_gap_loaded_ms", round(loaded_gap * 1e3, 2),
+                       section="security",
+                       title="Password-reset request: the same gap while a thread asks for "
+                             "other resets", target="< 25% of one request",
                        source="tests/access/test_invitations.py")
         assert abs(gap) < 0.25 * typical, (gap, typical)
-        # The known email's links were queued and the deliverer mailed every one.
-        wait_for(lambda: len(sink.received()) == 35, 60, what="35 reset emails")
+        assert abs(loaded_gap) < 0.25 * loaded_typical, (loaded_gap, loaded_typical)
+        # The known emails' links were made and the deliverer mailed every one.
+        mails = 10 + 2 * ORACLE_PAIRS + load_known[0]
+        wait_for(lambda: len(sink.received()) == mails, 120, what=f"{mails} reset emails")
     finally:
         close_app(app)
 
@@ -390,6 +434,7 @@ def test_a_reset_ends_tokens_bound_to_every_organisation_of_the_user(
     me = _json(plain.get("/api/v2/users/me", headers=in_b), 200)
     assert me["org_id"] == str(link_world.org_b)
     plain.post("/api/v2/auth/password-reset", json={"email": "a2@a.example"})
+    assert resolve_resets(link_world) == 1  # the deliverer's step (no deliverer runs here)
     with psycopg.connect(link_world.url) as conn:
         assert conn.execute("SELECT count(*) FROM one_time_links WHERE user_id = %s"
                             " AND purpose = 'password_reset'", (link_world.a2,)).fetchone() == (1,)

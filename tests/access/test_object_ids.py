@@ -21,6 +21,10 @@ from tests.support.apps import close_app
 from tests.support.invites import A1, link_app
 
 MISSING = "00000000-0000-4000-8000-000000000000"
+NOT_IDS = {"name", "device_name", "table", "filename", "version", "rest", "secret", "kind"}
+"""Plain path arguments that are not ids: a device's or a table's name, a static file and its
+version, the dashboard's catch-all, a one-time link's secret (its own credential), and the list
+a team page has no route for (`kind`, always 404)."""
 MALFORMED = ("not-a-uuid", "1234", "00000000-0000-4000-8000-00000000000g")
 # (method, path with {} for the id, body): object routes of every blueprint that has them.
 ROUTES = [
@@ -93,9 +97,16 @@ def test_every_object_route_parses_its_ids_with_the_converter(world: World) -> N
         plain = [rule.rule for rule in rules for name, conv in rule._converters.items()
                  if name.endswith("_id")
                  and not isinstance(conv, (ids.ObjectId, IntegerConverter))]
+        # Every other plain argument is a name, not an id (the team pages once took a member's
+        # or location's id as a plain `<target>`, passed on to the API as typed).
+        named = sorted({f"{name} {rule.rule}" for rule in rules
+                        for name, conv in rule._converters.items()
+                        if not isinstance(conv, (ids.ObjectId, IntegerConverter))
+                        and name not in NOT_IDS})
         pages = [rule.rule for rule in rules if rule.rule.startswith("/dashboard/")
                  and any(isinstance(c, ids.ObjectId) for c in rule._converters.values())]
     finally:
         close_app(app)
     assert plain == []
+    assert named == [], "\n".join(named)
     assert len(pages) >= 25, pages  # the dashboard's object pages are covered too

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -13,6 +12,7 @@ import pytest
 from aggregate import jobs, rollups
 from shared import dirty
 from shared.timeutil import bucket_of, zone
+from tests.support.ingesting import wait_for
 from tests.support.readings import insert_readings, series
 from tests.support.rollups import fetch, make_location, run_all
 
@@ -85,14 +85,12 @@ def test_late_reading_recomputes_exactly_its_buckets(db, late: timedelta, figure
 
 
 def _wait_blocked(conn: psycopg.Connection, pid: int, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def blocked() -> bool:
         row = conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s",
                            (pid,)).fetchone()
-        if row and row[0] == "Lock":
-            return
-        time.sleep(0.02)
-    raise AssertionError("the late writer never blocked on the claimed mark")
+        return bool(row and row[0] == "Lock")
+
+    wait_for(blocked, timeout, every=0.02, what="the late writer blocked on the claimed mark")
 
 
 def _late_writer(url: str, loc, t: datetime, ready: list) -> threading.Thread:
@@ -117,9 +115,7 @@ def test_reading_committed_during_a_rollup_is_not_lost(db, database_url) -> None
     marks = rollups.claim_marks(db, table="hourly", limit=100)  # rollup transaction begins
     ready: list[int] = []
     writer = _late_writer(database_url, loc, t0 + timedelta(minutes=5), ready)
-    deadline = time.monotonic() + 10
-    while not ready and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: ready, 10, every=0.01, what="the late writer's session")
     with psycopg.connect(database_url, autocommit=True) as watch:
         _wait_blocked(watch, ready[0])
     buckets = rollups.resolve_marks(db, table="hourly", marks=marks)
@@ -282,10 +278,7 @@ def test_concurrent_workers_and_a_lost_lock_match_the_reference(
             if calls["n"] == 4:
                 with psycopg.connect(database_url, autocommit=True) as admin:
                     admin.execute("SELECT pg_terminate_backend(%s)", (old.backend_pid,))
-                deadline = time.monotonic() + 10
-                while not new.try_acquire():
-                    assert time.monotonic() < deadline, "the lock was never freed"
-                    time.sleep(0.05)
+                wait_for(new.try_acquire, 10, what="the old leader's lock freed")
                 thread = threading.Thread(target=lambda: overlap.update(
                     {t: jobs.drain(pools[1], table=t, low_quality_pct=80, guard=new.guard,
                                    batch=25) for t in TABLES}), daemon=True)

@@ -10,8 +10,8 @@ from datetime import date, timedelta
 
 import pytest
 
+from admin import migrate
 from aggregate import jobs, rollups
-from shared import migrate
 from tests.aggregate.weather import Place, day_readings
 from tests.support.readings import insert_readings
 from tests.support.reference_et import DAILY_TOL, pyet_daily

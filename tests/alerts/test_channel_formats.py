@@ -15,21 +15,17 @@ from typing import Any
 
 import psycopg
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from alerts.delivery import formats
 from testbed import service_receiver
 from testbed.receivers import Receiver
 from testbed.receivers import service_receiver as start_service_receiver
-from tests.support.apps import close_app, make_app
 from tests.support.delivery import (
-    SEAL_KEY,
     DelivererProcess,
     Org,
     deliverer_env,
     insert_event,
-    make_org,
 )
 from tests.support.ingesting import wait_for
 
@@ -43,6 +39,9 @@ CASES = [
     ("ntfy", "/frost-alerts", {}),
     ("pagerduty", "/v2/enqueue", {"routing_key": ROUTING_KEY}),
 ]
+
+ORG_NAME = "farm-f"
+"""The name of the test's organisation (the `org` fixture, tests/support/delivery.py)."""
 
 
 def _event(kind: str = "firing") -> dict[str, Any]:
@@ -102,25 +101,6 @@ def test_pagerduty_resolves_what_it_triggered() -> None:
 # ---- the API -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def app(database_url: str) -> Iterator[Flask]:
-    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True)
-    try:
-        yield application
-    finally:
-        close_app(application)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-@pytest.fixture
-def org(conn: psycopg.Connection) -> Org:
-    return make_org(conn, "farm-f")
-
-
 @pytest.mark.parametrize(("body", "field"), [
     ({"format": "sms"}, "format"),
     ({"format": "telegram", "url": f"http://127.0.0.1/bot{TOKEN}/sendMessage"}, "options"),
@@ -132,30 +112,30 @@ def org(conn: psycopg.Connection) -> Org:
     ({"format": "slack", "url": "http://127.0.0.1/s", "options": {"chat_id": "1"}}, "options"),
     ({"options": {"routing_key": ROUTING_KEY}}, "options"),
 ])
-def test_bad_format_or_options_is_a_400_naming_the_field(client: FlaskClient, org: Org,
+def test_bad_format_or_options_is_a_400_naming_the_field(channels_client: FlaskClient, org: Org,
                                                          body: dict[str, Any],
                                                          field: str) -> None:
     full = {"name": "x", "kind": "webhook", "url": "http://127.0.0.1/hook", **body}
-    r = client.post("/api/v2/channels", headers=org.auth, json=full)
+    r = channels_client.post("/api/v2/channels", headers=org.auth, json=full)
     assert r.status_code == 400, r.get_json()
     assert field in r.get_json()["errors"]["json"], r.get_json()
-    r = client.post("/api/v2/channels", headers=org.auth,
+    r = channels_client.post("/api/v2/channels", headers=org.auth,
                     json={"name": "m", "kind": "mqtt", "format": "slack"})
     assert r.status_code == 400 and "format" in r.get_json()["errors"]["json"]
 
 
 def test_a_format_channel_has_no_secret_and_the_standard_one_is_unchanged(
-        client: FlaskClient, org: Org) -> None:
-    r = client.post("/api/v2/channels", headers=org.auth, json={
+        channels_client: FlaskClient, org: Org) -> None:
+    r = channels_client.post("/api/v2/channels", headers=org.auth, json={
         "name": "chat", "kind": "webhook", "format": "slack",
         "url": "http://127.0.0.1/slack/x"})
     assert r.status_code == 201, r.get_json()
     made = r.get_json()
     assert made["format"] == "slack" and "secret" not in made and "secret_hint" not in made
-    plain = client.post("/api/v2/channels", headers=org.auth, json={
+    plain = channels_client.post("/api/v2/channels", headers=org.auth, json={
         "name": "plain", "kind": "webhook", "url": "http://127.0.0.1/hook"}).get_json()
     assert plain["format"] == "standard" and plain["secret"].startswith("whsec_")
-    r = client.patch(f"/api/v2/channels/{made['id']}", headers=org.auth,
+    r = channels_client.patch(f"/api/v2/channels/{made['id']}", headers=org.auth,
                      json={"options": {"chat_id": "1"}})
     assert r.status_code == 400 and "options" in r.get_json()["errors"]["json"]
 
@@ -183,12 +163,12 @@ def deliverer(database_url: str, tmp_path: Path, processes: None
 
 
 def test_every_format_is_delivered_in_its_shape(
-        client: FlaskClient, org: Org, conn: psycopg.Connection, stand_in: Receiver,
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection, stand_in: Receiver,
         deliverer: DelivererProcess) -> None:
     base = f"http://127.0.0.1:{stand_in.port}"
     ids = {}
     for fmt, path, options in CASES:
-        r = client.post("/api/v2/channels", headers=org.auth, json={
+        r = channels_client.post("/api/v2/channels", headers=org.auth, json={
             "name": fmt, "kind": "webhook", "format": fmt, "url": base + path,
             **({"options": options} if options else {})})
         assert r.status_code == 201, r.get_json()
@@ -202,7 +182,8 @@ def test_every_format_is_delivered_in_its_shape(
     assert all("webhook-signature" not in x["headers"] for x in got)
 
     def recorded() -> Any:
-        channel = client.get(f"/api/v2/channels/{ids['telegram']}", headers=org.auth).get_json()
+        channel = channels_client.get(f"/api/v2/channels/{ids['telegram']}",
+                                      headers=org.auth).get_json()
         last = channel["last_delivery"]
         return last if last and last["state"] == "delivered" else None
 

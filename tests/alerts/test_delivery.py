@@ -24,15 +24,9 @@ from tests.support.delivery import (
     DelivererProcess,
     Org,
     insert_event,
-    make_org,
     start_deliverer,
 )
 from tests.support.ingesting import wait_for
-
-
-@pytest.fixture
-def org(conn: psycopg.Connection) -> Org:
-    return make_org(conn, "farm-a")
 
 
 def _webhook(client: FlaskClient, org: Org, url: str, name: str = "hook") -> dict[str, Any]:

@@ -24,6 +24,9 @@ from tests.support.delivery import (
 )
 from tests.support.ingesting import wait_for
 
+ORG_NAME = "farm-d"
+"""The name of the test's organisation (the `org` fixture, tests/support/delivery.py)."""
+
 
 @pytest.fixture
 def client(database_url: str) -> Iterator[FlaskClient]:
@@ -32,11 +35,6 @@ def client(database_url: str) -> Iterator[FlaskClient]:
         yield app.test_client()
     finally:
         close_app(app)
-
-
-@pytest.fixture
-def org(conn: psycopg.Connection) -> Org:
-    return make_org(conn, "farm-d")
 
 
 def test_digest_setting_validated_and_audited(client: FlaskClient, org: Org,

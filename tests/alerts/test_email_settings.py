@@ -13,20 +13,16 @@ from typing import Any
 
 import psycopg
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from people import accounts
 from testbed.receivers import Receiver, smtp_sink
-from tests.support.apps import close_app, make_app
 from tests.support.delivery import (
     PASSWORD,
-    SEAL_KEY,
     DelivererProcess,
     Org,
     deliverer_env,
     insert_event,
-    make_org,
 )
 from tests.support.ingesting import wait_for
 
@@ -34,22 +30,13 @@ SMTP_PASSWORD = "smtp-secret-Pw-1"
 
 
 @pytest.fixture
-def app(database_url: str) -> Iterator[Flask]:
-    application = make_app(database_url, apikey_seal_keys=SEAL_KEY)  # no SDS_SMTP_HOST
-    try:
-        yield application
-    finally:
-        close_app(application)
+def channels_overrides() -> dict[str, Any]:
+    """No SMTP host: this module tests email while the server has none."""
+    return {"smtp_host": None}
 
 
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-@pytest.fixture
-def org(conn: psycopg.Connection) -> Org:
-    return make_org(conn, "farm-m")
+ORG_NAME = "farm-m"
+"""The name of the test's organisation (the `org` fixture, tests/support/delivery.py)."""
 
 
 def _user(conn: psycopg.Connection, org: Org, role: str) -> dict[str, str]:
@@ -65,29 +52,29 @@ def _settings(port: int, **extra: Any) -> dict[str, Any]:
 
 
 def test_an_email_channel_is_refused_while_there_are_no_smtp_settings(
-        client: FlaskClient, org: Org) -> None:
-    r = client.post("/api/v2/channels", headers=org.auth, json={
+        channels_client: FlaskClient, org: Org) -> None:
+    r = channels_client.post("/api/v2/channels", headers=org.auth, json={
         "name": "grower", "kind": "email", "recipients": ["g@farm.example"]})
     assert r.status_code == 409, r.get_json()
     assert r.get_json()["message"].startswith("email is off: this server has no SMTP settings")
     assert "kind" in r.get_json()["errors"]["json"]
-    assert client.get("/api/v2/email-settings", headers=org.auth).get_json() == {
+    assert channels_client.get("/api/v2/email-settings", headers=org.auth).get_json() == {
         "source": "none"}
 
 
 def test_owner_sets_smtp_settings_sealed_and_audited(
-        client: FlaskClient, org: Org, conn: psycopg.Connection) -> None:
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection) -> None:
     member = _user(conn, org, "member")
-    r = client.put("/api/v2/email-settings", headers=member, json=_settings(25))
+    r = channels_client.put("/api/v2/email-settings", headers=member, json=_settings(25))
     assert r.status_code == 403 and "only an owner" in r.get_json()["message"]
     for body, field in ((_settings(0), "port"), (_settings(25, security="ssl"), "security"),
                         (_settings(25, host="a b"), "host"),
                         ({**_settings(25), "from": "nobody"}, "from"),
                         (_settings(25, username="x\ny"), "username"),
                         (_settings(25, source="organisation"), "source")):
-        r = client.put("/api/v2/email-settings", headers=org.auth, json=body)
+        r = channels_client.put("/api/v2/email-settings", headers=org.auth, json=body)
         assert r.status_code == 400 and field in r.get_json()["errors"]["json"], r.get_json()
-    r = client.put("/api/v2/email-settings", headers=org.auth,
+    r = channels_client.put("/api/v2/email-settings", headers=org.auth,
                    json=_settings(2525, username="alerts", password=SMTP_PASSWORD))
     assert r.status_code == 200, r.get_json()
     got = r.get_json()
@@ -97,18 +84,18 @@ def test_owner_sets_smtp_settings_sealed_and_audited(
                           (org.id,)).fetchone()[0]
     assert SMTP_PASSWORD.encode() not in bytes(sealed)
     # The form leaves the password empty: kept.
-    r = client.put("/api/v2/email-settings", headers=org.auth, json=_settings(2526))
+    r = channels_client.put("/api/v2/email-settings", headers=org.auth, json=_settings(2526))
     assert r.get_json()["password_set"] is True and r.get_json()["port"] == 2526
-    seen = client.get("/api/v2/email-settings", headers=member).get_json()
+    seen = channels_client.get("/api/v2/email-settings", headers=member).get_json()
     assert seen["host"] == "127.0.0.1" and "password" not in seen
-    log = client.get("/api/v2/audit?limit=5", headers=org.auth).get_json()["items"]
+    log = channels_client.get("/api/v2/audit?limit=5", headers=org.auth).get_json()["items"]
     updates = [e for e in log if e["action"] == "email_settings.update"]
     assert len(updates) == 2 and updates[-1]["details"]["password"] == "set"
     assert SMTP_PASSWORD not in str(log)
-    r = client.post("/api/v2/channels", headers=org.auth, json={
+    r = channels_client.post("/api/v2/channels", headers=org.auth, json={
         "name": "grower", "kind": "email", "recipients": ["g@farm.example"]})
     assert r.status_code == 201, r.get_json()
-    assert client.delete("/api/v2/email-settings", headers=org.auth).get_json() == {
+    assert channels_client.delete("/api/v2/email-settings", headers=org.auth).get_json() == {
         "source": "none"}
 
 
@@ -123,28 +110,28 @@ def sinks(tmp_path: Path, processes: None) -> Iterator[list[Receiver]]:
 
 
 def test_the_running_deliverer_takes_new_settings_without_a_restart(
-        client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
         tmp_path: Path, sinks: list[Receiver]) -> None:
     first, second = sinks
-    assert client.put("/api/v2/email-settings", headers=org.auth,
+    assert channels_client.put("/api/v2/email-settings", headers=org.auth,
                       json=_settings(first.port)).status_code == 200
-    channel = client.post("/api/v2/channels", headers=org.auth, json={
+    channel = channels_client.post("/api/v2/channels", headers=org.auth, json={
         "name": "grower", "kind": "email", "recipients": ["g@farm.example"]}).get_json()
     deliverer = DelivererProcess(deliverer_env(database_url), tmp_path / "d.log").start()
     try:
         one = insert_event(conn, org.id)
         got = wait_for(lambda: first.received(), 30, what="the email at the first server")
         assert got[0]["mail_from"] == "alerts@farm.example" and str(one) in got[0]["data"]
-        assert client.put("/api/v2/email-settings", headers=org.auth,
+        assert channels_client.put("/api/v2/email-settings", headers=org.auth,
                           json=_settings(second.port)).status_code == 200
-        r = client.post(f"/api/v2/channels/{channel['id']}/test", headers=org.auth)
+        r = channels_client.post(f"/api/v2/channels/{channel['id']}/test", headers=org.auth)
         assert r.status_code == 202
         test_id = r.get_json()["event_id"]
         got = wait_for(lambda: second.received(), 30, what="the test at the second server")
         assert test_id in got[0]["data"] and len(first.received()) == 1
 
         def answered() -> Any:
-            last = client.get(f"/api/v2/channels/{channel['id']}",
+            last = channels_client.get(f"/api/v2/channels/{channel['id']}",
                               headers=org.auth).get_json()["last_delivery"]
             return last if last and last["state"] == "delivered" else None
 

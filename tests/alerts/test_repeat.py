@@ -19,11 +19,14 @@ from alerts.evaluator import repeats
 from shared.config import Settings
 from tests.support.alerting import EvaluatorProcess
 from tests.support.apps import close_app, make_app
-from tests.support.delivery import Org, make_org
+from tests.support.delivery import Org
 from tests.support.ingesting import wait_for
 
 RULE = {"name": "Frost", "table": "calibrated", "column": "tair",
         "scope": {"organisation": True}, "condition": {"op": "<", "threshold": 0}}
+
+ORG_NAME = "farm-r"
+"""The name of the test's organisation (the `org` fixture, tests/support/delivery.py)."""
 
 
 @pytest.fixture
@@ -33,11 +36,6 @@ def client(database_url: str) -> Iterator[FlaskClient]:
         yield app.test_client()
     finally:
         close_app(app)
-
-
-@pytest.fixture
-def org(conn: psycopg.Connection) -> Org:
-    return make_org(conn, "farm-r")
 
 
 def _firing_since(conn: psycopg.Connection, org: Org, rule: str, device: str,

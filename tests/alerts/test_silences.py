@@ -16,16 +16,13 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 from psycopg.types.json import Jsonb
 
 from people import accounts
 from testbed.receivers import Receiver, webhook_receiver
-from tests.support.apps import close_app, make_app
 from tests.support.delivery import (
     PASSWORD,
-    SEAL_KEY,
     DelivererProcess,
     Org,
     deliverer_env,
@@ -37,27 +34,8 @@ RULE = {"name": "Frost", "table": "calibrated", "column": "tair",
         "scope": {"organisation": True}, "condition": {"op": "<", "threshold": 0}}
 
 
-@pytest.fixture
-def app(database_url: str) -> Iterator[Flask]:
-    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True)
-    try:
-        yield application
-    finally:
-        close_app(application)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
-@pytest.fixture
-def org(conn: psycopg.Connection) -> Org:
-    return make_org(conn, "farm-a")
-
-
-def _rule(client: FlaskClient, org: Org, name: str) -> str:
-    r = client.post("/api/v2/alerts", headers=org.auth, json=RULE | {"name": name})
+def _rule(channels_client: FlaskClient, org: Org, name: str) -> str:
+    r = channels_client.post("/api/v2/alerts", headers=org.auth, json=RULE | {"name": name})
     assert r.status_code == 201, r.get_json()
     return str(r.get_json()["id"])
 
@@ -82,10 +60,10 @@ def _event(conn: psycopg.Connection, org: Org, rule: str, device: str = "dev-1")
 
 
 def test_silences_api_create_list_expire_delete_audited(
-        client: FlaskClient, org: Org, conn: psycopg.Connection) -> None:
-    rule = _rule(client, org, "Frost")
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection) -> None:
+    rule = _rule(channels_client, org, "Frost")
     _device(conn, org, "dev-1")
-    r = client.post("/api/v2/silences", headers=org.auth,
+    r = channels_client.post("/api/v2/silences", headers=org.auth,
                     json={"rule": rule, "device": "dev-1", "duration": 3600,
                           "comment": "frost cloth on"})
     assert r.status_code == 201, r.get_json()
@@ -95,25 +73,27 @@ def test_silences_api_create_list_expire_delete_audited(
     span = (datetime.fromisoformat(made["ends_at"].replace("Z", "+00:00"))
             - datetime.fromisoformat(made["starts_at"].replace("Z", "+00:00")))
     assert span == timedelta(hours=1)
-    r = client.post("/api/v2/silences", headers=org.auth,
+    r = channels_client.post("/api/v2/silences", headers=org.auth,
                     json={"kind": "mute", "rule": rule, "weekdays": [1, 2, 3, 4, 5],
                           "from": "22:00", "to": "06:00", "time_zone": "Europe/Paris"})
     assert r.status_code == 201, r.get_json()
     mute = r.get_json()
     assert (mute["state"], mute["from"], mute["to"]) == ("recurring", "22:00", "06:00")
 
-    listed = client.get("/api/v2/silences?active=true", headers=org.auth).get_json()
+    listed = channels_client.get("/api/v2/silences?active=true", headers=org.auth).get_json()
     assert {s["id"] for s in listed["items"]} == {made["id"], mute["id"]}
-    r = client.post(f"/api/v2/silences/{made['id']}/expire", headers=org.auth)
+    r = channels_client.post(f"/api/v2/silences/{made['id']}/expire", headers=org.auth)
     assert r.status_code == 200 and r.get_json()["state"] == "expired"
-    listed = client.get("/api/v2/silences?active=true", headers=org.auth).get_json()
+    listed = channels_client.get("/api/v2/silences?active=true", headers=org.auth).get_json()
     assert [s["id"] for s in listed["items"]] == [mute["id"]]
-    assert client.get("/api/v2/silences?active=false",
+    assert channels_client.get("/api/v2/silences?active=false",
                       headers=org.auth).get_json()["total"] == 1
-    r = client.post(f"/api/v2/silences/{mute['id']}/expire", headers=org.auth)
+    r = channels_client.post(f"/api/v2/silences/{mute['id']}/expire", headers=org.auth)
     assert r.status_code == 400 and "DELETE" in r.get_json()["message"]
-    assert client.delete(f"/api/v2/silences/{mute['id']}", headers=org.auth).status_code == 204
-    assert client.get(f"/api/v2/silences/{mute['id']}", headers=org.auth).status_code == 404
+    assert channels_client.delete(f"/api/v2/silences/{mute['id']}",
+                                  headers=org.auth).status_code == 204
+    assert channels_client.get(f"/api/v2/silences/{mute['id']}",
+                               headers=org.auth).status_code == 404
     actions = [a for (a,) in conn.execute(
         "SELECT action FROM audit_log WHERE org_id = %s AND action LIKE 'alert.silence%%'"
         " ORDER BY id", (org.id,)).fetchall()]
@@ -142,36 +122,37 @@ def test_silences_api_create_list_expire_delete_audited(
       "duration": 3600}, "duration"),
 ])
 def test_bad_silences_are_a_400_naming_the_field(
-        client: FlaskClient, org: Org, conn: psycopg.Connection, body: dict[str, Any],
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection, body: dict[str, Any],
         field: str) -> None:
     _device(conn, org, "dev-1")
-    r = client.post("/api/v2/silences", headers=org.auth, json=body)
+    r = channels_client.post("/api/v2/silences", headers=org.auth, json=body)
     assert r.status_code == 400, r.get_json()
     assert field in r.get_json()["errors"]["json"], r.get_json()
     assert conn.execute("SELECT count(*) FROM alert_silences").fetchone() == (0,)
 
 
 def test_viewers_read_but_cannot_silence_and_other_orgs_see_nothing(
-        client: FlaskClient, org: Org, conn: psycopg.Connection) -> None:
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection) -> None:
     _device(conn, org, "dev-1")
     accounts.create_user(conn, org=org.id, email="viewer@farm-a.example", password=PASSWORD,
                          role="viewer")
     conn.commit()
     viewer = {"Authorization": "Basic " + base64.b64encode(
         f"viewer@farm-a.example:{PASSWORD}".encode()).decode()}
-    r = client.post("/api/v2/silences", headers=viewer, json={"device": "dev-1",
+    r = channels_client.post("/api/v2/silences", headers=viewer, json={"device": "dev-1",
                                                               "duration": 3600})
     assert r.status_code == 403
-    made = client.post("/api/v2/silences", headers=org.auth,
+    made = channels_client.post("/api/v2/silences", headers=org.auth,
                        json={"device": "dev-1", "duration": 3600}).get_json()
-    assert client.get("/api/v2/silences", headers=viewer).get_json()["total"] == 1
-    assert client.post(f"/api/v2/silences/{made['id']}/expire",
+    assert channels_client.get("/api/v2/silences", headers=viewer).get_json()["total"] == 1
+    assert channels_client.post(f"/api/v2/silences/{made['id']}/expire",
                        headers=viewer).status_code == 403
     other = make_org(conn, "farm-b")
-    assert client.get(f"/api/v2/silences/{made['id']}", headers=other.auth).status_code == 404
-    assert client.get("/api/v2/silences", headers=other.auth).get_json()["total"] == 0
+    assert channels_client.get(f"/api/v2/silences/{made['id']}",
+                               headers=other.auth).status_code == 404
+    assert channels_client.get("/api/v2/silences", headers=other.auth).get_json()["total"] == 0
     # another organisation's device is the same 400 as a missing one
-    r = client.post("/api/v2/silences", headers=other.auth,
+    r = channels_client.post("/api/v2/silences", headers=other.auth,
                     json={"device": "dev-1", "duration": 3600})
     assert r.status_code == 400 and "device" in r.get_json()["errors"]["json"]
 
@@ -215,24 +196,24 @@ def deliverers() -> Iterator[list[DelivererProcess]]:
 
 
 def test_silenced_and_muted_events_are_recorded_but_not_delivered(
-        processes: Any, client: FlaskClient, org: Org, conn: psycopg.Connection,
+        processes: Any, channels_client: FlaskClient, org: Org, conn: psycopg.Connection,
         database_url: str, tmp_path: Path, receivers: list[Receiver],
         deliverers: list[DelivererProcess]) -> None:
     hook = webhook_receiver(tmp_path)
     receivers.append(hook)
-    r = client.post("/api/v2/channels", headers=org.auth,
+    r = channels_client.post("/api/v2/channels", headers=org.auth,
                     json={"name": "hook", "kind": "webhook", "url": hook.url})
     assert r.status_code == 201, r.get_json()
-    silenced_rule, muted_rule, loud_rule = (_rule(client, org, n)
+    silenced_rule, muted_rule, loud_rule = (_rule(channels_client, org, n)
                                             for n in ("Frost", "Heat", "Wind"))
     _device(conn, org, "dev-1")
-    silence = client.post("/api/v2/silences", headers=org.auth,
+    silence = channels_client.post("/api/v2/silences", headers=org.auth,
                           json={"rule": silenced_rule, "device": "dev-1",
                                 "duration": 3600}).get_json()
     # Quiet hours around now in Paris, every day: an hour either side (over midnight too).
     now = datetime.now(ZoneInfo("Europe/Paris"))
     start, end = now - timedelta(hours=1), now + timedelta(hours=1)
-    r = client.post("/api/v2/silences", headers=org.auth, json={
+    r = channels_client.post("/api/v2/silences", headers=org.auth, json={
         "kind": "mute", "rule": muted_rule, "weekdays": [1, 2, 3, 4, 5, 6, 7],
         "from": start.strftime("%H:%M"), "to": end.strftime("%H:%M"),
         "time_zone": "Europe/Paris"})
@@ -258,10 +239,10 @@ def test_silenced_and_muted_events_are_recorded_but_not_delivered(
     assert conn.execute("SELECT count(*) FROM alert_deliveries WHERE event_id = ANY(%s)",
                         (held,)).fetchone() == (0,)
     # In the inbox all the same.
-    listed = client.get("/api/v2/notifications", headers=org.auth).get_json()
+    listed = channels_client.get("/api/v2/notifications", headers=org.auth).get_json()
     assert {str(e) for e in held} <= {e["id"] for e in listed["items"]}
     # Expired, the rule's next event goes out again.
-    assert client.post(f"/api/v2/silences/{silence['id']}/expire",
+    assert channels_client.post(f"/api/v2/silences/{silence['id']}/expire",
                        headers=org.auth).status_code == 200
     after = _event(conn, org, silenced_rule)
     wait_for(lambda: str(after) in ids(), 30, what="the event after the silence expired")

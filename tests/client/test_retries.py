@@ -15,6 +15,7 @@ from sds_client import ApiError, Client, retry_after_seconds
 
 from testbed.apiserver import gunicorn_api
 from tests.support.data_world import World
+from tests.support.ingesting import wait_for
 
 LIMIT, WINDOW = 3, 2
 
@@ -40,16 +41,15 @@ class Sleeps:
 def _fresh_window(url: str, key: str) -> None:
     """Wait until the key's window has passed (a 200 with the full budget less one)."""
     with Client(url, apikey=key, retries=0) as probe:
-        deadline = time.monotonic() + 10
-        while True:
+
+        def fresh() -> bool:
             try:
                 response = probe.transport.request("GET", "/api/v2/schemas")
-                if int(response.headers["RateLimit-Remaining"]) == LIMIT - 1:
-                    return
             except ApiError:
-                pass
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+                return False
+            return int(response.headers["RateLimit-Remaining"]) == LIMIT - 1
+
+        wait_for(fresh, 10, every=0.5, what="the key's window to pass")
 
 
 def test_paces_on_ratelimit_headers_without_a_429(limited_url: str, world: World) -> None:

@@ -8,16 +8,16 @@ import os
 import random
 import shutil
 import subprocess
-import time
+import threading
 from pathlib import Path
+from typing import Any
 
 import paho.mqtt.client as mqtt
 import pytest
 from click.testing import CliRunner
 
-from admin import rabbit
+from admin import migrate, rabbit
 from admin.cli import main
-from shared import migrate
 from testbed.process import REPO, free_port, port_open
 
 pytestmark = [
@@ -43,13 +43,17 @@ def _connect_rc(port: int, user: str, password: str, client_id: str) -> int:
                     protocol=mqtt.MQTTv311)
     c.username_pw_set(user, password)
     codes: list[int] = []
-    c.on_connect = lambda _c, _u, _f, rc, _p: codes.append(int(rc.value))
+    answered = threading.Event()
+
+    def on_connect(_c: Any, _u: Any, _f: Any, rc: Any, _p: Any) -> None:
+        codes.append(int(rc.value))
+        answered.set()
+
+    c.on_connect = on_connect
     c.connect("127.0.0.1", port)
     c.loop_start()
     try:
-        deadline = time.monotonic() + 10
-        while not codes and time.monotonic() < deadline:
-            time.sleep(0.1)
+        answered.wait(10)  # the CONNACK
         return codes[0] if codes else -1
     finally:
         c.disconnect()

@@ -43,6 +43,7 @@ from ingest.mqtt import MqttLink
 from shared.config import Settings
 from shared.places import RESERVED_DEVICE_NAMES
 from testbed.mosquitto import MosquittoBroker
+from testbed.process import poll
 from tests.support.figures import Figures
 from tests.support.ingesting import (
     DEVICE,
@@ -203,9 +204,7 @@ def _ledger(port: int, url: str) -> tuple[Run, int]:
         wait_for(run.done, 60, what="ledger published")
     finally:
         pub.close()
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and not run.acked <= set(stored_times(url)):
-        time.sleep(0.2)
+    poll(lambda: run.acked <= set(stored_times(url)), 15, 0.2)  # counted below, not required
     time.sleep(0.5)  # a last straggler would show up here
     return run, len(run.acked - set(stored_times(url)))
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import http.client
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -164,11 +164,12 @@ def test_rate_limit_refusals_pool_and_database_probe(api: Api, world: World) -> 
         {"route": "/api/v2/devices", "method": "GET", "status": "429"}.items())))] >= 3
     assert samples[("sds_api_database_up", ())] == 1
     # Each live worker's pool: at least one connection, summed over the workers (livesum).
-    deadline = time.monotonic() + 10
-    while samples.get(("sds_api_db_pool_size", (("pool", "primary"),)), 0) < WORKERS:
-        assert time.monotonic() < deadline, "pool gauges not summed over the workers"
-        time.sleep(0.5)
-        samples = api.samples()
+    def summed() -> Any:
+        now = api.samples()
+        return now if now.get(("sds_api_db_pool_size", (("pool", "primary"),)), 0) >= WORKERS \
+            else None
+
+    samples = wait_for(summed, 10, every=0.5, what="pool gauges summed over the workers")
     assert samples[("sds_api_db_pool_max", (("pool", "primary"),))] == 2 * WORKERS
 
 
@@ -181,21 +182,17 @@ def test_a_dead_worker_keeps_its_counts_and_drops_its_gauges(api: Api) -> None:
     before = api.count("/api/v2/health", "200")
     workers = Path(f"/proc/{api.server.pid}/task/{api.server.pid}/children").read_text().split()
     os.kill(int(workers[0]), signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while True:
+    def replaced() -> bool:
         now = Path(f"/proc/{api.server.pid}/task/{api.server.pid}/children").read_text().split()
-        if len(now) == WORKERS and workers[0] not in now:
-            break
-        assert time.monotonic() < deadline, "gunicorn did not replace the killed worker"
-        time.sleep(0.2)
+        return len(now) == WORKERS and workers[0] not in now
+
+    wait_for(replaced, 30, every=0.2, what="gunicorn replacing the killed worker")
     assert api.count("/api/v2/health", "200") >= before
     # Within a couple of sampling periods the gauge is the live workers' sum again (2 each;
     # the dead worker's 2 would make it 2 * WORKERS + 2).
     pool = ("sds_api_db_pool_max", (("pool", "primary"),))
-    deadline = time.monotonic() + 15
-    while api.samples().get(pool) != 2 * WORKERS:
-        assert time.monotonic() < deadline, api.samples().get(pool)
-        time.sleep(0.5)
+    wait_for(lambda: api.samples().get(pool) == 2 * WORKERS, 15, every=0.5,
+             what="the pool gauge back to the live workers' sum")
 
 
 def test_database_probe_reports_a_refused_connection() -> None:

@@ -70,8 +70,14 @@ DASHBOARD_RULES = {
     ("/dashboard/teams", "GET"), ("/dashboard/teams", "POST"),
     ("/dashboard/teams/<team_id>", "GET"), ("/dashboard/teams/<team_id>/rename", "POST"),
     ("/dashboard/teams/<team_id>/delete", "POST"),
-    ("/dashboard/teams/<team_id>/<kind>/add", "POST"),
-    ("/dashboard/teams/<team_id>/<kind>/<target>/remove", "POST"),
+    ("/dashboard/teams/<team_id>/members/add", "POST"),
+    ("/dashboard/teams/<team_id>/devices/add", "POST"),
+    ("/dashboard/teams/<team_id>/locations/add", "POST"),
+    ("/dashboard/teams/<team_id>/members/<user_id>/remove", "POST"),
+    ("/dashboard/teams/<team_id>/devices/<device_name>/remove", "POST"),
+    ("/dashboard/teams/<team_id>/locations/<location_id>/remove", "POST"),
+    ("/dashboard/teams/<team_id>/<kind>/add", "POST"),  # any other list: 404
+    ("/dashboard/teams/<team_id>/<kind>/<name>/remove", "POST"),
     # The water balance page (issue 35; serve/web/waterpages.py): through the API, CSRF checked.
     ("/dashboard/locations/<location_id>/water", "GET"),
     ("/dashboard/locations/<location_id>/water", "POST"),

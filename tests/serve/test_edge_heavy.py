@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import http.client
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from testbed.nginx import NginxEdge
+from tests.support.ingesting import wait_for
 
 # Starts an nginx edge of its own: never a quick test.
 pytestmark = pytest.mark.usefixtures("processes")
@@ -81,10 +81,8 @@ def _key(server: NginxEdge, path: str) -> str:
     finally:
         conn.close()
     # nginx writes the line once the answer is sent (its log phase): wait for it.
-    deadline = time.monotonic() + 10
-    while len(lines := _lines(server)) == before:
-        assert time.monotonic() < deadline, "no access log line"
-        time.sleep(0.01)
+    lines = wait_for(lambda: len(now := _lines(server)) != before and now, 10, every=0.01,
+                     what="the access log line")
     return lines[-1].rsplit(" key=", 1)[1]
 
 

@@ -6,7 +6,6 @@ sparse file, nothing written to the rotated copy)."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -28,15 +27,17 @@ def test_a_log_past_the_size_is_rotated_under_a_live_writer(tmp_path: Path) -> N
     conf = tmp_path / "logrotate.conf"
     conf.write_text(CONF.read_text().replace("@STATE@", str(state)))
     # A writer holding the file open in append mode, like `cmd >>log 2>&1` in run.sh.
+    before = log.stat().st_size
     writer = subprocess.Popen(
         ["bash", "-c", f"exec >>{log}; while true; do echo new line; sleep 0.01; done"])
     try:
-        time.sleep(0.2)
+        wait_for(lambda: log.stat().st_size > before, 10, every=0.01, what="the writer's lines")
         done = subprocess.run(
             ["logrotate", "-s", str(tmp_path / "status"), str(conf)], capture_output=True,
             text=True, timeout=60, check=False)
         assert done.returncode == 0, done.stderr
-        time.sleep(0.3)
+        wait_for(lambda: 0 < log.stat().st_size < before, 10, every=0.01,
+                 what="the writer's next line in the emptied log")
     finally:
         writer.terminate()
         writer.wait(5)

@@ -5,49 +5,13 @@ rotate-password, retire; and `--from` is never assumed."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
-import pytest
 from click.testing import CliRunner, Result
 
 from admin.cli import main
-from ingest.client import Ingester
-from shared.config import Settings
 from testbed.mosquitto import MosquittoBroker
-
-INGESTER_PW = "ingester-test-password"
-
-
-@pytest.fixture
-def mqtt_world(database_url: str, tmp_path: Path) -> Iterator[tuple[MosquittoBroker, Path]]:
-    """A broker with a password file (the ingester only) and its pid file, as deployed."""
-    broker = MosquittoBroker().start(tmp_path / "mqtt", durable=False,
-                                     users={"ingester": INGESTER_PW})
-    passwd = tmp_path / "mqtt" / "passwd"
-    (tmp_path / "mqtt" / "mosquitto.pid").write_text(f"{broker.pid}\n")
-    try:
-        yield broker, passwd
-    finally:
-        broker.stop()
-
-
-@pytest.fixture
-def ingester(database_url: str, mqtt_world: tuple[MosquittoBroker, Path]) -> Iterator[None]:
-    broker, _ = mqtt_world
-    settings = Settings(database_url=database_url, metrics_port=0, aggregate_metrics_port=0,
-                        mqtt_host="127.0.0.1", mqtt_port=broker.port, mqtt_username="ingester",
-                        mqtt_password=INGESTER_PW, mqtt_client_id="ing-device-cli",
-                        ingest_flush_interval=0.1)
-    ingester = Ingester(settings)
-    thread = threading.Thread(target=ingester.run, daemon=True)
-    thread.start()
-    assert ingester.ready.wait(15), "ingester did not subscribe"
-    yield
-    ingester.stop()
-    thread.join(30)
 
 
 def _sds(database_url: str, broker: MosquittoBroker, *args: str,
@@ -64,9 +28,10 @@ def _password(result: Result) -> str:
     return line.split()[-1]
 
 
-def test_device_life_cycle(database_url: str, mqtt_world: tuple[MosquittoBroker, Path],
-                           ingester: None) -> None:
-    broker, passwd = mqtt_world
+def test_device_life_cycle(database_url: str,
+                           deployed_broker: tuple[MosquittoBroker, Path],
+                           deployed_ingester: None) -> None:
+    broker, passwd = deployed_broker
 
     def sds(*args: str, device_password: str | None = None) -> Result:
         return _sds(database_url, broker, *args, device_password=device_password)
@@ -139,8 +104,8 @@ def test_device_life_cycle(database_url: str, mqtt_world: tuple[MosquittoBroker,
 
 
 def test_add_refuses_an_unknown_location_and_leaves_nothing(
-        database_url: str, mqtt_world: tuple[MosquittoBroker, Path]) -> None:
-    broker, passwd = mqtt_world
+        database_url: str, deployed_broker: tuple[MosquittoBroker, Path]) -> None:
+    broker, passwd = deployed_broker
     assert _sds(database_url, broker, "org", "create", "Acme").exit_code == 0
     before = passwd.read_text()
     r = _sds(database_url, broker, "device", "add", "A000301", "--org", "Acme", "--location",
@@ -152,8 +117,8 @@ def test_add_refuses_an_unknown_location_and_leaves_nothing(
 
 
 def test_retire_before_the_deployment_started_is_refused(
-        database_url: str, mqtt_world: tuple[MosquittoBroker, Path]) -> None:
-    broker, passwd = mqtt_world
+        database_url: str, deployed_broker: tuple[MosquittoBroker, Path]) -> None:
+    broker, passwd = deployed_broker
     for args in (("org", "create", "Acme"),
                  ("location", "create", "--org", "Acme", "--name", "N", "--tz", "UTC"),
                  ("device", "add", "A000302", "--org", "Acme", "--location", "N", "--from",

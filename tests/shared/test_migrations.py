@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from shared import migrate
+from admin import migrate
 from shared.columns import TABLES
 from testbed.postgres import PostgresServer
 

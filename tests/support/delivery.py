@@ -129,16 +129,33 @@ def start_deliverer(deliverers: list[DelivererProcess], log_dir: Path, database_
 
 
 @pytest.fixture
-def channels_client(database_url: str) -> Iterator[FlaskClient]:
+def channels_overrides() -> dict[str, Any]:
+    """Settings of `channels_client`'s app that differ from its defaults (none; a module that
+    needs, say, no SMTP host overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture
+def channels_client(database_url: str, channels_overrides: dict[str, Any]
+                    ) -> Iterator[FlaskClient]:
     """A client of the API on the test's database, with the seal key the deliverers use,
     webhooks to loopback allowed (the receivers listen there) and an SMTP host named (an email
-    channel is refused while the server has no SMTP settings; each deliverer gets its sink's)."""
-    application = make_app(database_url, apikey_seal_keys=SEAL_KEY, webhook_allow_private=True,
-                           smtp_host="127.0.0.1")
+    channel is refused while the server has no SMTP settings; each deliverer gets its sink's);
+    `channels_overrides` changes these."""
+    settings = {"apikey_seal_keys": SEAL_KEY, "webhook_allow_private": True,
+                "smtp_host": "127.0.0.1", **channels_overrides}
+    application = make_app(database_url, **settings)
     try:
         yield application.test_client()
     finally:
         close_app(application)
+
+
+@pytest.fixture
+def org(conn: psycopg.Connection, request: pytest.FixtureRequest) -> Org:
+    """A new organisation and its owner (`make_org`), named by the test module's `ORG_NAME`
+    (default `farm-a`)."""
+    return make_org(conn, getattr(request.module, "ORG_NAME", "farm-a"))
 
 
 @pytest.fixture

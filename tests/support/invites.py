@@ -21,6 +21,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from shared import db, mailbox
 from testbed.receivers import Receiver, smtp_sink
 from tests.support.access_world import World, basic, reset_memberships
 from tests.support.apps import close_app, make_app
@@ -63,6 +64,13 @@ def mail_sink(world: World, directory: Path) -> Iterator[Receiver]:
     finally:
         deliverer.stop()
         sink.stop()
+
+
+def resolve_resets(world: World) -> int:
+    """Run the deliverer's resolution of queued password-reset requests (shared/mailbox.py),
+    as its role, where a test has no deliverer process; how many were resolved."""
+    with db.connect(world.url, role=db.ROLE_ALERTS) as conn:
+        return mailbox.resolve_reset_requests(conn)
 
 
 def answer(r: Any, status: int) -> Any:

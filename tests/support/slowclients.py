@@ -17,6 +17,8 @@ import threading
 import time
 from types import TracebackType
 
+from testbed.process import poll
+
 
 class SlowHeaders:
     """`connections` slow-header clients against 127.0.0.1:port, run by one thread."""
@@ -36,9 +38,7 @@ class SlowHeaders:
     def __enter__(self) -> SlowHeaders:
         self._thread.start()
         # Let every connection be open and started before the caller measures.
-        deadline = time.monotonic() + 10
-        while self.opened < self.connections and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll(lambda: self.opened >= self.connections, 10, 0.05)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -1,7 +1,8 @@
 """Fixtures of the dashboard tests: a module's database with the seeded world
 (tests/support/dashboard.py), the app and client on it (tests/support/apps.py), and for the
 browser tests gunicorn on it, a headless Chromium and the screenshots' folder; for the alert
-pages, the in-process ingester and its publisher (tests/support/ingesting.py)."""
+pages, the in-process ingester and its publisher (tests/support/ingesting.py); for the fleet
+pages, the deployed broker and its ingester (tests/support/devicebroker.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,11 @@ from testbed.apiserver import gunicorn_api
 from testbed.browser import chromium
 from tests.support.apps import app, app_overrides, client, module_db
 from tests.support.dashboard import World, seed
+from tests.support.devicebroker import deployed_broker, deployed_ingester
 from tests.support.ingesting import ingester, mqtt_settings, publisher
 
-__all__ = ["app", "app_overrides", "client", "ingester", "module_db", "mqtt_settings",
-           "publisher", "world"]  # fixtures, re-exported
+__all__ = ["app", "app_overrides", "client", "deployed_broker", "deployed_ingester", "ingester",
+           "module_db", "mqtt_settings", "publisher", "world"]  # fixtures, re-exported
 
 
 @pytest.fixture(scope="module")

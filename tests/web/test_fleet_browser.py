@@ -11,7 +11,6 @@ import json
 import shlex
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,53 +18,21 @@ from urllib.parse import urlsplit
 
 import paho.mqtt.client as mqtt
 import psycopg
-import pytest
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from ingest.client import Ingester
 from people import accounts
 from shared import places
-from shared.config import Settings
 from testbed.apiserver import gunicorn_api
 from testbed.browser import wait_for
 from testbed.mosquitto import MosquittoBroker
 from tests.support.ingesting import wait_for as wait_until
 
 EMAIL, PASSWORD = "fleet-owner@farm.example", "fleet-owner-password-1"
-INGESTER_PW = "ingester-fleet-password"
 OVERFLOW = ("return [document.documentElement.scrollWidth, document.documentElement.clientWidth,"
             " document.body.scrollWidth]")
-
-
-@pytest.fixture
-def mqtt_world(tmp_path: Path, processes: None) -> Iterator[tuple[MosquittoBroker, Path]]:
-    """A broker with a password file (the ingester only) and its pid file, as deployed."""
-    broker = MosquittoBroker().start(tmp_path / "mqtt", durable=False,
-                                     users={"ingester": INGESTER_PW})
-    (tmp_path / "mqtt" / "mosquitto.pid").write_text(f"{broker.pid}\n")
-    try:
-        yield broker, tmp_path / "mqtt" / "passwd"
-    finally:
-        broker.stop()
-
-
-@pytest.fixture
-def ingester(database_url: str, mqtt_world: tuple[MosquittoBroker, Path]) -> Iterator[None]:
-    broker, _ = mqtt_world
-    settings = Settings(database_url=database_url, metrics_port=0, aggregate_metrics_port=0,
-                        mqtt_host="127.0.0.1", mqtt_port=broker.port, mqtt_username="ingester",
-                        mqtt_password=INGESTER_PW, mqtt_client_id="ing-fleet-browser",
-                        ingest_flush_interval=0.1)
-    running = Ingester(settings)
-    thread = threading.Thread(target=running.run, daemon=True)
-    thread.start()
-    assert running.ready.wait(15), "ingester did not subscribe"
-    yield
-    running.stop()
-    thread.join(30)
 
 
 def _connect(host: str, port: int, user: str, password: str, client_id: str
@@ -94,17 +61,18 @@ def _connect(host: str, port: int, user: str, password: str, client_id: str
 def _until_login(creds: dict[str, str], *, works: bool) -> mqtt.Client | None:
     """Log in until the broker (which rereads its password file at the SIGHUP the server sent)
     accepts (`works`) or refuses the device's credentials."""
-    deadline = time.monotonic() + 20
-    while True:
-        client, refused = _connect(creds["-h"], int(creds["-p"]), creds["-u"], creds["-P"],
-                                   creds["-i"])
+    def tried() -> list[mqtt.Client | None]:
+        client, _refused = _connect(creds["-h"], int(creds["-p"]), creds["-u"], creds["-P"],
+                                    creds["-i"])
         if (client is not None) == works:
-            return client
+            return [client]
         if client is not None:
             client.loop_stop()
             client.disconnect()
-        assert time.monotonic() < deadline, f"login still {'refused' if works else 'accepted'}"
-        time.sleep(0.2)
+        return []
+
+    return wait_until(tried, 20, every=0.2,
+                      what=f"the login {'accepted' if works else 'refused'}")[0]
 
 
 def _no_side_scroll(driver: WebDriver, what: str) -> None:
@@ -127,9 +95,10 @@ def _sign_in(driver: WebDriver, base: str) -> None:
 
 
 def test_an_admin_adds_publishes_sees_and_retires_a_device_in_the_browser(
-        conn: psycopg.Connection, database_url: str, mqtt_world: tuple[MosquittoBroker, Path],
-        ingester: None, browser: WebDriver, shots: Path, tmp_path: Path) -> None:
-    broker, passwd = mqtt_world
+        conn: psycopg.Connection, database_url: str,
+        deployed_broker: tuple[MosquittoBroker, Path],
+        deployed_ingester: None, browser: WebDriver, shots: Path, tmp_path: Path) -> None:
+    broker, passwd = deployed_broker
     org = accounts.create_org(conn, name="Fleet Farm")
     accounts.create_user(conn, org=org, email=EMAIL, password=PASSWORD, role="owner")
     places.create_location(conn, org=org, loc=places.LocationInput(

@@ -8,6 +8,7 @@ missing one; bad input is a 4xx page saying what was wrong."""
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 from typing import Any
@@ -181,6 +182,8 @@ def test_admin_makes_renames_fills_empties_and_deletes_a_team(client: FlaskClien
     assert none.status_code == 400 and "target" in _said(none)
     assert client.post(f"/dashboard/teams/{team}/pets/add",
                        data={"csrf": csrf, "target": "A1"}).status_code == 404
+    assert client.post(f"/dashboard/teams/{team}/pets/A1/remove",
+                       data={"csrf": csrf}).status_code == 404
     assert client.post(f"/dashboard/teams/{team}/devices/A2/remove",
                        data={"csrf": csrf}).status_code == 303
     assert client.get(f"/api/v2/teams/{team}").get_json()["devices"] == 0
@@ -193,6 +196,44 @@ def test_admin_makes_renames_fills_empties_and_deletes_a_team(client: FlaskClien
     assert client.post(f"/dashboard/teams/{team}/delete", data={"csrf": csrf}).status_code == 303
     assert client.get(f"/dashboard/teams/{team}").status_code == 404
     assert client.post(f"/dashboard/teams/{team}/delete", data={"csrf": csrf}).status_code == 404
+
+
+def test_a_team_route_parses_the_removed_id_with_the_converter(client: FlaskClient,
+                                                               world: World) -> None:
+    """A member's or a location's id in a team's removal route goes through the `objid`
+    converter like every object route (serve/ids.py): a malformed one is the unknown object's
+    404 page once the visitor is signed in, before the form is looked at (the CSRF value
+    too), as on every other object page; well-formed ids are removed through the API."""
+    sign_in(client, "admin@a.example")
+    csrf = csrf_of(_text(client.get("/dashboard/teams")))
+    team = client.post("/dashboard/teams", data={"csrf": csrf, "name": "Ids"}
+                       ).headers["Location"].rsplit("/", 1)[1]
+    with psycopg.connect(world.url) as conn:
+        user = str(conn.execute("SELECT id FROM users WHERE email = 'user@a.example'"
+                                ).fetchone()[0])
+    for kind, target in (("members", user), ("locations", str(world.north))):
+        assert client.post(f"/dashboard/teams/{team}/{kind}/add",
+                           data={"csrf": csrf, "target": target}).status_code == 303, kind
+    shown = _text(client.get(f"/dashboard/teams/{team}"))
+    for path in (f"/dashboard/teams/{team}/members/{user}/remove",
+                 f"/dashboard/teams/{team}/locations/{world.north}/remove"):
+        assert f'action="{path}"' in shown, path  # the page's Remove buttons
+    for kind, what in (("members", "user"), ("locations", "location")):
+        for typed, named in (("not-a-uuid", "not-a-uuid"), ("1234", "1234"), ("%3F", "?")):
+            r = client.post(f"/dashboard/teams/{team}/{kind}/{typed}/remove")  # no CSRF value
+            said = html.unescape(_said(r))
+            assert (r.status_code, said) == (404, f"unknown {what} {named!r}"), (kind, typed)
+        assert client.post(f"/dashboard/teams/{team}/{kind}/{MISSING}/remove",
+                           data={"csrf": csrf}).status_code == 404
+    assert client.post(f"/dashboard/teams/{team}/members/{user}/remove",
+                       data={"csrf": csrf}).status_code == 303
+    assert client.post(f"/dashboard/teams/{team}/locations/{world.north}/remove",
+                       data={"csrf": csrf}).status_code == 303
+    record = client.get(f"/api/v2/teams/{team}").get_json()
+    assert (record["members"], record["locations"]) == (0, 0)
+    client.post("/dashboard/logout", data={"csrf": csrf})
+    signed_out = client.post(f"/dashboard/teams/{team}/members/not-a-uuid/remove")
+    assert signed_out.status_code == 302 and "/dashboard/login" in signed_out.headers["Location"]
 
 
 def test_members_see_teams_read_only_and_others_teams_are_missing(client: FlaskClient,

@@ -1,5 +1,6 @@
-"""Ordered SQL migrations: apply each pending `migrations/NNNN_name.sql` in its own transaction
-and record it in `schema_migrations` with a checksum, so an edited migration is caught."""
+"""Ordered SQL migrations (`sds db upgrade`): apply each pending file of shared/migrations/
+(`NNNN_name.sql`) in its own transaction and record it in `schema_migrations` with a checksum,
+so an edited migration is caught."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from importlib import resources
 
 import psycopg
 
-from shared import db
+from admin import context
 from shared.locks import SessionLock
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def upgrade(conninfo: str) -> list[Migration]:
     """Apply every pending migration; return those applied (empty when up to date)."""
     done: list[Migration] = []
     lock = SessionLock(conninfo, _LOCK_NAME, application_name="sds-migrate")
-    with db.connect(conninfo, autocommit=True) as conn:
+    with context.plain_connection(conninfo, name="sds-migrate", autocommit=True) as conn:
         lock.lock(conn)
         try:
             _ensure_table(conn)
