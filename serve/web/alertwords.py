@@ -135,7 +135,8 @@ def rule_view(record: dict[str, Any], location_names: dict[str, str]) -> dict[st
     """A rule as the rules table shows it."""
     return {**record, "watches": watches(record), "where": scope_words(record, location_names),
             "fires_words": condition_words(record),
-            "clears_words": condition_words(record, clear=True)}
+            "clears_words": condition_words(record, clear=True),
+            "repeat_words": duration(record.get("repeat_interval"))}
 
 
 def form_of(record: dict[str, Any]) -> dict[str, str]:
@@ -152,7 +153,9 @@ def form_of(record: dict[str, Any]) -> dict[str, str]:
             "op": record["condition"]["op"],
             "threshold": number(record["condition"]["threshold"], 6),
             "unit": unit, "for_minutes": number((record.get("for") or 0) / 60, 4),
-            "clear_for_minutes": number((record.get("clear_for") or 0) / 60, 4)}
+            "clear_for_minutes": number((record.get("clear_for") or 0) / 60, 4),
+            "repeat_minutes": number(record["repeat_interval"] / 60, 4)
+            if record.get("repeat_interval") else ""}
     clear = record.get("clear") or {}
     if clear:
         form.update(clear_op=clear["op"], clear_threshold=number(clear["threshold"], 6))
