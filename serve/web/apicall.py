@@ -50,10 +50,11 @@ class Answer:
         """Whether the API's 400 names `field` among the refused ones."""
         return field in self._fields()
 
-    def in_words(self, words: dict[str, str]) -> str:
+    def in_words(self, words: dict[str, str], labels: dict[str, str] | None = None) -> str:
         """What was wrong, for the form that sent the body: each refused field the form
         names in `words` (API field -> the form's sentence about it) said that way, any
-        other field as the API said it; the API's message when it named no field."""
+        other field as the API said it after its label on the form (`labels`, else its
+        name); the API's message when it named no field."""
         fields = self._fields()
         if not fields:
             return self.message
@@ -63,7 +64,7 @@ class Answer:
                 said.append(words[name])
             else:
                 text = "; ".join(map(str, why)) if isinstance(why, list) else str(why)
-                said.append(f"{name}: {text}")
+                said.append(f"{(labels or {}).get(name, name)}: {text}")
         return " ".join(s if s.endswith(".") else s + "." for s in said)
 
 
