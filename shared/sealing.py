@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
-
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from shared.config import Settings

@@ -3,10 +3,10 @@
 `/dashboard/channels` lists the organisation's channels (kind and format, target, active,
 paused or disabled with why, the newest delivery with the receiver's answer or the error, the
 rules that use each) with a form that creates one, and the organisation's email (SMTP) settings,
-which an owner changes there. `/dashboard/channels/<id>` edits one (its name, target, and a web service's format with that
-format's own fields), sends it a test (the page
-then shows what the receiver or the SMTP server answered: static/js/channeltest.js), pauses or
-enables it, and deletes it after a confirmation page.
+which an owner changes there. `/dashboard/channels/<id>` edits one (its name, target, and a
+web service's format with that format's own fields), sends it a test (the page then shows
+what the receiver or the SMTP server answered: static/js/channeltest.js), pauses or enables
+it, and deletes it after a confirmation page.
 
 Every read and write goes through the API (`/api/v2/channels`, `/api/v2/email-settings`,
 `/api/v2/alerts`) as the signed-in user (serve/web/apicall.py): a refused form shows the API's

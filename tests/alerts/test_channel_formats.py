@@ -18,7 +18,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from alerts.delivery import formats
+from alerts.delivery import formats, payload
 from testbed import service_receiver
 from testbed.receivers import Receiver
 from testbed.receivers import service_receiver as start_service_receiver
@@ -70,6 +70,63 @@ def test_each_format_fits_its_services_documented_shape(fmt: str, path: str,
     assert service_receiver.problems_of(service, target, doc, "application/json") == []
     if (fmt, kind) != ("pagerduty", "resolved"):  # a resolve carries the dedup_key alone
         assert "Frost" in body.decode()
+
+
+# A rule written in °F, as its record rides in an event's body.
+RULE_F = {"id": "2b1c0000-0000-4000-8000-000000000001", "name": "Frost", "kind": "threshold",
+          "table": "calibrated", "column": "tair", "scope": {"device": "dev-1"},
+          "condition": {"op": "<", "threshold": 32.0}, "for": 900,
+          "clear": {"op": ">=", "threshold": 33.8}, "clear_for": 0, "units": {"temp": "f"},
+          "unit": "F"}
+WORDS = {"firing": "Frost: Air temperature below 32 °F for 15 min at dev-1",
+         "resolved": "Resolved: Frost: Air temperature at or above 33.8 °F at dev-1"}
+
+
+def _human_text(fmt: str, doc: dict[str, Any]) -> str:
+    """What a person reads of a format's message."""
+    if fmt == "teams":
+        card = doc["attachments"][0]["content"]["body"]
+        return "\n".join([card[0]["text"]] + [f"{f['title']}: {f['value']}"
+                                               for f in card[1]["facts"]])
+    if fmt == "ntfy":
+        return f"{doc['title']}\n{doc['message']}"
+    if fmt == "pagerduty":
+        return str(doc["payload"]["summary"])
+    return str(doc["text"])
+
+
+@pytest.mark.parametrize(("fmt", "path", "options"), CASES)
+@pytest.mark.parametrize("kind", ["firing", "resolved"])
+def test_titles_say_the_column_and_unit_in_words(fmt: str, path: str, options: dict[str, str],
+                                                 kind: str) -> None:
+    """The column's registry name and the unit's symbol in the rule's own units, where the
+    stored title says "tair < 32 F" (until issue 33 every format carried it); the machine
+    fields (PagerDuty's custom_details: the envelope's data) unchanged."""
+    event = {**_event(kind), "title": "Frost: tair < 32 F for 15 min at dev-1",
+             "body": {"rule": RULE_F, "state": kind}}
+    if (fmt, kind) == ("pagerduty", "resolved"):  # a resolve carries the dedup_key alone
+        return
+    _url, body = formats.render(fmt, "http://127.0.0.1:9" + path, options, event)
+    doc = json.loads(body)
+    text = _human_text(fmt, doc)
+    assert WORDS[kind] in text, text
+    assert "tair" not in text and " F " not in text, text
+    if fmt != "pagerduty":  # PagerDuty's summary is the title alone
+        assert "Air temperature: 31.28 °F" in text, text  # -0.4 C in the rule's °F
+        assert "Device: dev-1" in text and "At: 2026-11-25 04:15 UTC" in text
+    if fmt == "pagerduty":
+        details = doc["payload"]["custom_details"]
+        assert details == json.loads(json.dumps(payload.envelope(event)["data"], default=str))
+        assert (details["title"], details["column"], details["value"], details["unit"]) == (
+            "Frost: tair < 32 F for 15 min at dev-1", "tair", -0.4, "C")
+
+
+def test_the_standard_envelope_keeps_its_machine_fields() -> None:
+    event = {**_event("firing"), "title": "Frost: tair < 32 F for 15 min at dev-1",
+             "body": {"rule": RULE_F, "state": "firing"}}
+    data = json.loads(payload.encode(event))["data"]
+    assert (data["title"], data["column"], data["value"], data["unit"]) == (
+        "Frost: tair < 32 F for 15 min at dev-1", "tair", -0.4, "C")
 
 
 def test_the_stand_in_refuses_what_does_not_fit() -> None:
