@@ -4,18 +4,22 @@ channel URLs, the stored form of a failure's reason, and the deliverer's watchdo
 
 from __future__ import annotations
 
+import email
+import email.policy
 import random
 from datetime import UTC, datetime
 
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from alerts.delivery import mail
 from alerts.delivery.outbox import REASON_MAX, stored_reason
 from alerts.delivery.payload import email_text, envelope, retry_delay
 from alerts.delivery.service import FANOUT, cannot_work, failed_attempt
 from alerts.delivery.webhook import signed_headers
 from serve.api.channels import iri_to_uri
 from shared import netguard
+from shared.config import Settings
 
 
 @pytest.mark.parametrize(("address", "public"), [
@@ -143,6 +147,13 @@ def test_email_says_the_event_in_words() -> None:
              "body": {"rule": rule, "state": "firing"}}
     subject, text = email_text(event)
     assert subject == "[ALERT] Frost: Air temperature below 32 °F for 15 min at dev-1"
+    # As a mail reader reads it: one space before the symbol, however long the subject.
+    resolved = {**event, "kind": "resolved", "device": "a-device-with-a-long-name"}
+    raw = mail.message(Settings(smtp_from="alerts@farm.example"), resolved,
+                       ["g@farm.example"]).as_string()
+    assert email.message_from_string(raw, policy=email.policy.default)["subject"] == (
+        "[RESOLVED] Resolved: Frost: Air temperature at or above 33.8 °F at "
+        "a-device-with-a-long-name")
     words, _, json_part = text.partition("The event as JSON:")
     assert words.splitlines()[:6] == [
         "Frost: Air temperature below 32 °F for 15 min at dev-1", "", "Kind: firing",
