@@ -64,6 +64,7 @@ _SELECT = (f"SELECT {_PREFIXED}, {_LAST}"  # nosec B608  constant text of this m
            " WHERE x.channel_id = c.id ORDER BY x.created_at DESC, x.id DESC LIMIT 1) d ON true"
            " LEFT JOIN alert_events e ON e.id = d.event_id")
 _RETURNING = f" RETURNING {_COLUMNS}"
+_PUBLIC_NAMES = {"fmt": "format"}  # schema attributes whose body name differs
 
 
 def _encode_non_ascii(text: str) -> str:
@@ -326,10 +327,10 @@ def update_channel(channel_id: UUID) -> Any:
     changes = load(ChannelUpdateSchema(), request_body(form=False), read_only=READ_ONLY)
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = _fetch(cur, wanted)
-        for key, only in (("url", "webhook"), ("recipients", "email"), ("options", "webhook"),
-                          ("fmt", "webhook")):
-            if key in changes and row["kind"] != only:
-                name = "format" if key == "fmt" else key
+        for field, name, only in (("url", "url", "webhook"), ("recipients", "recipients", "email"),
+                                  ("options", "options", "webhook"),
+                                  ("fmt", "format", "webhook")):
+            if field in changes and row["kind"] != only:
                 raise BadRequest(f"invalid body: {name}: only a {only} channel has it",
                                  errors={"json": {name: [f"only a {only} channel has it"]}})
         fmt = changes.get("fmt", row["format"])
@@ -368,7 +369,7 @@ def update_channel(channel_id: UUID) -> Any:
         if updated is not None and changes:  # options may hold a key: never logged
             audit.record(conn, org=row["org_id"], actor=audit_actor(conn),
                          action="channel.update", target_type="channel", target_id=wanted,
-                         details={("format" if k == "fmt" else k): v
+                         details={_PUBLIC_NAMES.get(k, k): v
                                   for k, v in changes.items() if k != "options"})
         if updated is None:
             raise Conflict(f"a channel named {changes.get('name')!r} exists already",
