@@ -28,7 +28,7 @@ WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")  # 1 .. 7, as the A
 HOURS = range(24)
 # The API's fields, said as the forms ask for them.
 QUIET_WORDS = {
-    "weekdays": "Days: tick at least one day.",
+    "weekdays": "Days: tick at least one day, Monday to Sunday.",
     "from": "From: a time of day, like 22:00.",
     "to": "Until: a time of day other than From, like 06:00 (earlier than From runs over "
           "midnight).",

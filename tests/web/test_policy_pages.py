@@ -59,7 +59,8 @@ def test_quiet_hours_from_the_form_then_delete(client: FlaskClient, world: World
                       data={**form, "csrf": csrf, "weekdays": [], "from": "25:00"})
     assert bad.status_code == 400
     said = _error(_text(bad), "quiet-error")
-    assert "Days: tick at least one day." in said and "From: a time of day, like 22:00." in said
+    assert "Days: tick at least one day, Monday to Sunday." in said
+    assert "From: a time of day, like 22:00." in said
     assert 'value="25:00"' in _text(bad)
     zone = client.post(f"{POLICY}/quiet-hours",
                        data={**form, "csrf": csrf, "time_zone": "Mars/Olympus"})
