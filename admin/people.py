@@ -346,32 +346,31 @@ def apikey_new_seal_key() -> None:
 @apikey.command("reseal")
 @pass_ctx
 def apikey_reseal(obj: Context) -> None:
-    """Seal every retrievable API key again with the first key of SDS_APIKEY_SEAL_KEYS.
+    """Seal every sealed value again with the first key of SDS_APIKEY_SEAL_KEYS: retrievable
+    API keys, webhook signing secrets and organisations' SMTP passwords (shared.sealing.SEALED).
 
     Run after putting a new key first in the list; afterwards the older keys can be removed.
-    Keys no seal key opens are reported (their owners see them masked; they still work).
+    Values no seal key opens are reported (keys then show masked; they still work).
     """
-    keys = sealer(obj.settings)
-    if keys is None:
-        raise click.ClickException(
-            "key retrieval is off (SDS_APIKEY_RETRIEVABLE=false or no SDS_APIKEY_SEAL_KEYS)")
-    done = current = lost = 0
+    api = sealer(obj.settings)
+    try:
+        secrets_ = sealing.secret_sealer(obj.settings)
+    except sealing.SealError as exc:
+        raise click.ClickException(str(exc)) from None
+    if secrets_ is None:
+        raise click.ClickException("no SDS_APIKEY_SEAL_KEYS: nothing is sealed")
+    lost = 0
     with obj.conn() as conn:
-        rows = conn.execute(
-            "SELECT id, sealed FROM api_keys WHERE sealed IS NOT NULL FOR UPDATE").fetchall()
-        for key_id, sealed in rows:
-            if not keys.needs_reseal(sealed):
-                current += 1
+        for col in sealing.SEALED:
+            if col.retrievable_only and api is None:
+                click.echo(f"{col.what}: not resealed, key retrieval is off "
+                           "(SDS_APIKEY_RETRIEVABLE=false)")
                 continue
-            if keys.open(sealed) is None:
-                lost += 1
-                continue
-            conn.execute("UPDATE api_keys SET sealed = %s WHERE id = %s",
-                         (keys.reseal(sealed), key_id))
-            done += 1
-    click.echo(f"resealed {done}, already under the first key {current}, "
-               f"opened by no key {lost}")
+            done, current, gone = sealing.reseal_column(conn, col, secrets_)
+            lost += gone
+            click.echo(f"{col.what}: resealed {done}, already under the first key {current}, "
+                       f"opened by no key {gone}")
     if lost:
         raise click.ClickException(
-            f"{lost} sealed key(s) open with none of SDS_APIKEY_SEAL_KEYS: was a key removed "
+            f"{lost} sealed value(s) open with none of SDS_APIKEY_SEAL_KEYS: was a key removed "
             "before resealing? Put it back (after the first) and run reseal again")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import smtplib
 import ssl
+from email import policy as email_policy
 from email.message import EmailMessage
 from typing import Any
 
@@ -13,6 +14,11 @@ from shared.config import Settings
 
 SECURITY = ("none", "starttls", "tls")
 """Values of SDS_SMTP_SECURITY."""
+
+# Headers folded at RFC 5322's hard limit, not at 78: Python folds a subject with a non-ASCII
+# word ("1 °C") before the encoded word, and readers then unfold it with two spaces
+# ("at or above 1  °C"). Subjects are one line of at most a few hundred characters.
+_POLICY = email_policy.default.clone(max_line_length=998)
 
 
 def configured(settings: Settings) -> bool:
@@ -22,7 +28,7 @@ def configured(settings: Settings) -> bool:
 
 def new_message(settings: Settings, *, to: str, subject: str, text: str) -> EmailMessage:
     """A plain-text message from SDS_SMTP_FROM."""
-    msg = EmailMessage()
+    msg = EmailMessage(policy=_POLICY)
     msg["From"] = settings.smtp_from
     msg["To"] = to
     msg["Subject"] = subject

@@ -8,7 +8,9 @@ under a key the database never holds (`SDS_APIKEY_SEAL_KEYS`, generated into
 
 `SDS_APIKEY_SEAL_KEYS` is a comma-separated list: the first key seals, every key opens
 (MultiFernet), so the encryption key is rotated by putting a new key first, running
-`sds apikey reseal`, then dropping the old one. `SDS_APIKEY_RETRIEVABLE=false`, or no seal
+`sds apikey reseal`, then dropping the old one. The same keys seal webhook signing secrets and
+organisations' SMTP passwords: `SEALED` lists every sealed column, and `reseal_column` is how
+the command moves each to the first key. `SDS_APIKEY_RETRIEVABLE=false`, or no seal
 key, means show-once keys: nothing is sealed and listings show a masked value.
 """
 
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import psycopg
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from shared.config import Settings
@@ -99,3 +103,41 @@ def secret_sealer(settings: Settings) -> Sealer | None:
     secrets): SDS_APIKEY_SEAL_KEYS whether or not API keys are retrievable; None without keys."""
     keys = parse_keys(settings.apikey_seal_keys)
     return Sealer(keys) if keys else None
+
+
+@dataclass(frozen=True, slots=True)
+class SealedColumn:
+    """A column of sealed values: its table, the row key, the column, what it holds in words,
+    and whether it is sealed only while API keys are retrievable (`api_keys`)."""
+
+    table: str
+    key: str
+    column: str
+    what: str
+    retrievable_only: bool = False
+
+
+# Every sealed column (one list: `sds apikey reseal` reseals each; a new one belongs here).
+SEALED = (SealedColumn("api_keys", "id", "sealed", "API keys", retrievable_only=True),
+          SealedColumn("alert_channels", "id", "secret_sealed", "webhook secrets"),
+          SealedColumn("org_smtp_settings", "org_id", "password_sealed", "SMTP passwords"))
+
+
+def reseal_column(conn: psycopg.Connection, col: SealedColumn, sealer: Sealer
+                  ) -> tuple[int, int, int]:
+    """Seal every value of `col` again with the first key, in the caller's transaction (rows
+    locked): (resealed, already under the first key, opened by no key)."""
+    done = current = lost = 0
+    rows = conn.execute(
+        f"SELECT {col.key}, {col.column} FROM {col.table}"  # nosec B608  constants of SEALED
+        f" WHERE {col.column} IS NOT NULL FOR UPDATE").fetchall()
+    for key, sealed in rows:
+        if not sealer.needs_reseal(sealed):
+            current += 1
+        elif sealer.open(sealed) is None:
+            lost += 1
+        else:
+            conn.execute(f"UPDATE {col.table} SET {col.column} = %s"  # nosec B608  constants
+                         f" WHERE {col.key} = %s", (sealer.reseal(sealed), key))
+            done += 1
+    return done, current, lost

@@ -52,9 +52,12 @@ def webhook_receiver(directory: Path, *, status: int = 200, delay: float = 0.0,
                     "--delay", str(delay), *extra)
 
 
-def smtp_sink(directory: Path, port: int | None = None) -> Receiver:
-    """An aiosmtpd SMTP server (on `port`: one a stopped sink had, to bring it back)."""
-    return Receiver("testbed.smtp_sink", directory, port=port)
+def smtp_sink(directory: Path, port: int | None = None, *, auth: str | None = None
+              ) -> Receiver:
+    """An aiosmtpd SMTP server (on `port`: one a stopped sink had, to bring it back);
+    `auth` "USER:PASSWORD": it requires that login."""
+    return Receiver("testbed.smtp_sink", directory, *(("--auth", auth) if auth else ()),
+                    port=port)
 
 
 def service_receiver(directory: Path) -> Receiver:

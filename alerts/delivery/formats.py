@@ -1,5 +1,7 @@
 """The message formats of a webhook channel besides the signed Standard Webhooks envelope: the
 request each service's own API documents (pure functions; docs/alerts.md "Message formats").
+What people read (text, titles, summaries) is in words, the column's name and the value in the
+rule's units; PagerDuty's `custom_details` carries the envelope's machine fields unchanged.
 
 - `slack`: Slack incoming webhooks, `{"text": ...}` (https://api.slack.com/messaging/webhooks);
   Mattermost (https://developers.mattermost.com/integrate/webhooks/incoming/) and Rocket.Chat
@@ -25,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from alerts.delivery.payload import envelope
+from shared import rulewords
 from shared.channelformats import FORMATS, OPTIONS, check
 
 SUMMARY_MAX = 1024  # PagerDuty's limit of payload.summary
@@ -32,20 +35,12 @@ _PREFIX = {"firing": "ALERT", "resolved": "RESOLVED", "test": "TEST",
            "channel_disabled": "CHANNEL DISABLED"}
 
 
-def _lines(data: dict[str, Any]) -> list[str]:
-    out = []
-    for label, key in (("Device", "device"), ("Column", "column"), ("At", "at")):
-        if data.get(key) is not None:
-            out.append(f"{label}: {data[key]}")
-    if data.get("value") is not None:
-        out.append(f"Value: {data['value']} {data.get('unit') or ''}".rstrip())
-    return out
-
-
 def _text(event: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(headline, facts one a line, the envelope's data): the title and facts in words
+    (shared/rulewords.py: the column's name, the value in the rule's units)."""
     data = envelope(event)["data"]
-    head = f"[{_PREFIX.get(event['kind'], 'ALERT')}] {data.get('title') or ''}".strip()
-    return head, "\n".join(_lines(data)), data
+    head = f"[{_PREFIX.get(event['kind'], 'ALERT')}] {rulewords.event_title(event)}".strip()
+    return head, "\n".join(rulewords.event_lines(event)), data
 
 
 def _dedup_key(data: dict[str, Any]) -> str:

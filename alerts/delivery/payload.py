@@ -2,7 +2,9 @@
 
 The payload is Standard Webhooks' recommended envelope, `{"type": "alert.<kind>", "timestamp":
 <event creation, ISO 8601>, "data": {...}}`, the same bytes for every attempt of one event, over
-every channel kind (the webhook body, the MQTT message, the JSON part of an email).
+every channel kind (the webhook body, the MQTT message, the JSON part of an email). Its fields
+are machine fields, unchanged (`title` is the event's stored title, as /api/v2/notifications
+serves it); what people read (an email's subject and text) says the event in words.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from shared import rulewords
 from shared.timeutil import format_utc_z_exact
 
 # Event columns copied into `data` beside the event's own body.
@@ -50,19 +53,22 @@ def retry_delay(attempts: int, *, base: float, cap: float,
 
 
 def email_text(event: dict[str, Any]) -> tuple[str, str]:
-    """(subject, plain-text body) of an event's email."""
+    """(subject, plain-text body) of an event's email: the title and facts in words (the
+    column's name, the value in the rule's units: shared/rulewords.py), then the event as
+    JSON with its machine fields unchanged."""
     doc = envelope(event)
     data = doc["data"]
-    lines = [data["title"], ""]
-    for label, key in (("Kind", "kind"), ("Device", "device"), ("Column", "column"),
-                       ("Value", "value"), ("Unit", "unit"), ("At", "at"),
-                       ("Event id", "id")):
-        if data.get(key) is not None:
-            lines.append(f"{label}: {data[key]}")
+    title = rulewords.event_title(event)
+    lines = [title, ""]
+    if data.get("kind") is not None:
+        lines.append(f"Kind: {data['kind']}")
+    lines += rulewords.event_lines(event)
+    if data.get("id") is not None:
+        lines.append(f"Event id: {data['id']}")
     if event["kind"] == "digest":  # the day's events, one a line, before the JSON
         lines += [""] + [f"{e.get('at', '')[:16]} {e.get('kind')}: {e.get('title')}"
                          for e in data.get("events") or []]
     lines += ["", "The event as JSON:", orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()]
     prefix = {"firing": "[ALERT]", "resolved": "[RESOLVED]", "channel_disabled": "[CHANNEL "
               "DISABLED]", "test": "[TEST]", "digest": "[DIGEST]"}.get(event["kind"], "[ALERT]")
-    return f"{prefix} {data['title']}", "\n".join(lines) + "\n"
+    return f"{prefix} {title}", "\n".join(lines) + "\n"

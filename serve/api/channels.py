@@ -64,6 +64,7 @@ _SELECT = (f"SELECT {_PREFIXED}, {_LAST}"  # nosec B608  constant text of this m
            " WHERE x.channel_id = c.id ORDER BY x.created_at DESC, x.id DESC LIMIT 1) d ON true"
            " LEFT JOIN alert_events e ON e.id = d.event_id")
 _RETURNING = f" RETURNING {_COLUMNS}"
+_PUBLIC_NAMES = {"fmt": "format"}  # schema attributes whose body name differs
 
 
 def _encode_non_ascii(text: str) -> str:
@@ -150,6 +151,7 @@ class ChannelUpdateSchema(Schema):
     url = WebhookUrl(validate=validate.Length(max=netguard.URL_MAX))
     recipients = _recipient_list()
     active = fields.Boolean()
+    fmt = fields.String(data_key="format", validate=validate.OneOf(channelformats.FORMATS))
     options = fields.Dict(keys=fields.String(validate=validate.Length(max=40)),
                           values=fields.String(validate=validate.Length(max=200)))
 
@@ -316,25 +318,41 @@ def get_channel(channel_id: UUID) -> Any:
 @blp.response(200)
 @requires("notifications:write")
 def update_channel(channel_id: UUID) -> Any:
-    """Change `name`, `url` (webhook), `recipients` (email) or `active`. `active: true` also
-    enables a channel the deliverer disabled (failures reset; its pending deliveries resume)."""
+    """Change `name`, `url` (webhook), `format` and `options` (webhook), `recipients` (email)
+    or `active`. `active: true` also enables a channel the deliverer disabled (failures
+    reset; its pending deliveries resume). A new `format` takes its own `options` (the old
+    format's are dropped); a change to `standard` makes a new signing secret, shown in this
+    answer only; a change from it drops the secret."""
     wanted = channel_id
     changes = load(ChannelUpdateSchema(), request_body(form=False), read_only=READ_ONLY)
     with pool().connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         row = _fetch(cur, wanted)
-        for key, only in (("url", "webhook"), ("recipients", "email"), ("options", "webhook")):
-            if key in changes and row["kind"] != only:
-                raise BadRequest(f"invalid body: {key}: only a {only} channel has it",
-                                 errors={"json": {key: [f"only a {only} channel has it"]}})
+        for field, name, only in (("url", "url", "webhook"), ("recipients", "recipients", "email"),
+                                  ("options", "options", "webhook"),
+                                  ("fmt", "format", "webhook")):
+            if field in changes and row["kind"] != only:
+                raise BadRequest(f"invalid body: {name}: only a {only} channel has it",
+                                 errors={"json": {name: [f"only a {only} channel has it"]}})
+        fmt = changes.get("fmt", row["format"])
+        new_format = fmt != row["format"]
+        if new_format and "options" not in changes:
+            changes["options"] = {}  # the old format's options mean nothing to the new one
         if row["kind"] == "webhook" and ("url" in changes or "options" in changes):
-            _check_format(row["format"], changes.get("url", row["url"]),
+            _check_format(fmt, changes.get("url", row["url"]),
                           changes.get("options", row["options"]) or {})
+        secret = new_secret() if new_format and fmt == "standard" else None
+        sealed = _sealer().seal(secret) if secret else None
         enable = changes.get("active") is True
         updated = cur.execute(
             "UPDATE alert_channels"  # nosec B608  constant text and columns; values bound
             " SET name = coalesce(%(name)s, name),"
             " url = coalesce(%(url)s, url), recipients = coalesce(%(recipients)s, recipients),"
             " options = coalesce(%(options)s, options),"
+            " format = %(format)s,"
+            " secret_sealed = CASE WHEN %(format)s <> 'standard' THEN NULL"
+            "   ELSE coalesce(%(sealed)s, secret_sealed) END,"
+            " secret_last4 = CASE WHEN %(format)s <> 'standard' THEN NULL"
+            "   ELSE coalesce(%(last4)s, secret_last4) END,"
             " active = coalesce(%(active)s, active),"
             " disabled_at = CASE WHEN %(enable)s THEN NULL ELSE disabled_at END,"
             " disabled_reason = CASE WHEN %(enable)s THEN NULL ELSE disabled_reason END,"
@@ -346,15 +364,19 @@ def update_channel(channel_id: UUID) -> Any:
             {"name": changes.get("name"), "url": changes.get("url"),
              "recipients": changes.get("recipients"), "active": changes.get("active"),
              "options": Jsonb(changes["options"]) if "options" in changes else None,
+             "format": fmt, "sealed": sealed, "last4": secret[-4:] if secret else None,
              "enable": enable, "id": wanted, "org": row["org_id"]}).fetchone()
-        if updated is not None and changes:
+        if updated is not None and changes:  # options may hold a key: never logged
             audit.record(conn, org=row["org_id"], actor=audit_actor(conn),
                          action="channel.update", target_type="channel", target_id=wanted,
-                         details={k: v for k, v in changes.items() if k != "options"})
+                         details={_PUBLIC_NAMES.get(k, k): v
+                                  for k, v in changes.items() if k != "options"})
         if updated is None:
             raise Conflict(f"a channel named {changes.get('name')!r} exists already",
                            errors={"json": {"name": ["already used by another channel"]}})
-        return channel_record(_fetch(cur, wanted))
+        if secret is None:
+            return channel_record(_fetch(cur, wanted))
+        return channel_record(_fetch(cur, wanted), secret=secret), 200, NO_STORE
 
 
 @blp.route("/<objid('channel'):channel_id>", methods=["DELETE"])

@@ -20,6 +20,7 @@ from serve.web import (
     notepages,
     peoplepages,
     placepages,
+    policypages,
     session,
     silencepages,
     teampages,
@@ -30,7 +31,8 @@ from shared.config import Settings
 
 # Modules whose routes are on `views.blp`: imported before it is registered.
 PAGE_MODULES = (views, alertpages, alertpreview, inboxpages, notepages, channelpages, peoplepages,
-                placepages, acceptpage, teampages, waterpages, fleetpages, silencepages)
+                placepages, acceptpage, teampages, waterpages, fleetpages, silencepages,
+                policypages)
 
 
 def init_app(app: Flask, settings: Settings) -> None:

@@ -56,6 +56,12 @@ def _seconds(form: dict[str, str], name: str) -> Any:
     return round(minutes * 60) if isinstance(minutes, float) else (minutes or 0)
 
 
+def _repeat(form: dict[str, str]) -> Any:
+    """The repeat interval in seconds from the form's minutes; empty: announce once (null)."""
+    minutes = _number(form, "repeat_minutes")
+    return round(minutes * 60) if isinstance(minutes, float) else minutes
+
+
 def rule_body(form: dict[str, str]) -> dict[str, Any]:
     """The API body of a rule from the form's fields. A built-in kind sends no comparison (its
     own is fixed); the clear comparison defaults to the opposite of the firing one, and one
@@ -72,7 +78,8 @@ def rule_body(form: dict[str, str]) -> dict[str, Any]:
         condition["op"] = op
     body: dict[str, Any] = {"name": _text(form, "name"), "kind": kind, "scope": scope,
                             "condition": condition, "for": _seconds(form, "for_minutes"),
-                            "clear_for": _seconds(form, "clear_for_minutes"), "clear": None}
+                            "clear_for": _seconds(form, "clear_for_minutes"), "clear": None,
+                            "repeat_interval": _repeat(form)}
     if kind == "threshold":
         body["table"] = _text(form, "table") or "calibrated"
         body["column"] = _text(form, "column")
@@ -135,9 +142,17 @@ def _rules_page(principal: Principal, *, error: str | None = None,
         can_write=principal.allows("notifications:write"), nav="alerts"), status)
 
 
+# The API's fields the form asks for in other terms, said as the form asks for them.
+RULE_WORDS = {"repeat_interval": f"Remind again every: from {alertrules.REPEAT_MIN // 60} "
+              f"minutes to {alertrules.REPEAT_MAX // 86400} days "
+              f"({alertrules.REPEAT_MAX // 60:,} minutes), or empty to announce a firing rule "
+              "once."}
+
+
 def _refused(principal: Principal, answer: apicall.Answer, form: dict[str, str],
              editing: str | None = None) -> Response:
-    return _rules_page(principal, error=answer.message, form=form, editing=editing,
+    error = answer.in_words(RULE_WORDS) if answer.refused("repeat_interval") else answer.message
+    return _rules_page(principal, error=error, form=form, editing=editing,
                        status=answer.status if 400 <= answer.status < 500 else 502)
 
 

@@ -41,6 +41,32 @@ class Answer:
             return str(self.body["message"])
         return f"the API answered {self.status}"
 
+    def _fields(self) -> dict[str, Any]:
+        errors = self.body.get("errors") if isinstance(self.body, dict) else None
+        fields = errors.get("json") if isinstance(errors, dict) else None
+        return fields if isinstance(fields, dict) else {}
+
+    def refused(self, field: str) -> bool:
+        """Whether the API's 400 names `field` among the refused ones."""
+        return field in self._fields()
+
+    def in_words(self, words: dict[str, str], labels: dict[str, str] | None = None) -> str:
+        """What was wrong, for the form that sent the body: each refused field the form
+        names in `words` (API field -> the form's sentence about it) said that way, any
+        other field as the API said it after its label on the form (`labels`, else its
+        name); the API's message when it named no field."""
+        fields = self._fields()
+        if not fields:
+            return self.message
+        said = []
+        for name, why in fields.items():
+            if name in words:
+                said.append(words[name])
+            else:
+                text = "; ".join(map(str, why)) if isinstance(why, list) else str(why)
+                said.append(f"{(labels or {}).get(name, name)}: {text}")
+        return " ".join(s if s.endswith(".") else s + "." for s in said)
+
 
 def call(method: str, path: str, *, json: Any = None, query: dict[str, Any] | None = None
          ) -> Answer:

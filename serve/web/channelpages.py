@@ -3,9 +3,10 @@
 `/dashboard/channels` lists the organisation's channels (kind and format, target, active,
 paused or disabled with why, the newest delivery with the receiver's answer or the error, the
 rules that use each) with a form that creates one, and the organisation's email (SMTP) settings,
-which an owner changes there. `/dashboard/channels/<id>` edits one, sends it a test (the page
-then shows what the receiver or the SMTP server answered: static/js/channeltest.js), pauses or
-enables it, and deletes it after a confirmation page.
+which an owner changes there. `/dashboard/channels/<id>` edits one (its name, target, and a
+web service's format with that format's own fields), sends it a test (the page then shows
+what the receiver or the SMTP server answered: static/js/channeltest.js), pauses or enables
+it, and deletes it after a confirmation page.
 
 Every read and write goes through the API (`/api/v2/channels`, `/api/v2/email-settings`,
 `/api/v2/alerts`) as the signed-in user (serve/web/apicall.py): a refused form shows the API's
@@ -33,6 +34,9 @@ FORMAT_NAMES = {"standard": "Signed webhook (Standard Webhooks)",
                 "slack": "Slack / Mattermost / Rocket.Chat", "teams": "Microsoft Teams",
                 "telegram": "Telegram bot", "ntfy": "ntfy", "pagerduty": "PagerDuty Events v2"}
 SECURITY = ("starttls", "tls", "none")
+# The API's fields as the channel forms label them (a refusal is said with these).
+LABELS = {"url": "URL", "format": "Service", "options": "Chat id or key", "name": "Name",
+          "recipients": "Recipients", "kind": "Kind"}
 
 
 def _text(form: dict[str, str], name: str) -> str:
@@ -124,7 +128,7 @@ def _channel_page(principal: Principal, channel_id: UUID, *, error: str | None =
     return _html(render_template(
         "web/channel.html", c=channel, rules=rules_using(_rules(), channel["id"]),
         error=error, secret=secret, test_event=test_event, format_names=FORMAT_NAMES,
-        options=OPTIONS, can_write=principal.allows("notifications:write"),
+        formats=FORMATS, options=OPTIONS, can_write=principal.allows("notifications:write"),
         nav="channels"), status)
 
 
@@ -169,12 +173,18 @@ def channel_update(principal: Principal, channel_id: UUID) -> Response:
     """Change a channel's name and target (PATCH /api/v2/channels/{id})."""
     web_session.check_csrf()
     current = _get(f"/api/v2/channels/{channel_id}")
-    form = {**request.form.to_dict(), "format": current.get("format", "standard")}
-    body = channel_body(form, kind=current["kind"])
+    form = request.form.to_dict()
+    fmt = _text(form, "format") or current.get("format", "standard")
+    body = channel_body({**form, "format": fmt}, kind=current["kind"])
+    if current["kind"] == "webhook" and fmt != current.get("format"):
+        body["format"] = fmt
+        body.setdefault("options", {})
     answer = apicall.call("PATCH", f"/api/v2/channels/{channel_id}", json=body)
     if not answer.ok:
-        return _channel_page(principal, channel_id, error=answer.message,
+        return _channel_page(principal, channel_id, error=answer.in_words({}, LABELS),
                              status=_status(answer))
+    if answer.body.get("secret"):  # changed to a signed webhook: its new secret, shown once
+        return _channel_page(principal, channel_id, secret=answer.body["secret"])
     return _back(channel_id)
 
 

@@ -8,7 +8,6 @@ come from `shared.columns` and `shared.units`.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from serve.aggregation import LADDER
@@ -16,6 +15,7 @@ from serve.args import MAX_LIMIT
 from serve.preferences import CHART_TABLES, plottable
 from shared import units
 from shared.columns import TABLES, Column, Measure, Rollup
+from shared.rulewords import UNIT_TEXT, label
 
 # Columns ticked when a table is first shown.
 DEFAULT_COLUMNS = {
@@ -57,20 +57,6 @@ NOTES_PAGE = 1000
 COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
            "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 
-# How units read on axes and in tables (the API's codes are the X-Units labels).
-UNIT_TEXT = {
-    "temp": {"c": "°C", "f": "°F"},
-    "pres": {"mb": "mb", "kp": "kPa"},
-    "size": {"mm": "mm", "in": "in"},
-    "ratio": {"pct": "%", "dec": "fraction"},
-    "speed": {"mps": "m/s", "kph": "km/h", "mph": "mph"},
-}
-
-
-# A stored unit at the end of a registry description: "Air temperature, maximum (C)". The
-# chart's label puts the unit chosen on the page there instead.
-_STORED_UNIT = re.compile(r"\s*\([^()]*\)$")
-
 # Marks on the charts: buckets (hours, days) with fewer readings than they should have.
 INCOMPLETE_COLOUR = "#bf8700"
 COMPLETENESS = TABLES["daily"].column("sample_pct")
@@ -87,11 +73,6 @@ def rebucket_rule(col: Column) -> str:
     """The rule that joins rows of `col` into a longer bucket: mean, min, max, sum or
     circular_mean (a value with no such rule, such as a count, is averaged)."""
     return _REBUCKET.get(col.rollup) or _REBUCKET_NAMES.get(col.name, "mean")
-
-
-def label(col: Column) -> str:
-    """What a chart calls a column: its registry description without the stored unit."""
-    return _STORED_UNIT.sub("", col.description)
 
 
 def column_info(col: Column) -> dict[str, Any]:

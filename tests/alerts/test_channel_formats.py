@@ -17,7 +17,7 @@ import psycopg
 import pytest
 from flask.testing import FlaskClient
 
-from alerts.delivery import formats
+from alerts.delivery import formats, payload
 from testbed import service_receiver
 from testbed.receivers import Receiver
 from testbed.receivers import service_receiver as start_service_receiver
@@ -69,6 +69,63 @@ def test_each_format_fits_its_services_documented_shape(fmt: str, path: str,
     assert service_receiver.problems_of(service, target, doc, "application/json") == []
     if (fmt, kind) != ("pagerduty", "resolved"):  # a resolve carries the dedup_key alone
         assert "Frost" in body.decode()
+
+
+# A rule written in °F, as its record rides in an event's body.
+RULE_F = {"id": "2b1c0000-0000-4000-8000-000000000001", "name": "Frost", "kind": "threshold",
+          "table": "calibrated", "column": "tair", "scope": {"device": "dev-1"},
+          "condition": {"op": "<", "threshold": 32.0}, "for": 900,
+          "clear": {"op": ">=", "threshold": 33.8}, "clear_for": 0, "units": {"temp": "f"},
+          "unit": "F"}
+WORDS = {"firing": "Frost: Air temperature below 32 °F for 15 min at dev-1",
+         "resolved": "Resolved: Frost: Air temperature at or above 33.8 °F at dev-1"}
+
+
+def _human_text(fmt: str, doc: dict[str, Any]) -> str:
+    """What a person reads of a format's message."""
+    if fmt == "teams":
+        card = doc["attachments"][0]["content"]["body"]
+        return "\n".join([card[0]["text"]] + [f"{f['title']}: {f['value']}"
+                                               for f in card[1]["facts"]])
+    if fmt == "ntfy":
+        return f"{doc['title']}\n{doc['message']}"
+    if fmt == "pagerduty":
+        return str(doc["payload"]["summary"])
+    return str(doc["text"])
+
+
+@pytest.mark.parametrize(("fmt", "path", "options"), CASES)
+@pytest.mark.parametrize("kind", ["firing", "resolved"])
+def test_titles_say_the_column_and_unit_in_words(fmt: str, path: str, options: dict[str, str],
+                                                 kind: str) -> None:
+    """The column's registry name and the unit's symbol in the rule's own units, where the
+    stored title says "tair < 32 F" (until issue 33 every format carried it); the machine
+    fields (PagerDuty's custom_details: the envelope's data) unchanged."""
+    event = {**_event(kind), "title": "Frost: tair < 32 F for 15 min at dev-1",
+             "body": {"rule": RULE_F, "state": kind}}
+    if (fmt, kind) == ("pagerduty", "resolved"):  # a resolve carries the dedup_key alone
+        return
+    _url, body = formats.render(fmt, "http://127.0.0.1:9" + path, options, event)
+    doc = json.loads(body)
+    text = _human_text(fmt, doc)
+    assert WORDS[kind] in text, text
+    assert "tair" not in text and " F " not in text, text
+    if fmt != "pagerduty":  # PagerDuty's summary is the title alone
+        assert "Air temperature: 31.28 °F" in text, text  # -0.4 C in the rule's °F
+        assert "Device: dev-1" in text and "At: 2026-11-25 04:15 UTC" in text
+    if fmt == "pagerduty":
+        details = doc["payload"]["custom_details"]
+        assert details == json.loads(json.dumps(payload.envelope(event)["data"], default=str))
+        assert (details["title"], details["column"], details["value"], details["unit"]) == (
+            "Frost: tair < 32 F for 15 min at dev-1", "tair", -0.4, "C")
+
+
+def test_the_standard_envelope_keeps_its_machine_fields() -> None:
+    event = {**_event("firing"), "title": "Frost: tair < 32 F for 15 min at dev-1",
+             "body": {"rule": RULE_F, "state": "firing"}}
+    data = json.loads(payload.encode(event))["data"]
+    assert (data["title"], data["column"], data["value"], data["unit"]) == (
+        "Frost: tair < 32 F for 15 min at dev-1", "tair", -0.4, "C")
 
 
 def test_the_stand_in_refuses_what_does_not_fit() -> None:
@@ -138,6 +195,57 @@ def test_a_format_channel_has_no_secret_and_the_standard_one_is_unchanged(
     r = channels_client.patch(f"/api/v2/channels/{made['id']}", headers=org.auth,
                      json={"options": {"chat_id": "1"}})
     assert r.status_code == 400 and "options" in r.get_json()["errors"]["json"]
+
+
+def test_a_channels_format_can_be_changed(client: FlaskClient, org: Org,
+                                         conn: psycopg.Connection) -> None:
+    """PATCH `format` (until issue 33 the format was fixed at creation): the new format's own
+    fields are checked (a Telegram chat id, its sendMessage URL), the old format's options
+    are dropped, a change to `standard` makes a new secret shown in that answer only, a
+    change from it drops the secret; refused on a channel that is not a webhook."""
+    made = client.post("/api/v2/channels", headers=org.auth, json={
+        "name": "chat", "kind": "webhook", "format": "slack",
+        "url": "http://127.0.0.1/slack/x"}).get_json()
+    path = f"/api/v2/channels/{made['id']}"
+    telegram = f"http://127.0.0.1/bot{TOKEN}/sendMessage"
+    for body, field in (({"format": "telegram", "url": telegram}, "options"),
+                        ({"format": "telegram", "url": telegram,
+                          "options": {"chat_id": "not a chat"}}, "options"),
+                        ({"format": "telegram", "options": {"chat_id": "42"}}, "url"),
+                        ({"format": "carrier-pigeon"}, "format")):
+        r = client.patch(path, headers=org.auth, json=body)
+        assert r.status_code == 400 and field in r.get_json()["errors"]["json"], r.get_json()
+    assert client.get(path, headers=org.auth).get_json()["format"] == "slack"
+    r = client.patch(path, headers=org.auth, json={"format": "telegram", "url": telegram,
+                                                   "options": {"chat_id": "-100123"}})
+    assert r.status_code == 200, r.get_json()
+    assert (r.get_json()["format"], r.get_json()["options"]) == ("telegram",
+                                                                  {"chat_id": "-100123"})
+    # To the signed envelope: a new secret, once; the Telegram option goes.
+    r = client.patch(path, headers=org.auth, json={"format": "standard",
+                                                   "url": "http://127.0.0.1/hook"})
+    assert r.status_code == 200, r.get_json()
+    signed = r.get_json()
+    assert signed["secret"].startswith("whsec_") and r.headers["Cache-Control"] == "no-store"
+    assert signed["secret_hint"] == f"whsec_...{signed['secret'][-4:]}"
+    assert "options" not in signed and "secret" not in client.get(
+        path, headers=org.auth).get_json()
+    row = conn.execute("SELECT secret_sealed, options FROM alert_channels WHERE id = %s",
+                       (made["id"],)).fetchone()
+    assert row[0] is not None and row[1] == {}
+    # And back to a service: the secret is dropped.
+    r = client.patch(path, headers=org.auth, json={"format": "ntfy",
+                                                   "url": "http://127.0.0.1/frost"})
+    assert r.status_code == 200 and "secret_hint" not in r.get_json()
+    assert conn.execute("SELECT secret_sealed FROM alert_channels WHERE id = %s",
+                        (made["id"],)).fetchone()[0] is None
+    audit = client.get("/api/v2/audit?limit=3", headers=org.auth).get_json()["items"]
+    assert audit[0]["action"] == "channel.update" and audit[0]["details"]["format"] == "ntfy"
+    mqtt = client.post("/api/v2/channels", headers=org.auth,
+                       json={"name": "m", "kind": "mqtt"}).get_json()
+    r = client.patch(f"/api/v2/channels/{mqtt['id']}", headers=org.auth,
+                     json={"format": "slack"})
+    assert r.status_code == 400 and "format" in r.get_json()["errors"]["json"]
 
 
 # ---- delivery through the real deliverer ---------------------------------------------------

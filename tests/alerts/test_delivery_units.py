@@ -4,18 +4,22 @@ channel URLs, the stored form of a failure's reason, and the deliverer's watchdo
 
 from __future__ import annotations
 
+import email
+import email.policy
 import random
 from datetime import UTC, datetime
 
 import pytest
 from standardwebhooks.webhooks import Webhook
 
+from alerts.delivery import mail
 from alerts.delivery.outbox import REASON_MAX, stored_reason
-from alerts.delivery.payload import envelope, retry_delay
+from alerts.delivery.payload import email_text, envelope, retry_delay
 from alerts.delivery.service import FANOUT, cannot_work, failed_attempt
 from alerts.delivery.webhook import signed_headers
 from serve.api.channels import iri_to_uri
 from shared import netguard
+from shared.config import Settings
 
 
 @pytest.mark.parametrize(("address", "public"), [
@@ -127,3 +131,46 @@ def test_cannot_work() -> None:
     assert "deliver-1" in cannot_work(110.0, workers, {**alive, "deliver-1": False}, 30.0)
     late = {**workers, "deliver-0": 140.0}
     assert "fan-out" in cannot_work(140.0, late, alive, 30.0)
+
+
+def test_email_says_the_event_in_words() -> None:
+    """An email's subject and text name the column and the unit in the rule's own units
+    (until issue 33: "[ALERT] Frost: tair < 32 F ..."); its JSON part keeps the machine
+    fields, the stored title among them."""
+    rule = {"id": "r", "name": "Frost", "kind": "threshold", "table": "calibrated",
+            "column": "tair", "condition": {"op": "<", "threshold": 32.0}, "for": 900,
+            "clear": {"op": ">=", "threshold": 33.8}, "clear_for": 0, "units": {"temp": "f"}}
+    now = datetime(2026, 11, 25, 4, 15, tzinfo=UTC)
+    event = {"id": "8f0e", "kind": "firing", "rule_id": "r", "device": "dev-1",
+             "location_id": None, "column_name": "tair", "value": -0.4, "unit": "C", "at": now,
+             "title": "Frost: tair < 32 F for 15 min at dev-1", "created_at": now,
+             "body": {"rule": rule, "state": "firing"}}
+    subject, text = email_text(event)
+    assert subject == "[ALERT] Frost: Air temperature below 32 °F for 15 min at dev-1"
+    # As a mail reader reads it: one space before the symbol, however long the subject.
+    resolved = {**event, "kind": "resolved", "device": "a-device-with-a-long-name"}
+    raw = mail.message(Settings(smtp_from="alerts@farm.example"), resolved,
+                       ["g@farm.example"]).as_string()
+    assert email.message_from_string(raw, policy=email.policy.default)["subject"] == (
+        "[RESOLVED] Resolved: Frost: Air temperature at or above 33.8 °F at "
+        "a-device-with-a-long-name")
+    words, _, json_part = text.partition("The event as JSON:")
+    assert words.splitlines()[:6] == [
+        "Frost: Air temperature below 32 °F for 15 min at dev-1", "", "Kind: firing",
+        "Device: dev-1", "Air temperature: 31.28 °F", "At: 2026-11-25 04:15 UTC"]
+    assert "tair" not in words
+    assert '"title": "Frost: tair < 32 F for 15 min at dev-1"' in json_part
+    assert '"column": "tair"' in json_part and '"unit": "C"' in json_part
+    # A silent device's rule, and a reminder: said too.
+    silent = {**event, "column_name": None, "value": 45.0, "unit": "min",
+              "title": "Still firing: Quiet: silent > 6 intervals at dev-1",
+              "body": {"rule": {"name": "Quiet", "kind": "silent", "condition": {
+                  "op": ">", "threshold": 6}, "clear": {"op": "<=", "threshold": 6},
+                  "units": {}}, "repeat": True}}
+    subject, text = email_text(silent)
+    assert subject == "[ALERT] Still firing: Quiet: no reading for more than 30 min at dev-1"
+    assert "Device silent: 45 min" in text
+    # An event without a rule keeps its title.
+    assert email_text({**event, "kind": "test", "body": {"test": True}, "column_name": None,
+                       "value": None, "title": "Test of channel grower"})[0] == (
+        "[TEST] Test of channel grower")

@@ -13,12 +13,16 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from flask.testing import FlaskClient
 
+from admin.cli import main as sds
 from people import accounts
+from shared import sealing
 from testbed.receivers import Receiver, smtp_sink
 from tests.support.delivery import (
     PASSWORD,
+    SEAL_KEY,
     DelivererProcess,
     Org,
     deliverer_env,
@@ -137,5 +141,45 @@ def test_the_running_deliverer_takes_new_settings_without_a_restart(
 
         last = wait_for(answered, 30, what="the test's outcome")
         assert last["event_id"] == test_id and last["answer"].startswith("250 ")
+    finally:
+        deliverer.stop()
+
+
+@pytest.fixture
+def login_sink(tmp_path: Path, processes: None) -> Iterator[Receiver]:
+    sink = smtp_sink(tmp_path, auth=f"alerts:{SMTP_PASSWORD}")
+    try:
+        yield sink
+    finally:
+        sink.stop()
+
+
+def test_reseal_moves_the_smtp_password_to_a_new_seal_key(
+        channels_client: FlaskClient, org: Org, conn: psycopg.Connection, database_url: str,
+        tmp_path: Path, login_sink: Receiver) -> None:
+    """`sds apikey reseal` with a new key first: the organisation's SMTP password (and a
+    webhook secret) then open with the new key alone, and a deliverer holding only it logs
+    in to an SMTP server that requires the password and sends (until issue 33 the reseal
+    left SMTP passwords under the old key: the deliverer sent no password, refused 535)."""
+    assert channels_client.put("/api/v2/email-settings", headers=org.auth, json=_settings(
+        login_sink.port, username="alerts", password=SMTP_PASSWORD)).status_code == 200
+    assert channels_client.post("/api/v2/channels", headers=org.auth, json={
+        "name": "grower", "kind": "email", "recipients": ["g@farm.example"]}).status_code == 201
+    new = sealing.new_key()
+    env = {"SDS_DATABASE_URL": database_url, "SDS_APIKEY_SEAL_KEYS": f"{new},{SEAL_KEY}"}
+    result = CliRunner().invoke(sds, ["apikey", "reseal"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "SMTP passwords: resealed 1, already under the first key 0" in result.output
+    assert "SMTP passwords: resealed 0, already under the first key 1" in CliRunner().invoke(
+        sds, ["apikey", "reseal"], env=env).output
+    sealed = conn.execute("SELECT password_sealed FROM org_smtp_settings WHERE org_id = %s",
+                          (org.id,)).fetchone()[0]
+    assert sealing.Sealer([new]).open(sealed) == SMTP_PASSWORD
+    deliverer = DelivererProcess(deliverer_env(database_url, apikey_seal_keys=new),
+                                 tmp_path / "d.log").start()
+    try:
+        one = insert_event(conn, org.id)
+        got = wait_for(lambda: login_sink.received(), 30, what="the email, logged in")
+        assert got[0]["login"] == "alerts" and str(one) in got[0]["data"]
     finally:
         deliverer.stop()

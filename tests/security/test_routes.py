@@ -52,6 +52,11 @@ DASHBOARD_RULES = {
     ("/dashboard/channels/email-settings/delete", "POST"),
     # Issue 33: silences from the inbox (silencepages.py), through the API, CSRF checked.
     ("/dashboard/silences", "POST"), ("/dashboard/silences/<silence_id>/expire", "POST"),
+    # Issue 33: quiet hours, the digest (policypages.py) and the rule's repeat interval.
+    ("/dashboard/notifications/policy", "GET"),
+    ("/dashboard/notifications/policy/quiet-hours", "POST"),
+    ("/dashboard/notifications/policy/digest", "POST"),
+    ("/dashboard/silences/<silence_id>/delete", "POST"),
     # The people pages (issue 23; serve/web/peoplepages.py, placepages.py): through the API.
     ("/dashboard/keys", "GET"), ("/dashboard/keys", "POST"),
     ("/dashboard/keys/<key_id>/active", "POST"), ("/dashboard/keys/<key_id>/delete", "POST"),

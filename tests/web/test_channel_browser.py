@@ -127,6 +127,16 @@ def test_a_grower_sets_up_email_and_slack_and_tests_both(
                            target="<= 10", source="tests/web/test_channel_browser.py")
             assert [(x["service"], x["problems"]) for x in chat.received()] == [("slack", [])]
             snap(browser, shots, "channel-slack-tested")
+            # The page's Service menu shows the chosen format's own fields (issue 33: the
+            # format can be changed); Telegram's chat id only for Telegram.
+            wait_for(browser, "document.getElementById('edit-channel').dataset.ready === '1'")
+            chat_id = browser.find_element(By.ID, "edit-chat-id")
+            assert not chat_id.is_displayed()
+            Select(browser.find_element(By.ID, "edit-format")).select_by_value("telegram")
+            assert chat_id.is_displayed() and chat_id.is_enabled()
+            assert not browser.find_element(By.ID, "edit-routing-key").is_displayed()
+            Select(browser.find_element(By.ID, "edit-format")).select_by_value("slack")
+            assert not chat_id.is_displayed()
 
             # A channel the deliverer disables (one failure here): the banner leads to its
             # page, and Enable there brings it back.

@@ -95,6 +95,41 @@ def test_a_signed_webhook_shows_its_secret_once(client: FlaskClient) -> None:
     assert secret.group(1) not in _text(client.get(f"/dashboard/channels/{cid}"))
 
 
+def test_the_edit_page_changes_the_service(client: FlaskClient) -> None:
+    """The channel page's Service menu changes a webhook's format (fixed at creation until
+    issue 33), with the new format's own fields checked and a refusal said in the form's
+    labels; a change to a signed webhook shows its new secret once."""
+    sign_in(client, "admin@a.example")
+    made = _create(client, name="Field chat", kind="webhook", format="slack",
+                   url="http://127.0.0.1:9/slack/field")
+    where = made.headers["Location"]
+    cid = where.rsplit("/", 1)[1]
+    page = _text(client.get(where))
+    assert re.search(r'<option value="slack" selected>Slack / Mattermost', page)
+    assert 'id="edit-chat-id"' in page and 'id="edit-routing-key"' in page
+    csrf = csrf_of(page)
+    telegram = "http://127.0.0.1:9/bot123:abc/sendMessage"
+    bad = client.post(where, data={"csrf": csrf, "name": "Field chat", "format": "telegram",
+                                   "url": telegram, "chat_id": "not a chat"})
+    assert bad.status_code == 400
+    error = re.search(r'<p class="error" id="channel-error">(.*?)</p>', _text(bad), re.S)
+    assert error and error.group(1).replace("&#39;", "'") == (
+        "Chat id or key: chat_id must be a chat's number or @channelusername.")
+    assert client.get(f"/api/v2/channels/{cid}").get_json()["format"] == "slack"
+    done = client.post(where, data={"csrf": csrf, "name": "Field chat", "format": "telegram",
+                                    "url": telegram, "chat_id": "-100123"})
+    assert done.status_code == 303, _text(done)
+    got = client.get(f"/api/v2/channels/{cid}").get_json()
+    assert (got["format"], got["options"]) == ("telegram", {"chat_id": "-100123"})
+    assert 'value="-100123"' in _text(client.get(where))
+    signed = client.post(where, data={"csrf": csrf, "name": "Field chat", "format": "standard",
+                                      "url": "http://127.0.0.1:9/hook", "chat_id": "-100123"})
+    assert signed.status_code == 200
+    secret = re.search(r'id="channel-secret">.*?(whsec_[A-Za-z0-9+/=]+)', _text(signed), re.S)
+    assert secret and secret.group(1) not in _text(client.get(where))
+    assert client.get(f"/api/v2/channels/{cid}").get_json()["format"] == "standard"
+
+
 def test_email_is_refused_without_smtp_then_the_owner_sets_it(client: FlaskClient) -> None:
     sign_in(client, "user@a.example")  # a member: may make channels, not change SMTP
     page = _text(client.get("/dashboard/channels"))

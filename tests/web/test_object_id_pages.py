@@ -31,6 +31,8 @@ PAGES: list[tuple[str, str, dict[str, str]]] = [
     ("GET", "/dashboard/channels/{}/delete", {}),
     ("POST", "/dashboard/channels/{}/delete", {"confirm": "yes"}),
     ("POST", "/dashboard/notifications/{}/ack", {}),
+    ("POST", "/dashboard/silences/{}/expire", {}),
+    ("POST", "/dashboard/silences/{}/delete", {}),
     ("POST", "/dashboard/keys/{}/active", {"active": "true"}),
     ("POST", "/dashboard/keys/{}/delete", {"confirm": "yes"}),
     ("POST", "/dashboard/members/{}/role", {"role": "viewer"}),
