@@ -197,13 +197,13 @@ def test_a_format_channel_has_no_secret_and_the_standard_one_is_unchanged(
     assert r.status_code == 400 and "options" in r.get_json()["errors"]["json"]
 
 
-def test_a_channels_format_can_be_changed(client: FlaskClient, org: Org,
+def test_a_channels_format_can_be_changed(channels_client: FlaskClient, org: Org,
                                          conn: psycopg.Connection) -> None:
     """PATCH `format` (until issue 33 the format was fixed at creation): the new format's own
     fields are checked (a Telegram chat id, its sendMessage URL), the old format's options
     are dropped, a change to `standard` makes a new secret shown in that answer only, a
     change from it drops the secret; refused on a channel that is not a webhook."""
-    made = client.post("/api/v2/channels", headers=org.auth, json={
+    made = channels_client.post("/api/v2/channels", headers=org.auth, json={
         "name": "chat", "kind": "webhook", "format": "slack",
         "url": "http://127.0.0.1/slack/x"}).get_json()
     path = f"/api/v2/channels/{made['id']}"
@@ -213,37 +213,37 @@ def test_a_channels_format_can_be_changed(client: FlaskClient, org: Org,
                           "options": {"chat_id": "not a chat"}}, "options"),
                         ({"format": "telegram", "options": {"chat_id": "42"}}, "url"),
                         ({"format": "carrier-pigeon"}, "format")):
-        r = client.patch(path, headers=org.auth, json=body)
+        r = channels_client.patch(path, headers=org.auth, json=body)
         assert r.status_code == 400 and field in r.get_json()["errors"]["json"], r.get_json()
-    assert client.get(path, headers=org.auth).get_json()["format"] == "slack"
-    r = client.patch(path, headers=org.auth, json={"format": "telegram", "url": telegram,
+    assert channels_client.get(path, headers=org.auth).get_json()["format"] == "slack"
+    r = channels_client.patch(path, headers=org.auth, json={"format": "telegram", "url": telegram,
                                                    "options": {"chat_id": "-100123"}})
     assert r.status_code == 200, r.get_json()
     assert (r.get_json()["format"], r.get_json()["options"]) == ("telegram",
                                                                   {"chat_id": "-100123"})
     # To the signed envelope: a new secret, once; the Telegram option goes.
-    r = client.patch(path, headers=org.auth, json={"format": "standard",
+    r = channels_client.patch(path, headers=org.auth, json={"format": "standard",
                                                    "url": "http://127.0.0.1/hook"})
     assert r.status_code == 200, r.get_json()
     signed = r.get_json()
     assert signed["secret"].startswith("whsec_") and r.headers["Cache-Control"] == "no-store"
     assert signed["secret_hint"] == f"whsec_...{signed['secret'][-4:]}"
-    assert "options" not in signed and "secret" not in client.get(
+    assert "options" not in signed and "secret" not in channels_client.get(
         path, headers=org.auth).get_json()
     row = conn.execute("SELECT secret_sealed, options FROM alert_channels WHERE id = %s",
                        (made["id"],)).fetchone()
     assert row[0] is not None and row[1] == {}
     # And back to a service: the secret is dropped.
-    r = client.patch(path, headers=org.auth, json={"format": "ntfy",
+    r = channels_client.patch(path, headers=org.auth, json={"format": "ntfy",
                                                    "url": "http://127.0.0.1/frost"})
     assert r.status_code == 200 and "secret_hint" not in r.get_json()
     assert conn.execute("SELECT secret_sealed FROM alert_channels WHERE id = %s",
                         (made["id"],)).fetchone()[0] is None
-    audit = client.get("/api/v2/audit?limit=3", headers=org.auth).get_json()["items"]
+    audit = channels_client.get("/api/v2/audit?limit=3", headers=org.auth).get_json()["items"]
     assert audit[0]["action"] == "channel.update" and audit[0]["details"]["format"] == "ntfy"
-    mqtt = client.post("/api/v2/channels", headers=org.auth,
+    mqtt = channels_client.post("/api/v2/channels", headers=org.auth,
                        json={"name": "m", "kind": "mqtt"}).get_json()
-    r = client.patch(f"/api/v2/channels/{mqtt['id']}", headers=org.auth,
+    r = channels_client.patch(f"/api/v2/channels/{mqtt['id']}", headers=org.auth,
                      json={"format": "slack"})
     assert r.status_code == 400 and "format" in r.get_json()["errors"]["json"]
 
