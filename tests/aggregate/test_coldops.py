@@ -254,7 +254,9 @@ def _horizon(conn: psycopg.Connection, ids: dict[str, Any]) -> datetime:
                  (days, ids["Ops1"]))
     conn.execute("DELETE FROM rollup_dirty")  # rollups are not this test's subject
     conn.commit()
-    return NOW - timedelta(days=days)
+    # Retention's horizon is its own now() less the days, not the module's hour-truncated NOW
+    # (a run 24 minutes past the hour removed the readings of the hour's first minutes too).
+    return datetime.now(UTC) - timedelta(days=days)
 
 
 def test_retention_exports_and_removes_cold_rows_past_the_horizon(

@@ -133,6 +133,9 @@ SERVICE_TABLES = {
     "mail_outbox": "the durable outbox of link mail (0180): written only through owner's-rights "
                    "functions that mail a link made in the same transaction to its own email; "
                    "read and updated by the deliverer; not granted to the API",
+    "reset_requests": "password-reset requests queued whatever the email (0255): written only "
+                      "through an owner's-rights function the API calls, resolved and deleted by "
+                      "the deliverer; not readable by the API",
     "aggregate_runs": "the rollup jobs' progress; not granted to the API",
     "job_runs": "the scheduler's run log; not granted to the API",
     "service_secrets": "the cursor HMAC secret, one row for the whole service",
