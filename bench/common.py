@@ -3,11 +3,13 @@ migrated databases on it, dropped afterwards; or a durable PostgreSQL and mosqui
 
 from __future__ import annotations
 
+import statistics
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared import db
 
@@ -64,3 +66,16 @@ def durable_servers(base: Path) -> tuple[PostgresServer, str, MosquittoBroker]:
     pg = PostgresServer().start(base / "pg", durable=True)
     url = provisioning.create(pg.dsn("postgres"), "bench")
     return pg, url, MosquittoBroker().start(base / "mqtt", durable=True)
+
+
+def median_get(client: Any, url: str, headers: dict[str, str], runs: int) -> tuple[float, bytes]:
+    """Median milliseconds of `runs` GETs of `url` through a Flask test client (each must
+    answer 200) and the last body."""
+    times, body = [], b""
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        got = client.get(url, headers=headers)
+        body = got.get_data()
+        times.append(time.perf_counter() - t0)
+        assert got.status_code == 200, body[:300]
+    return statistics.median(times) * 1000, body

@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from admin.simulate import Site, weather
 from aggregate import coldmove
-from bench.common import scratch_database
+from bench.common import median_get, scratch_database
 from ingest.derive import derive_row
 from people import accounts
 from shared import coldfiles, db, places, units
@@ -120,17 +120,6 @@ def bytes_per_device_year(devices: int, work: Path, **kind: bool) -> tuple[float
     return total / devices / 1e6, rows_total // devices
 
 
-def _time(client: Any, url: str, headers: dict[str, str], runs: int) -> tuple[float, bytes]:
-    times, body = [], b""
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        got = client.get(url, headers=headers)
-        body = got.get_data()
-        times.append(time.perf_counter() - t0)
-        assert got.status_code == 200, body[:300]
-    return statistics.median(times) * 1000, body
-
-
 def pages(url: str, devices: int, runs: int, work: Path) -> dict[str, float]:
     """Median ms of the hot and cold 10k pages (JSON, CSV) and the mover's ms per
     device-month."""
@@ -167,16 +156,16 @@ def pages(url: str, devices: int, runs: int, work: Path) -> dict[str, float]:
             "&end_time=2025-08-31T23:59:59Z&limit=10000")
     csv = {**headers, "Accept": "text/csv"}
     twin = page.replace("S000", "H000").replace("=2025-", "=2027-")
-    _time(client, page, headers, 2)  # warm the pool and the caches
-    _, hot_body = _time(client, page, headers, 1)
-    _, hot_csv_body = _time(client, page, csv, 1)
+    median_get(client, page, headers, 2)  # warm the pool and the caches
+    _, hot_body = median_get(client, page, headers, 1)
+    _, hot_csv_body = median_get(client, page, csv, 1)
     with db.connect(url, autocommit=True) as conn:
         t0 = time.perf_counter()
         moved = coldmove.move(conn, hot_days=1, cold_path=str(work / "cold"),
                               now=datetime(2025, 9, 15, tzinfo=UTC))
         move_ms = (time.perf_counter() - t0) * 1000
     assert len(moved) == 2, moved
-    _time(client, page, headers, 2)
+    median_get(client, page, headers, 2)
     # Cold S000 and hot H000 (the same readings two years on) alternate, so both see the same
     # background load on a shared machine.
     times: dict[str, list[float]] = {"hot_json": [], "cold_json": [], "hot_csv": [],
@@ -184,7 +173,7 @@ def pages(url: str, devices: int, runs: int, work: Path) -> dict[str, float]:
     for _ in range(runs):
         for name, url_, hdrs in (("hot_json", twin, headers), ("cold_json", page, headers),
                                  ("hot_csv", twin, csv), ("cold_csv", page, csv)):
-            ms, body = _time(client, url_, hdrs, 1)
+            ms, body = median_get(client, url_, hdrs, 1)
             times[name].append(ms)
             if name == "cold_json":
                 assert body == hot_body, "JSON answers differ"

@@ -14,17 +14,14 @@ printed. No stored rollups exist, so `1h` and `1d` buckets are computed from the
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from aggregate import coldmove
 from bench.cold.__main__ import _rows
-from bench.common import scratch_database
+from bench.common import median_get, scratch_database
 from people import accounts
 from shared import coldfiles, db, places
 from shared.config import Settings
@@ -44,17 +41,6 @@ def _pages(location: str) -> dict[str, str]:
         "location, points=100 (12h), every column":
             f"{base}location={location}&{WINDOW}&points=100",
     }
-
-
-def _time(client: Any, url: str, headers: dict[str, str], runs: int) -> tuple[float, bytes]:
-    times, body = [], b""
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        got = client.get(url, headers=headers)
-        body = got.get_data()
-        times.append(time.perf_counter() - t0)
-        assert got.status_code == 200, body[:300]
-    return statistics.median(times) * 1000, body
 
 
 def run(url: str, devices: int, runs: int, work: Path) -> list[tuple[str, float, float]]:
@@ -88,16 +74,16 @@ def run(url: str, devices: int, runs: int, work: Path) -> list[tuple[str, float,
     pages = _pages(str(loc))
     hot = {}
     for name, page in pages.items():
-        _time(client, page, headers, 1)
-        hot[name] = _time(client, page, headers, runs)
+        median_get(client, page, headers, 1)
+        hot[name] = median_get(client, page, headers, runs)
     with db.connect(url, autocommit=True) as conn:
         moved = coldmove.move(conn, hot_days=1, cold_path=str(work / "cold"),
                               now=datetime(2025, 9, 15, tzinfo=UTC))
     assert len(moved) == 2, moved
     out = []
     for name, page in pages.items():
-        _time(client, page, headers, 1)
-        cold = _time(client, page, headers, runs)
+        median_get(client, page, headers, 1)
+        cold = median_get(client, page, headers, runs)
         assert cold[1] == hot[name][1], f"answers differ: {name}"
         out.append((name, hot[name][0], cold[0]))
     return out
