@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 
 from aggregate import coldmove, rollups
 from people import accounts
-from tests.support.data_world import World, get, seed
+from tests.support.data_world import World, get, seed, walk
 from tests.support.readings import insert_readings, noise, series
 
 BOUNDARY = datetime(2024, 8, 1, tzinfo=UTC)
@@ -127,23 +127,6 @@ def _requests(world: World) -> list[tuple[str, str | None, dict[str, Any]]]:
     ]
 
 
-Answer = tuple[int, str | None, str | None, bytes]
-
-
-def _walk(client: FlaskClient, world: World, who: str, accept: str | None,
-          params: dict[str, Any]) -> list[Answer]:
-    """Every page of a listing: status, X-Cursor-Next, X-Units and body of each."""
-    pages: list[Answer] = []
-    cursor = None
-    while True:
-        query = {**params, **({"cursor": cursor} if cursor else {})}
-        got = get(client, world, "calibrated", who=who, accept=accept, **query)
-        cursor = got.headers.get("X-Cursor-Next")
-        pages.append((got.status_code, cursor, got.headers.get("X-Units"), got.get_data()))
-        if got.status_code != 200 or cursor is None:
-            return pages
-
-
 def _headers(client: FlaskClient, world: World, params: dict[str, Any]) -> dict[str, str]:
     got = get(client, world, "calibrated", **params)
     return {k: v for k, v in got.headers.items() if k.startswith("X-Aggregat")}
@@ -161,14 +144,14 @@ def before_and_after(client_module: FlaskClient, world: World, cold_dir: Path,
     """Every request's pages before July moved cold, after, and after hot copies of some cold
     rows came back (a late duplicate), and the cursors kept from before the move."""
     reqs = _requests(world)
-    before = [_walk(client_module, world, *r) for r in reqs]
+    before = [walk(client_module, world, *r) for r in reqs]
     sources = [_headers(client_module, world, reqs[i][2]) for i in (0, 1)]
     with psycopg.connect(world.url, autocommit=True) as conn:
         moved = coldmove.move(conn, hot_days=1, cold_path=str(cold_dir),
                               now=BOUNDARY + timedelta(days=2))
         hot_july = conn.execute("SELECT count(*) FROM calibrated WHERE time < %s",
                                 (BOUNDARY,)).fetchone()[0]  # type: ignore[index]
-    after = [_walk(client_module, world, *r) for r in reqs]
+    after = [walk(client_module, world, *r) for r in reqs]
     sources_after = [_headers(client_module, world, reqs[i][2]) for i in (0, 1)]
     kept = {i: before[i][0][1] for i in (1, 5, 6)}  # cursors to second pages, taken hot
     resumed = {i: get(client_module, world, "calibrated", accept=reqs[i][1], cursor=kept[i],
@@ -182,7 +165,7 @@ def before_and_after(client_module: FlaskClient, world: World, cold_dir: Path,
                             [r for r in _series(k) if day[0] <= r["time"] < day[1]])
         copies = conn.execute("SELECT count(*) FROM calibrated WHERE time < %s",
                               (BOUNDARY,)).fetchone()[0]  # type: ignore[index]
-    again = [_walk(client_module, world, *r) for r in reqs]
+    again = [walk(client_module, world, *r) for r in reqs]
     return {"reqs": reqs, "before": before, "after": after, "moved": moved,
             "hot_july": hot_july, "kept": kept, "again": again, "copies": copies,
             "resumed": resumed, "sources": (sources, sources_after)}

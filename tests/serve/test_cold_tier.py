@@ -18,7 +18,7 @@ from flask.testing import FlaskClient
 
 from aggregate import coldmove
 from people import accounts
-from tests.support.data_world import World, get, seed
+from tests.support.data_world import World, get, seed, walk
 from tests.support.readings import insert_readings, series
 
 BOUNDARY = datetime(2024, 8, 1, tzinfo=UTC)
@@ -92,29 +92,12 @@ def _requests(world: World) -> list[tuple[str, str | None, dict[str, Any]]]:
     ]
 
 
-Answer = tuple[int, str | None, str | None, bytes]
-
-
-def _walk(client: FlaskClient, world: World, who: str, accept: str | None,
-          params: dict[str, Any]) -> list[Answer]:
-    """Every page of a listing: status, X-Cursor-Next, X-Units and body of each."""
-    pages: list[Answer] = []
-    cursor = None
-    while True:
-        query = {**params, **({"cursor": cursor} if cursor else {})}
-        got = get(client, world, "calibrated", who=who, accept=accept, **query)
-        cursor = got.headers.get("X-Cursor-Next")
-        pages.append((got.status_code, cursor, got.headers.get("X-Units"), got.get_data()))
-        if got.status_code != 200 or cursor is None:
-            return pages
-
-
 @pytest.fixture(scope="module")
 def before_and_after(client_module: FlaskClient, world: World, cold_dir: Path,
                      ) -> dict[str, Any]:
     """Every request's pages before and after July 2024 moved cold, and a cursor kept."""
     reqs = _requests(world)
-    before = [_walk(client_module, world, *r) for r in reqs]
+    before = [walk(client_module, world, *r) for r in reqs]
     kept = before[2][0][1]  # the second page's cursor of request 2, taken while all was hot
     hourly = get(client_module, world, "calibrated", device="D1", interval="1h", **WINDOW)
     with psycopg.connect(world.url, autocommit=True) as conn:
@@ -122,7 +105,7 @@ def before_and_after(client_module: FlaskClient, world: World, cold_dir: Path,
                               now=BOUNDARY + timedelta(days=2))
         hot_july = conn.execute("SELECT count(*) FROM calibrated WHERE time < %s",
                                 (BOUNDARY,)).fetchone()[0]  # type: ignore[index]
-    after = [_walk(client_module, world, *r) for r in reqs]
+    after = [walk(client_module, world, *r) for r in reqs]
     resumed = get(client_module, world, "calibrated", cursor=kept, **reqs[2][2])
     hourly_after = get(client_module, world, "calibrated", device="D1", interval="1h", **WINDOW)
     return {"reqs": reqs, "before": before, "after": after, "moved": moved,

@@ -144,6 +144,24 @@ def get(client: FlaskClient, world: World, table: str, who: str = "a",
     return client.get(f"{URL}/{table}", query_string=params, headers=headers)
 
 
+Answer = tuple[int, str | None, str | None, bytes]
+
+
+def walk(client: FlaskClient, world: World, who: str, accept: str | None,
+         params: dict[str, Any]) -> list[Answer]:
+    """Every page of a `calibrated` listing, following X-Cursor-Next: status, X-Cursor-Next,
+    X-Units and body of each (the before/after comparisons of the cold tier's tests)."""
+    pages: list[Answer] = []
+    cursor = None
+    while True:
+        query = {**params, **({"cursor": cursor} if cursor else {})}
+        got = get(client, world, "calibrated", who=who, accept=accept, **query)
+        cursor = got.headers.get("X-Cursor-Next")
+        pages.append((got.status_code, cursor, got.headers.get("X-Units"), got.get_data()))
+        if got.status_code != 200 or cursor is None:
+            return pages
+
+
 def rows(response: TestResponse) -> list[dict[str, Any]]:
     """The rows of a 200 JSON page."""
     assert response.status_code == 200, response.get_data(as_text=True)
