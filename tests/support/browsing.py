@@ -9,6 +9,7 @@ from typing import Any
 
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
 
 from testbed.browser import wait_for
 from testbed.process import poll
@@ -148,3 +149,26 @@ def downloaded(folder: Path, extension: str, timeout: float = 30.0) -> Path:
     assert wait_for_file, f"no .{extension} downloaded: {list(folder.glob('*'))}"
     (saved,) = folder.glob(f"*.{extension}")
     return saved
+
+
+def fill(driver: WebDriver, element_id: str, text: str) -> None:
+    """Replace the text of the field `element_id`."""
+    field = driver.find_element(By.ID, element_id)
+    field.clear()
+    field.send_keys(text)
+
+
+def create_channel(driver: WebDriver, base: str, name: str, kind: str, **fields: str) -> None:
+    """Create a channel on the Channels page (`format` picks the service, the other fields
+    are filled by id) and wait for its own page."""
+    driver.get(f"{base}/dashboard/channels")
+    wait_for(driver, "document.getElementById('new-channel').dataset.ready === '1'")
+    fill(driver, "channel-name", name)
+    Select(driver.find_element(By.ID, "channel-kind")).select_by_value(kind)
+    if "format" in fields:
+        Select(driver.find_element(By.ID, "channel-format")).select_by_value(fields["format"])
+    for element_id, text in fields.items():
+        if element_id != "format":
+            fill(driver, element_id, text)
+    driver.find_element(By.ID, "channel-create").click()
+    wait_for(driver, f"document.getElementById('channel-title')?.textContent === {name!r}")

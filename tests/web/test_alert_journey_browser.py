@@ -31,7 +31,7 @@ from testbed.apiserver import gunicorn_api
 from testbed.browser import wait_for
 from testbed.receivers import Receiver, service_receiver, smtp_sink
 from tests.support.alerting import EvaluatorProcess
-from tests.support.browsing import chart_drawn, snap
+from tests.support.browsing import chart_drawn, create_channel, fill, snap
 from tests.support.delivery import SEAL_KEY, DelivererProcess, deliverer_env
 from tests.support.figures import Figures
 from tests.support.ingesting import (
@@ -74,25 +74,9 @@ def deliverer(database_url: str, tmp_path: Path, processes: None
     proc.stop()
 
 
-def _fill(driver: WebDriver, element_id: str, text: str) -> None:
-    field = driver.find_element(By.ID, element_id)
-    field.clear()
-    field.send_keys(text)
-
-
 def _channel(driver: WebDriver, base: str, name: str, kind: str, **fields: str) -> str:
     """Create a channel on the Channels page, press Send a test on its page; the answer."""
-    driver.get(f"{base}/dashboard/channels")
-    wait_for(driver, "document.getElementById('new-channel').dataset.ready === '1'")
-    _fill(driver, "channel-name", name)
-    Select(driver.find_element(By.ID, "channel-kind")).select_by_value(kind)
-    if "format" in fields:
-        Select(driver.find_element(By.ID, "channel-format")).select_by_value(fields["format"])
-    for element_id, text in fields.items():
-        if element_id != "format":
-            _fill(driver, element_id, text)
-    driver.find_element(By.ID, "channel-create").click()
-    wait_for(driver, f"document.getElementById('channel-title')?.textContent === {name!r}")
+    create_channel(driver, base, name, kind, **fields)
     driver.find_element(By.ID, "channel-test").click()
     wait_for(driver, "['delivered', 'failed'].includes("
                      "document.getElementById('test-result')?.dataset.state)", timeout=60)
@@ -162,10 +146,10 @@ def test_a_grower_sets_up_frost_and_works_the_inbox(
         # Where alerts go: the organisation's SMTP server, an email channel and a Slack
         # channel, each tested from its page with the server's and the receiver's answer.
         browser.get(f"{base}/dashboard/channels")
-        _fill(browser, "smtp-host", "127.0.0.1")
-        _fill(browser, "smtp-port", str(mail.port))
+        fill(browser, "smtp-host", "127.0.0.1")
+        fill(browser, "smtp-port", str(mail.port))
         Select(browser.find_element(By.ID, "smtp-security")).select_by_value("none")
-        _fill(browser, "smtp-from", "alerts@farm.example")
+        fill(browser, "smtp-from", "alerts@farm.example")
         browser.find_element(By.ID, "smtp-save").click()
         wait_for(browser, "document.getElementById('email-source')?.dataset.source"
                           " === 'organisation'")
@@ -209,8 +193,8 @@ def test_a_grower_sets_up_frost_and_works_the_inbox(
         snap(browser, shots, "alerts-preview")
         # Fire at once for the test's crossing: the grower adjusts the template's 15 minutes,
         # and asks to be reminded every hour while it stays firing.
-        _fill(browser, "rule-for", "0")
-        _fill(browser, "rule-repeat", "60")
+        fill(browser, "rule-for", "0")
+        fill(browser, "rule-repeat", "60")
         browser.find_element(By.ID, "rule-create").click()
         wait_for(browser, "document.querySelectorAll('#rules tr[data-id]').length === 1")
         row = browser.find_element(By.CSS_SELECTOR, "#rules tr[data-id]").text
@@ -223,16 +207,16 @@ def test_a_grower_sets_up_frost_and_works_the_inbox(
         browser.find_element(By.ID, "policy-link").click()
         wait_for(browser, "document.getElementById('quiet-form') !== null")
         quiet = (datetime.now(UTC) + timedelta(hours=3)).replace(minute=0)
-        _fill(browser, "quiet-from", "25:00")
-        _fill(browser, "quiet-to", f"{(quiet.hour + 1) % 24:02d}:00")
-        _fill(browser, "quiet-zone", "UTC")
+        fill(browser, "quiet-from", "25:00")
+        fill(browser, "quiet-to", f"{(quiet.hour + 1) % 24:02d}:00")
+        fill(browser, "quiet-zone", "UTC")
         Select(browser.find_element(By.ID, "quiet-rule")).select_by_visible_text("Frost")
         Select(browser.find_element(By.ID, "quiet-device")).select_by_value("F1")
         browser.find_element(By.ID, "quiet-save").click()
         wait_for(browser, "document.getElementById('quiet-error') !== null")
         assert browser.find_element(By.ID, "quiet-error").text == \
             "From: a time of day, like 22:00."
-        _fill(browser, "quiet-from", f"{quiet.hour:02d}:00")
+        fill(browser, "quiet-from", f"{quiet.hour:02d}:00")
         browser.find_element(By.ID, "quiet-save").click()
         wait_for(browser, "document.querySelectorAll('#mutes li.mute').length === 1")
         mute = browser.find_element(By.CSS_SELECTOR, "#mutes li.mute").text

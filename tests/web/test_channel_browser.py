@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import Select
 from testbed.apiserver import gunicorn_api
 from testbed.browser import console_errors, wait_for
 from testbed.receivers import Receiver, service_receiver, smtp_sink
-from tests.support.browsing import snap
+from tests.support.browsing import create_channel, fill, snap
 from tests.support.delivery import (
     PASSWORD,
     SEAL_KEY,
@@ -44,26 +44,6 @@ def receivers(tmp_path: Path, processes: None) -> Iterator[tuple[Receiver, Recei
     finally:
         mail.stop()
         chat.stop()
-
-
-def _fill(driver: WebDriver, element_id: str, text: str) -> None:
-    field = driver.find_element(By.ID, element_id)
-    field.clear()
-    field.send_keys(text)
-
-
-def _create(driver: WebDriver, base: str, name: str, kind: str, **fields: str) -> None:
-    driver.get(f"{base}/dashboard/channels")
-    wait_for(driver, "document.getElementById('new-channel').dataset.ready === '1'")
-    _fill(driver, "channel-name", name)
-    Select(driver.find_element(By.ID, "channel-kind")).select_by_value(kind)
-    if "format" in fields:
-        Select(driver.find_element(By.ID, "channel-format")).select_by_value(fields["format"])
-    for element_id, text in fields.items():
-        if element_id != "format":
-            _fill(driver, element_id, text)
-    driver.find_element(By.ID, "channel-create").click()
-    wait_for(driver, f"document.getElementById('channel-title')?.textContent === {name!r}")
 
 
 def _test_from_the_page(driver: WebDriver) -> tuple[str, float]:
@@ -90,8 +70,8 @@ def test_a_grower_sets_up_email_and_slack_and_tests_both(
         deliverer.start()
         try:
             browser.get(f"{base}/dashboard/login")
-            _fill(browser, "email", org.admin_email)
-            _fill(browser, "password", PASSWORD)
+            fill(browser, "email", org.admin_email)
+            fill(browser, "password", PASSWORD)
             browser.find_element(By.ID, "sign-in").click()
             wait_for(browser, "document.querySelector('main h1').textContent === 'Devices'")
             browser.find_element(By.LINK_TEXT, "Channels").click()
@@ -100,15 +80,15 @@ def test_a_grower_sets_up_email_and_slack_and_tests_both(
                 "data-source") == "none"
 
             # The owner's SMTP settings, in the page; no process is restarted.
-            _fill(browser, "smtp-host", "127.0.0.1")
-            _fill(browser, "smtp-port", str(mail.port))
+            fill(browser, "smtp-host", "127.0.0.1")
+            fill(browser, "smtp-port", str(mail.port))
             Select(browser.find_element(By.ID, "smtp-security")).select_by_value("none")
-            _fill(browser, "smtp-from", "alerts@channel-farm.example")
+            fill(browser, "smtp-from", "alerts@channel-farm.example")
             browser.find_element(By.ID, "smtp-save").click()
             wait_for(browser, "document.getElementById('email-source')?.dataset.source"
                               " === 'organisation'")
 
-            _create(browser, base, "Grower mail", "email",
+            create_channel(browser, base, "Grower mail", "email",
                     **{"channel-recipients": "grower@channel-farm.example"})
             answer, email_s = _test_from_the_page(browser)
             assert "250 " in answer, answer
@@ -117,7 +97,7 @@ def test_a_grower_sets_up_email_and_slack_and_tests_both(
             assert "[TEST]" in got[0]["data"]
             snap(browser, shots, "channel-email-tested")
 
-            _create(browser, base, "Farm chat", "webhook", format="slack",
+            create_channel(browser, base, "Farm chat", "webhook", format="slack",
                     **{"channel-url": f"http://127.0.0.1:{chat.port}/slack/services/T0/B0/x"})
             answer, slack_s = _test_from_the_page(browser)
             assert "HTTP 200 OK: ok" in answer, answer
@@ -140,7 +120,7 @@ def test_a_grower_sets_up_email_and_slack_and_tests_both(
 
             # A channel the deliverer disables (one failure here): the banner leads to its
             # page, and Enable there brings it back.
-            _create(browser, base, "Broken chat", "webhook", format="slack",
+            create_channel(browser, base, "Broken chat", "webhook", format="slack",
                     **{"channel-url": f"http://127.0.0.1:{chat.port}/nowhere"})
             browser.find_element(By.ID, "channel-test").click()
             deadline_script = ("document.getElementById('test-result')?.dataset.state"
