@@ -153,7 +153,7 @@ def _refused(principal: Principal, answer: apicall.Answer, form: dict[str, str],
              editing: str | None = None) -> Response:
     error = answer.in_words(RULE_WORDS) if answer.refused("repeat_interval") else answer.message
     return _rules_page(principal, error=error, form=form, editing=editing,
-                       status=answer.status if 400 <= answer.status < 500 else 502)
+                       status=answer.page_status)
 
 
 @blp.route(f"{PREFIX}/alerts", methods=["GET"])

@@ -35,6 +35,12 @@ class Answer:
         return 200 <= self.status < 300
 
     @property
+    def page_status(self) -> int:
+        """The page's status for a refused call: the API's 4xx, else 502 (never a 5xx that
+        looks like the dashboard's own failure for client input)."""
+        return self.status if 400 <= self.status < 500 else 502
+
+    @property
     def message(self) -> str:
         """The error body's message (what the API said was wrong), or the status."""
         if isinstance(self.body, dict) and isinstance(self.body.get("message"), str):

@@ -102,10 +102,6 @@ def _rules() -> list[dict[str, Any]]:
     return list(answer.body["items"]) if answer.ok else []
 
 
-def _status(answer: apicall.Answer) -> int:
-    return answer.status if 400 <= answer.status < 500 else 502
-
-
 def _list_page(principal: Principal, *, error: str | None = None,
                form: dict[str, str] | None = None, email_error: str | None = None,
                status: int = 200) -> Response:
@@ -153,7 +149,7 @@ def channel_create(principal: Principal) -> Response:
     form = request.form.to_dict()
     answer = apicall.call("POST", "/api/v2/channels", json=channel_body(form))
     if not answer.ok:
-        return _list_page(principal, error=answer.message, form=form, status=_status(answer))
+        return _list_page(principal, error=answer.message, form=form, status=answer.page_status)
     made = answer.body
     if made.get("secret"):
         return _channel_page(principal, made["id"], secret=made["secret"], status=201)
@@ -182,7 +178,7 @@ def channel_update(principal: Principal, channel_id: UUID) -> Response:
     answer = apicall.call("PATCH", f"/api/v2/channels/{channel_id}", json=body)
     if not answer.ok:
         return _channel_page(principal, channel_id, error=answer.in_words({}, LABELS),
-                             status=_status(answer))
+                             status=answer.page_status)
     if answer.body.get("secret"):  # changed to a signed webhook: its new secret, shown once
         return _channel_page(principal, channel_id, secret=answer.body["secret"])
     return _back(channel_id)
@@ -199,7 +195,7 @@ def channel_active(principal: Principal, channel_id: UUID) -> Response:
         raise NotFound(answer.message)
     if not answer.ok:
         return _channel_page(principal, channel_id, error=answer.message,
-                             status=_status(answer))
+                             status=answer.page_status)
     return _back(channel_id)
 
 
@@ -214,7 +210,7 @@ def channel_test(principal: Principal, channel_id: UUID) -> Response:
         raise NotFound(answer.message)
     if not answer.ok:
         return _channel_page(principal, channel_id, error=answer.message,
-                             status=_status(answer))
+                             status=answer.page_status)
     return _back(channel_id, test=str(answer.body["event_id"]))
 
 
@@ -239,7 +235,7 @@ def channel_delete(principal: Principal, channel_id: UUID) -> Response:
         raise NotFound(answer.message)
     if not answer.ok:
         return _channel_page(principal, channel_id, error=answer.message,
-                             status=_status(answer))
+                             status=answer.page_status)
     return cast(Response, redirect(url_for("web.channels", deleted=1), code=303))
 
 
@@ -250,7 +246,7 @@ def email_settings(principal: Principal) -> Response:
     web_session.check_csrf()
     answer = apicall.call("PUT", "/api/v2/email-settings", json=email_body(request.form.to_dict()))
     if not answer.ok:
-        return _list_page(principal, email_error=answer.message, status=_status(answer))
+        return _list_page(principal, email_error=answer.message, status=answer.page_status)
     return cast(Response, redirect(url_for("web.channels", email="saved") + "#email",
                                    code=303))
 
@@ -262,5 +258,5 @@ def email_settings_delete(principal: Principal) -> Response:
     web_session.check_csrf()
     answer = apicall.call("DELETE", "/api/v2/email-settings")
     if not answer.ok:
-        return _list_page(principal, email_error=answer.message, status=_status(answer))
+        return _list_page(principal, email_error=answer.message, status=answer.page_status)
     return cast(Response, redirect(url_for("web.channels") + "#email", code=303))

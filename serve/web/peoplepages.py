@@ -52,9 +52,8 @@ def me() -> dict[str, Any]:
 
 
 def status_of(answer: apicall.Answer) -> int:
-    """The page's status for a refused API call: the API's 4xx, else 502 (never a 5xx that
-    looks like the dashboard's own failure for client input)."""
-    return answer.status if 400 <= answer.status < 500 else 502
+    """The page's status for a refused API call (apicall.Answer.page_status)."""
+    return answer.page_status
 
 
 # ---- API keys ----------------------------------------------------------------------------

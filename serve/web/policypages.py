@@ -91,10 +91,6 @@ def _page(principal: Principal, *, quiet_error: str | None = None,
         can_write=principal.allows("notifications:write"), nav="notifications"), status)
 
 
-def _status(answer: apicall.Answer) -> int:
-    return answer.status if 400 <= answer.status < 500 else 502
-
-
 @blp.route(f"{PREFIX}/notifications/policy", methods=["GET"])
 @signed_in
 def notification_policy(principal: Principal) -> Response:
@@ -113,7 +109,7 @@ def quiet_hours_create(principal: Principal) -> Response:
     if not answer.ok:
         form = {**request.form.to_dict(), "weekdays": request.form.getlist("weekdays")}
         return _page(principal, quiet_error=answer.in_words(QUIET_WORDS), form=form,
-                     status=_status(answer))
+                     status=answer.page_status)
     return cast(Response, redirect(url_for("web.notification_policy") + "#quiet-hours",
                                    code=303))
 
@@ -126,7 +122,7 @@ def digest_change(principal: Principal) -> Response:
     answer = apicall.call("PUT", "/api/v2/digest", json=digest_body(request.form))
     if not answer.ok:
         return _page(principal, digest_error=answer.in_words(DIGEST_WORDS),
-                     digest_form=request.form.to_dict(), status=_status(answer))
+                     digest_form=request.form.to_dict(), status=answer.page_status)
     return cast(Response, redirect(url_for("web.notification_policy") + "#digest", code=303))
 
 
@@ -139,6 +135,6 @@ def silence_delete(principal: Principal, silence_id: UUID) -> Response:
     if answer.status == 404:
         raise NotFound(answer.message)
     if not answer.ok:
-        return _page(principal, quiet_error=answer.message, status=_status(answer))
+        return _page(principal, quiet_error=answer.message, status=answer.page_status)
     return cast(Response, redirect(url_for("web.notification_policy") + "#quiet-hours",
                                    code=303))
