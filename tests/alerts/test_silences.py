@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -177,22 +176,6 @@ def test_weekly_window_in_the_zone(conn: psycopg.Connection, local: str, weekday
                        " %s::smallint, 'Europe/Paris')",
                        (at, weekdays, start % 1440, end)).fetchone()
     assert row == (inside,)
-
-
-@pytest.fixture
-def receivers() -> Iterator[list[Receiver]]:
-    started: list[Receiver] = []
-    yield started
-    for r in started:
-        r.stop()
-
-
-@pytest.fixture
-def deliverers() -> Iterator[list[DelivererProcess]]:
-    started: list[DelivererProcess] = []
-    yield started
-    for d in started:
-        d.stop()
 
 
 def test_silenced_and_muted_events_are_recorded_but_not_delivered(
