@@ -35,8 +35,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
+from serve.coldread import files, joined
 from serve.queries import ColdRows, Scan
-from shared import coldfiles
 from shared.coldstore import open_store
 from shared.columns import Column, Rollup
 
@@ -49,17 +49,6 @@ def reading_names(columns: Iterable[Column]) -> tuple[str, ...]:
     names = ["time", "device", "location"]
     names += [c.source for c in columns if c.source and c.rollup is not Rollup.KEY]
     return tuple(dict.fromkeys(names))
-
-
-def files(conn: psycopg.Connection, org: Any, lo: datetime, hi: datetime,
-          ) -> list[tuple[int, str]]:
-    """(id, path) of the organisation's readable cold files overlapping [lo, hi], read in the
-    page's snapshot (serve.api.data), the one its hot rows are read in."""
-    rows = conn.execute(
-        "SELECT id, path FROM cold_files WHERE org_id = %s AND state = ANY(%s)"
-        " AND first_time <= %s AND last_time >= %s ORDER BY id",
-        (org, list(coldfiles.READABLE), hi, lo)).fetchall()
-    return [(r[0], r[1]) for r in rows]
 
 
 def _filter(scan: Scan, lo: datetime, hi: datetime) -> pc.Expression:
@@ -105,7 +94,7 @@ def attach(conn: psycopg.Connection, scan: Scan, window: tuple[datetime, datetim
     span = pc.min_max(table.column("time")).as_py()
     devices = tuple(pc.unique(table.column("device")).to_pylist())
     parts = _partials(table, columns, _buckets(conn, table, width, local, lo, hi))
-    arrays = {name: _joined(parts.column(name)) for name in parts.column_names}
+    arrays = {name: joined(parts.column(name)) for name in parts.column_names}
     return dataclasses.replace(scan, cold=ColdRows(ids, arrays, span["min"], span["max"],
                                                    devices))
 
@@ -184,15 +173,6 @@ def _partials(table: pa.Table, columns: tuple[Column, ...],
     out = {k: grouped.column(k) for k in ("time", "device", "location", "tz")}
     out.update({ours: grouped.column(theirs) for theirs, ours in names.items()})
     return pa.table(out)
-
-
-def _joined(column: pa.ChunkedArray) -> str:
-    """One column as the text `string_to_array(text, ',', '')` splits back (NULL as ''),
-    formatted by Arrow: floats print in their shortest round-trip form, so PostgreSQL reads
-    back the same `real` or float8 (as serve.coldread's plain pages pass theirs)."""
-    text = pc.cast(column.combine_chunks(), pa.string()).fill_null("")
-    offsets = pa.array([0, len(text)], pa.int32())
-    return str(pc.binary_join(pa.ListArray.from_arrays(offsets, text), ",")[0].as_py())
 
 
 def partials(scan: Scan) -> bool:

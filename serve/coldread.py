@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -31,15 +32,21 @@ from shared import coldfiles
 from shared.coldstore import open_store
 
 
-def _files(conn: psycopg.Connection, scan: Scan, lo: datetime, hi: datetime,
-           ) -> list[tuple[int, str]]:
-    if scan.table.name != "calibrated":
-        return []
+def files(conn: psycopg.Connection, org: Any, lo: datetime, hi: datetime,
+          ) -> list[tuple[int, str]]:
+    """(id, path) of the organisation's readable cold files overlapping [lo, hi], read in the
+    page's snapshot (serve.api.data), the one its hot rows are read in (plain and aggregated
+    pages alike: serve.coldagg)."""
     rows = conn.execute(
         "SELECT id, path FROM cold_files WHERE org_id = %s AND state = ANY(%s)"
         " AND first_time <= %s AND last_time >= %s ORDER BY id",
-        (scan.org, list(coldfiles.READABLE), hi, lo)).fetchall()
+        (org, list(coldfiles.READABLE), hi, lo)).fetchall()
     return [(r[0], r[1]) for r in rows]
+
+
+def _files(conn: psycopg.Connection, scan: Scan, lo: datetime, hi: datetime,
+           ) -> list[tuple[int, str]]:
+    return files(conn, scan.org, lo, hi) if scan.table.name == "calibrated" else []
 
 
 def reaches(conn: psycopg.Connection, scan: Scan) -> bool:
@@ -93,7 +100,7 @@ def attach(conn: psycopg.Connection, scan: Scan, cold_path: str) -> Scan:
         return dataclasses.replace(scan, cold=ColdRows(ids, {}))
     if _wholly_cold(conn, scan, table):
         return dataclasses.replace(scan, cold=ColdRows(ids, {}, page=table))
-    arrays = {name: _joined(table.column(name)) for name in coldfiles.NAMES}
+    arrays = {name: joined(table.column(name)) for name in coldfiles.NAMES}
     span = pc.min_max(table.column("time")).as_py()
     devices = tuple(pc.unique(table.column("device")).to_pylist())
     return dataclasses.replace(scan, cold=ColdRows(ids, arrays, span["min"], span["max"],
@@ -116,11 +123,12 @@ def _wholly_cold(conn: psycopg.Connection, scan: Scan, table: pa.Table) -> bool:
     return not any_hot_row(conn, span)
 
 
-def _joined(column: pa.ChunkedArray) -> str:
+def joined(column: pa.ChunkedArray) -> str:
     """One column as the text `string_to_array(text, ',', '')` splits back (NULL as ''),
     formatted by Arrow in C: psycopg's per-value dumping of Python lists cost 10x the page
     (docs/benchmarks.md "Cold tier"). Floats print in their shortest form, which PostgreSQL
-    reads back to the same float32; names cannot hold ',' (a device list's separator)."""
+    reads back to the same float32 (or float8, for serve.coldagg's partials); names cannot
+    hold ',' (a device list's separator)."""
     text = pc.cast(column.combine_chunks(), pa.string()).fill_null("")
     offsets = pa.array([0, len(text)], pa.int32())
     return str(pc.binary_join(pa.ListArray.from_arrays(offsets, text), ",")[0].as_py())

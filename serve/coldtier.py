@@ -99,7 +99,7 @@ def reading(conn: psycopg.Connection, org: UUID, window: tuple[datetime, datetim
     try:
         yield
     except (OSError, pa.ArrowException) as exc:
-        rels = [rel for _id, rel in coldagg.files(conn, org, *window)]
+        rels = [rel for _id, rel in coldread.files(conn, org, *window)]
         broken = diagnose(cold_path, rels) or [(", ".join(rels) or "(unknown)", "unreadable")]
         for rel, reason in broken:
             _count(reason)
