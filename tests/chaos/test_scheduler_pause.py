@@ -8,6 +8,7 @@ runs on the machine's clock too, so both are compared in wall-clock seconds.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -60,6 +61,27 @@ def _grid(starts: list[float]) -> float:
     return min(t - round((t - later[0]) / INTERVAL) * INTERVAL for t in later)
 
 
+def _quiet_moment(conn: psycopg.Connection, grid: float) -> None:
+    """Sleep to the middle of an interval in which no run is in flight.
+
+    A run frozen mid-flight is still running when the process resumes, so the scheduler skips
+    that job's due run as "maximum instances reached" and never reports it missed: the
+    negative control failed that way in CI (the freeze had started just as a run began)."""
+    deadline = time.time() + 10 * INTERVAL
+    while time.time() < deadline:
+        now = time.time()
+        middle = grid + (math.floor((now - grid) / INTERVAL) + 0.5) * INTERVAL
+        if middle < now + 0.1:
+            middle += INTERVAL
+        time.sleep(middle - now)
+        # Only recent rows: a run of an earlier test's process may have been killed unfinished.
+        if not conn.execute("SELECT 1 FROM job_runs WHERE finished IS NULL"
+                            " AND started > now() - interval '1 minute'").fetchone():
+            return
+    raise AssertionError("no interval without a run in flight: a run takes longer than "
+                         f"{INTERVAL / 2} s here")
+
+
 def _freeze(proc: subprocess.Popen[bytes], conn: psycopg.Connection,
             phase: float = 0.5) -> tuple[float, float]:
     """SIGSTOP for at least PAUSE_TICKS intervals, SIGCONT `phase` of an interval after a tick
@@ -68,6 +90,7 @@ def _freeze(proc: subprocess.Popen[bytes], conn: psycopg.Connection,
     wait_for(lambda: all(len(_starts(conn, j)) >= 3 for j in JOBS), 30, 0.1,
              what="three runs of every job")
     grid = _grid(_starts(conn, "hourly"))
+    _quiet_moment(conn, grid)
     os.kill(proc.pid, signal.SIGSTOP)
     stopped = time.time()
     k = int((stopped + PAUSE_TICKS * INTERVAL - grid) // INTERVAL) + 1
