@@ -37,6 +37,10 @@ SECRETS=$STATE/secrets.env
 DEMO_STAMP=$STATE/demo.done
 DEMO_OUT=$STATE/demo-credentials.txt
 DEMO_DEVICES=$STATE/demo-devices.json
+# Days of 5-minute history the demo starts with (first run only). The default, 500, is older
+# than the default SDS_HOT_DAYS (430), so the cold tier fills at once; a smaller number makes a
+# first run quicker (a demo with 0 days starts empty and fills from the simulator).
+DEMO_HISTORY_DAYS=${SDS_DEMO_HISTORY_DAYS:-500}
 MQ_PASSWD=$STATE/mosquitto/passwd
 RMQ_DEFS=$STATE/rabbitmq/definitions.json
 EDGE_DIR=$STATE/nginx
@@ -420,10 +424,13 @@ start_all() {
         broker_logs="$STATE/rabbitmq/node*/log/"
     fi
     if [[ ! -f $DEMO_STAMP ]]; then
-        say "creating the demo organisation, devices, API key and 500 days of history (first run only)"
-        # 500 days: older than the default SDS_HOT_DAYS (430), so the scheduler's mover puts the
-        # oldest months in the cold tier at once (docs/operations.md "Cold tier").
-        (umask 077 && "$VENV/bin/sds" demo --credentials-out "$DEMO_DEVICES" --history-days 500 \
+        [[ $DEMO_HISTORY_DAYS =~ ^[0-9]+$ ]] \
+            || die "SDS_DEMO_HISTORY_DAYS must be a number of days, not '$DEMO_HISTORY_DAYS'"
+        say "creating the demo organisation, devices, API key and $DEMO_HISTORY_DAYS days of history (first run only)"
+        # 500 days by default: older than the default SDS_HOT_DAYS (430), so the scheduler's
+        # mover puts the oldest months in the cold tier at once (docs/operations.md "Cold tier").
+        (umask 077 && "$VENV/bin/sds" demo --credentials-out "$DEMO_DEVICES" \
+            --history-days "$DEMO_HISTORY_DAYS" \
             "${accounts[@]}" >"$DEMO_OUT") || die "sds demo failed"
         touch "$DEMO_STAMP"
         cat "$DEMO_OUT"

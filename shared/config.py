@@ -242,6 +242,10 @@ class Settings:
         "clients; deploy/run.sh starts it in front of the API instances")
     api_instances: int = _f(
         1, "API instances (gunicorn) deploy/run.sh starts behind the edge, which balances them")
+    demo_history_days: int = _f(
+        500, "Days of 5-minute history deploy/run.sh's demo starts with (first run only): more "
+        "than SDS_HOT_DAYS fills the cold tier at once; fewer make the first run quicker (0: "
+        "the demo starts empty and fills from the simulator)")
     http_bind: str = _f(
         "127.0.0.1:8081", "Address gunicorn binds to; deploy/run.sh gives API instance k this "
         "port + k - 1")
