@@ -15,7 +15,7 @@ cd "$REPO"
 # cores, and none for `-m quick` (tests/conftest.py, pytest_xdist_auto_num_workers); each worker
 # has its own PostgreSQL and mosquitto on free ports. loadfile keeps a module's tests on one
 # worker, so its module-scoped database and servers are made once; tests/conftest.py orders the
-# modules, those with chaos scenarios first, which --no-loadscope-reorder keeps. Arguments given
+# modules, the longest first (tests/durations.json), which --no-loadscope-reorder keeps. Arguments given
 # here come later and win, e.g. `deploy/test.sh -n 0` for one process. The 25 slowest tests are
 # printed every run, so a test that grows shows up before the suite outgrows CI's limit.
 [[ ${SDS_TEST_WORKERS:-1} =~ ^[0-9]+$ ]] \

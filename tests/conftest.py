@@ -24,6 +24,7 @@ import pytest
 from shared.config import Settings
 from testbed.mosquitto import MosquittoBroker
 from testbed.postgres import PostgresServer
+from tests.support import durations
 from tests.support.databases import clone_template, migrate_database, with_dbname
 from tests.support.figures import Figures
 from tests.support.ports import deployed_ports, held
@@ -210,22 +211,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # --no-loadscope-reorder`) a worker runs whole modules, handed out in collection order: a
 # module's module-scoped database, seeded world and servers are made once, on one worker.
 # (Not loadgroup with xdist_group marks: xdist 3.8 groups by rewriting item._nodeid, which
-# pytest 9 no longer reads, so nothing was grouped.) Modules with chaos scenarios come first:
-# they are the longest (one module's scenarios run 5-6 minutes one after the other), and
-# starting them first keeps them from being the tail of the run. Modules of quick tests only
-# come last and fill in wherever a worker is free, evening out the end.
+# pytest 9 no longer reads, so nothing was grouped.) The longest modules come first, by the
+# seconds a measured run took (tests/durations.json, tests/support/durations.py): they start at
+# once instead of becoming the tail of the run, and the short ones fill in wherever a worker is
+# free at the end. A module the file does not know yet is guessed from its kind: one with chaos
+# scenarios as long (they run minutes), one that needs a service as short, a quick one as
+# shortest.
+UNMEASURED_S = {"chaos": 120.0, "service": 5.0, "quick": 0.0}
+
+
 def _order_for_xdist(items: list[pytest.Item]) -> None:
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    measured = durations.load()
 
-    def rank(module: list[pytest.Item]) -> int:
+    def seconds(path: str) -> float:
+        if path in measured:
+            return measured[path]
+        module = modules[path]
         if any(i.get_closest_marker("chaos") for i in module):
-            return 0
-        return 2 if all(i.get_closest_marker("quick") for i in module) else 1
+            return UNMEASURED_S["chaos"]
+        quick = all(i.get_closest_marker("quick") for i in module)
+        return UNMEASURED_S["quick" if quick else "service"]
 
-    ordered = sorted(modules.values(), key=rank)  # stable: collection order within a rank
-    items[:] = [item for module in ordered for item in module]
+    ordered = sorted(modules, key=lambda path: -seconds(path))  # stable: ties keep their order
+    items[:] = [item for path in ordered for item in modules[path]]
 
 
 _SPAWNERS = (
