@@ -33,7 +33,7 @@ from shared.columns import TABLES, Rollup
 from shared.config import Settings
 from tests.support.readings import insert_readings
 from tests.support.rollups import run_all
-from tests.support.warmcli import run_sds
+from tests.support.warmfork import run_sds
 
 pytestmark = pytest.mark.usefixtures("processes")
 
