@@ -7,6 +7,8 @@ Each is still a process of its own, with its own environment, connections, log a
 a failpoint's or the test's SIGKILL ends that process and nothing else, and the test sees
 -SIGKILL as from `subprocess`. multiprocessing's forkserver does the forking: a single-threaded
 server started once per test process, so no fork happens inside the (threaded) test process.
+One difference from `python -m`: the child ends with os._exit, so atexit handlers do not run
+(neither `sds` nor the ingester registers any; output is line-buffered, so none is lost).
 """
 
 from __future__ import annotations
