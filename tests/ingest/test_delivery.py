@@ -91,7 +91,8 @@ def test_ingester_sigkill_ledger(
     check passes, every restart resumes the session, and the broker's DUP redeliveries reach
     the ingester (after a kill after the commit, as readings already stored: suppressed)."""
     make_site(conn)
-    proc = IngesterProcess(proc_settings, tmp_path / "ingest.log")
+    # Forked warm: each of the 20 restarts then takes milliseconds, not a second of imports.
+    proc = IngesterProcess(proc_settings, tmp_path / "ingest.log", warm=True)
     fault = {"fault_at": point, "fault_every": every}
     proc.start(**fault)
     proc.wait_subscribed(1)

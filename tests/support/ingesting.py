@@ -31,6 +31,7 @@ from shared import places
 from shared.config import PREFIX, Settings
 from testbed.process import kill_process, poll, stop_process
 from tests.support.figures import Figures
+from tests.support.warmfork import start_main
 
 ROOT = Path(__file__).resolve().parents[2]
 DEVICE = "A1"
@@ -173,20 +174,28 @@ def settings_env(s: Settings) -> dict[str, str]:
 
 
 class IngesterProcess:
-    """`python -m ingest` as a subprocess, so SIGKILL is real."""
+    """`python -m ingest` as a subprocess, so SIGKILL is real. `warm`: forked from an
+    interpreter that has imported the ingester already (tests/support/warmfork.py), for a test
+    that restarts it after every one of many kills; a process of its own all the same."""
 
-    def __init__(self, settings: Settings, log_path: Path) -> None:
+    def __init__(self, settings: Settings, log_path: Path, *, warm: bool = False) -> None:
         self.settings = settings
         self.log_path = log_path
+        self.warm = warm
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self, **changes: Any) -> IngesterProcess:
         s = self.settings.replace(**changes)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ingest"], cwd=ROOT,
-                                     env=settings_env(s), stdout=log, stderr=log)
-        log.close()
+        if self.warm:
+            # Popen's interface as far as stop_process and kill_process use it.
+            self.proc = start_main("ingest", settings_env(s), ROOT,  # type: ignore[assignment]
+                                   self.log_path)
+        else:
+            log = open(self.log_path, "ab")
+            self.proc = subprocess.Popen([sys.executable, "-m", "ingest"], cwd=ROOT,
+                                         env=settings_env(s), stdout=log, stderr=log)
+            log.close()
         self.starts += 1
         return self
 
