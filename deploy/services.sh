@@ -522,9 +522,11 @@ stop)
     broker_stop=$!
     pt_stop
     pg_stop
-    wait "$broker_stop"
+    rc=0
+    wait "$broker_stop" || rc=$?
     # After the server: the shutdown sends its last WAL (the shutdown checkpoint) to the stream.
     ws_stop
+    exit $rc
     ;;
 status)
     rc=0
