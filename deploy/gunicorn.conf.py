@@ -59,6 +59,7 @@ on_starting = gunicorn_hooks.on_starting
 when_ready = gunicorn_hooks.when_ready
 post_fork = gunicorn_hooks.post_fork
 child_exit = gunicorn_hooks.child_exit
+worker_exit = gunicorn_hooks.worker_exit
 on_exit = gunicorn_hooks.on_exit
 
 errorlog = "-"

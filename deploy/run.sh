@@ -10,7 +10,9 @@
 #                    edge without dropping a request.
 #   recover          whole machine lost: a fresh .state from the backup repository named by the
 #                    SDS_BACKUP_* settings, with SDS_RECOVERY_KEY (docs/operations.md), then start
-#   stop             stops the processes (the edge first, gracefully), then PostgreSQL and the broker
+#   stop             stops the processes at once, in the order the data needs (the edge drained
+#                    before the API instances, the simulator before the ingesters), then the
+#                    broker and PostgreSQL
 #   status           what is running, with each process's restarts and last exit, the last
 #                    backup's age and the WAL archive's state (deploy/lib/pg_backup.sh), the
 #                    cold tier (sds cold status)
@@ -277,29 +279,39 @@ serve_pidfiles() {
     done | sort -t- -k2 -n
 }
 
+# Every process at once, each with its own timeout, SIGKILL fallback and "NAME: stopped" line,
+# in the order the data needs (docs/operations.md "Stopping"): the API instances only once the
+# edge has drained (it passes the requests in flight on to them), the ingesters only once the
+# simulator has stopped publishing, and all of them before services.sh stops the broker (the
+# ingesters finish and acknowledge what they took from it) and PostgreSQL. The scheduler, the
+# alerts processes, logrotate and the monitoring processes depend on nothing that stops here.
 stop_all() {
     local name
+    (
+        # The edge first, with SIGQUIT: it stops accepting and finishes the requests in flight.
+        if stop_pidfile "$PIDS/edge.pid" "$EDGE_CONF" $STOP_WAIT QUIT; then
+            say "edge: stopped (drained)"
+        else
+            say "edge: not running"
+        fi
+        # gunicorn's SIGTERM is graceful too: workers finish their request (up to 20 s).
+        # "serve" is the single instance of versions before the edge.
+        for name in $(serve_pidfiles) serve; do
+            [[ $name == serve && ! -e $PIDS/serve.pid ]] && continue
+            stop_one "$name" &
+        done
+        wait
+    ) &
+    (
+        stop_one simulate
+        for name in $(ingest_pidfiles); do stop_one "$name" & done
+        wait
+    ) &
     for name in "${MON_PROCS[@]}"; do
-        [[ -e $PIDS/$name.pid ]] && stop_one "$name"
+        if [[ -e $PIDS/$name.pid ]]; then stop_one "$name" & fi
     done
-    stop_one simulate
-    # The edge first, with SIGQUIT: it stops accepting and finishes the requests in flight.
-    if stop_pidfile "$PIDS/edge.pid" "$EDGE_CONF" $STOP_WAIT QUIT; then
-        say "edge: stopped (drained)"
-    else
-        say "edge: not running"
-    fi
-    # gunicorn's SIGTERM is graceful too: workers finish their request (up to 20 s).
-    # "serve" is the single instance of versions before the edge.
-    for name in $(serve_pidfiles) serve; do
-        [[ $name == serve && ! -e $PIDS/serve.pid ]] && continue
-        stop_one "$name"
-    done
-    for name in $(ingest_pidfiles); do stop_one "$name"; done
-    stop_one aggregate
-    stop_one alerts-evaluate
-    stop_one alerts-deliver
-    stop_one logrotate
+    for name in aggregate alerts-evaluate alerts-deliver logrotate; do stop_one "$name" & done
+    wait
     bash "$REPO/deploy/services.sh" stop
 }
 
@@ -539,7 +551,8 @@ status) need_root; api_layout; status_all ;;
 monitor)
     need_root
     if [[ ${2:-on} == off ]]; then
-        for name in "${MON_PROCS[@]}"; do stop_one "$name"; done
+        for name in "${MON_PROCS[@]}"; do stop_one "$name" & done
+        wait
         rm -f "$MON_STAMP"
         say "monitoring off (its data stays in $STATE/prometheus/data)"
     else

@@ -13,14 +13,18 @@ API's metrics (loaded by deploy/gunicorn.conf.py).
   SDS_METRICS_BIND:SDS_API_METRICS_PORT from a thread (`when_ready`; a scrape never waits for a
   busy worker, and is never reachable through the edge), with `sds_api_database_up` probed at
   each scrape, and drops a dead worker's gauges (`child_exit`).
+- A worker that ends normally skips the interpreter's teardown (`worker_exit`): a stop no longer
+  waits seconds for every worker to free its heap.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -195,3 +199,18 @@ def on_exit(_arbiter: Any) -> None:
     path = multiproc_dir()
     if path.parent == Path(tempfile.gettempdir()) and path.name.startswith(TMP_PREFIX):
         shutil.rmtree(path, ignore_errors=True)
+
+
+def worker_exit(_arbiter: Any, _worker: Any) -> None:
+    """A worker leaving with exit status 0 (a stop, a reload, max_requests) flushes its logs and
+    ends at once: the interpreter's teardown frees the whole heap of a forked copy, measured at
+    0.5 s of CPU per worker, about 3 s before `run.sh stop` saw an instance of 5 workers gone on
+    a loaded 2-core machine. Its requests are answered by then; nothing else happens at exit
+    (the master drops its metrics in `child_exit`). Any other exit takes the normal path, so its
+    status reaches the master."""
+    exc = sys.exc_info()[1]  # gunicorn calls this in the `finally` of the worker's sys.exit
+    if isinstance(exc, SystemExit) and exc.code in (0, None):
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -359,9 +359,7 @@ class Deliverer:
                         for wake in self._wakes:  # due retries
                             wake.set()
                         # Woken by the first NOTIFY, or after the sweep interval.
-                        for _ in listen.notifies(
-                                timeout=self.settings.delivery_sweep_interval, stop_after=1):
-                            pass
+                        wait_for_notify(listen, self.settings.delivery_sweep_interval, self.stop)
             except psycopg.Error as exc:
                 self.metrics.errors.labels("database").inc()
                 log.warning("deliverer: database error, reconnecting: %s", exc)
@@ -372,6 +370,22 @@ class Deliverer:
             t.join(self.settings.webhook_timeout + 5)
         self.publisher.close()
         log.info("deliverer stopped%s", f" ({self.failure})" if self.failure else "")
+
+
+STOP_CHECK = 0.1  # seconds: a stop ends the wait for a NOTIFY this soon
+
+
+def wait_for_notify(conn: psycopg.Connection[Any], seconds: float, stop: threading.Event) -> None:
+    """Return at the first NOTIFY on `conn`, after `seconds`, or within STOP_CHECK of `stop`:
+    a signal does not interrupt psycopg's wait, and a stop used to wait out the whole sweep
+    interval (2 s on the critical path of `run.sh stop`)."""
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        for _ in conn.notifies(timeout=min(left, STOP_CHECK), stop_after=1):
+            return
 
 
 def _exit_now() -> None:

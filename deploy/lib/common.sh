@@ -60,8 +60,19 @@ pid_alive() {
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pattern"
 }
 
+# True while pid $1 runs: exists and is not a zombie. The processes stop_pidfile stops are not
+# our children (setsid, their starter gone), so their zombies wait for PID 1 to reap them, and
+# kill -0 succeeds on a zombie: under an init that reaps every few seconds (a container's or a
+# VM sandbox's, measured: 2 s) each stop waited that long for a process that had already exited.
+pid_running() {
+    local stat
+    { stat=$(<"/proc/$1/stat"); } 2>/dev/null || return 1
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z ]]
+}
+
 # Send SIGTERM (or signal $4, e.g. QUIT for nginx's graceful stop) to the process in a pid file,
-# wait up to $3 seconds, then SIGKILL. Removes the file.
+# wait up to $3 seconds for it to exit, then SIGKILL. Removes the file.
 stop_pidfile() {
     local pidfile=$1 pattern=$2 timeout=${3:-20} sig=${4:-TERM} pid i
     if ! pid_alive "$pidfile" "$pattern"; then
@@ -70,11 +81,11 @@ stop_pidfile() {
     fi
     pid=$(<"$pidfile")
     kill -"$sig" "$pid" 2>/dev/null || true
-    for ((i = 0; i < timeout * 10; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
+    for ((i = 0; i < timeout * 20; i++)); do
+        pid_running "$pid" || break
+        sleep 0.05
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if pid_running "$pid"; then
         warn "pid $pid ($pattern) ignored SIG$sig for ${timeout}s; sending SIGKILL"
         kill -KILL "$pid" 2>/dev/null || true
     fi

@@ -10,6 +10,7 @@ email channel; the SSRF guard at delivery.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import pytest
 from flask.testing import FlaskClient
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from alerts.delivery.service import CHANNEL, wait_for_notify
 from testbed.receivers import Receiver, smtp_sink, webhook_receiver
 from tests.support.delivery import (
     DelivererProcess,
@@ -176,3 +178,25 @@ def test_payload_is_the_standard_envelope(conn: psycopg.Connection, org: Org) ->
     assert set(doc) == {"type", "timestamp", "data"}
     assert doc["timestamp"].endswith("Z")
     json.dumps(doc)  # plain JSON
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_ends_the_deliverers_wait_for_a_notify(database_url: str) -> None:
+    """The deliverer's main loop waits for a NOTIFY up to its sweep interval; a stop (SIGTERM
+    sets the event) ends that wait instead of the interval (here 10 minutes: before, the wait
+    ran it out and this test timed out). No NOTIFY comes: the wait returns on the stop alone."""
+    with psycopg.connect(database_url, autocommit=True) as listen:
+        listen.execute(f"LISTEN {CHANNEL}")
+        stop, waiting = threading.Event(), threading.Event()
+        done = threading.Event()
+
+        def wait() -> None:
+            waiting.set()
+            wait_for_notify(listen, 600.0, stop)
+            done.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+        waiting.wait(30)
+        assert not done.wait(0.5), "returned before the stop, with no NOTIFY"
+        stop.set()
+        assert done.wait(60), "the stop did not end the wait"
