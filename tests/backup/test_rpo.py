@@ -15,9 +15,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -35,16 +33,11 @@ pytestmark = [
 
 # The stream may lag the server by what it has not yet received when everything dies at once:
 # milliseconds on this machine. The archive alone would lose up to SDS_BACKUP_ARCHIVE_TIMEOUT.
+# A burst of WAL on a busy machine makes the lag seconds (docs/operations.md "RPO and RTO of
+# the default profile": 1.2 s measured, 5.9 s once under the whole suite beside the 500-day
+# demo's first run and first cold move); this drill's scratch stack starts with a short demo
+# history (restoring.Tree), so no such burst runs beside it and the bound is the quiet one.
 WINDOW_BOUND_S = 2.0
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[Tree]:
-    t = Tree(tmp_path)
-    try:
-        yield t
-    finally:
-        t.sh("deploy/run.sh stop", timeout=300)
 
 
 def add_drill_device(tree: Tree) -> str:

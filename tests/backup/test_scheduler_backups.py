@@ -87,8 +87,14 @@ def test_scheduler_takes_the_first_backup_and_reports_a_failing_archive(
         status, _ = sds(repo, "backup", "status", url=pg.dsn())
         assert status.returncode == 3 and "wal archive: FAILING" in status.stdout
 
-        # The disk is back: PostgreSQL retries, the segment goes, the flag clears.
+        # The disk is back: PostgreSQL retries, the segment goes, the flag clears. After its
+        # failed attempts the archiver sleeps until the next segment is ready (or a minute at
+        # most): the next segment, as live traffic makes one, wakes it at once instead of that
+        # fixed minute; it retries the failed one first (segments go in order).
         os.chmod(archive_dir, mode)
+        with psycopg.connect(pg.dsn(), autocommit=True) as c:
+            c.execute("INSERT INTO w SELECT generate_series(1, 1000)")
+            c.execute("SELECT pg_switch_wal()")
         wait_for(lambda: scrape(port).get("sds_wal_archive_failing") == 0, 120, every=0.5,
                  what="sds_wal_archive_failing back to 0")
         wait_for(lambda: "WAL archiving works again" in log_path.read_text(), 30,

@@ -40,6 +40,9 @@ pytestmark = [
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[Tree]:
     t = Tree(tmp_path)
+    # The shipped demo history (500 days, older than SDS_HOT_DAYS): this drill runs the shipped
+    # first run with the cold tier filling and checks that cold files come back.
+    del t.env["SDS_DEMO_HISTORY_DAYS"]
     # The second disk, outside .state.
     t.env["SDS_BACKUP_REPO_PATH"] = str(tmp_path / "disk2" / "sds")
     try:
