@@ -38,8 +38,49 @@ class ServiceError(RuntimeError):
     """A test server failed to start, stop or answer; the message ends with its log tail."""
 
 
+# Ports a test server gets: below the kernel's ephemeral range, which outgoing connections take
+# their local ports from. A port the OS picked (bind to 0) is an ephemeral one, and a server
+# that binds it tens of seconds later (a scratch `deploy/run.sh` stack starts its scheduler a
+# minute after its ports are chosen) found it held by some client's connection: "Address
+# already in use", a scheduler in a restart loop and a drill timing out (seen with four such
+# stacks starting at once). Below PORT_CEILING, too: deploy/lib/ports.sh's defaults (RabbitMQ
+# 21800+, PostgreSQL 25432+) stay clear, so a test never takes a running stack's port.
+PORT_FLOOR, PORT_CEILING = 10000, 21800
+PORT_BANDS = 8  # one band per test worker (PYTEST_XDIST_WORKER gwN), so workers never collide
+_next_port: dict[str, int] = {}
+
+
+def _band() -> tuple[int, int]:
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    top = min(PORT_CEILING, ephemeral_low)
+    size = (top - PORT_FLOOR) // PORT_BANDS
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker[:2] == "gw" and worker[2:].isdigit() else os.getpid()
+    low = PORT_FLOOR + (index % PORT_BANDS) * size
+    return low, low + size
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    """A TCP port on 127.0.0.1 that is free now and that no outgoing connection will take
+    before a server binds it: the next one of this process's band below the ephemeral range
+    that binds (the OS's pick, an ephemeral port, when the range leaves no room for bands)."""
+    try:
+        low, high = _band()
+    except (OSError, ValueError, IndexError):
+        low = high = 0
+    if high - low >= 100:
+        key = f"{os.getpid()}:{low}"  # a forked child starts where its parent was
+        start = _next_port.get(key, low + os.getpid() % (high - low))
+        for i in range(high - low):
+            port = low + (start - low + i) % (high - low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _next_port[key] = port + 1
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

@@ -687,7 +687,9 @@ def test_services_sh_keeps_an_existing_clusters_port(tmp_path: Path) -> None:
     cluster made before, on another port, keeps it on the next start without the variable (its
     standby, pgBackRest and clients know it by that port): services.sh reads it back from the
     cluster's sds.conf, writes it into secrets.env, and warns while it lies in the range."""
-    port = free_port()  # the kernel's pick: inside the ephemeral range, like 55432
+    with socket.socket() as s:  # the kernel's pick: inside the ephemeral range, like 55432
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     services = ScratchServices(tmp_path, {"SDS_MQTT_PORT": str(free_port())})
     try:
         made = services.run("start", env=services.env | {"SDS_PG_PORT": str(port)})
