@@ -40,9 +40,14 @@ node_log() { echo "$RMQ_DIR/node$1/log/sds-$1@localhost.log"; }
 booted_since() { tail -c +$(($2 + 1)) "$(node_log "$1")" 2>/dev/null | grep -q ' Starting RabbitMQ '; }
 
 # node I's environment (KEY=VALUE lines from admin/rabbit.py, which also writes its files) into
-# NODE_ENV, with the cluster's HOME (its Erlang cookie) and a plain PATH.
+# NODE_ENV, with the cluster's HOME (its Erlang cookie) and a plain PATH. Asked once per node and
+# run: each answer starts Python (about 1 s of CPU), and every CLI call needs one (a reload makes
+# about five).
+declare -A NODE_ENV_OF=()
 node_env() {
-    mapfile -t NODE_ENV < <("$VENV/bin/sds" rabbit node "$RMQ_DIR" "$1" "$NODES" "$BASE")
+    [[ -n ${NODE_ENV_OF[$1]:-} ]] \
+        || NODE_ENV_OF[$1]=$("$VENV/bin/sds" rabbit node "$RMQ_DIR" "$1" "$NODES" "$BASE")
+    mapfile -t NODE_ENV <<<"${NODE_ENV_OF[$1]}"
     NODE_ENV+=("HOME=$RMQ_HOME" "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "LANG=C.UTF-8" "LC_ALL=C.UTF-8")
 }
 
