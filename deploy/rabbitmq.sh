@@ -35,11 +35,19 @@ mqtt_port() { echo $((BASE + 10 * $1 + 3)); }
 node_pidfile() { echo "$RMQ_DIR/node$1/beam.pid"; }
 # The VM's pid file is written by RabbitMQ itself; its command line names the node's config.
 node_running() { pid_alive "$(node_pidfile "$1")" "beam"; }
+node_log() { echo "$RMQ_DIR/node$1/log/sds-$1@localhost.log"; }
+# Whether node I logged its boot banner (its Raft systems are up) past byte OFFSET of its log.
+booted_since() { tail -c +$(($2 + 1)) "$(node_log "$1")" 2>/dev/null | grep -q ' Starting RabbitMQ '; }
 
 # node I's environment (KEY=VALUE lines from admin/rabbit.py, which also writes its files) into
-# NODE_ENV, with the cluster's HOME (its Erlang cookie) and a plain PATH.
+# NODE_ENV, with the cluster's HOME (its Erlang cookie) and a plain PATH. Asked once per node and
+# run: each answer starts Python (about 1 s of CPU), and every CLI call needs one (a reload makes
+# about five).
+declare -A NODE_ENV_OF=()
 node_env() {
-    mapfile -t NODE_ENV < <("$VENV/bin/sds" rabbit node "$RMQ_DIR" "$1" "$NODES" "$BASE")
+    [[ -n ${NODE_ENV_OF[$1]:-} ]] \
+        || NODE_ENV_OF[$1]=$("$VENV/bin/sds" rabbit node "$RMQ_DIR" "$1" "$NODES" "$BASE")
+    mapfile -t NODE_ENV <<<"${NODE_ENV_OF[$1]}"
     NODE_ENV+=("HOME=$RMQ_HOME" "PATH=/usr/sbin:/usr/bin:/sbin:/bin" "LANG=C.UTF-8" "LC_ALL=C.UTF-8")
 }
 
@@ -121,6 +129,8 @@ start_node() {
     [[ -n $(ls -A "$RMQ_DIR/node$i/mnesia" 2>/dev/null) ]] || fresh=1
     node_env "$i"
     rm -f "$(node_pidfile "$i")"
+    local logsize
+    logsize=$(stat -c %s "$(node_log "$i")" 2>/dev/null || echo 0)
     say "rabbitmq: starting node sds-$i@localhost (MQTT 127.0.0.1:$port)"
     # exec: no shell stays behind holding our caller's stdout; setsid: a Ctrl-C here does not
     # reach the node.
@@ -128,11 +138,23 @@ start_node() {
         "$RABBIT_BIN/rabbitmq-server") >>"$log" 2>&1 </dev/null &
     # One at a time: 3.10 refuses a node's join to its MQTT client-id tracker while that Raft
     # cluster's leader is fresh, and does not retry (tests/support/rabbit.py).
-    local t
+    local t tries=0 rejoined=$fresh
     for ((t = 0; t < 1200; t++)); do
         if port_open "$port" && node_running "$i"; then
             if [[ -n $fresh ]] && ((i > 0)); then ensure_joined "$i"; fi
             return
+        fi
+        if [[ -z $rejoined ]] && booted_since "$i" "$logsize"; then
+            # A node with data: start its member of the client-id tracker now. The plugin asks
+            # its peers about the tracker first (100 s timeout); after a majority was lost the
+            # tracker has no leader until this member votes, so the node stayed 100 s without
+            # MQTT (docs/operations.md, "Two of three nodes must be up").
+            if cli_on "$i" rabbitmqctl eval "$(<"$REPO/deploy/rabbitmq/mqtt-rejoin.erl")" >/dev/null 2>&1; then
+                rejoined=1
+            elif ((++tries == 5)); then
+                warn "node sds-$i@localhost: could not start its client-id tracker member early; the MQTT plugin will (up to 100 s)"
+                rejoined=1
+            fi
         fi
         sleep 0.1
     done

@@ -364,7 +364,8 @@ def test_ledger_two_nodes_down(cluster: RabbitCluster, settings: Settings,
     """Beyond the promise: SIGKILL of two of the three nodes (the queue's followers) during
     publishing. Without a majority nothing may be acknowledged; the device keeps what it has
     not got a PUBACK for and resends it once a second node is back (10 s later here). The
-    ledger still closes: 0 acknowledged readings missing, 0 extra."""
+    ledger still closes: 0 acknowledged readings missing, 0 extra; and the restarted node serves
+    MQTT without waiting out the 3.10 plugin's 100 s client-id tracker timeout."""
     device = "C3"
     outage: list[float] = []
     with Crash(cluster, settings, conn, device) as crash:
@@ -395,6 +396,10 @@ def test_ledger_two_nodes_down(cluster: RabbitCluster, settings: Settings,
         assert ledger["acked"] == n
         assert ledger["missing"] == 0 and ledger["extra"] == 0
         assert during == 0
+        # The 10 s outage, the node's boot and the reconnects: 20-27 s measured on a loaded
+        # machine. Without the restart starting the node's client-id tracker member
+        # (deploy/rabbitmq/mqtt-rejoin.erl) the plugin's 100 s timeout came on top: 117 s.
+        assert ledger["longest PUBACK pause s"] < 90, ledger
 
 
 # ---- the $share group attack and lingering connections (issue 20) --------------------------------

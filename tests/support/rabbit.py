@@ -27,6 +27,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from admin import rabbit
@@ -43,6 +44,11 @@ from testbed.process import (
 
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 NODE_TEMPLATE = REPO / "deploy" / "rabbitmq" / "rabbitmq.conf"
+# What deploy/rabbitmq.sh runs on a node it starts again (docs/operations.md, "Two of three
+# nodes must be up"): start the node's member of the MQTT client-id tracker before the plugin
+# asks its peers about it.
+REJOIN_EXPR = REPO / "deploy" / "rabbitmq" / "mqtt-rejoin.erl"
+BOOT_BANNER = " Starting RabbitMQ "  # logged once the node's Raft systems are up
 START_TIMEOUT = 120.0  # three nodes booting at once on two busy cores
 CTL_TIMEOUT = 60.0
 
@@ -127,9 +133,10 @@ class RabbitCluster:
         return self
 
     def cleanup(self) -> None:
-        """Stop every node (SIGTERM, then SIGKILL), stop this cluster's epmd, remove files."""
-        for node in self.nodes:
-            self._stop_node(node)
+        """Stop every node (SIGTERM, then SIGKILL; all at once, as each clean stop waits on its
+        own VM), stop this cluster's epmd, remove files."""
+        with ThreadPoolExecutor(max_workers=self.size) as pool:
+            list(pool.map(self._stop_node, self.nodes))
         # epmd was started by the first node on our private port; it outlives the nodes.
         subprocess.run([shutil.which("epmd") or "/usr/bin/epmd", "-port", str(self.epmd_port),
                         "-kill"], capture_output=True, timeout=15, check=False)
@@ -146,9 +153,13 @@ class RabbitCluster:
             node.proc.wait(timeout=30)  # the start script ends with its VM
 
     def restart_node(self, index: int) -> None:
-        """Start node `index` again with its data; waits until it answers."""
+        """Start node `index` again with its data, as deploy/rabbitmq.sh does (its client-id
+        tracker member started early, _rejoin_tracker); waits until it answers."""
         node = self.nodes[index]
+        log = node.log_dir / f"{node.name}.log"
+        seen = log.stat().st_size if log.exists() else 0
         self._launch(node)
+        self._rejoin_tracker(node, log, seen)
         self._await_node(node)
 
     # -- facts ----------------------------------------------------------------------------------
@@ -303,6 +314,24 @@ class RabbitCluster:
         raise ServiceError(f"rabbitmq node {node.name}: MQTT port {node.mqtt_port} not open "
                            f"after {START_TIMEOUT}s\n{tail(node.dir / 'stdout.log')}")
 
+    def _rejoin_tracker(self, node: RabbitNode, log: Path, offset: int) -> None:
+        """Once the restarted node's Raft systems are up (its boot banner, past `offset` in its
+        log), start its member of the MQTT client-id tracker. RabbitMQ 3.10's plugin first asks
+        its peers for the tracker's members, with a 100 s timeout; after a majority was lost the
+        tracker has no leader until this node's member votes, which the plugin starts only after
+        that question: the node stayed without MQTT for 100 s (docs/operations.md)."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if port_open(node.mqtt_port) or node.proc is None or node.proc.poll() is not None:
+                return  # up already, or _await_node reports the exit
+            if BOOT_BANNER in _read_from(log, offset):
+                try:
+                    self.ctl("eval", REJOIN_EXPR.read_text(), node=node.index, timeout=30)
+                    return
+                except (ServiceError, subprocess.TimeoutExpired):
+                    pass  # the node is still starting its Raft systems: again
+            time.sleep(0.2)
+
     def _ensure_joined(self, node: RabbitNode) -> None:
         """Join a freshly booted node to node 0's cluster if peer discovery left it on its own
         (seen once on a loaded machine: discovery gives up after 10 x 0.5 s and the node boots
@@ -335,6 +364,15 @@ class RabbitCluster:
         pid = node.beam_pid()  # a VM whose script is gone (killed) must not outlive the test
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def log_has(cluster: RabbitCluster, pattern: str) -> bool:
