@@ -40,9 +40,6 @@ pytestmark = [
 @pytest.fixture
 def tree(tmp_path: Path) -> Iterator[Tree]:
     t = Tree(tmp_path)
-    # The shipped demo history (500 days, older than SDS_HOT_DAYS): this drill runs the shipped
-    # first run with the cold tier filling and checks that cold files come back.
-    del t.env["SDS_DEMO_HISTORY_DAYS"]
     # The second disk, outside .state.
     t.env["SDS_BACKUP_REPO_PATH"] = str(tmp_path / "disk2" / "sds")
     try:
@@ -89,6 +86,12 @@ def stream_flushed_past(tree: Tree, lsn: str) -> bool:
 @pytest.mark.parametrize("loss", ["stopped", "killed"])
 def test_whole_state_lost_comes_back_with_one_command(tree: Tree, figures: Figures,
                                                       loss: str) -> None:
+    if loss == "stopped":
+        # The shipped demo history (500 days, older than SDS_HOT_DAYS): this loss runs the
+        # shipped first run with the cold tier filling, and its cold files must come back too.
+        # The power cut keeps Tree's short history (its first run is 40-50 s shorter): its
+        # cold month is field-1's, moved below, which must come back all the same.
+        del tree.env["SDS_DEMO_HISTORY_DAYS"]
     first = tree.sh("deploy/run.sh")
     assert first.returncode == 0, first.stdout + first.stderr
     wait_for(lambda: tree.sh(SECRETS + ".venv/bin/sds backup status").returncode == 0, 180,
