@@ -47,6 +47,10 @@ class ServiceError(RuntimeError):
 # 21800+, PostgreSQL 25432+) stay clear, so a test never takes a running stack's port.
 PORT_FLOOR, PORT_CEILING = 10000, 21800
 PORT_BANDS = 8  # one band per test worker (PYTEST_XDIST_WORKER gwN), so workers never collide
+# Ports handed out PORT_STRIDE apart: a server told port P may take P+1.. too (the second API
+# instance of a stack with SDS_API_INSTANCES=2 listens on SDS_HTTP_BIND's port + 1), and the
+# next free_port() must not be that one (it was: the edge got the port serve-2 listens on).
+PORT_STRIDE = 4
 _next_port: dict[str, int] = {}
 
 
@@ -71,15 +75,17 @@ def free_port() -> int:
         low = high = 0
     if high - low >= 100:
         key = f"{os.getpid()}:{low}"  # a forked child starts where its parent was
-        start = _next_port.get(key, low + os.getpid() % (high - low))
-        for i in range(high - low):
-            port = low + (start - low + i) % (high - low)
+        slots = (high - low) // PORT_STRIDE
+        start = _next_port.get(key, os.getpid() % slots)
+        for i in range(slots):
+            slot = (start + i) % slots
+            port = low + slot * PORT_STRIDE
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 try:
                     s.bind(("127.0.0.1", port))
                 except OSError:
                     continue
-            _next_port[key] = port + 1
+            _next_port[key] = slot + 1
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
