@@ -42,6 +42,7 @@ import pytest
 from testbed.process import free_port
 from tests.support.figures import Figures
 from tests.support.ingesting import Ledger, iso, wait_for
+from tests.support.restoring import processes_naming
 
 pytestmark = [
     pytest.mark.chaos,
@@ -127,17 +128,7 @@ class Stack:
 
     def leftovers(self) -> list[str]:
         """Command lines of live processes that belong to this stack."""
-        marker = str(self.root)
-        found = []
-        for proc in Path("/proc").iterdir():
-            if proc.name.isdigit():
-                try:
-                    cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                except OSError:
-                    continue
-                if marker in cmd:
-                    found.append(f"{proc.name}: {cmd}")
-        return found
+        return processes_naming(self.root)
 
 
 def _port_free(port: int) -> bool:

@@ -23,7 +23,7 @@ import pytest
 from testbed.monitoring import WebhookReceiver
 from testbed.process import free_port
 from tests.support.ingesting import wait_for
-from tests.support.restoring import Tree
+from tests.support.restoring import Tree, processes_naming
 
 pytestmark = [pytest.mark.chaos,
               pytest.mark.skipif(os.geteuid() != 0, reason="run.sh runs as root")]
@@ -63,16 +63,7 @@ def child(t: Tree, name: str) -> int:
 
 def leftovers(t: Tree) -> list[str]:
     """Live processes whose command line names this tree."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            except OSError:
-                continue
-            if str(t.root) in cmd:
-                found.append(f"{proc.name}: {cmd}")
-    return found
+    return processes_naming(t.root)
 
 
 @pytest.fixture

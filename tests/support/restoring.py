@@ -120,6 +120,21 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+def processes_naming(root: Path) -> list[str]:
+    """Live processes whose command line names `root` (a scratch tree's processes, started by
+    its deploy/ scripts by absolute path), as "pid: command line"."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(root) in cmd:
+                found.append(f"{proc.name}: {cmd}")
+    return found
+
+
 def descendants(roots: list[int]) -> list[int]:
     """The processes under `roots` (and the roots), by parent pid, from /proc now."""
     kids, found, todo = _children(), [], list(roots)
