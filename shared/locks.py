@@ -18,7 +18,8 @@ import hashlib
 import logging
 import threading
 import time
-from typing import cast
+from datetime import datetime
+from typing import NamedTuple, cast
 
 import psycopg
 
@@ -31,6 +32,14 @@ log = logging.getLogger(__name__)
 # high half, objid = low half (both unsigned), objsubid = 1; the shift puts the sign back.
 _HOLDERS = ("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
             " AND ((classid::bigint << 32) | objid::bigint) = %(key)s")
+# End the session (pid, backend_start) if it still holds the key: the two together name one
+# session, so a recycled pid is never taken for it. Waits up to %(wait)s ms for it to exit
+# (PostgreSQL 14+), which is when its session locks are freed.
+_END_STALE = ("SELECT pg_terminate_backend(a.pid, %(wait)s) FROM pg_stat_activity a"
+              " WHERE a.pid = %(pid)s AND a.backend_start = %(started)s"
+              " AND a.pid IN (" + _HOLDERS + ")")
+# How long a lock attempt waits for this process's stale session to exit once told to end.
+STALE_END_WAIT_MS = 5000
 
 
 def lock_key(name: str) -> int:
@@ -63,9 +72,26 @@ class SessionLock:
 
     def try_lock(self, conn: psycopg.Connection) -> int | None:
         """Take the lock on `conn` if it is free: the session's backend pid when taken."""
-        row = conn.execute("SELECT pg_try_advisory_lock(%s), pg_backend_pid()",
-                           (self.key,)).fetchone()
-        return cast(int, row[1]) if row and row[0] else None
+        held = self.take(conn)
+        return held.pid if held else None
+
+    def take(self, conn: psycopg.Connection) -> Holder | None:
+        """Take the lock on `conn` if it is free: the holding session's identity when taken."""
+        row = conn.execute(
+            "SELECT pg_try_advisory_lock(%s), pg_backend_pid(),"
+            " (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid())",
+            (self.key,)).fetchone()
+        return Holder(cast(int, row[1]), row[2]) if row and row[0] else None
+
+    def end_stale(self, conn: psycopg.Connection, stale: Holder) -> bool | None:
+        """End `stale` (a session this process gave up but the server may still have) if it
+        still holds the lock, waiting for it to exit: True when ended, False when it did not
+        exit in time, None when it no longer holds the lock. Raises
+        psycopg.errors.InsufficientPrivilege when the login role may not end it."""
+        row = conn.execute(_END_STALE, {"key": self.key, "pid": stale.pid,
+                                        "started": stale.started,
+                                        "wait": STALE_END_WAIT_MS}).fetchone()
+        return None if row is None else bool(row[0])
 
     def lock(self, conn: psycopg.Connection) -> None:
         """Take the lock on `conn`, waiting for it as long as it takes."""
@@ -83,9 +109,22 @@ class SessionLock:
         return pid in holders(conn, self.name)
 
 
+class Holder(NamedTuple):
+    """One session that held a lock: its backend pid and start time (together, one session)."""
+
+    pid: int
+    started: datetime
+
+
 def holders(conn: psycopg.Connection, name: str) -> list[int]:
     """Server pids of the sessions holding the lock `name` (at most one)."""
     return [row[0] for row in conn.execute(_HOLDERS, {"key": lock_key(name)}).fetchall()]
+
+
+class StaleLockSession(psycopg.OperationalError):
+    """The lock is still held by a session this process gave up (its connection broke on this
+    side; the server has not seen it end) and could not be ended now: not lost to another
+    process. Retry: the session ends by itself within its lease or keepalive limit."""
 
 
 class LeadershipLost(RuntimeError):
@@ -104,6 +143,10 @@ class Leadership:
     def __init__(self, lock: SessionLock) -> None:
         self.lock = lock
         self.pid: int | None = None  # the lock session's backend pid while held
+        self._holder: Holder | None = None  # the held lock session's identity
+        # A lock session given up without unlocking it: after a broken connection the server
+        # may still have it (a partition hides the close), holding the lock for this process.
+        self._stale: Holder | None = None
         self.confirmed_at = float("-inf")  # time.monotonic() of the last confirmation sent
         self._conn: psycopg.Connection | None = None
         self._pending: psycopg.Connection | None = None  # a lock attempt's new session
@@ -139,17 +182,44 @@ class Leadership:
             conn = self.lock.connect()
             self._pending = conn
             try:
-                pid = self.lock.try_lock(conn)
+                holder = self.lock.take(conn)
+                if holder is None and self._stale is not None:
+                    holder = self._reclaim(conn, self._stale)
             except psycopg.Error:
                 conn.close()
                 raise
             finally:
                 self._pending = None
-            if pid is None:
+            if holder is None:
                 conn.close()
                 return False
-            self._conn, self.pid, self.confirmed_at = conn, pid, sent
+            self._conn, self._holder, self.confirmed_at = conn, holder, sent
+            self.pid, self._stale = holder.pid, None
             return True
+
+    def _reclaim(self, conn: psycopg.Connection, stale: Holder) -> Holder | None:
+        """The lock is taken: if the taker is this process's own stale session, end it and
+        take the lock on `conn`. Without this, a leader whose connections broke during a
+        partition shorter than its lease would find its own old session holding the lock
+        after the heal and take it for another process's (the ingester steps down for good)."""
+        try:
+            ended = self.lock.end_stale(conn, stale)
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise StaleLockSession(
+                f"the lock {self.lock.name!r} is still held by this process's previous session "
+                f"(backend pid {stale.pid}), which this login role may not end; it ends by "
+                "itself within its lease") from exc
+        if ended is None:  # gone: whoever holds the lock is someone else
+            self._stale = None
+            return None
+        if not ended:
+            raise StaleLockSession(
+                f"the lock {self.lock.name!r} is still held by this process's previous session "
+                f"(backend pid {stale.pid}), told to end {STALE_END_WAIT_MS} ms ago")
+        log.warning("leader lock %r: ended this process's previous session (backend pid %d), "
+                    "which still held it after its connection broke", self.lock.name, stale.pid)
+        self._stale = None
+        return self.lock.take(conn)
 
     def ping(self) -> bool:
         """Confirm the lock session still answers (a session lock lives exactly as long as its
@@ -203,6 +273,11 @@ class Leadership:
                     self.lock.unlock(self._conn)
                 except psycopg.Error:
                     pass
+                else:
+                    self._holder = None  # unlocked: nothing left to end
+            if self._holder is not None:
+                self._stale = self._holder
             db.close_quietly(self._conn)
             self._conn = None
+            self._holder = None
             self.pid = None

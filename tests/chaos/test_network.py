@@ -100,8 +100,11 @@ def _heal_and_settle(proxy: TcpProxy, run: Run, proc: IngesterProcess, s: Settin
     proxy.heal()
     healed = time.monotonic()
     before_heal = set(run.acked)
-    wait_for(lambda: before_heal <= set(stored_times(database_url)), timeout, every=0.1,
-             what=what)
+    try:
+        wait_for(lambda: before_heal <= set(stored_times(database_url)), timeout, every=0.1,
+                 what=what)
+    except AssertionError as exc:  # the ingester's own account is what explains a stall
+        raise AssertionError(f"{exc}\n--- ingester log ---\n{proc.log()[-4000:]}") from None
     recovery = time.monotonic() - healed
     wait_for(run.done, 60, what="publishing")
     ledger_check(database_url, run)

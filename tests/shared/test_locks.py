@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
+from ingest.watchdog import break_connection
 from shared import db
 from shared.locks import Leadership, LeadershipLost, SessionLock, holders, lock_key
+from tests.support.tcpproxy import TcpProxy
 
 
 def test_lock_key_is_a_stable_signed_bigint() -> None:
@@ -117,3 +120,66 @@ def test_one_leadership_helper_and_one_lost(database_url: str) -> None:
         finally:
             a.release()
             b.release()
+
+
+def _via(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    return parts._replace(netloc=f"{parts.username}@127.0.0.1:{port}").geturl()
+
+
+def _lose_session_on_this_side(leadership: Leadership, proxy: TcpProxy) -> int:
+    """Freeze the lock session's path and break its socket here, as the ingester's watchdog
+    does in a partition: this side drops it, the server still has it (and the lock)."""
+    old = leadership.pid
+    assert old is not None and proxy.freeze() == 1
+    assert break_connection(leadership.connections()[0])
+    assert not leadership.ping() and not leadership.held()
+    return old
+
+
+def test_a_leader_ends_its_own_stale_session_and_takes_the_lock_back(database_url: str) -> None:
+    """CI failure of test_database_blackhole_fires_the_write_watchdog: after a partition
+    shorter than the lease, the ingester's old lock session still held the lock on the server,
+    and the ingester took it for another ingester's and stepped down for good. The leader now
+    ends its own previous session (pid and start time, so never someone else's) and goes on."""
+    from ingest.leader import Leader
+
+    target = urlsplit(database_url).port
+    assert target is not None
+    with TcpProxy(target) as proxy, psycopg.connect(database_url, autocommit=True) as watch:
+        leader = Leader(_via(database_url, proxy.port), "stale-own", lease=30)
+        try:
+            leader.confirm()
+            old = _lose_session_on_this_side(leader.leadership, proxy)
+            assert holders(watch, leader.key) == [old]  # the server still has it
+            leader.confirm()  # not LeadershipLost: the lock was this process's own
+            assert not leader.lost and leader.fresh()
+            assert holders(watch, leader.key) == [leader.leadership.pid] != [old]
+            ended = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s",
+                                  (old,)).fetchone()
+            assert ended == (0,)
+        finally:
+            leader.release()
+
+
+def test_a_stale_session_never_lets_a_leader_end_another_process(database_url: str) -> None:
+    """Once this process's old session is gone, a lock held by anyone else is not its own:
+    the attempt answers False (the ingester's 'lost') and ends nothing."""
+    target = urlsplit(database_url).port
+    assert target is not None
+    lock = SessionLock(database_url, "test-stale-other", application_name="sds-test")
+    with TcpProxy(target) as proxy, psycopg.connect(database_url, autocommit=True) as watch:
+        mine = Leadership(SessionLock(_via(database_url, proxy.port), "test-stale-other",
+                                      application_name="sds-test"))
+        other = Leadership(lock)
+        try:
+            assert mine.try_acquire()
+            old = _lose_session_on_this_side(mine, proxy)
+            watch.execute("SELECT pg_terminate_backend(%s, 5000)", (old,))
+            assert other.try_acquire()
+            assert not mine.try_acquire() and not mine.held()
+            assert other.alive() and holders(watch, "test-stale-other") == [other.pid]
+            assert not mine.try_acquire() and other.alive()  # and it stays that way
+        finally:
+            mine.release()
+            other.release()

@@ -5,6 +5,7 @@ PostgreSQL) and switch faults on and off from test code:
 
 - `latency(ms, jitter_ms)`: delay every chunk forwarded in either direction;
 - `blackhole()`: stop forwarding but keep sockets open (a half-open peer);
+- `freeze()`: the same for the connections open now only; new ones work (a lost NAT entry);
 - `reset()`: abort every open connection with an RST (SO_LINGER 0);
 - `limit_data(n)`: close each new connection after n bytes upstream (cut mid-packet);
 - `drop_after(n)`: silently discard everything after n bytes per connection;
@@ -39,6 +40,7 @@ class _Conn:
     upstream: asyncio.StreamWriter
     sent_up: int = 0
     sent_down: int = 0
+    frozen: bool = False
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -87,6 +89,14 @@ class TcpProxy:
         """Stop forwarding in both directions; connections stay open."""
         self._toxics.blackhole = True
 
+    def freeze(self) -> int:
+        """Stop forwarding on the connections open now, in both directions, and keep them
+        open (nor is a close passed on): new connections work. Returns how many were frozen."""
+        conns = list(self._conns)
+        for conn in conns:
+            conn.frozen = True
+        return len(conns)
+
     def limit_data(self, n: int) -> None:
         """Close connections once n bytes went upstream on them."""
         self._toxics.limit_bytes = n
@@ -96,8 +106,10 @@ class TcpProxy:
         self._toxics.drop_after_bytes = n
 
     def heal(self) -> None:
-        """Remove every toxic."""
+        """Remove every toxic and thaw frozen connections."""
         self._toxics = _Toxics()
+        for conn in list(self._conns):
+            conn.frozen = False
 
     def reset(self) -> int:
         """Abort every open connection with an RST; returns how many were reset."""
@@ -154,6 +166,8 @@ class TcpProxy:
         try:
             while True:
                 data = await reader.read(65536)
+                while conn.frozen:  # what came in waits, and so does an end of stream
+                    await asyncio.sleep(0.05)
                 if not data:
                     break
                 tox = self._toxics
