@@ -271,6 +271,34 @@ wait_settled() {
     done
 }
 
+# answering URL...: wait until every URL answers HTTP 200 (for at most START_WAIT seconds);
+# prints the ones that never did. A settled process is not yet a serving one: the edge answered
+# 502 for about a second after run.sh returned, so the "Try:" commands below failed if pasted
+# at once.
+answering() {
+    "$VENV/bin/python" - "$START_WAIT" "$@" <<'PY'
+import sys
+import time
+import urllib.request
+
+deadline = time.monotonic() + float(sys.argv[1])
+waiting = sys.argv[2:]
+while waiting and time.monotonic() < deadline:
+    for url in list(waiting):
+        try:
+            with urllib.request.urlopen(url, timeout=5) as resp:  # noqa: S310 (loopback)
+                if resp.status == 200:
+                    waiting.remove(url)
+        except OSError:  # refused, or an HTTP error such as the edge's 502
+            pass
+    if waiting:
+        time.sleep(0.2)
+if waiting:
+    print(*waiting, sep="\n")
+sys.exit(1 if waiting else 0)
+PY
+}
+
 # API instances that have a pid file, in order (those of an earlier, larger SDS_API_INSTANCES too).
 serve_pidfiles() {
     local f
@@ -483,6 +511,17 @@ start_all() {
             warn "$name did not stay up within $START_WAIT s of its start (its supervisor retries with backoff)"
             log_tail "$LOGS/$name.log" 20
         done
+        failed=1
+    fi
+    # Each API instance, then the edge in front of them, answers before "running" is printed.
+    local -a urls=()
+    local k silent
+    for ((k = 1; k <= API_INSTANCES; k++)); do
+        urls+=("http://$API_HOST:$((API_PORT0 + k - 1))/api/v2/")
+    done
+    urls+=("http://$EDGE_BIND/api/v2/")
+    if ! silent=$(answering "${urls[@]}"); then
+        warn "not answering within $START_WAIT s: ${silent//$'\n'/ } (see $LOGS/serve-*.log, $EDGE_DIR/error.log)"
         failed=1
     fi
 

@@ -4,9 +4,11 @@ drained, the rest without waiting for either."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,13 +47,26 @@ def stack(tmp_path: Path) -> Iterator[Tree]:
         t.sh("deploy/run.sh stop", timeout=300)
 
 
+def assert_answering_at_once(stack: Tree) -> None:
+    """run.sh says "running" only once each API instance and the edge in front answer: the
+    README's first curl, pasted at once, is answered (it got the edge's 502 for about a second
+    when run.sh returned as soon as the processes had stayed up). One request each, no retry."""
+    bind = stack.env["SDS_EDGE_BIND"]
+    for url in (f"http://{stack.env['SDS_HTTP_BIND']}/api/v2/", f"http://{bind}/api/v2/"):
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            assert resp.status == 200, url
+            assert json.load(resp)["openapi"] == "/api/v2/openapi.json"
+
+
 @pytest.mark.timeout(600)
 def test_stop_holds_the_api_behind_the_edge_and_stops_the_rest_meanwhile(stack: Tree) -> None:
     """The edge's stop is held (its supervisor frozen, so the SIGQUIT waits): the simulator,
     the ingester, the scheduler, the alerts processes and logrotate stop meanwhile, while the API
     instance keeps running for the requests the edge still passes on. Resumed, the edge drains,
     then the API instance stops; every process says "NAME: stopped". Before, the stop went one
-    process after the other: nothing after the edge stopped while it was held."""
+    process after the other: nothing after the edge stopped while it was held. First, the stack
+    answered as soon as run.sh returned (assert_answering_at_once)."""
+    assert_answering_at_once(stack)
     pids = {name: int((stack.state / "pids" / f"{name}.pid").read_text())
             for name in (*INDEPENDENT, "edge", "serve-1")}
     edge = pids["edge"]
