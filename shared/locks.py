@@ -36,8 +36,9 @@ _HOLDERS = ("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid =
 # session, so a recycled pid is never taken for it. Waits up to %(wait)s ms for it to exit
 # (PostgreSQL 14+), which is when its session locks are freed.
 _END_STALE = ("SELECT pg_terminate_backend(a.pid, %(wait)s) FROM pg_stat_activity a"
-              " WHERE a.pid = %(pid)s AND a.backend_start = %(started)s"
-              " AND a.pid IN (" + _HOLDERS + ")")
+              " WHERE a.pid = %(pid)s AND a.backend_start = %(started)s AND a.pid IN ("
+              "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
+              " AND ((classid::bigint << 32) | objid::bigint) = %(key)s)")
 # How long a lock attempt waits for this process's stale session to exit once told to end.
 STALE_END_WAIT_MS = 5000
 

@@ -68,12 +68,18 @@ class Member:
         self.port, self.name = port, name
         self.got: list[bytes] = []
         self.subacked: list[int] = []
-        self.client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=name,
-                                  protocol=mqtt.MQTTv5)
-        self.client.username_pw_set(name, SHARD_PW)
-        self.client.on_message = lambda _c, _u, msg: self.got.append(msg.payload)
-        self.client.on_subscribe = lambda _c, _u, _m, codes, _p: self.subacked.extend(
+        self.client = self._client()
+
+    def _client(self) -> mqtt.Client:
+        # One paho client per connection: a second loop_start() on the same client replaces
+        # its wake-up socket pair without closing the first (ResourceWarning in CI's output).
+        client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=self.name,
+                             protocol=mqtt.MQTTv5)
+        client.username_pw_set(self.name, SHARD_PW)
+        client.on_message = lambda _c, _u, msg: self.got.append(msg.payload)
+        client.on_subscribe = lambda _c, _u, _m, codes, _p: self.subacked.extend(
             int(rc.value) for rc in codes)
+        return client
 
     def connect(self, *, clean_start: bool) -> Member:
         props = Properties(PacketTypes.CONNECT)
@@ -92,6 +98,7 @@ class Member:
         """Disconnect; the session and its subscriptions stay on the broker."""
         self.client.disconnect()
         self.client.loop_stop()
+        self.client = self._client()
 
 
 def _publish(port: int, n: int) -> int:
