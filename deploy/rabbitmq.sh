@@ -245,7 +245,7 @@ cmd_stop() {
     for ((i = NODES - 1; i >= 0; i--)); do
         if node_running "$i"; then
             any=1
-            pid=$(<"$(node_pidfile "$i")")
+            read_line pid "$(node_pidfile "$i")" || pid=gone  # RabbitMQ removes it as it stops
             say "rabbitmq: stopping node sds-$i@localhost (pid $pid)"
             stop_pidfile "$(node_pidfile "$i")" "beam" 60 || true
         fi
@@ -259,7 +259,7 @@ cmd_status() {
     local i rc=0
     for ((i = 0; i < NODES; i++)); do
         if node_running "$i"; then
-            say "rabbitmq: node sds-$i@localhost running, pid $(<"$(node_pidfile "$i")"), MQTT 127.0.0.1:$(mqtt_port "$i"), log $RMQ_DIR/node$i/log"
+            say "rabbitmq: node sds-$i@localhost running, pid $(pid_in "$(node_pidfile "$i")"), MQTT 127.0.0.1:$(mqtt_port "$i"), log $RMQ_DIR/node$i/log"
         else
             say "rabbitmq: node sds-$i@localhost stopped"
             rc=3

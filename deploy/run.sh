@@ -212,7 +212,7 @@ proc_alive() { pid_alive "$PIDS/$1.pid" "$(proc_marker "$1")"; }
 start_proc() {
     local name=$1 log=$LOGS/$1.log
     if proc_alive "$name"; then
-        say "$name: already running (pid $(<"$PIDS/$name.pid"))"
+        say "$name: already running (pid $(pid_in "$PIDS/$name.pid"))"
         return
     fi
     proc_argv "$name"
@@ -221,7 +221,7 @@ start_proc() {
     local as=()
     case $name in node-exporter | alertmanager | prometheus) as=(--user prometheus) ;; esac
     supervise_start "$name" "$log" "${as[@]}" --stop-timeout $((STOP_WAIT - 5)) -- "${ARGV[@]}"
-    say "$name: started under supervision (pid $(<"$PIDS/$name.pid"), log $log)"
+    say "$name: started under supervision (pid $(pid_in "$PIDS/$name.pid"), log $log)"
 }
 # How long stop waits for each process (gunicorn's graceful_timeout is 20 s).
 STOP_WAIT=30
@@ -359,9 +359,9 @@ status_all() {
         if proc_alive "$name"; then
             st=$(supervised_status "$name")
             if [[ -z $st ]]; then
-                say "$name: running (pid $(<"$PIDS/$name.pid"), not supervised: started by an older run.sh; run.sh stop && run.sh)"
+                say "$name: running (pid $(pid_in "$PIDS/$name.pid"), not supervised: started by an older run.sh; run.sh stop && run.sh)"
             else
-                say "$name: ${st%%$'\t'*} (supervisor pid $(<"$PIDS/$name.pid"), ${st#*$'\t'}; log $LOGS/$name.log)"
+                say "$name: ${st%%$'\t'*} (supervisor pid $(pid_in "$PIDS/$name.pid"), ${st#*$'\t'}; log $LOGS/$name.log)"
                 [[ $st == running$'\t'* ]] || rc=3
             fi
         else
@@ -433,7 +433,7 @@ edge_config() {
 # ones finish theirs. Nothing is dropped.
 edge_reload_if_changed() {
     if [[ -n $EDGE_CHANGED ]] && proc_alive edge; then
-        kill -HUP "$(<"$PIDS/edge.pid")"
+        kill -HUP "$(pid_in "$PIDS/edge.pid")"
         say "edge: config changed, reloaded (SIGHUP)"
     fi
 }

@@ -49,15 +49,38 @@ ensure_traversable() {
     done
 }
 
+# read_line VAR FILE: VAR = FILE's first line (with or without its newline); status 1, VAR
+# empty, when FILE is missing or empty. For files that may vanish while they are read (a pid
+# file its process removes, /proc/PID/stat): never `VAR=$(<FILE)` there. Under `set -e`, when
+# FILE is gone, bash 5.2 ends the whole script at that line whatever `||` or `if` surrounds it,
+# with status 1 and no message (measured: `rabbitmq.sh stop` died so once the stopped node's
+# /proc/PID/stat went away, failing `services.sh stop`, 2 runs in 5).
+read_line() {
+    local _line=
+    { read -r _line <"$2" || [[ -n $_line ]]; } 2>/dev/null || _line=
+    printf -v "$1" '%s' "$_line"
+    [[ -n $_line ]]
+}
+
+# pid_in FILE: the pid in FILE, or "gone" when FILE is missing (for messages; see read_line).
+pid_in() {
+    local pid
+    read_line pid "$1" || pid=gone
+    echo "$pid"
+}
+
 # True when $1 is a pid file naming a live process whose command line contains $2.
 # Checking the command line guards against a recycled pid after a reboot or a crash.
 pid_alive() {
     local pidfile=$1 pattern=$2 pid
-    [[ -s $pidfile ]] || return 1
-    pid=$(<"$pidfile")
+    read_line pid "$pidfile" || return 1
     [[ $pid =~ ^[0-9]+$ ]] || return 1
     kill -0 "$pid" 2>/dev/null || return 1
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pattern"
+    # Into a variable, not `| grep -q`: under pipefail, grep leaving at its first match can
+    # SIGPIPE tr on a long command line (a RabbitMQ node's) and make a live process look dead.
+    local cmd
+    cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
+    [[ $cmd == *"$pattern"* ]]
 }
 
 # True while pid $1 runs: exists and is not a zombie. The processes stop_pidfile stops are not
@@ -66,7 +89,7 @@ pid_alive() {
 # VM sandbox's, measured: 2 s) each stop waited that long for a process that had already exited.
 pid_running() {
     local stat
-    { stat=$(<"/proc/$1/stat"); } 2>/dev/null || return 1
+    read_line stat "/proc/$1/stat" || return 1
     stat=${stat##*) }
     [[ ${stat%% *} != Z ]]
 }
@@ -79,7 +102,7 @@ stop_pidfile() {
         rm -f "$pidfile"
         return 1
     fi
-    pid=$(<"$pidfile")
+    read_line pid "$pidfile" || return 1  # removed meanwhile: it stopped by itself
     kill -"$sig" "$pid" 2>/dev/null || true
     for ((i = 0; i < timeout * 20; i++)); do
         pid_running "$pid" || break
@@ -153,7 +176,7 @@ supervised_note_deaths() {
     local file=$SUPERVISE/$1.status state child restarts spid words
     [[ -s $file && -s $PIDS/$1.pid ]] || return 0
     IFS=$' \t' read -r state child restarts spid words <"$file" || true
-    [[ $spid == "$(<"$PIDS/$1.pid")" && $restarts =~ ^[0-9]+$ ]] || return 0
+    [[ $spid == "$(pid_in "$PIDS/$1.pid")" && $restarts =~ ^[0-9]+$ ]] || return 0
     if [[ -z ${SUP_SEEN[$1]+set} ]]; then
         SUP_SEEN[$1]=$restarts SUP_BASE[$1]=$restarts
     elif ((restarts > SUP_SEEN[$1])); then
@@ -175,7 +198,7 @@ supervised_status() {
     local file=$SUPERVISE/$1.status state child restarts spid words
     [[ -s $file && -s $PIDS/$1.pid ]] || return 0
     IFS=$' \t' read -r state child restarts spid words <"$file" || true
-    [[ $spid == "$(<"$PIDS/$1.pid")" ]] || return 0
+    [[ $spid == "$(pid_in "$PIDS/$1.pid")" ]] || return 0
     printf '%s\t%s\n' "$state" "child pid $child, $words"
 }
 

@@ -60,11 +60,11 @@ monitoring_config() {
     ensure_traversable prometheus "$STATE/alertmanager/data"
     ensure_traversable prometheus "$SUPERVISE"
     if [[ $changed == *prometheus.yml* || $changed == *sds.rules.yml* ]] && proc_alive prometheus; then
-        kill -HUP "$(<"$PIDS/prometheus.pid")"
+        kill -HUP "$(pid_in "$PIDS/prometheus.pid")"
         say "prometheus: configuration changed, reloaded (SIGHUP)"
     fi
     if [[ $changed == *alertmanager.yml* ]] && proc_alive alertmanager; then
-        kill -HUP "$(<"$PIDS/alertmanager.pid")"
+        kill -HUP "$(pid_in "$PIDS/alertmanager.pid")"
         say "alertmanager: configuration changed, reloaded (SIGHUP)"
     fi
 }
