@@ -163,7 +163,12 @@ def test_hostile_channels_fail_safely_while_another_org_is_delivered(
     notices = conn.execute("SELECT count(*) FROM alert_events WHERE org_id = %s"
                            " AND kind = 'channel_disabled' AND admins_only", (a.id,)).fetchone()
     assert notices == (len(hostile),)
-    # B's deliveries: each delivered at its first attempt.
+    # B's deliveries: each delivered at its first attempt. The receiver has a request
+    # before the deliverer commits its answer (seen once: the last one still pending with
+    # 0 attempts): wait for that commit, then the exact check.
+    wait_for(lambda: conn.execute(
+        "SELECT count(*) FROM alert_deliveries WHERE org_id = %s AND state = 'pending'",
+        (b.id,)).fetchone() == (0,), 30, what="organisation B's last delivery recorded")
     assert conn.execute("SELECT state, attempts, count(*) FROM alert_deliveries"
                         " WHERE org_id = %s GROUP BY 1, 2", (b.id,)).fetchall() == [
         ("delivered", 1, len(latencies))]
