@@ -127,6 +127,28 @@ def empty_dir(path: Path) -> None:
         entry.unlink()
 
 
+class WorkerFilesCollector(multiprocess.MultiProcessCollector):
+    """The workers' summed metrics, leaving out a metric file a worker is still creating: it is
+    empty for a moment before the worker sizes it, and prometheus_client's collector then
+    raised struct.error, so a scrape during a worker's start answered 500 (seen in a test run).
+    An empty file holds no samples yet, so leaving it out loses nothing."""
+
+    def __init__(self, registry: CollectorRegistry, path: str) -> None:
+        super().__init__(registry, path=path)
+        self.path = Path(path)
+
+    def collect(self) -> Any:
+        """Merge every metric file that has its header (8 bytes or more)."""
+        files = []
+        for entry in self.path.glob("*.db"):
+            try:
+                if entry.stat().st_size >= 8:
+                    files.append(str(entry))
+            except FileNotFoundError:  # a live gauge's file removed by mark_process_dead
+                continue
+        return self.merge(files, accumulate=True)
+
+
 class DatabaseProbe(Collector):
     """`sds_api_database_up`: whether the database accepts a connection and a query, asked at
     each scrape (the same URL the API uses: with Patroni, the writable leader)."""
@@ -172,7 +194,7 @@ def when_ready(arbiter: Any) -> None:
     if not settings.api_metrics_port:
         return
     registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=str(multiproc_dir()))
+    WorkerFilesCollector(registry, path=str(multiproc_dir()))
     registry.register(DatabaseProbe(settings, arbiter.log))
     try:
         _server = metrics.serve(registry, settings.api_metrics_port, settings.metrics_bind)

@@ -346,13 +346,17 @@ def test_unknown_email_costs_the_same_as_a_wrong_password(
     def leaky(stored: str | None, password: str) -> bool:
         return False if stored is None else real(stored, password)
 
+    # The control as many pairs as the measurement, against a verify timed just before it:
+    # with 10 pairs and the verify of a busier moment it missed once under a full run's load
+    # (-18.8 ms against half of 39 ms).
+    verify = _one_verify_seconds()
     monkeypatch.setattr(credentials, "verify_password", leaky)
-    gap = _login_gap(client, 10)
+    gap = _login_gap(client, 30)
     figures.record("s8_control_gap_ms", round(gap * 1e3, 2), section="security",
                    title="S8 negative control: the same gap with the dummy verify removed (ms, "
-                         "median of 10 pairs)",
+                         "median of 30 pairs)",
                    target="about minus one verify", source="tests/access/test_login.py")
-    assert -gap > 0.5 * verify, "negative control: the gap should be visible"
+    assert -gap > 0.5 * verify, ("negative control: the gap should be visible", gap, verify)
 
 
 def test_attempts_before_back_off_and_cpu_of_refusals(fresh_world: World,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import os
 import signal
+import struct
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -239,3 +240,29 @@ def test_database_probe_up(world: World) -> None:
 
     probe = DatabaseProbe(Settings(database_url=world.url), None)
     assert {m.name: m.samples[0].value for m in probe.collect()}["sds_api_database_up"] == 1
+
+
+
+def test_a_worker_file_still_being_created_is_left_out(tmp_path: Path) -> None:
+    """A metric file a worker has just created is empty until it sizes it; the master's
+    collector read it and raised struct.error, so the scrape answered 500 (seen once, while
+    this module's gunicorn booted its workers). Now the empty file is left out and the rest is
+    summed."""
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+
+    from serve.gunicorn_hooks import WorkerFilesCollector
+
+    written = MmapedDict(str(tmp_path / "counter_101.db"))
+    written.write_value(mmap_key("sds_api_t", "sds_api_t_total", ["route"], ["/x"], "t"), 3.0,
+                        0.0)
+    written.close()
+    (tmp_path / "counter_102.db").touch()  # the booting worker's file, not sized yet
+    library = CollectorRegistry()
+    multiprocess.MultiProcessCollector(library, path=str(tmp_path))
+    with pytest.raises(struct.error):  # what the master served as a 500
+        generate_latest(library)
+    ours = CollectorRegistry()
+    WorkerFilesCollector(ours, path=str(tmp_path))
+    text = generate_latest(ours).decode()
+    assert 'sds_api_t_total{route="/x"} 3.0' in text, text
