@@ -52,7 +52,7 @@ function start() {
     const chosen = controls.asPreferences();
     if (await load() !== null) prefs.remember(chosen);
   });
-  window.addEventListener("pagehide", () => prefs.flush());
+  window.addEventListener("pagehide", () => prefs.flush(true));
   $("pan-left").addEventListener("click", () => readings.pan(-0.5));
   $("pan-right").addEventListener("click", () => readings.pan(0.5));
   $("zoom-in").addEventListener("click", () => readings.zoom(0.5));

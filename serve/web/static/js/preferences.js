@@ -9,6 +9,7 @@ export class Preferences {
     this.stored = Object.assign({}, stored || {});
     this.pending = null;
     this.timer = null;
+    this.inflight = null;  // the request being sent, if any
   }
 
   get(key) { return this.stored[key]; }
@@ -23,9 +24,25 @@ export class Preferences {
     this.timer = setTimeout(() => this.flush(), 300);
   }
 
-  /** Send what is pending now; resolves when the server has it. */
-  async flush() {
+  /** Send what is pending now, after the request before it; resolves when the server has
+   *  it. One request at a time: two in flight may be answered by two API workers in either
+   *  order, and the older choice then overwrote the newer one (a zone switched to UTC and
+   *  back stayed UTC, seen in a test run). `leaving`: the page is going away, so send at
+   *  once (a continuation after the unload would never run). */
+  flush(leaving = false) {
     clearTimeout(this.timer);
+    if (leaving) return this.send();
+    const previous = this.inflight;
+    const sent = (async () => {
+      if (previous) await previous.catch(() => {});  // its failure was reported to its caller
+      await this.send();
+    })();
+    this.inflight = sent;
+    return sent;
+  }
+
+  /** One PUT of everything pending (taken now, so changes made meanwhile go with it). */
+  async send() {
     const body = this.pending;
     if (!body) return;
     this.pending = null;
