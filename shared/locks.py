@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import NamedTuple, cast
 
 import psycopg
+from psycopg import sql
 
 from shared import db
 from shared.config import Settings
@@ -35,10 +36,9 @@ _HOLDERS = ("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid =
 # End the session (pid, backend_start) if it still holds the key: the two together name one
 # session, so a recycled pid is never taken for it. Waits up to %(wait)s ms for it to exit
 # (PostgreSQL 14+), which is when its session locks are freed.
-_END_STALE = ("SELECT pg_terminate_backend(a.pid, %(wait)s) FROM pg_stat_activity a"
-              " WHERE a.pid = %(pid)s AND a.backend_start = %(started)s AND a.pid IN ("
-              "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted"
-              " AND ((classid::bigint << 32) | objid::bigint) = %(key)s)")
+_END_STALE = sql.SQL("SELECT pg_terminate_backend(a.pid, %(wait)s) FROM pg_stat_activity a"
+                     " WHERE a.pid = %(pid)s AND a.backend_start = %(started)s"
+                     " AND a.pid IN ({holders})").format(holders=sql.SQL(_HOLDERS))
 # How long a lock attempt waits for this process's stale session to exit once told to end.
 STALE_END_WAIT_MS = 5000
 
